@@ -1,0 +1,272 @@
+//! Configuration: the file, then command-line flags, then `PHASESCOPE_*` environment
+//! variables, validated into one [`Config`]. The key names are a contract (DESIGN.md).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything one process runs: its taps, the admin server, logging.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub admin: AdminConfig,
+    #[serde(default, rename = "tap")]
+    pub taps: Vec<TapConfig>,
+    #[serde(default)]
+    pub correlate: Vec<CorrelateConfig>,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// How long in-flight exchanges may run on after SIGINT/SIGTERM.
+    #[serde(default = "defaults::shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    #[serde(default = "defaults::admin_listen")]
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: defaults::admin_listen(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http,
+    Resp,
+}
+
+/// How a request becomes a bounded `route` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteRule {
+    /// First path segment, upper-cased, extension stripped: the Redis command Webdis runs.
+    Webdis,
+    /// The first `route_segments` path segments.
+    Prefix,
+    /// Named regular expressions (`[[tap.route]]`), first match wins.
+    Regex,
+    /// One route for everything.
+    #[default]
+    None,
+}
+
+/// One listener, one upstream, one protocol.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapConfig {
+    /// The `tap` label.
+    pub name: String,
+    #[serde(default = "defaults::protocol")]
+    pub protocol: Protocol,
+    pub listen: SocketAddr,
+    /// `host:port` of the server behind the tap; resolved at each connect.
+    pub upstream: String,
+    #[serde(default)]
+    pub routes: RouteRule,
+    /// Path segments kept by the `prefix` rule.
+    #[serde(default = "defaults::route_segments")]
+    pub route_segments: usize,
+    /// Distinct route labels per tap; requests past it are labelled `other`.
+    #[serde(default = "defaults::max_routes")]
+    pub max_routes: usize,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+}
+
+/// Size and count limits of one tap.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request head accepted; larger heads are answered 431.
+    #[serde(default = "defaults::max_head_bytes")]
+    pub max_head_bytes: usize,
+    /// Most header fields in a request head; more are answered 431.
+    #[serde(default = "defaults::max_headers")]
+    pub max_headers: usize,
+    /// Client connections served at once; further connections wait in the listen backlog.
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_head_bytes: defaults::max_head_bytes(),
+            max_headers: defaults::max_headers(),
+            max_connections: defaults::max_connections(),
+        }
+    }
+}
+
+/// Timeouts of one tap.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// From a request's first byte to its complete head; past it the client gets 408.
+    #[serde(default = "defaults::head_timeout", with = "humantime_serde")]
+    pub head: Duration,
+    /// Connecting to the upstream; past it the client gets 502.
+    #[serde(default = "defaults::connect_timeout", with = "humantime_serde")]
+    pub connect: Duration,
+    /// From the request's last byte to the response head; past it the client gets 504.
+    #[serde(default = "defaults::response_timeout", with = "humantime_serde")]
+    pub response: Duration,
+    /// A keep-alive connection with no request in progress is closed after this long.
+    #[serde(default = "defaults::idle_timeout", with = "humantime_serde")]
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            head: defaults::head_timeout(),
+            connect: defaults::connect_timeout(),
+            response: defaults::response_timeout(),
+            idle: defaults::idle_timeout(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorrelateConfig {
+    pub kind: String,
+    pub http: String,
+    pub resp: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    #[serde(default)]
+    pub format: LogFormat,
+    /// JSON lines, one per exchange; `-` is standard output.
+    #[serde(default)]
+    pub access_log: Option<PathBuf>,
+    /// JSON lines for exchanges whose total exceeds `slow_threshold`.
+    #[serde(default)]
+    pub slow_log: Option<PathBuf>,
+    #[serde(default = "defaults::slow_threshold", with = "humantime_serde")]
+    pub slow_threshold: Duration,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            access_log: None,
+            slow_log: None,
+            slow_threshold: defaults::slow_threshold(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `false` is `--no-metrics`: the timeline is still taken, nothing is recorded.
+    #[serde(default = "defaults::yes")]
+    pub enabled: bool,
+    /// Histogram bucket upper bounds in seconds; empty means the default layout.
+    #[serde(default)]
+    pub buckets: Vec<f64>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            buckets: Vec::new(),
+        }
+    }
+}
+
+impl TapConfig {
+    /// A tap with every optional key at its default.
+    pub fn new(name: &str, protocol: Protocol, listen: SocketAddr, upstream: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            protocol,
+            listen,
+            upstream: upstream.to_owned(),
+            routes: RouteRule::None,
+            route_segments: defaults::route_segments(),
+            max_routes: defaults::max_routes(),
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+pub mod defaults {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use super::Protocol;
+
+    pub fn admin_listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 9464))
+    }
+    pub fn protocol() -> Protocol {
+        Protocol::Http
+    }
+    pub fn route_segments() -> usize {
+        1
+    }
+    pub fn max_routes() -> usize {
+        64
+    }
+    pub fn max_head_bytes() -> usize {
+        64 * 1024
+    }
+    pub fn max_headers() -> usize {
+        100
+    }
+    pub fn max_connections() -> usize {
+        16_384
+    }
+    pub fn head_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn connect_timeout() -> Duration {
+        Duration::from_secs(3)
+    }
+    pub fn response_timeout() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn idle_timeout() -> Duration {
+        Duration::from_secs(300)
+    }
+    pub fn slow_threshold() -> Duration {
+        Duration::from_millis(100)
+    }
+    pub fn shutdown_grace() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn yes() -> bool {
+        true
+    }
+}

@@ -1,0 +1,12 @@
+//! phasescope: a transparent profiling reverse proxy.
+//!
+//! The modules follow the data path: a [`relay`] listener accepts a client, its connection
+//! task frames requests and responses with [`http1`], relays the bytes unchanged, takes the
+//! instants of each exchange with [`clock`], and hands completed exchanges to the tap's
+//! [`recorder`], which feeds [`metrics`] and the logs.
+
+pub mod clock;
+pub mod config;
+pub mod metrics;
+pub mod phase;
+pub mod recorder;

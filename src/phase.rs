@@ -1,0 +1,135 @@
+//! The names of the phases an exchange is split into.
+//!
+//! These names are a contract: they are the `phase` label of
+//! `phasescope_phase_duration_seconds`, the keys of the access log and of `/api/snapshot`,
+//! and what the dashboards and reports query. `docs/phases.md` defines each one.
+
+use std::fmt;
+
+/// One phase of an exchange. The discriminant indexes [`Phases`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Phase {
+    ClientRecv = 0,
+    Parse,
+    UpstreamConnect,
+    Queue,
+    UpstreamSend,
+    UpstreamWait,
+    UpstreamRecv,
+    ResponseParse,
+    Write,
+    ProxyOverhead,
+    Total,
+    BackendIn,
+    Backend,
+    BackendOut,
+}
+
+impl Phase {
+    pub const COUNT: usize = 14;
+
+    /// Every phase, in timeline order (the derived ones last).
+    pub const ALL: [Phase; Phase::COUNT] = [
+        Phase::ClientRecv,
+        Phase::Parse,
+        Phase::UpstreamConnect,
+        Phase::Queue,
+        Phase::UpstreamSend,
+        Phase::UpstreamWait,
+        Phase::UpstreamRecv,
+        Phase::ResponseParse,
+        Phase::Write,
+        Phase::ProxyOverhead,
+        Phase::Total,
+        Phase::BackendIn,
+        Phase::Backend,
+        Phase::BackendOut,
+    ];
+
+    /// The label value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Phase::ClientRecv => "client_recv",
+            Phase::Parse => "parse",
+            Phase::UpstreamConnect => "upstream_connect",
+            Phase::Queue => "queue",
+            Phase::UpstreamSend => "upstream_send",
+            Phase::UpstreamWait => "upstream_wait",
+            Phase::UpstreamRecv => "upstream_recv",
+            Phase::ResponseParse => "response_parse",
+            Phase::Write => "write",
+            Phase::ProxyOverhead => "proxy_overhead",
+            Phase::Total => "total",
+            Phase::BackendIn => "backend_in",
+            Phase::Backend => "backend",
+            Phase::BackendOut => "backend_out",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    #[inline]
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The measured phases of one exchange, in nanoseconds. A phase that did not happen (no
+/// connect, no queueing, no body) is absent rather than zero, so that it does not drag a
+/// histogram towards zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Phases {
+    nanos: [u64; Phase::COUNT],
+    present: u16,
+}
+
+impl Phases {
+    #[inline]
+    pub fn set(&mut self, phase: Phase, nanos: u64) {
+        self.nanos[phase.index()] = nanos;
+        self.present |= 1 << phase.index();
+    }
+
+    #[inline]
+    pub fn get(&self, phase: Phase) -> Option<u64> {
+        (self.present & (1 << phase.index()) != 0).then_some(self.nanos[phase.index()])
+    }
+
+    /// The phases that were measured, in timeline order.
+    pub fn iter(&self) -> impl Iterator<Item = (Phase, u64)> + '_ {
+        Phase::ALL
+            .into_iter()
+            .filter_map(move |p| self.get(p).map(|n| (p, n)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_indexes_are_dense() {
+        for (i, p) in Phase::ALL.into_iter().enumerate() {
+            assert_eq!(p.index(), i);
+            assert_eq!(Phase::from_name(p.name()), Some(p));
+        }
+    }
+
+    #[test]
+    fn absent_phases_stay_absent() {
+        let mut ph = Phases::default();
+        ph.set(Phase::Total, 5);
+        assert_eq!(ph.get(Phase::Total), Some(5));
+        assert_eq!(ph.get(Phase::Queue), None);
+        assert_eq!(ph.iter().count(), 1);
+    }
+}

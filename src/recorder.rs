@@ -1,0 +1,175 @@
+//! Where completed exchanges go.
+//!
+//! The relay knows nothing about Prometheus, HDR histograms or log files: it hands each
+//! completed exchange, each error and each connection event to the tap's [`Recorder`].
+//! The metrics registry, the access log and the slow log are recorders; [`Fanout`] sends
+//! one event to several.
+
+use std::sync::Arc;
+
+use crate::phase::Phases;
+
+/// A bounded route label, resolved once per request by the tap's route table while the
+/// request head is still in the read buffer. `RouteId(0)` is always the fallback route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RouteId(pub u16);
+
+/// Which side of the proxy a connection or byte count belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    Client,
+    Upstream,
+}
+
+impl Side {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Upstream => "upstream",
+        }
+    }
+}
+
+/// The direction bytes travel: `request` (client → upstream) or `response`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Request,
+    Response,
+}
+
+impl Direction {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Direction::Request => "request",
+            Direction::Response => "response",
+        }
+    }
+}
+
+/// Why an exchange or a connection failed: the `kind` label of `phasescope_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Malformed or ambiguous request framing (answered 400).
+    BadRequest,
+    /// Request head over the size or header-count limit (answered 431).
+    HeaderTooLarge,
+    /// The client took longer than the head timeout to send a head (answered 408), or
+    /// stalled while sending a body.
+    ClientTimeout,
+    /// The upstream could not be reached (answered 502).
+    UpstreamConnect,
+    /// The upstream did not answer within the response timeout (answered 504).
+    UpstreamTimeout,
+    /// The upstream closed or reset the connection before the response was complete.
+    UpstreamReset,
+    /// The upstream sent something that is not a valid response (answered 502).
+    BadResponse,
+    /// The client closed or reset the connection before the response was complete.
+    ClientReset,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::BadRequest,
+        ErrorKind::HeaderTooLarge,
+        ErrorKind::ClientTimeout,
+        ErrorKind::UpstreamConnect,
+        ErrorKind::UpstreamTimeout,
+        ErrorKind::UpstreamReset,
+        ErrorKind::BadResponse,
+        ErrorKind::ClientReset,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::HeaderTooLarge => "header_too_large",
+            ErrorKind::ClientTimeout => "client_timeout",
+            ErrorKind::UpstreamConnect => "upstream_connect",
+            ErrorKind::UpstreamTimeout => "upstream_timeout",
+            ErrorKind::UpstreamReset => "upstream_reset",
+            ErrorKind::BadResponse => "bad_response",
+            ErrorKind::ClientReset => "client_reset",
+        }
+    }
+}
+
+/// One completed exchange as the recorders see it.
+#[derive(Debug, Clone, Copy)]
+pub struct ExchangeRecord<'a> {
+    pub route: RouteId,
+    /// The request method (`GET`), or for RESP the command name.
+    pub method: &'a str,
+    /// The request target. Empty unless some recorder asked for it with
+    /// [`Recorder::wants_target`] (keeping it costs a copy per request).
+    pub target: &'a [u8],
+    /// The final response status; 0 when no response was received.
+    pub status: u16,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    pub phases: Phases,
+}
+
+/// Receives what happens on one tap. Implementations must be cheap and must not block:
+/// they run on the connection tasks.
+pub trait Recorder: Send + Sync + 'static {
+    /// Whether [`ExchangeRecord::target`] should be filled in.
+    fn wants_target(&self) -> bool {
+        false
+    }
+    fn exchange(&self, record: &ExchangeRecord<'_>);
+    fn error(&self, kind: ErrorKind);
+    fn connection_opened(&self, side: Side);
+    fn connection_closed(&self, side: Side);
+    fn bytes(&self, direction: Direction, n: u64);
+    /// Called on shutdown, after the last exchange: flush whatever is buffered.
+    fn flush(&self) {}
+}
+
+/// A recorder that keeps nothing (for `--no-metrics` with no logs).
+#[derive(Debug, Default)]
+pub struct Discard;
+
+impl Recorder for Discard {
+    fn exchange(&self, _: &ExchangeRecord<'_>) {}
+    fn error(&self, _: ErrorKind) {}
+    fn connection_opened(&self, _: Side) {}
+    fn connection_closed(&self, _: Side) {}
+    fn bytes(&self, _: Direction, _: u64) {}
+}
+
+/// Sends every event to each of several recorders, in order.
+#[derive(Default, Clone)]
+pub struct Fanout {
+    sinks: Vec<Arc<dyn Recorder>>,
+}
+
+impl Fanout {
+    pub fn new(sinks: Vec<Arc<dyn Recorder>>) -> Self {
+        Self { sinks }
+    }
+}
+
+impl Recorder for Fanout {
+    fn wants_target(&self) -> bool {
+        self.sinks.iter().any(|s| s.wants_target())
+    }
+    fn exchange(&self, record: &ExchangeRecord<'_>) {
+        self.sinks.iter().for_each(|s| s.exchange(record));
+    }
+    fn error(&self, kind: ErrorKind) {
+        self.sinks.iter().for_each(|s| s.error(kind));
+    }
+    fn connection_opened(&self, side: Side) {
+        self.sinks.iter().for_each(|s| s.connection_opened(side));
+    }
+    fn connection_closed(&self, side: Side) {
+        self.sinks.iter().for_each(|s| s.connection_closed(side));
+    }
+    fn bytes(&self, direction: Direction, n: u64) {
+        self.sinks.iter().for_each(|s| s.bytes(direction, n));
+    }
+    fn flush(&self) {
+        self.sinks.iter().for_each(|s| s.flush());
+    }
+}
