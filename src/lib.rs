@@ -8,6 +8,7 @@
 pub mod app;
 pub mod clock;
 pub mod config;
+pub mod http1;
 pub mod metrics;
 pub mod phase;
 pub mod recorder;
