@@ -5,9 +5,12 @@
 //! instants of each exchange with [`clock`], and hands completed exchanges to the tap's
 //! [`recorder`], which feeds [`metrics`] and the logs.
 
+pub mod accesslog;
 pub mod app;
 pub mod clock;
 pub mod config;
+pub mod http1;
 pub mod metrics;
 pub mod phase;
 pub mod recorder;
+pub mod relay;
