@@ -49,6 +49,9 @@ async fn in_flight_exchanges_finish_and_idle_connections_close() {
     tokio::time::sleep(Duration::from_millis(50)).await;
 
     stop.send(true).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // While the busy exchange drains, new clients are refused.
+    assert!(TcpStream::connect(addr).await.is_err());
     // The in-flight exchange completes, then its connection closes.
     assert_eq!(read_to_close(&mut busy).await, OK);
     // The idle one is closed without an answer.
@@ -57,7 +60,5 @@ async fn in_flight_exchanges_finish_and_idle_connections_close() {
         .await
         .expect("the tap stops once its connections are done")
         .unwrap();
-    // New connections are refused.
-    assert!(TcpStream::connect(addr).await.is_err());
     assert_eq!(capture.exchanges().len(), 2);
 }
