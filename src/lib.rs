@@ -6,8 +6,10 @@
 //! [`recorder`], which feeds [`metrics`] and the logs.
 
 pub mod app;
+pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod logging;
 pub mod metrics;
 pub mod phase;
 pub mod recorder;
