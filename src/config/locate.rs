@@ -143,8 +143,14 @@ buckets = [0.1, 0.2,
     fn keys_inside_arrays_of_tables() {
         let s = spans();
         assert_eq!(line(s.locate(&[Seg::Key("shutdown_grace")])), 1);
-        assert_eq!(line(s.locate(&[Seg::Key("tap"), Seg::Index(0), Seg::Key("name")])), 4);
-        assert_eq!(line(s.locate(&[Seg::Key("tap"), Seg::Index(1), Seg::Key("name")])), 7);
+        assert_eq!(
+            line(s.locate(&[Seg::Key("tap"), Seg::Index(0), Seg::Key("name")])),
+            4
+        );
+        assert_eq!(
+            line(s.locate(&[Seg::Key("tap"), Seg::Index(1), Seg::Key("name")])),
+            7
+        );
         let deep = [
             Seg::Key("tap"),
             Seg::Index(1),

@@ -19,11 +19,13 @@ use serde::Deserialize;
 pub use error::{ConfigError, Location, Source};
 pub use load::{BUILTIN_ORIGIN, DEFAULT_CONFIG_TOML};
 pub use overrides::{
-    config_path_from_env, parse_bool, parse_duration, Key, Override, Overrides,
-    DEFAULT_TAP_NAME, ENV_CONFIG,
+    config_path_from_env, parse_bool, parse_duration, Key, Override, Overrides, DEFAULT_TAP_NAME,
+    ENV_CONFIG,
 };
 pub use resolve::{choose_origin, ConfigOrigin, DEFAULT_CONFIG_PATH};
-pub use validate::{check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, MIN_HEAD_BYTES};
+pub use validate::{
+    check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, MIN_HEAD_BYTES,
+};
 
 /// Everything one process runs: its taps, the admin server, logging.
 #[derive(Debug, Clone, Deserialize)]

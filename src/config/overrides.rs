@@ -108,7 +108,7 @@ fn invalid(source: Source, message: String) -> ConfigError {
     ConfigError::new(Location::Override(source), message)
 }
 
-fn text<'a>(raw: &'a OsStr, source: Source) -> Result<&'a str, ConfigError> {
+fn text(raw: &OsStr, source: Source) -> Result<&str, ConfigError> {
     raw.to_str()
         .ok_or_else(|| invalid(source, "the value is not valid UTF-8".to_owned()))
 }
@@ -153,9 +153,7 @@ impl Overrides {
             Key::SlowLog => self.slow_log = wrap(PathBuf::from(raw), source),
             Key::Listen => self.listen = parsed(raw, source, parse_addr)?,
             Key::Admin => self.admin = parsed(raw, source, parse_addr)?,
-            Key::Upstream => {
-                self.upstream = parsed(raw, source, |s| Ok(s.trim().to_owned()))?
-            }
+            Key::Upstream => self.upstream = parsed(raw, source, |s| Ok(s.trim().to_owned()))?,
             Key::Protocol => self.protocol = parsed(raw, source, str::parse)?,
             Key::LogFormat => self.log_format = parsed(raw, source, str::parse)?,
             Key::SlowThreshold => self.slow_threshold = parsed(raw, source, parse_duration)?,

@@ -301,7 +301,7 @@ fn check_correlate(config: &Config, i: usize) -> Result<(), Problem> {
                 return Err(Problem::at(
                     path(key),
                     format!(
-                        "correlate.{key} names tap `{name}`, whose protocol is {}; it must be a {} tap",
+                        "correlate.{key} names tap `{name}`, whose protocol is \"{}\"; it must be a tap with protocol \"{}\"",
                         tap.protocol.as_str(),
                         want.as_str()
                     ),
@@ -344,7 +344,12 @@ mod tests {
 
     #[test]
     fn host_port_forms() {
-        for ok in ["127.0.0.1:7379", "localhost:80", "[::1]:6379", "redis_1.lan:6379"] {
+        for ok in [
+            "127.0.0.1:7379",
+            "localhost:80",
+            "[::1]:6379",
+            "redis_1.lan:6379",
+        ] {
             assert_eq!(check_host_port(ok), Ok(()), "{ok}");
         }
         for bad in [
