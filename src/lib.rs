@@ -7,9 +7,11 @@
 
 pub mod accesslog;
 pub mod app;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod http1;
+pub mod logging;
 pub mod metrics;
 pub mod phase;
 pub mod recorder;

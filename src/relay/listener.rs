@@ -48,7 +48,8 @@ impl Tap {
     /// Accepts connections until `shutdown` turns true, then waits up to `grace` for the
     /// connections in progress to finish their exchanges.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>, grace: Duration) {
-        let max = self.ctx.config.limits.max_connections;
+        let Tap { listener, ctx } = self;
+        let max = ctx.config.limits.max_connections;
         let slots = Arc::new(Semaphore::new(max));
         loop {
             // At the limit, stop accepting: new clients wait in the listen backlog and
@@ -61,36 +62,39 @@ impl Tap {
                 _ = shutdown.changed() => break,
             };
             let accepted = tokio::select! {
-                a = self.listener.accept() => a,
+                a = listener.accept() => a,
                 _ = shutdown.changed() => break,
             };
             let (stream, peer) = match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    accept_error(&self.ctx.config.name, &e).await;
+                    accept_error(&ctx.config.name, &e).await;
                     continue;
                 }
             };
-            let ctx = self.ctx.clone();
+            let ctx = ctx.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 serve(stream, peer, ctx, shutdown).await;
                 drop(permit);
             });
         }
-        tracing::info!(tap = %self.ctx.config.name, "stopped accepting; draining connections");
+        // Closing the listener refuses new clients at once instead of leaving them in
+        // the backlog for the length of the drain.
+        drop(listener);
+        tracing::info!(tap = %ctx.config.name, "stopped accepting; draining connections");
         let all = u32::try_from(max).unwrap_or(u32::MAX);
         if tokio::time::timeout(grace, slots.acquire_many(all))
             .await
             .is_err()
         {
             tracing::warn!(
-                tap = %self.ctx.config.name,
+                tap = %ctx.config.name,
                 open = max - slots.available_permits(),
                 "shutdown grace elapsed with connections still open"
             );
         }
-        self.ctx.recorder.flush();
+        ctx.recorder.flush();
     }
 }
 
