@@ -619,8 +619,10 @@ fn proxy_writes_one_access_log_line_per_request_and_exits_on_sigterm() {
             phase("upstream_wait") <= total,
             "upstream_wait > total: {line}"
         );
-        phase("client_recv");
-        phase("parse");
+        assert!(
+            phase("parse") <= phase("client_recv"),
+            "parse lies inside client_recv: {line}"
+        );
         // The upstream connection is opened for the first request and then reused.
         assert_eq!(
             phases.contains_key("upstream_connect"),
