@@ -115,9 +115,14 @@ impl HttpConnection {
             }
             Err(Failure::Answer(answer, kind)) => {
                 rec.error(kind);
+                let peer = self
+                    .client
+                    .peer_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
                 tracing::info!(
                     tap = %self.tap.config.name,
-                    peer = ?self.client.peer_addr().ok(),
+                    peer = %peer,
                     status = answer.status(),
                     kind = kind.name(),
                     "proxy answered"
@@ -582,7 +587,8 @@ impl HttpConnection {
                 route,
                 head,
                 answer.status(),
-                0,
+                // The upstream took none of it, but the client sent the whole head.
+                head.len as u64,
                 answer.bytes().len() as u64,
             );
         }
