@@ -11,3 +11,4 @@ pub mod config;
 pub mod metrics;
 pub mod phase;
 pub mod recorder;
+pub mod resp;
