@@ -38,6 +38,26 @@ pub fn command(msg: &[u8]) -> Result<Command<'_>, RespError> {
     }
 }
 
+/// The command name at the start of a request that may not be complete yet, once the
+/// bytes hold all of it: for a multibulk command, its first bulk string; for an inline
+/// command, the first word of a complete line. Lets a tap label a request whose body is
+/// still arriving (a large SET) without holding the whole message.
+pub fn command_name(prefix: &[u8]) -> Option<&[u8]> {
+    match prefix.first()? {
+        b'*' => {
+            let (count, rest) = decimal(prefix, 1).ok()?;
+            if count < 1 {
+                return None;
+            }
+            bulk(rest, 0).ok().map(|(name, _)| name)
+        }
+        _ => {
+            let end = memchr(b'\n', prefix)?;
+            inline(&prefix[..=end]).ok().map(|c| c.name)
+        }
+    }
+}
+
 impl<'a> Command<'a> {
     /// The command name as sent, in the client's case. Empty for an empty command.
     pub fn name(&self) -> &'a [u8] {
@@ -410,6 +430,20 @@ mod tests {
             RespError::TrailingBytes
         );
         assert_eq!(command(b"").unwrap_err(), RespError::Incomplete);
+    }
+
+    #[test]
+    fn name_of_an_incomplete_request() {
+        let full = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n";
+        // The name is known from the end of its bulk string on.
+        assert_eq!(command_name(&full[..13]), Some(&b"SET"[..]));
+        assert_eq!(command_name(&full[..12]), None);
+        assert_eq!(command_name(full), Some(&b"SET"[..]));
+        assert_eq!(command_name(b"get k\r\n"), Some(&b"get"[..]));
+        assert_eq!(command_name(b"get k"), None);
+        assert_eq!(command_name(b"*0\r\n"), None);
+        assert_eq!(command_name(b"*1\r\n:1\r\n"), None);
+        assert_eq!(command_name(b""), None);
     }
 
     #[test]

@@ -103,8 +103,8 @@ enum State {
     },
     /// Inside a `+` or `-` line; `cr` says whether the last byte seen was CR.
     Text { len: u64, cr: bool },
-    /// Inside an inline request line.
-    Inline { len: u64 },
+    /// Inside an inline request line; `cr` says whether the last byte seen was CR.
+    Inline { len: u64, cr: bool },
     /// Inside a short checked line.
     Short { what: Short, len: u64, cr: bool },
     /// Payload bytes still to skip.
@@ -279,7 +279,7 @@ impl Scanner {
                     }
                 }
                 State::Text { len, cr } => self.text(rest, len, cr)?,
-                State::Inline { len } => self.inline(rest, len)?,
+                State::Inline { len, cr } => self.inline(rest, len, cr)?,
                 _ => {
                     self.inspected += 1;
                     (1, self.step(rest[0])?)
@@ -326,18 +326,33 @@ impl Scanner {
     }
 
     /// An inline request line: it ends at LF, with or without CR, as in Redis.
-    fn inline(&mut self, rest: &[u8], len: u64) -> Result<(usize, bool), RespError> {
+    fn inline(&mut self, rest: &[u8], len: u64, cr: bool) -> Result<(usize, bool), RespError> {
         let limit = self.limits.max_inline;
-        let (used, len, done) = match memchr(b'\n', rest) {
-            None => (rest.len(), len + rest.len() as u64, false),
-            Some(p) => (p + 1, len + p as u64, true),
-        };
-        if len > limit {
-            return Err(RespError::InlineTooLong { limit });
+        let too_long = Err(RespError::InlineTooLong { limit });
+        match memchr(b'\n', rest) {
+            None => {
+                let len = len + rest.len() as u64;
+                // One byte of slack: the last byte may be the line's CR.
+                if len > limit.saturating_add(1) {
+                    return too_long;
+                }
+                self.inspected += rest.len() as u64;
+                let cr = rest.last() == Some(&b'\r');
+                self.state = State::Inline { len, cr };
+                Ok((rest.len(), false))
+            }
+            Some(p) => {
+                let prev_cr = match p.checked_sub(1) {
+                    Some(q) => rest[q] == b'\r',
+                    None => cr,
+                };
+                if len + p as u64 - u64::from(prev_cr) > limit {
+                    return too_long;
+                }
+                self.inspected += p as u64 + 1;
+                Ok((p + 1, true))
+            }
         }
-        self.inspected += used as u64;
-        self.state = State::Inline { len };
-        Ok((used, done))
     }
 
     /// One byte in a byte-by-byte state. Returns whether the message is complete.
@@ -399,7 +414,10 @@ impl Scanner {
             if b == b'\n' {
                 return Ok(true);
             }
-            self.state = State::Inline { len: 1 };
+            self.state = State::Inline {
+                len: 1,
+                cr: b == b'\r',
+            };
             return Ok(false);
         }
         if b != b'$' {
@@ -504,7 +522,7 @@ impl Scanner {
                 if streamed || (digits > 0 && val == 0) || (neg && digits == 0 && b == b'0') {
                     return Err(RespError::BadNumber);
                 }
-                digits += 1;
+                digits = digits.saturating_add(1);
                 val = self.accumulate(header, neg, val, b - b'0', digits)?;
             }
             _ => return Err(RespError::BadNumber),
@@ -630,9 +648,14 @@ impl Scanner {
                 if neg {
                     return Ok(self.value_done());
                 }
+                let pairs = || {
+                    val.checked_mul(2).ok_or(RespError::AggregateTooLong {
+                        limit: self.limits.max_aggregate,
+                    })
+                };
                 let (n, shape) = match agg {
-                    Agg::Map => (val * 2, Shape::Counted),
-                    Agg::Attribute => (val * 2, Shape::Attribute),
+                    Agg::Map => (pairs()?, Shape::Counted),
+                    Agg::Attribute => (pairs()?, Shape::Attribute),
                     Agg::Array | Agg::Set | Agg::Push => (val, Shape::Counted),
                 };
                 if n == 0 {
