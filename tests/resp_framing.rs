@@ -692,6 +692,9 @@ fn attributes_belong_to_the_value_they_describe() {
     // An empty attribute still needs its value.
     assert_eq!(reply(b"|0\r\n"), Ok(None));
     assert_eq!(reply(b"|0\r\n:1\r\n"), Ok(Some((8, Some(Kind::Integer)))));
+    // Two attribute maps in a row still describe the one value after them.
+    let twice = b"|1\r\n+a\r\n+b\r\n|0\r\n:1\r\n";
+    assert_eq!(reply(twice), Ok(Some((twice.len(), Some(Kind::Integer)))));
     // Until the value's type byte arrives the kind is unknown.
     let mut sc = Scanner::new(Direction::Response);
     assert_eq!(sc.scan(b"|1\r\n+a\r\n+b\r\n"), Ok(None));

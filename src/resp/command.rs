@@ -29,7 +29,9 @@ enum Form {
 /// (`*2\r\n$3\r\nGET\r\n$1\r\nk\r\n`) or an inline line (`GET k\r\n`).
 ///
 /// The message is checked whole here (a walk over its headers, skipping payloads), so the
-/// accessors and the argument iterator cannot fail later.
+/// accessors and the argument iterator cannot fail later. An error for a message the
+/// scanner framed (an inline line with unbalanced quotes) is one Redis answers with a
+/// protocol error reply before it closes the connection.
 pub fn command(msg: &[u8]) -> Result<Command<'_>, RespError> {
     match msg.first() {
         None => Err(RespError::Incomplete),

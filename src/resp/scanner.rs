@@ -93,14 +93,7 @@ enum State {
     /// A type byte comes next (on the request side at depth 0: `*` or an inline line).
     Type,
     /// Inside a decimal header line.
-    Number {
-        header: Header,
-        neg: bool,
-        streamed: bool,
-        digits: u32,
-        val: u64,
-        cr: bool,
-    },
+    Number(Num),
     /// Inside a `+` or `-` line; `cr` says whether the last byte seen was CR.
     Text { len: u64, cr: bool },
     /// Inside an inline request line; `cr` says whether the last byte seen was CR.
@@ -115,20 +108,34 @@ enum State {
     Chunk,
 }
 
+/// A decimal header line read so far.
+#[derive(Debug, Clone, Copy)]
+struct Num {
+    header: Header,
+    neg: bool,
+    /// `?` instead of digits.
+    streamed: bool,
+    digits: u32,
+    val: u64,
+    /// The CR was seen; LF must follow.
+    cr: bool,
+}
+
 const fn number(header: Header) -> State {
-    State::Number {
+    State::Number(Num {
         header,
         neg: false,
         streamed: false,
         digits: 0,
         val: 0,
         cr: false,
-    }
+    })
 }
 
 /// Finds the end of each RESP message in a byte stream, one message at a time.
 ///
-/// Two ways to feed it, which may not be mixed within one message:
+/// Two ways to feed it; both count the bytes of the current message consumed so far, and
+/// `scan(buf)` is `feed(&buf[consumed..])`:
 /// - [`Scanner::scan`]: the caller keeps the message in its buffer from its first byte
 ///   and calls again with the same start and more bytes; the scanner resumes where it
 ///   stopped. This suits requests, whose bytes the tap needs whole (for the command view).
@@ -162,6 +169,8 @@ impl Scanner {
         Self::with_limits(dir, Limits::default())
     }
 
+    /// A scanner with other limits, e.g. a raised bulk limit for a Redis whose
+    /// `proto-max-bulk-len` was raised.
     pub fn with_limits(dir: Direction, limits: Limits) -> Self {
         Self {
             dir,
@@ -362,14 +371,7 @@ impl Scanner {
                 Direction::Request => self.request_type(b),
                 Direction::Response => self.reply_type(b),
             },
-            State::Number {
-                header,
-                neg,
-                streamed,
-                digits,
-                val,
-                cr,
-            } => self.number(b, header, neg, streamed, digits, val, cr),
+            State::Number(num) => self.number(b, num),
             State::Short { what, len, cr } => self.short(b, what, len, cr),
             State::PayloadEnd { cr: false, chunk } => {
                 if b != b'\r' {
@@ -480,61 +482,46 @@ impl Scanner {
         Ok(false)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn number(
-        &mut self,
-        b: u8,
-        header: Header,
-        mut neg: bool,
-        mut streamed: bool,
-        mut digits: u32,
-        mut val: u64,
-        mut cr: bool,
-    ) -> Result<bool, RespError> {
-        if cr {
+    fn number(&mut self, b: u8, mut num: Num) -> Result<bool, RespError> {
+        if num.cr {
             if b != b'\n' {
                 return Err(RespError::BadLineEnd);
             }
-            return self.header_done(header, neg, streamed, val);
+            return self.header_done(num.header, num.neg, num.streamed, num.val);
         }
-        let fresh = digits == 0 && !neg && !streamed;
+        let fresh = num.digits == 0 && !num.neg && !num.streamed;
         match b {
             b'\r' => {
-                if digits == 0 && !streamed {
+                if num.digits == 0 && !num.streamed {
                     return Err(RespError::BadNumber);
                 }
-                cr = true;
+                num.cr = true;
             }
             b'-' if fresh => {
-                if !self.negative_allowed(header) {
+                if !self.negative_allowed(num.header) {
                     return Err(RespError::NegativeLength);
                 }
-                neg = true;
+                num.neg = true;
             }
             b'?' if fresh => {
-                if !self.streamed_allowed(header) {
+                if !self.streamed_allowed(num.header) {
                     return Err(RespError::StreamedNotAllowed);
                 }
-                streamed = true;
+                num.streamed = true;
             }
             b'0'..=b'9' => {
                 // Like Redis's string2ll: no leading zeros, no "-0".
-                if streamed || (digits > 0 && val == 0) || (neg && digits == 0 && b == b'0') {
+                let leading_zero = num.digits > 0 && num.val == 0;
+                let minus_zero = num.neg && num.digits == 0 && b == b'0';
+                if num.streamed || leading_zero || minus_zero {
                     return Err(RespError::BadNumber);
                 }
-                digits = digits.saturating_add(1);
-                val = self.accumulate(header, neg, val, b - b'0', digits)?;
+                num.digits = num.digits.saturating_add(1);
+                num.val = self.accumulate(num.header, num.neg, num.val, b - b'0', num.digits)?;
             }
             _ => return Err(RespError::BadNumber),
         }
-        self.state = State::Number {
-            header,
-            neg,
-            streamed,
-            digits,
-            val,
-            cr,
-        };
+        self.state = State::Number(num);
         Ok(false)
     }
 
