@@ -16,3 +16,4 @@ pub mod metrics;
 pub mod phase;
 pub mod recorder;
 pub mod relay;
+pub mod resp;
