@@ -8,7 +8,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::accesslog::{ExchangeLog, LogFile};
-use crate::config::{Config, Protocol, TapConfig};
+use crate::config::{Config, TapConfig};
 use crate::metrics::routes::RouteTable;
 use crate::recorder::{Fanout, Recorder};
 use crate::relay::{Tap, TapContext};
@@ -68,9 +68,6 @@ pub async fn start(config: &Config) -> anyhow::Result<Vec<Tap>> {
     };
     let mut taps = Vec::new();
     for tap in &config.taps {
-        if tap.protocol != Protocol::Http {
-            anyhow::bail!("tap {:?}: the resp protocol is not supported yet", tap.name);
-        }
         let mut sinks: Vec<Arc<dyn Recorder>> = Vec::new();
         if let Some(path) = &config.log.access_log {
             sinks.push(Arc::new(ExchangeLog::access(&tap.name, open(path)?)));

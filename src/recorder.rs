@@ -122,6 +122,8 @@ pub trait Recorder: Send + Sync + 'static {
     fn connection_opened(&self, side: Side);
     fn connection_closed(&self, side: Side);
     fn bytes(&self, direction: Direction, n: u64);
+    /// Messages that answer no request (pub/sub messages, MONITOR lines, RESP3 pushes).
+    fn pushed(&self, _n: u64) {}
     /// Called on shutdown, after the last exchange: flush whatever is buffered.
     fn flush(&self) {}
 }
@@ -168,6 +170,9 @@ impl Recorder for Fanout {
     }
     fn bytes(&self, direction: Direction, n: u64) {
         self.sinks.iter().for_each(|s| s.bytes(direction, n));
+    }
+    fn pushed(&self, n: u64) {
+        self.sinks.iter().for_each(|s| s.pushed(n));
     }
     fn flush(&self) {
         self.sinks.iter().for_each(|s| s.flush());

@@ -11,7 +11,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use super::connection::HttpConnection;
+use super::resp_connection::RespConnection;
 use super::TapContext;
+use crate::config::Protocol;
 use crate::recorder::Side;
 
 /// One listening tap.
@@ -107,9 +109,18 @@ async fn serve(
     let _ = stream.set_nodelay(true);
     ctx.recorder.connection_opened(Side::Client);
     tracing::trace!(tap = %ctx.config.name, %peer, "accepted");
-    HttpConnection::new(stream, ctx.clone())
-        .serve(shutdown)
-        .await;
+    match ctx.config.protocol {
+        Protocol::Http => {
+            HttpConnection::new(stream, ctx.clone())
+                .serve(shutdown)
+                .await
+        }
+        Protocol::Resp => {
+            RespConnection::new(stream, ctx.clone())
+                .serve(shutdown)
+                .await
+        }
+    }
     ctx.recorder.connection_closed(Side::Client);
 }
 

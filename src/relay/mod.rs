@@ -5,6 +5,7 @@ mod connection;
 pub mod exchange;
 mod listener;
 mod next;
+mod resp_connection;
 mod tunnel;
 
 use std::sync::Arc;

@@ -1,0 +1,616 @@
+//! One client connection of a RESP (Redis) tap, and its upstream connection.
+//!
+//! Unlike HTTP, Redis lets a client send many commands before reading any reply, and
+//! answers them in order. So the relay is a continuous pump in both directions: commands
+//! are framed and forwarded as they complete, replies are framed and streamed back as they
+//! arrive, and each reply is paired with the oldest command still waiting for one.
+//!
+//! A command's timeline: `t_first` (the read that brought its first byte) → `t_head` (its
+//! last byte framed; `client_recv`) → sent upstream (`t_sent`) → the first byte of its
+//! reply (`upstream_wait`, which for a pipelined command starts only when the previous
+//! reply is complete, since Redis could not have answered it earlier; the time before
+//! that is `queue`) → the reply's last byte (`upstream_recv`) → written to the client
+//! (`write`). `proxy_overhead` is framed-to-sent plus reply-read-to-first-write, so for a
+//! reply that arrives in one read the sequential phases add up to `total`.
+//!
+//! Pub/sub and MONITOR break the pairing: after them the server sends messages nobody
+//! asked for. The connection then counts messages instead of timing commands, and in
+//! RESP2 returns to pairing when the last subscription is gone. RESP3 push frames never
+//! pair with a command.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use super::buffer::Buf;
+use super::TapContext;
+use crate::clock::{self, nanos_between, Tick};
+use crate::phase::{Phase, Phases};
+use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
+use crate::resp::{self, Kind, ModeSwitch, ReplyMode, Scanner};
+
+/// A command is assembled in the buffer up to this size before it is forwarded; larger
+/// ones (big values) are streamed through as they arrive.
+const COMMAND_BUFFER: usize = 64 * 1024;
+const REPLY_BUFFER: usize = 16 * 1024;
+/// Commands in flight whose replies are awaited, at most; past it the client is not read
+/// until replies come back (Redis itself has no such limit, but a proxy's memory must).
+const MAX_IN_FLIGHT: usize = 16 * 1024;
+
+/// A command sent (or being sent) whose reply has not completed.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    t_first: Tick,
+    t_head: Tick,
+    parse_ns: u64,
+    /// When its last byte was accepted by the upstream socket (0: not yet).
+    t_sent: Tick,
+    /// Absolute offset, in the client→upstream stream, just past its last byte.
+    end: u64,
+    name: &'static str,
+    route: RouteId,
+    switch: Option<ModeSwitch>,
+}
+
+/// A reply complete (or being written) on its way to the client.
+#[derive(Debug, Clone, Copy)]
+struct Replied {
+    cmd: Pending,
+    wait_from: Tick,
+    t_resp_first: Tick,
+    t_resp_last: Tick,
+    t_write_first: Tick,
+    /// Absolute offset, in the upstream→client stream, just past its last byte.
+    end: u64,
+    bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Every reply answers the oldest pending command.
+    Paired,
+    /// Pub/sub (RESP2): messages are counted; pairing resumes when the last
+    /// subscription is gone.
+    Subscribed,
+    /// MONITOR, CLIENT REPLY OFF/SKIP, or a reply stream the scanner could not follow:
+    /// bytes are relayed and nothing is paired for the rest of the connection.
+    PassThrough,
+}
+
+pub(super) struct RespConnection {
+    tap: Arc<TapContext>,
+    client: TcpStream,
+    upstream: Option<TcpStream>,
+    cbuf: Buf,
+    ubuf: Buf,
+    commands: Scanner,
+    replies: Scanner,
+    /// Client→upstream stream offsets: bytes read, written, and framed as whole commands
+    /// (or forwarded while still streaming).
+    up_read: u64,
+    up_written: u64,
+    up_forwardable: u64,
+    /// The current command's first byte arrived with the read at this tick.
+    cmd_first: Tick,
+    cmd_parse_ns: u64,
+    /// The current command is larger than the buffer and is being streamed through.
+    cmd_streaming: Option<Pending>,
+    pending: VecDeque<Pending>,
+    /// Upstream→client stream offsets.
+    down_read: u64,
+    down_written: u64,
+    /// Where the reply being received started, and the tick of the read that brought its
+    /// first byte, and of its first byte's write to the client.
+    reply_start: u64,
+    reply_first: Tick,
+    reply_write_first: Tick,
+    prev_reply_done: Tick,
+    replied: VecDeque<Replied>,
+    mode: Mode,
+    resp3: bool,
+}
+
+impl RespConnection {
+    pub(super) fn new(client: TcpStream, tap: Arc<TapContext>) -> Self {
+        Self {
+            tap,
+            client,
+            upstream: None,
+            cbuf: Buf::new(),
+            ubuf: Buf::new(),
+            commands: Scanner::new(Direction::Request),
+            replies: Scanner::new(Direction::Response),
+            up_read: 0,
+            up_written: 0,
+            up_forwardable: 0,
+            cmd_first: 0,
+            cmd_parse_ns: 0,
+            cmd_streaming: None,
+            pending: VecDeque::new(),
+            down_read: 0,
+            down_written: 0,
+            reply_start: 0,
+            reply_first: 0,
+            reply_write_first: 0,
+            prev_reply_done: 0,
+            replied: VecDeque::new(),
+            mode: Mode::Paired,
+            resp3: false,
+        }
+    }
+
+    pub(super) async fn serve(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let rec = self.tap.recorder.clone();
+        match self.pump(&mut shutdown).await {
+            Ok(()) => {}
+            Err(Some((kind, reply))) => {
+                rec.error(kind);
+                tracing::info!(tap = %self.tap.config.name, kind = kind.name(), "resp connection closed on error");
+                if let Some(reply) = reply {
+                    let _ = timeout(
+                        std::time::Duration::from_secs(2),
+                        self.client.write_all(reply.as_bytes()),
+                    )
+                    .await;
+                }
+            }
+            Err(None) => {}
+        }
+        rec.bytes(Direction::Request, self.up_written);
+        rec.bytes(Direction::Response, self.down_written);
+        if self.upstream.take().is_some() {
+            rec.connection_closed(Side::Upstream);
+        }
+    }
+
+    /// Moves bytes both ways until either side closes. `Err(Some(..))` is an error to
+    /// count (with a RESP error to send the client, if it can still be sent cleanly);
+    /// `Err(None)` a close that is nobody's fault.
+    async fn pump(
+        &mut self,
+        shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+        loop {
+            let to_up = (self.up_forwardable - self.up_written) as usize;
+            let to_client = (self.down_read - self.down_written) as usize;
+            if to_up > 0 && self.upstream.is_none() {
+                self.connect().await?;
+            }
+            // Stop reading commands while the buffer holds a whole one not yet sent, or
+            // too many await replies.
+            let read_client = self.cbuf.len() < COMMAND_BUFFER
+                && self.pending.len() < MAX_IN_FLIGHT
+                && (self.cmd_streaming.is_none() || to_up == 0);
+            let read_up = to_client == 0;
+            let idle = self.pending.is_empty() && to_up == 0 && to_client == 0;
+            let up = self.upstream.as_ref();
+            tokio::select! {
+                biased;
+                r = async { up?.writable().await.ok() }, if to_up > 0 && up.is_some() => {
+                    let _ = r;
+                    self.write_upstream(to_up)?;
+                }
+                r = self.client.writable(), if to_client > 0 => {
+                    r.map_err(|_| Some((ErrorKind::ClientReset, None)))?;
+                    self.write_client(to_client)?;
+                }
+                r = self.client.readable(), if read_client => {
+                    r.map_err(|_| Some((ErrorKind::ClientReset, None)))?;
+                    if !self.read_client()? {
+                        return Ok(());
+                    }
+                }
+                r = async { up?.readable().await.ok() }, if read_up && up.is_some() => {
+                    let _ = r;
+                    if !self.read_upstream()? {
+                        // Redis closed (QUIT, or it went away): what it sent is already
+                        // written, since we read only with nothing left to write.
+                        return Ok(());
+                    }
+                }
+                _ = shutdown.changed(), if idle => return Ok(()),
+            }
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+        let cfg = &self.tap.config;
+        match timeout(cfg.timeouts.connect, TcpStream::connect(&cfg.upstream)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                self.tap.recorder.connection_opened(Side::Upstream);
+                self.upstream = Some(s);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
+                Err(Some((
+                    ErrorKind::UpstreamConnect,
+                    Some("-ERR phasescope: upstream unreachable\r\n".into()),
+                )))
+            }
+            Err(_) => {
+                tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, "upstream connect timed out");
+                Err(Some((
+                    ErrorKind::UpstreamConnect,
+                    Some("-ERR phasescope: upstream unreachable\r\n".into()),
+                )))
+            }
+        }
+    }
+
+    /// Reads commands; returns false when the client closed.
+    fn read_client(&mut self) -> Result<bool, Option<(ErrorKind, Option<String>)>> {
+        let n = match self.client.try_read(self.cbuf.spare(COMMAND_BUFFER)) {
+            Ok(0) => return Ok(false),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(_) => return Err(Some((ErrorKind::ClientReset, None))),
+        };
+        let t = clock::now();
+        self.cbuf.commit(n);
+        self.up_read += n as u64;
+        self.frame_commands(t)?;
+        Ok(true)
+    }
+
+    /// Frames the commands that the bytes read at `t` complete.
+    fn frame_commands(&mut self, t: Tick) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+        loop {
+            // The current command starts at `up_forwardable` (nothing after it is
+            // forwardable yet), unless it is already streaming through.
+            let start = (self.up_forwardable - self.up_written) as usize;
+            let rest = &self.cbuf.filled()[start..];
+            if rest.is_empty() {
+                return Ok(());
+            }
+            if self.cmd_first == 0 {
+                self.cmd_first = t;
+            }
+            let t0 = clock::now();
+            let scanned = if self.cmd_streaming.is_some() {
+                self.commands.feed(rest)
+            } else {
+                self.commands.scan(rest)
+            };
+            let done = match scanned {
+                Ok(done) => done,
+                Err(e) => {
+                    tracing::debug!(tap = %self.tap.config.name, error = %e, "malformed command");
+                    return Err(Some((
+                        ErrorKind::BadRequest,
+                        Some(format!("-ERR Protocol error: {e}\r\n")),
+                    )));
+                }
+            };
+            let t1 = clock::now();
+            self.cmd_parse_ns += nanos_between(t0, t1);
+            match done {
+                Some(len) => {
+                    let end = self.up_forwardable + len as u64;
+                    let cmd = match self.cmd_streaming.take() {
+                        Some(mut p) => {
+                            p.t_head = t1;
+                            p.end = end;
+                            p.parse_ns = self.cmd_parse_ns;
+                            Some(p)
+                        }
+                        None => {
+                            let seen = resp::command(&rest[..len]).ok().map(|c| {
+                                (
+                                    c.is_empty(),
+                                    c.known_name().unwrap_or("other"),
+                                    c.mode_switch(),
+                                )
+                            });
+                            self.classify(seen, t1, end)
+                        }
+                    };
+                    self.up_forwardable = end;
+                    self.cmd_first = 0;
+                    self.cmd_parse_ns = 0;
+                    if let Some(cmd) = cmd {
+                        self.expect_reply(cmd);
+                    }
+                }
+                None => {
+                    // A command larger than the buffer: forward what we have, keep framing.
+                    if self.cmd_streaming.is_none() && self.cbuf.len() >= COMMAND_BUFFER {
+                        let name = resp::command_name(rest)
+                            .and_then(resp::known_command)
+                            .unwrap_or("other");
+                        self.cmd_streaming = Some(Pending {
+                            t_first: self.cmd_first,
+                            t_head: 0,
+                            parse_ns: 0,
+                            t_sent: 0,
+                            end: u64::MAX,
+                            name,
+                            route: self.tap.routes.resolve_command(name),
+                            switch: None,
+                        });
+                    }
+                    if self.cmd_streaming.is_some() {
+                        self.up_forwardable = self.up_read;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// What a complete command means for pairing; `None` when no reply will answer it.
+    fn classify(
+        &mut self,
+        seen: Option<(bool, &'static str, Option<ModeSwitch>)>,
+        t_head: Tick,
+        end: u64,
+    ) -> Option<Pending> {
+        let (empty, name, switch) = seen?;
+        if empty {
+            return None;
+        }
+        match switch {
+            Some(ModeSwitch::Monitor)
+            | Some(ModeSwitch::ClientReply(ReplyMode::Off | ReplyMode::Skip)) => {
+                // Replies will no longer follow commands one to one.
+                self.mode = Mode::PassThrough;
+            }
+            // In RESP3 (un)subscribe confirmations are pushes, which never pair.
+            Some(ModeSwitch::Subscribe(_) | ModeSwitch::Unsubscribe(_)) if self.resp3 => {
+                return None
+            }
+            _ => {}
+        }
+        if self.mode != Mode::Paired {
+            return None;
+        }
+        Some(Pending {
+            t_first: self.cmd_first,
+            t_head,
+            parse_ns: self.cmd_parse_ns,
+            t_sent: 0,
+            end,
+            name,
+            route: self.tap.routes.resolve_command(name),
+            switch,
+        })
+    }
+
+    fn expect_reply(&mut self, cmd: Pending) {
+        self.pending.push_back(cmd);
+    }
+
+    fn write_upstream(&mut self, to_up: usize) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+        let Some(up) = self.upstream.as_ref() else {
+            return Ok(());
+        };
+        match up.try_write(&self.cbuf.filled()[..to_up]) {
+            Ok(n) => {
+                let t = clock::now();
+                self.cbuf.consume(n);
+                self.up_written += n as u64;
+                for p in self.pending.iter_mut().filter(|p| p.t_sent == 0) {
+                    if p.end <= self.up_written {
+                        p.t_sent = t;
+                    } else {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(_) => Err(Some((ErrorKind::UpstreamReset, None))),
+        }
+    }
+
+    /// Reads replies; returns false when the upstream closed.
+    fn read_upstream(&mut self) -> Result<bool, Option<(ErrorKind, Option<String>)>> {
+        let Some(up) = self.upstream.as_ref() else {
+            return Ok(true);
+        };
+        let n = match up.try_read(self.ubuf.spare(REPLY_BUFFER)) {
+            Ok(0) => return Ok(false),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(_) => {
+                return if self.pending.is_empty() {
+                    Ok(false)
+                } else {
+                    Err(Some((ErrorKind::UpstreamReset, None)))
+                }
+            }
+        };
+        let t = clock::now();
+        self.ubuf.commit(n);
+        let fresh_from = self.ubuf.len() - n;
+        self.down_read += n as u64;
+        if self.mode == Mode::PassThrough {
+            return Ok(true);
+        }
+        let mut at = fresh_from;
+        while at < self.ubuf.len() {
+            if !self.replies.in_message() {
+                self.reply_first = t;
+                self.reply_start = self.down_written + at as u64;
+                self.reply_write_first = 0;
+            }
+            // A message that began in an earlier read has its start already written out:
+            // `msg` below then holds only its tail.
+            let msg_start = at;
+            match self.replies.feed(&self.ubuf.filled()[at..]) {
+                Ok(Some(len)) => {
+                    at += len;
+                    let end = self.down_written + at as u64;
+                    let kind = self.replies.kind();
+                    let last_unsub = last_unsubscribe(&self.ubuf.filled()[msg_start..at]);
+                    self.reply_done(kind, last_unsub, t, end);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // Redis is trusted to speak RESP; if we cannot follow it, relay blindly
+                    // rather than mis-pair everything that follows.
+                    tracing::warn!(tap = %self.tap.config.name, error = %e, "unreadable reply stream; relaying without timing");
+                    self.tap.recorder.error(ErrorKind::BadResponse);
+                    self.mode = Mode::PassThrough;
+                    self.pending.clear();
+                    break;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// A reply ended at stream offset `end`, read at `t`. `last_unsub`: it confirms that
+    /// no subscription is left (RESP2 pub/sub).
+    fn reply_done(&mut self, kind: Option<Kind>, last_unsub: bool, t: Tick, end: u64) {
+        if kind.is_some_and(Kind::is_push) {
+            self.tap.recorder.pushed(1);
+            return;
+        }
+        if self.mode == Mode::Subscribed {
+            self.tap.recorder.pushed(1);
+            if last_unsub {
+                self.mode = Mode::Paired;
+            }
+            return;
+        }
+        let Some(cmd) = self.pending.pop_front() else {
+            // A reply nobody is waiting for (e.g. after CLIENT REPLY ON): relay it.
+            return;
+        };
+        match cmd.switch {
+            Some(ModeSwitch::Hello { protover: Some(v) }) if !kind.is_some_and(Kind::is_error) => {
+                self.resp3 = v == 3;
+            }
+            Some(ModeSwitch::Reset) => self.resp3 = false,
+            Some(ModeSwitch::Subscribe(_)) if !self.resp3 && !kind.is_some_and(Kind::is_error) => {
+                // Confirmations for every channel named, then messages: stop pairing.
+                // Commands sent after SUBSCRIBE in RESP2 are subscriber commands whose
+                // answers arrive as messages too.
+                self.mode = Mode::Subscribed;
+                self.pending.clear();
+            }
+            _ => {}
+        }
+        let wait_from = cmd.t_sent.max(self.prev_reply_done);
+        self.prev_reply_done = t;
+        self.replied.push_back(Replied {
+            cmd,
+            wait_from,
+            t_resp_first: self.reply_first,
+            t_resp_last: t,
+            t_write_first: self.reply_write_first,
+            end,
+            bytes: end - self.reply_start,
+        });
+    }
+
+    fn write_client(
+        &mut self,
+        to_client: usize,
+    ) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+        match self.client.try_write(&self.ubuf.filled()[..to_client]) {
+            Ok(n) => {
+                let t = clock::now();
+                self.ubuf.consume(n);
+                self.down_written += n as u64;
+                if self.reply_write_first == 0
+                    && self.replies.in_message()
+                    && self.reply_start < self.down_written
+                {
+                    self.reply_write_first = t;
+                }
+                while let Some(r) = self.replied.front_mut() {
+                    if r.t_write_first == 0 {
+                        r.t_write_first = t;
+                    }
+                    if r.end > self.down_written {
+                        break;
+                    }
+                    let r = *r;
+                    self.replied.pop_front();
+                    self.record(&r, t);
+                }
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(_) => Err(Some((ErrorKind::ClientReset, None))),
+        }
+    }
+
+    fn record(&self, r: &Replied, t_write_last: Tick) {
+        let c = &r.cmd;
+        let mut phases = Phases::default();
+        phases.set(Phase::ClientRecv, nanos_between(c.t_first, c.t_head));
+        phases.set(Phase::Parse, c.parse_ns);
+        if r.wait_from > c.t_sent {
+            // Pipelined behind a reply that was still arriving.
+            phases.set(Phase::Queue, nanos_between(c.t_sent, r.wait_from));
+        }
+        phases.set(
+            Phase::ProxyOverhead,
+            nanos_between(c.t_head, c.t_sent) + nanos_between(r.t_resp_first, r.t_write_first),
+        );
+        phases.set(
+            Phase::UpstreamWait,
+            nanos_between(r.wait_from, r.t_resp_first),
+        );
+        phases.set(
+            Phase::UpstreamRecv,
+            nanos_between(r.t_resp_first, r.t_resp_last),
+        );
+        phases.set(Phase::Write, nanos_between(r.t_write_first, t_write_last));
+        phases.set(Phase::Total, nanos_between(c.t_first, t_write_last));
+        self.tap.recorder.exchange(&ExchangeRecord {
+            route: c.route,
+            method: c.name,
+            target: &[],
+            status: 0,
+            request_bytes: 0,
+            response_bytes: r.bytes,
+            phases,
+        });
+    }
+}
+
+/// A RESP2 `unsubscribe`/`punsubscribe`/`sunsubscribe` confirmation whose subscription
+/// count is 0: `*3\r\n$11\r\nunsubscribe\r\n$N\r\n<channel>\r\n:0\r\n`.
+fn last_unsubscribe(msg: &[u8]) -> bool {
+    if !msg.ends_with(b"\r\n:0\r\n") || !msg.starts_with(b"*3\r\n$") {
+        return false;
+    }
+    let head = &msg[..msg.len().min(24)];
+    [
+        &b"unsubscribe\r\n"[..],
+        b"punsubscribe\r\n",
+        b"sunsubscribe\r\n",
+    ]
+    .iter()
+    .any(|w| head.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_unsubscribe;
+
+    #[test]
+    fn recognizes_the_last_unsubscribe() {
+        assert!(last_unsubscribe(
+            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:0\r\n"
+        ));
+        assert!(last_unsubscribe(
+            b"*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n"
+        ));
+        assert!(!last_unsubscribe(
+            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:1\r\n"
+        ));
+        assert!(!last_unsubscribe(
+            b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n:0\r\n"
+        ));
+    }
+}
