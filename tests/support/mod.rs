@@ -280,6 +280,11 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts it and waits until `PING` answers `+PONG`.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts it with extra command-line options (e.g. `--enable-debug-command yes`).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         let binary = require_tool("redis-server");
         let dir = tempfile::Builder::new().prefix("redis-").tempdir().unwrap();
         let (process, port) = start_with_retries(
@@ -292,7 +297,8 @@ impl RedisServer {
                     .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
                     .arg("--dir")
                     .arg(dir.path())
-                    .args(["--logfile", ""]);
+                    .args(["--logfile", ""])
+                    .args(extra);
                 let log = dir.path().join(format!("redis-{attempt}.log"));
                 (Managed::spawn("redis-server", &mut command, &log), port)
             },

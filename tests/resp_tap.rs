@@ -1,0 +1,204 @@
+//! The RESP tap in front of a real Redis: transparent bytes, commands paired with their
+//! replies (pipelined too), pub/sub passing through, and measured waits.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{require_tool, resp_command, resp_encode, Proxy, RedisServer};
+
+fn resp_tap(redis: &RedisServer) -> Proxy {
+    Proxy::in_front_of(redis.addr(), &["--protocol", "resp"])
+}
+
+/// The access log's lines, waiting until at least `n` are there.
+fn access_lines(proxy: &Proxy, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(proxy.access_log()).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.len() >= n || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `bytes` on one connection and reads until `want` bytes came back.
+fn converse(addr: std::net::SocketAddr, bytes: &[u8], want: usize) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = vec![0; want];
+    s.read_exact(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn pipelined_commands_come_back_byte_for_byte_and_pair_in_order() {
+    let redis = RedisServer::start();
+    let proxy = resp_tap(&redis);
+    let script: Vec<u8> = [
+        resp_encode(&["DEL", "k", "n"]),
+        resp_encode(&["SET", "k", "v"]),
+        resp_encode(&["GET", "k"]),
+        resp_encode(&["INCR", "n"]),
+        b"PING\r\n".to_vec(),
+        resp_encode(&["LRANGE", "nolist", "0", "-1"]),
+        resp_encode(&["NOSUCHCOMMAND"]),
+    ]
+    .concat();
+    let direct = {
+        let expect = b":0\r\n+OK\r\n$1\r\nv\r\n:1\r\n+PONG\r\n*0\r\n";
+        let mut all = converse(redis.addr(), &script, expect.len());
+        // The error line's text is Redis's own; read it whole.
+        let mut s = TcpStream::connect(redis.addr()).unwrap();
+        s.write_all(&resp_encode(&["NOSUCHCOMMAND"])).unwrap();
+        let mut line = Vec::new();
+        BufReader::new(s).read_until(b'\n', &mut line).unwrap();
+        all.extend_from_slice(&line);
+        all
+    };
+    // Reset state so that the proxied run sees what the direct run saw.
+    redis.command(&["DEL", "k", "n"]);
+    let through = converse(proxy.addr(), &script, direct.len());
+    assert_eq!(
+        String::from_utf8_lossy(&through),
+        String::from_utf8_lossy(&direct)
+    );
+
+    let lines = access_lines(&proxy, 7);
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["DEL", "SET", "GET", "INCR", "PING", "LRANGE", "other"]
+    );
+    for l in &lines {
+        let p = &l["phases_us"];
+        assert!(p["total"].as_f64().unwrap() >= p["upstream_wait"].as_f64().unwrap());
+    }
+}
+
+#[test]
+fn redis_benchmark_counts_every_command() {
+    let redis = RedisServer::start();
+    let proxy = resp_tap(&redis);
+    let bench = require_tool("redis-benchmark");
+    let out = Command::new(bench)
+        .args(["-h", "127.0.0.1", "-p", &proxy.listen_port().to_string()])
+        .args(["-n", "20000", "-P", "16", "-q", "-t", "set,get,incr"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "redis-benchmark failed: {text}");
+    for cmd in ["SET", "GET", "INCR"] {
+        assert!(
+            text.contains(&format!("{cmd}: ")),
+            "no {cmd} result in {text}"
+        );
+    }
+    let lines = access_lines(&proxy, 60_000);
+    for cmd in ["SET", "GET", "INCR"] {
+        let n = lines.iter().filter(|l| l["method"] == cmd).count();
+        assert_eq!(n, 20_000, "{cmd} exchanges recorded");
+    }
+}
+
+#[test]
+fn a_known_server_delay_shows_as_upstream_wait() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let proxy = resp_tap(&redis);
+    for _ in 0..3 {
+        // Redis sleeps 20 ms before answering (blocking timeouts are too coarse for this:
+        // they fire on Redis's 100 ms cron).
+        let reply = resp_command(proxy.addr(), &["DEBUG", "SLEEP", "0.02"]);
+        assert_eq!(reply, b"+OK\r\n");
+    }
+    let lines = access_lines(&proxy, 3);
+    let waits: Vec<f64> = lines
+        .iter()
+        .filter(|l| l["method"] == "DEBUG")
+        .map(|l| l["phases_us"]["upstream_wait"].as_f64().unwrap())
+        .collect();
+    assert_eq!(waits.len(), 3);
+    for w in waits {
+        assert!(
+            (20_000.0..25_000.0).contains(&w),
+            "DEBUG SLEEP 0.02 waited {w} µs"
+        );
+    }
+}
+
+#[test]
+fn subscribe_through_the_tap_receives_a_publish_and_nothing_is_mispaired() {
+    let redis = RedisServer::start();
+    let proxy = resp_tap(&redis);
+    let cli = require_tool("redis-cli");
+    let mut sub = Command::new(cli)
+        .args(["-p", &proxy.listen_port().to_string(), "SUBSCRIBE", "news"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(sub.stdout.take().unwrap());
+    let mut seen = String::new();
+    // The confirmation arrives first ("subscribe", "news", 1).
+    while !seen.contains("news") {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "redis-cli ended: {seen}"
+        );
+        seen.push_str(&line);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap_or(0) > 0 {
+            if line.contains("hello-subscriber") {
+                let _ = tx.send(());
+                return;
+            }
+            line.clear();
+        }
+    });
+    loop {
+        let receivers = resp_command(proxy.addr(), &["PUBLISH", "news", "hello-subscriber"]);
+        assert_eq!(receivers, b":1\r\n");
+        if rx.recv_timeout(Duration::from_millis(200)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the message never reached the subscriber"
+        );
+    }
+    let _ = sub.kill();
+    let _ = sub.wait();
+    // Every PUBLISH on the other connection was paired with its own reply.
+    let lines = access_lines(&proxy, 1);
+    assert!(lines.iter().any(|l| l["method"] == "PUBLISH"));
+}
+
+#[test]
+fn malformed_commands_get_a_resp_error_and_the_connection_closes() {
+    let redis = RedisServer::start();
+    let proxy = resp_tap(&redis);
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$x\r\n").unwrap();
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("-ERR Protocol error"), "{reply:?}");
+}
