@@ -5,6 +5,7 @@
 //! instants of each exchange with [`clock`], and hands completed exchanges to the tap's
 //! [`recorder`], which feeds [`metrics`] and the logs.
 
+pub mod admin;
 pub mod app;
 pub mod clock;
 pub mod config;
