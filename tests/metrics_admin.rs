@@ -99,6 +99,9 @@ async fn admin_serves_metrics_snapshot_and_reset() {
     let r = request(addr, "GET", "/healthz").await;
     assert_eq!((r.status, r.body.as_str()), (200, "ok"));
 
+    let r = request(addr, "HEAD", "/healthz").await;
+    assert_eq!((r.status, r.body.as_str()), (200, ""), "HEAD: headers only");
+
     let r = request(addr, "GET", "/no/such/thing").await;
     assert_eq!(r.status, 404);
     let r = request(addr, "GET", "/api/reset").await;
