@@ -142,9 +142,26 @@ impl RouteTable {
             }
             Rule::Webdis => origin_path(target).and_then(|p| webdis_key(method, p, &mut buf)),
             Rule::Prefix(n) => origin_path(target).map(|p| prefix_key(p, *n)),
-            Rule::Command => upper_case(method, &mut buf),
+            Rule::Command => command_key(method).and_then(|k| upper_case(k, &mut buf)),
         };
         key.map_or(RouteId(0), |k| self.intern(k))
+    }
+
+    /// The route of a RESP command, by name (`GET`, `hset`; `other` for a name the
+    /// framer does not know). The same label a Webdis tap gives `/GET/…`, so the two taps'
+    /// series line up.
+    pub fn resolve_command(&self, name: &str) -> RouteId {
+        match self.rule {
+            Rule::Command | Rule::Webdis => {
+                command_key(name.as_bytes()).map_or(RouteId(0), |k| self.intern_upper(k))
+            }
+            Rule::None | Rule::Prefix(_) | Rule::Regex(_) => RouteId(0),
+        }
+    }
+
+    fn intern_upper(&self, key: &[u8]) -> RouteId {
+        let mut buf = [0u8; MAX_KEY_BYTES];
+        upper_case(key, &mut buf).map_or(RouteId(0), |k| self.intern(k))
     }
 
     /// The label value of a route id (the fallback label for an id this table never gave).
@@ -319,6 +336,12 @@ fn webdis_key<'a>(
         return Some(ROOT.as_bytes());
     }
     upper_case(command, buf)
+}
+
+/// A command name as a key; `other` (what the RESP framer says for a name it does not
+/// know) is the fallback, not a command called OTHER.
+fn command_key(name: &[u8]) -> Option<&[u8]> {
+    (!name.eq_ignore_ascii_case(OTHER.as_bytes())).then_some(name)
 }
 
 fn split_segment(p: &[u8]) -> (&[u8], Option<&[u8]>) {
@@ -506,6 +529,16 @@ mod tests {
         let t = RouteTable::new(&tap(Protocol::Resp, RouteRule::None)).unwrap();
         assert_eq!(label(&t, "get", ""), "GET");
         assert_eq!(label(&t, "HSET", ""), "HSET");
+        assert_eq!(label(&t, "other", ""), OTHER);
+        assert_eq!(t.resolve_command("hset"), t.resolve(b"HSET", b""));
+        assert_eq!(t.resolve_command("other"), RouteId(0));
+        assert_eq!(t.len(), 3);
+
+        // A Webdis tap gives a command the same label as the URL that runs it.
+        let w = RouteTable::new(&tap(Protocol::Http, RouteRule::Webdis)).unwrap();
+        assert_eq!(w.name(w.resolve_command("get")), label(&w, "GET", "/GET/k"));
+        let none = RouteTable::new(&tap(Protocol::Http, RouteRule::None)).unwrap();
+        assert_eq!(none.resolve_command("GET"), RouteId(0));
     }
 
     #[test]
