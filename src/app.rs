@@ -1,11 +1,117 @@
 //! Running a validated [`Config`]: every tap, the admin server, graceful shutdown.
 
-use crate::config::Config;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::watch;
+
+use crate::accesslog::{ExchangeLog, LogFile};
+use crate::config::{Config, Protocol, TapConfig};
+use crate::metrics::routes::RouteTable;
+use crate::recorder::{Fanout, Recorder};
+use crate::relay::{Tap, TapContext};
 
 /// Runs until SIGINT/SIGTERM, then drains in-flight exchanges for `config.shutdown_grace`.
 pub fn run(config: Config) -> anyhow::Result<()> {
-    anyhow::bail!(
-        "the relay is not built yet ({} taps configured)",
-        config.taps.len()
-    )
+    crate::clock::init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("phasescope-worker")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+/// Binds every tap, then serves until a signal arrives.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        clock = crate::clock::source(),
+        "phasescope starting (clock source: {})",
+        if crate::clock::source() == "tsc" {
+            "TSC"
+        } else {
+            "OS monotonic clock"
+        }
+    );
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let running = start(&config).await?;
+    let mut tasks = Vec::new();
+    for tap in running {
+        tracing::info!(tap = tap.name(), listen = %tap.local_addr()?, "listening");
+        let rx = stop_rx.clone();
+        let grace = config.shutdown_grace;
+        tasks.push(tokio::spawn(tap.run(rx, grace)));
+    }
+    wait_for_signal().await;
+    tracing::info!(grace = ?config.shutdown_grace, "shutting down");
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Binds every tap of `config` with its recorders.
+pub async fn start(config: &Config) -> anyhow::Result<Vec<Tap>> {
+    let mut files: HashMap<PathBuf, Arc<LogFile>> = HashMap::new();
+    let mut open = |path: &PathBuf| -> anyhow::Result<Arc<LogFile>> {
+        if let Some(f) = files.get(path) {
+            return Ok(f.clone());
+        }
+        let f = LogFile::open(path)?;
+        files.insert(path.clone(), f.clone());
+        Ok(f)
+    };
+    let mut taps = Vec::new();
+    for tap in &config.taps {
+        if tap.protocol != Protocol::Http {
+            anyhow::bail!("tap {:?}: the resp protocol is not supported yet", tap.name);
+        }
+        let mut sinks: Vec<Arc<dyn Recorder>> = Vec::new();
+        if let Some(path) = &config.log.access_log {
+            sinks.push(Arc::new(ExchangeLog::access(&tap.name, open(path)?)));
+        }
+        if let Some(path) = &config.log.slow_log {
+            sinks.push(Arc::new(ExchangeLog::slow(
+                &tap.name,
+                open(path)?,
+                config.log.slow_threshold,
+            )));
+        }
+        taps.push(bind_tap(tap, Arc::new(Fanout::new(sinks))).await?);
+    }
+    Ok(taps)
+}
+
+/// Binds one tap with the given recorder.
+pub async fn bind_tap(tap: &TapConfig, recorder: Arc<dyn Recorder>) -> anyhow::Result<Tap> {
+    let routes = Arc::new(RouteTable::new(tap)?);
+    Tap::bind(TapContext::new(tap.clone(), recorder, routes)).await
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
 }

@@ -5,10 +5,16 @@
 //! instants of each exchange with [`clock`], and hands completed exchanges to the tap's
 //! [`recorder`], which feeds [`metrics`] and the logs.
 
+pub mod accesslog;
 pub mod admin;
 pub mod app;
+pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod http1;
+pub mod logging;
 pub mod metrics;
 pub mod phase;
 pub mod recorder;
+pub mod relay;
+pub mod resp;

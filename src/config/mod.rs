@@ -1,11 +1,31 @@
 //! Configuration: the file, then command-line flags, then `PHASESCOPE_*` environment
 //! variables, validated into one [`Config`]. The key names are a contract (DESIGN.md).
 
+mod error;
+mod load;
+mod locate;
+mod overrides;
+mod resolve;
+mod validate;
+
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub use error::{ConfigError, Location, Source};
+pub use load::{BUILTIN_ORIGIN, DEFAULT_CONFIG_TOML};
+pub use overrides::{
+    config_path_from_env, parse_bool, parse_duration, Key, Override, Overrides, DEFAULT_TAP_NAME,
+    ENV_CONFIG,
+};
+pub use resolve::{choose_origin, ConfigOrigin, DEFAULT_CONFIG_PATH};
+pub use validate::{
+    check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, MIN_HEAD_BYTES,
+};
 
 /// Everything one process runs: its taps, the admin server, logging.
 #[derive(Debug, Clone, Deserialize)]
@@ -200,6 +220,64 @@ impl Default for MetricsConfig {
         Self {
             enabled: true,
             buckets: Vec::new(),
+        }
+    }
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Resp => "resp",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "http" => Ok(Protocol::Http),
+            "resp" => Ok(Protocol::Resp),
+            other => Err(format!(
+                "{other:?} is not a protocol; use \"http\" or \"resp\""
+            )),
+        }
+    }
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!(
+                "{other:?} is not a log format; use \"text\" or \"json\""
+            )),
         }
     }
 }

@@ -1,0 +1,195 @@
+//! The command line: what `main` parses before anything runs.
+//!
+//! Each subcommand is one variant of [`Command`] holding its own `Args` struct, so a new
+//! subcommand is one variant plus its struct. Flags that override the config are taken as
+//! text and parsed by [`crate::config::Overrides`], the same code that parses the
+//! `PHASESCOPE_*` variables, so a bad value reads the same either way. (clap's own `env`
+//! support is not used: it would rank flags above the environment, the wrong way round.)
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{ConfigError, Key, Overrides};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "phasescope",
+    version,
+    about = "A transparent profiling reverse proxy: times every request in phases",
+    long_about = None,
+)]
+pub struct Cli {
+    /// Config file [default: $PHASESCOPE_CONFIG, else ./config.toml if it exists, else the
+    /// built-in default]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Format of phasescope's own log on standard error [default: log.format, "text"]
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the taps and the admin server until SIGINT/SIGTERM.
+    Run(RunArgs),
+    /// Check a config file and exit: 0 if it is valid, 2 with FILE:LINE:COL if not.
+    CheckConfig(CheckConfigArgs),
+}
+
+/// Overrides of the config for `run`. `--listen`, `--upstream` and `--protocol` apply to
+/// the first tap; with a config without taps, `--listen` and `--upstream` create tap
+/// "default". PHASESCOPE_* variables override these flags.
+#[derive(Debug, Default, Args)]
+pub struct RunArgs {
+    /// Listen address of the first tap [env: PHASESCOPE_LISTEN]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// host:port of the first tap's upstream [env: PHASESCOPE_UPSTREAM]
+    #[arg(long, value_name = "ADDR")]
+    pub upstream: Option<String>,
+
+    /// Protocol of the first tap [env: PHASESCOPE_PROTOCOL]
+    #[arg(long, value_name = "PROTOCOL", value_parser = ["http", "resp"])]
+    pub protocol: Option<String>,
+
+    /// Listen address of the admin server [env: PHASESCOPE_ADMIN]
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+
+    /// Access log file, JSON lines, one per exchange; "-" is standard output
+    /// [env: PHASESCOPE_ACCESS_LOG]
+    #[arg(long, value_name = "FILE")]
+    pub access_log: Option<OsString>,
+
+    /// Slow log file, JSON lines for exchanges slower than the threshold
+    /// [env: PHASESCOPE_SLOW_LOG]
+    #[arg(long, value_name = "FILE")]
+    pub slow_log: Option<OsString>,
+
+    /// Total duration above which an exchange is slow, e.g. "250ms"
+    /// [env: PHASESCOPE_SLOW_THRESHOLD]
+    #[arg(long, value_name = "DURATION")]
+    pub slow_threshold: Option<String>,
+
+    /// Record no metrics (the timeline is still taken) [env: PHASESCOPE_NO_METRICS=1]
+    #[arg(long)]
+    pub no_metrics: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The config file to check
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+impl RunArgs {
+    /// The config overrides these flags (and the global `--log-format`) ask for.
+    pub fn overrides(&self, log_format: Option<&str>) -> Result<Overrides, ConfigError> {
+        let mut o = Overrides::default();
+        let text = [
+            (Key::Listen, self.listen.as_deref()),
+            (Key::Upstream, self.upstream.as_deref()),
+            (Key::Protocol, self.protocol.as_deref()),
+            (Key::Admin, self.admin.as_deref()),
+            (Key::SlowThreshold, self.slow_threshold.as_deref()),
+            (Key::LogFormat, log_format),
+        ];
+        for (key, value) in text {
+            if let Some(value) = value {
+                o.set_flag(key, value)?;
+            }
+        }
+        for (key, value) in [
+            (Key::AccessLog, &self.access_log),
+            (Key::SlowLog, &self.slow_log),
+        ] {
+            if let Some(value) = value {
+                o.set_flag(key, value)?;
+            }
+        }
+        if self.no_metrics {
+            o.set_flag(Key::NoMetrics, "true")?;
+        }
+        Ok(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Protocol;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_flags_become_overrides() {
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "--config",
+            "x.toml",
+            "--log-format",
+            "json",
+            "run",
+            "--listen",
+            "127.0.0.1:1",
+            "--protocol",
+            "resp",
+            "--no-metrics",
+        ])
+        .unwrap();
+        assert_eq!(cli.config, Some(PathBuf::from("x.toml")));
+        let Command::Run(args) = &cli.command else {
+            panic!("not run: {:?}", cli.command)
+        };
+        let o = args.overrides(cli.log_format.as_deref()).unwrap();
+        assert_eq!(o.listen.unwrap().value.port(), 1);
+        assert_eq!(o.protocol.unwrap().value, Protocol::Resp);
+        assert!(o.no_metrics.unwrap().value);
+        assert!(o.log_format.is_some());
+        assert!(o.upstream.is_none());
+    }
+
+    #[test]
+    fn global_flags_may_follow_the_subcommand() {
+        let cli = Cli::try_parse_from(["phasescope", "run", "--config", "y.toml"]).unwrap();
+        assert_eq!(cli.config, Some(PathBuf::from("y.toml")));
+    }
+
+    #[test]
+    fn check_config_takes_a_file() {
+        let cli = Cli::try_parse_from(["phasescope", "check-config", "c.toml"]).unwrap();
+        match cli.command {
+            Command::CheckConfig(a) => assert_eq!(a.file, PathBuf::from("c.toml")),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["phasescope", "check-config"]).is_err());
+    }
+
+    #[test]
+    fn bad_flag_values_name_the_flag() {
+        let args = RunArgs {
+            listen: Some("nowhere".into()),
+            ..RunArgs::default()
+        };
+        let e = args.overrides(None).unwrap_err();
+        assert!(e.to_string().starts_with("--listen: "), "{e}");
+        let args = RunArgs {
+            slow_threshold: Some("fast".into()),
+            ..RunArgs::default()
+        };
+        let e = args.overrides(None).unwrap_err();
+        assert!(e.to_string().starts_with("--slow-threshold: "), "{e}");
+    }
+}

@@ -1,0 +1,188 @@
+//! The response role: how a response's body is delimited, which depends on the request
+//! it answers (HEAD, CONNECT) as well as on its own status and fields (RFC 9112 §6.3).
+
+use super::headers::{FramingError, FramingFields};
+use super::{BodyKind, Method, Version};
+
+const STACK_HEADERS: usize = 128;
+/// Upstreams are trusted more than clients, but not without bound.
+const MAX_RESPONSE_HEADERS: usize = 4096;
+
+/// A parsed response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub len: usize,
+    pub status: u16,
+    pub version: Version,
+    pub body: BodyKind,
+    /// The upstream will keep the connection open after this response.
+    pub keep_alive: bool,
+    /// After this head the connection is a byte tunnel (101, or 2xx to CONNECT).
+    pub tunnel: bool,
+}
+
+impl ResponseHead {
+    /// A 1xx other than 101: relayed, then the real response follows.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ResponseError {
+    #[error("malformed response head: {0}")]
+    Malformed(httparse::Error),
+    #[error("{0}")]
+    Framing(FramingError),
+}
+
+/// Parses a complete response head that answers a request with `method`.
+pub fn parse(head: &[u8], method: Method) -> Result<ResponseHead, ResponseError> {
+    let mut headers = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    match parse_with(head, method, &mut headers) {
+        Err(ResponseError::Malformed(httparse::Error::TooManyHeaders)) => {
+            let mut headers = vec![httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+            parse_with(head, method, &mut headers)
+        }
+        other => other,
+    }
+}
+
+fn parse_with<'h>(
+    head: &'h [u8],
+    method: Method,
+    headers: &mut [httparse::Header<'h>],
+) -> Result<ResponseHead, ResponseError> {
+    let mut res = httparse::Response::new(headers);
+    let len = match httparse::ParserConfig::default()
+        .allow_spaces_after_header_name_in_responses(true)
+        .allow_obsolete_multiline_headers_in_responses(true)
+        .parse_response(&mut res, head)
+    {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            return Err(ResponseError::Malformed(httparse::Error::Token))
+        }
+        Err(e) => return Err(ResponseError::Malformed(e)),
+    };
+    let (Some(status), Some(version)) = (res.code, res.version) else {
+        return Err(ResponseError::Malformed(httparse::Error::Status));
+    };
+    let version = if version == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let fields = FramingFields::read(res.headers).map_err(ResponseError::Framing)?;
+
+    let tunnel = status == 101 || (method == Method::Connect && (200..300).contains(&status));
+    let body = if tunnel
+        || method == Method::Head
+        || (100..200).contains(&status)
+        || status == 204
+        || status == 304
+    {
+        BodyKind::None
+    } else if fields.transfer_encoding {
+        if fields.chunked {
+            BodyKind::Chunked
+        } else {
+            BodyKind::Close
+        }
+    } else {
+        match fields.content_length {
+            Some(0) => BodyKind::None,
+            Some(n) => BodyKind::Length(n),
+            None => BodyKind::Close,
+        }
+    };
+    let keep_alive = body != BodyKind::Close
+        && !tunnel
+        && match version {
+            Version::Http11 => !fields.close,
+            Version::Http10 => fields.keep_alive && !fields.close,
+        };
+    Ok(ResponseHead {
+        len,
+        status,
+        version,
+        body,
+        keep_alive,
+        tunnel,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str, m: Method) -> ResponseHead {
+        parse(s.as_bytes(), m).unwrap()
+    }
+
+    #[test]
+    fn framing_by_status_method_and_fields() {
+        let ok = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(p(ok, Method::Get).body, BodyKind::Length(3));
+        assert_eq!(p(ok, Method::Head).body, BodyKind::None);
+        assert_eq!(
+            p("HTTP/1.1 204 No Content\r\n\r\n", Method::Get).body,
+            BodyKind::None
+        );
+        assert_eq!(
+            p(
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                Method::Get
+            )
+            .body,
+            BodyKind::None
+        );
+        assert_eq!(
+            p(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Method::Get
+            )
+            .body,
+            BodyKind::Chunked
+        );
+        let close = p("HTTP/1.0 200 OK\r\n\r\n", Method::Get);
+        assert_eq!(close.body, BodyKind::Close);
+        assert!(!close.keep_alive);
+    }
+
+    #[test]
+    fn interim_and_tunnels() {
+        assert!(p("HTTP/1.1 100 Continue\r\n\r\n", Method::Post).is_interim());
+        let up = p(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+            Method::Get,
+        );
+        assert!(up.tunnel && !up.is_interim());
+        assert!(p("HTTP/1.1 200 OK\r\n\r\n", Method::Connect).tunnel);
+    }
+
+    #[test]
+    fn keep_alive_rules() {
+        assert!(p("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", Method::Get).keep_alive);
+        assert!(
+            !p(
+                "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                Method::Get
+            )
+            .keep_alive
+        );
+        assert!(
+            p(
+                "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\n",
+                Method::Get
+            )
+            .keep_alive
+        );
+    }
+
+    #[test]
+    fn malformed_lengths_are_errors() {
+        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", Method::Get).is_err());
+        assert!(parse(b"HTTP/1.1 2000 OK\r\n\r\n", Method::Get).is_err());
+    }
+}

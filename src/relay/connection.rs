@@ -1,0 +1,739 @@
+//! One client connection of an HTTP tap, and the upstream connection that mirrors it.
+//!
+//! A connection runs exchanges one after another. Each exchange reads as named steps:
+//!
+//! 1. [`await_head`](HttpConnection::await_head): the next request head arrives and is
+//!    parsed (or was already parsed while the previous response was in flight);
+//! 2. the body bytes already buffered are framed, so a bad body is refused before the
+//!    upstream sees a byte;
+//! 3. [`upstream_ready`](HttpConnection::upstream_ready): the upstream is connected on the
+//!    first request, and is by construction done with the previous exchange;
+//! 4. [`relay`](HttpConnection::relay): head and buffered body go upstream in one write,
+//!    the rest of the body follows, the response streams back as it arrives, and the next
+//!    pipelined head is read ahead (but not sent) meanwhile;
+//! 5. the exchange is recorded, and the connection lives on if both sides keep it alive.
+//!
+//! Both sockets are driven by readiness (`readable`/`writable` + `try_*`), so one task
+//! can move bytes in both directions without blocking one on the other.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{sleep_until, timeout, Instant};
+
+use super::buffer::Buf;
+use super::exchange::{Exchange, Wait};
+use super::next::NextRequest;
+use super::tunnel;
+use super::TapContext;
+use crate::clock::{self, Tick};
+use crate::http1::{
+    response, Answer, BodyError, BodyFramer, HeadScanner, Method, RequestHead, ResponseHead,
+};
+use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
+
+/// Largest response head accepted from an upstream.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// Largest chunk of a response body buffered before it is written to the client.
+const RESPONSE_BUFFER: usize = 16 * 1024;
+/// Largest chunk of a request body buffered before it is written to the upstream.
+const REQUEST_BUFFER: usize = 16 * 1024;
+/// How long an idle connection keeps its buffers before giving them back.
+const KEEP_BUFFERS: Duration = Duration::from_secs(1);
+/// How long a proxy-made answer may take to write, and how long the client's remaining
+/// bytes are drained afterwards so that the answer is not lost to a reset.
+const ANSWER_WRITE: Duration = Duration::from_secs(2);
+const ANSWER_LINGER: Duration = Duration::from_millis(500);
+
+/// How an exchange, or the connection, ended badly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// Answer the client with a proxy-made response, then close.
+    Answer(Answer, ErrorKind),
+    /// Close both sides without an answer (part of a response was already forwarded, or
+    /// the client is gone).
+    Abort(ErrorKind),
+}
+
+/// What a completed relay leaves behind.
+struct Relayed {
+    status: u16,
+    /// Both sides may carry on with another exchange.
+    keep_alive: bool,
+    /// The connection became a tunnel after this response.
+    tunnel: bool,
+    request_bytes: u64,
+    response_bytes: u64,
+}
+
+enum HeadReady {
+    Ready,
+    /// The connection ends without an error (client closed, idle timeout, upstream
+    /// closed between requests, shutdown).
+    Closed,
+}
+
+pub(super) struct HttpConnection {
+    tap: Arc<TapContext>,
+    client: TcpStream,
+    upstream: Option<TcpStream>,
+    cbuf: Buf,
+    ubuf: Buf,
+    next: NextRequest,
+    /// When the previous exchange finished (its response was written).
+    prev_end: Tick,
+    /// A copy of the current target, kept only when a recorder asked for it.
+    target: Vec<u8>,
+}
+
+impl HttpConnection {
+    pub(super) fn new(client: TcpStream, tap: Arc<TapContext>) -> Self {
+        Self {
+            tap,
+            client,
+            upstream: None,
+            cbuf: Buf::new(),
+            ubuf: Buf::new(),
+            next: NextRequest::default(),
+            prev_end: 0,
+            target: Vec::new(),
+        }
+    }
+
+    /// Serves the connection until either side ends it.
+    pub(super) async fn serve(mut self, mut shutdown: watch::Receiver<bool>) {
+        let outcome = self.exchanges(&mut shutdown).await;
+        let rec = self.tap.recorder.clone();
+        match outcome {
+            Ok(()) => {}
+            Err(Failure::Abort(kind)) => {
+                rec.error(kind);
+                tracing::debug!(tap = %self.tap.config.name, kind = kind.name(), "connection aborted");
+            }
+            Err(Failure::Answer(answer, kind)) => {
+                rec.error(kind);
+                let peer = self
+                    .client
+                    .peer_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                tracing::info!(
+                    tap = %self.tap.config.name,
+                    peer = %peer,
+                    status = answer.status(),
+                    kind = kind.name(),
+                    "proxy answered"
+                );
+                self.answer(answer).await;
+            }
+        }
+        if self.upstream.take().is_some() {
+            rec.connection_closed(Side::Upstream);
+        }
+    }
+
+    /// Runs exchanges until the connection ends.
+    async fn exchanges(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), Failure> {
+        loop {
+            if let HeadReady::Closed = self.await_head(shutdown).await? {
+                return Ok(());
+            }
+            let Some((head, t_first, t_head, parse_ns)) = self.next.take() else {
+                return Ok(());
+            };
+            let mut ex = Exchange {
+                t_first,
+                t_head,
+                parse_ns,
+                ..Exchange::default()
+            };
+            let route = self.route(&head);
+
+            // Frame the body bytes already here before anything goes upstream, so that
+            // a malformed body is refused with the upstream having seen nothing.
+            let mut body = BodyFramer::new(head.body);
+            let buffered = &self.cbuf.filled()[head.len..];
+            let progress = body.advance(buffered).map_err(|e| self.bad_body(e))?;
+            let to_up = head.len + progress.consumed;
+
+            if let Err(failure) = self.upstream_ready(&mut ex).await {
+                self.record_answer(&mut ex, route, &head, failure);
+                return Err(failure);
+            }
+            let relayed = match self.relay(&mut ex, &head, body, to_up).await {
+                Ok(r) => r,
+                Err(failure) => {
+                    self.record_answer(&mut ex, route, &head, failure);
+                    return Err(failure);
+                }
+            };
+            self.prev_end = ex.t_write_last;
+            self.record(
+                &ex,
+                route,
+                &head,
+                relayed.status,
+                relayed.request_bytes,
+                relayed.response_bytes,
+            );
+            if relayed.tunnel {
+                self.tunnel().await;
+                return Ok(());
+            }
+            if !relayed.keep_alive || *shutdown.borrow() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn route(&mut self, head: &RequestHead) -> RouteId {
+        let raw = self.cbuf.filled();
+        let target = head.target(raw);
+        if self.tap.wants_target {
+            self.target.clear();
+            self.target.extend_from_slice(target);
+        }
+        self.tap
+            .routes
+            .resolve(head.method.as_str().as_bytes(), target)
+    }
+
+    fn bad_body(&self, e: BodyError) -> Failure {
+        tracing::debug!(tap = %self.tap.config.name, error = %e, "bad request body");
+        Failure::Answer(Answer::BadRequest, ErrorKind::BadRequest)
+    }
+
+    /// Step 1: waits for the next complete request head. Between requests the connection
+    /// is idle: the idle timeout applies, buffers are given back after a moment, and an
+    /// upstream that closes ends the client's connection too. Once a head has begun, the
+    /// head timeout applies.
+    async fn await_head(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<HeadReady, Failure> {
+        let limits = &self.tap.config.limits;
+        let (max_head, max_headers) = (limits.max_head_bytes, limits.max_headers);
+        let timeouts = self.tap.config.timeouts.clone();
+        let idle_since = Instant::now();
+        let mut head_deadline = None;
+        loop {
+            if !self.cbuf.is_empty() {
+                self.next.begin(clock::now());
+            }
+            if self.next.started() && head_deadline.is_none() {
+                head_deadline = Some(Instant::now() + timeouts.head);
+            }
+            match self.next.advance(self.cbuf.filled(), max_head, max_headers) {
+                Ok(true) => return Ok(HeadReady::Ready),
+                Ok(false) => {}
+                Err(e) => return Err(Failure::Answer(e.answer(), e.kind())),
+            }
+            if !self.next.started() && *shutdown.borrow() {
+                return Ok(HeadReady::Closed);
+            }
+            let idle = !self.next.started();
+            let deadline = match head_deadline {
+                Some(d) => d,
+                None if self.cbuf.is_allocated() || self.ubuf.is_allocated() => {
+                    (idle_since + KEEP_BUFFERS).min(idle_since + timeouts.idle)
+                }
+                None => idle_since + timeouts.idle,
+            };
+            let upstream = self.upstream.as_ref();
+            tokio::select! {
+                r = self.client.readable() => {
+                    r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+                    match self.client.try_read(self.cbuf.spare(max_head)) {
+                        Ok(0) if idle => return Ok(HeadReady::Closed),
+                        Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+                        Ok(n) => {
+                            let t = clock::now();
+                            self.cbuf.commit(n);
+                            self.next.begin(t);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) if idle => return Ok(HeadReady::Closed),
+                        Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+                    }
+                }
+                r = async { upstream?.readable().await.ok() }, if idle && upstream.is_some() => {
+                    // Between requests the upstream has nothing to say: bytes or a close
+                    // both mean it is done with this connection, and so are we.
+                    let _ = r;
+                    if let Some(up) = self.upstream.as_ref() {
+                        match up.try_read(self.ubuf.spare(RESPONSE_BUFFER)) {
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            _ => return Ok(HeadReady::Closed),
+                        }
+                    }
+                }
+                _ = sleep_until(deadline) => {
+                    if head_deadline.is_some() {
+                        return Err(Failure::Answer(Answer::RequestTimeout, ErrorKind::ClientTimeout));
+                    }
+                    if Instant::now() >= idle_since + timeouts.idle {
+                        return Ok(HeadReady::Closed);
+                    }
+                    self.cbuf.release();
+                    self.ubuf.release();
+                }
+                _ = shutdown.changed(), if idle => {}
+            }
+        }
+    }
+
+    /// Step 3: the upstream is connected and free. The first request of a connection
+    /// opens it; a pipelined request whose head was complete before the previous exchange
+    /// finished has queued behind it.
+    async fn upstream_ready(&mut self, ex: &mut Exchange) -> Result<(), Failure> {
+        if self.upstream.is_none() {
+            let cfg = &self.tap.config;
+            let stream = match timeout(cfg.timeouts.connect, TcpStream::connect(&cfg.upstream))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
+                    return Err(Failure::Answer(
+                        Answer::BadGateway,
+                        ErrorKind::UpstreamConnect,
+                    ));
+                }
+                Err(_) => {
+                    tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, "upstream connect timed out");
+                    return Err(Failure::Answer(
+                        Answer::BadGateway,
+                        ErrorKind::UpstreamConnect,
+                    ));
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            self.tap.recorder.connection_opened(Side::Upstream);
+            self.upstream = Some(stream);
+            ex.wait = Wait::Connect;
+            ex.t_up_ready = clock::now();
+        } else if self.prev_end > ex.t_head {
+            ex.wait = Wait::Queue;
+            ex.t_up_ready = self.prev_end;
+        } else {
+            ex.t_up_ready = ex.t_head;
+        }
+        Ok(())
+    }
+
+    /// Step 4: moves the request up and the response down until both are complete.
+    async fn relay(
+        &mut self,
+        ex: &mut Exchange,
+        head: &RequestHead,
+        mut body: BodyFramer,
+        mut to_up: usize,
+    ) -> Result<Relayed, Failure> {
+        let Some(up) = self.upstream.as_ref() else {
+            return Err(Failure::Answer(
+                Answer::BadGateway,
+                ErrorKind::UpstreamConnect,
+            ));
+        };
+        let client = &self.client;
+        let cbuf = &mut self.cbuf;
+        let ubuf = &mut self.ubuf;
+        let next = &mut self.next;
+        let cfg = &self.tap.config;
+        let (max_head, max_headers) = (cfg.limits.max_head_bytes, cfg.limits.max_headers);
+
+        let mut req_done = body.is_done();
+        let mut resp = ResponseProgress::new(head.method);
+        let mut to_client = 0usize;
+        let mut request_bytes = 0u64;
+        let mut response_bytes = 0u64;
+        let mut final_response_from: Option<u64> = None;
+        let mut resp_deadline: Option<Instant> = None;
+        let mut body_deadline = Instant::now() + cfg.timeouts.idle;
+        let mut early_end = false;
+
+        loop {
+            if req_done && to_up == 0 && resp.done && to_client == 0 {
+                break;
+            }
+            // The upstream answered and will not read the rest of the body: stop.
+            if resp.done && to_client == 0 && !resp.keep_alive() {
+                early_end = !(req_done && to_up == 0);
+                break;
+            }
+            // Bytes after this request belong to the next one: start on it.
+            if req_done && to_up == 0 && !cbuf.is_empty() {
+                next.begin(clock::now());
+                let _ = next.advance(cbuf.filled(), max_head, max_headers);
+            }
+            let read_body = !req_done && to_up == 0;
+            let read_ahead = req_done
+                && to_up == 0
+                && !next.is_ready()
+                && next.failed().is_none()
+                && cbuf.len() < max_head;
+            let read_client = read_body || read_ahead;
+            let read_up = to_client == 0 && !resp.done;
+            // The client stalling in its body, or the upstream in its answer.
+            let deadline = match resp_deadline {
+                Some(d) if !resp.head_done() => {
+                    Some((d, Answer::GatewayTimeout, ErrorKind::UpstreamTimeout))
+                }
+                _ if read_body => Some((
+                    body_deadline,
+                    Answer::RequestTimeout,
+                    ErrorKind::ClientTimeout,
+                )),
+                _ => None,
+            };
+
+            tokio::select! {
+                biased;
+                r = up.writable(), if to_up > 0 => {
+                    r.map_err(|_| upstream_lost(response_bytes + to_client as u64))?;
+                    if ex.t_up_write == 0 {
+                        ex.t_up_write = clock::now();
+                    }
+                    match up.try_write(&cbuf.filled()[..to_up]) {
+                        Ok(n) => {
+                            cbuf.consume(n);
+                            to_up -= n;
+                            request_bytes += n as u64;
+                            if to_up == 0 && req_done {
+                                ex.t_sent = clock::now();
+                                resp_deadline = Some(Instant::now() + cfg.timeouts.response);
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) if resp.done => {
+                            early_end = true;
+                            to_up = 0;
+                            req_done = true;
+                        }
+                        Err(_) => return Err(upstream_lost(response_bytes + to_client as u64)),
+                    }
+                }
+                r = client.writable(), if to_client > 0 => {
+                    r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+                    match client.try_write(&ubuf.filled()[..to_client]) {
+                        Ok(n) => {
+                            let t = clock::now();
+                            if ex.t_write_first == 0
+                                && final_response_from.is_some_and(|from| response_bytes + n as u64 > from)
+                            {
+                                ex.t_write_first = t;
+                            }
+                            ubuf.consume(n);
+                            to_client -= n;
+                            response_bytes += n as u64;
+                            if to_client == 0 && resp.done {
+                                ex.t_write_last = t;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+                    }
+                }
+                r = client.readable(), if read_client => {
+                    r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+                    let limit = if read_body { REQUEST_BUFFER } else { max_head };
+                    match client.try_read(cbuf.spare(limit)) {
+                        // A client that closes its side mid-exchange is gone: the
+                        // upstream's work is abandoned (as nginx does by default).
+                        Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+                        Ok(n) => {
+                            let t = clock::now();
+                            cbuf.commit(n);
+                            if read_body {
+                                body_deadline = Instant::now() + cfg.timeouts.idle;
+                                let p = body.advance(cbuf.filled()).map_err(|_| {
+                                    answer_or_abort(Answer::BadRequest, ErrorKind::BadRequest, response_bytes + to_client as u64)
+                                })?;
+                                to_up = p.consumed;
+                                req_done = p.done;
+                            } else {
+                                next.begin(t);
+                                let _ = next.advance(cbuf.filled(), max_head, max_headers);
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+                    }
+                }
+                r = up.readable(), if read_up => {
+                    r.map_err(|_| upstream_lost(response_bytes))?;
+                    let limit = if resp.head_done() { RESPONSE_BUFFER } else { MAX_RESPONSE_HEAD };
+                    match up.try_read(ubuf.spare(limit)) {
+                        Ok(0) => {
+                            if resp.close_delimited() {
+                                resp.done = true;
+                                ex.t_resp_last = clock::now();
+                                if to_client == 0 {
+                                    ex.t_write_last = ex.t_resp_last;
+                                }
+                            } else {
+                                return Err(upstream_lost(response_bytes));
+                            }
+                        }
+                        Ok(n) => {
+                            let t = clock::now();
+                            ubuf.commit(n);
+                            let before = to_client;
+                            to_client += resp
+                                .frame(&ubuf.filled()[to_client..], t, ex)
+                                .map_err(|kind| answer_or_abort(Answer::BadGateway, kind, response_bytes))?;
+                            if final_response_from.is_none() && resp.head_done() {
+                                final_response_from = Some(response_bytes + resp.final_offset(before) as u64);
+                            }
+                            if resp.head_done() {
+                                resp_deadline = None;
+                            }
+                            if resp.done && to_client == 0 {
+                                ex.t_write_last = clock::now();
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Err(upstream_lost(response_bytes)),
+                    }
+                }
+                _ = sleep_until(deadline.map_or_else(Instant::now, |d| d.0)), if deadline.is_some() => {
+                    if let Some((_, answer, kind)) = deadline {
+                        return Err(answer_or_abort(answer, kind, response_bytes + to_client as u64));
+                    }
+                }
+            }
+        }
+        // A response the upstream sent without being asked cannot be paired: the
+        // connection cannot carry on.
+        let stray = !ubuf.is_empty() && !resp.tunnel;
+        Ok(Relayed {
+            status: resp.status,
+            keep_alive: head.keep_alive && resp.keep_alive() && !early_end && !stray,
+            tunnel: resp.tunnel,
+            request_bytes,
+            response_bytes,
+        })
+    }
+
+    /// After a protocol switch: a byte tunnel until both sides close.
+    async fn tunnel(&mut self) {
+        let Some(mut up) = self.upstream.take() else {
+            return;
+        };
+        let client_buffered = self.cbuf.filled().to_vec();
+        let upstream_buffered = self.ubuf.filled().to_vec();
+        match tunnel::run(
+            &mut self.client,
+            &mut up,
+            &client_buffered,
+            &upstream_buffered,
+        )
+        .await
+        {
+            Ok(moved) => {
+                self.tap
+                    .recorder
+                    .bytes(Direction::Request, moved.to_upstream);
+                self.tap
+                    .recorder
+                    .bytes(Direction::Response, moved.to_client);
+            }
+            Err(e) => tracing::debug!(tap = %self.tap.config.name, error = %e, "tunnel ended"),
+        }
+        self.tap.recorder.connection_closed(Side::Upstream);
+    }
+
+    fn record(
+        &self,
+        ex: &Exchange,
+        route: RouteId,
+        head: &RequestHead,
+        status: u16,
+        request_bytes: u64,
+        response_bytes: u64,
+    ) {
+        let rec = &self.tap.recorder;
+        rec.bytes(Direction::Request, request_bytes);
+        rec.bytes(Direction::Response, response_bytes);
+        rec.exchange(&ExchangeRecord {
+            route,
+            method: head.method.as_str(),
+            target: &self.target,
+            status,
+            request_bytes,
+            response_bytes,
+            phases: ex.phases(),
+        });
+    }
+
+    /// An exchange the proxy answered itself is still an exchange the client saw; it is
+    /// recorded with the proxy's status once the answer is written (see `serve`).
+    fn record_answer(
+        &mut self,
+        ex: &mut Exchange,
+        route: RouteId,
+        head: &RequestHead,
+        failure: Failure,
+    ) {
+        if let Failure::Answer(answer, _) = failure {
+            let t = clock::now();
+            ex.t_write_first = t;
+            ex.t_write_last = t;
+            self.record(
+                ex,
+                route,
+                head,
+                answer.status(),
+                // The upstream took none of it, but the client sent the whole head.
+                head.len as u64,
+                answer.bytes().len() as u64,
+            );
+        }
+    }
+
+    /// Writes a proxy-made answer, closes our side, and drains what the client still
+    /// sends for a moment so that a reset does not destroy the answer in flight.
+    async fn answer(&mut self, answer: Answer) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let write = async {
+            self.client.write_all(answer.bytes()).await?;
+            self.client.shutdown().await
+        };
+        if timeout(ANSWER_WRITE, write).await.is_err() {
+            return;
+        }
+        let mut sink = [0u8; 1024];
+        let drain = async {
+            while let Ok(n) = self.client.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        };
+        let _ = timeout(ANSWER_LINGER, drain).await;
+    }
+}
+
+/// A proxy-made answer is only possible while the client has seen no byte of the
+/// response; after that, the connection can only be cut.
+fn answer_or_abort(answer: Answer, kind: ErrorKind, forwarded: u64) -> Failure {
+    if forwarded == 0 {
+        Failure::Answer(answer, kind)
+    } else {
+        Failure::Abort(kind)
+    }
+}
+
+fn upstream_lost(forwarded: u64) -> Failure {
+    answer_or_abort(Answer::BadGateway, ErrorKind::UpstreamReset, forwarded)
+}
+
+/// Where the response to the current request has got to.
+struct ResponseProgress {
+    method: Method,
+    scanner: HeadScanner,
+    /// The tick of the read that brought the first byte of the head being scanned.
+    head_first: Tick,
+    parse_ns: u64,
+    head: Option<ResponseHead>,
+    body: BodyFramer,
+    /// Bytes of interim (1xx) responses at the start of the last framed batch.
+    interim_in_batch: usize,
+    status: u16,
+    done: bool,
+    tunnel: bool,
+}
+
+impl ResponseProgress {
+    fn new(method: Method) -> Self {
+        Self {
+            method,
+            scanner: HeadScanner::new(),
+            head_first: 0,
+            parse_ns: 0,
+            head: None,
+            body: BodyFramer::new(crate::http1::BodyKind::None),
+            interim_in_batch: 0,
+            status: 0,
+            done: false,
+            tunnel: false,
+        }
+    }
+
+    fn head_done(&self) -> bool {
+        self.head.is_some()
+    }
+
+    fn close_delimited(&self) -> bool {
+        self.head.is_some() && self.body.is_close_delimited()
+    }
+
+    fn keep_alive(&self) -> bool {
+        self.head.is_some_and(|h| h.keep_alive)
+    }
+
+    /// Where the final response starts within a batch framed after `before` bytes that
+    /// were already framed: interim responses come first.
+    fn final_offset(&self, before: usize) -> usize {
+        before + self.interim_in_batch
+    }
+
+    /// Frames `fresh` bytes (just read at `t`); returns how many belong to this response
+    /// (interim responses included).
+    fn frame(&mut self, fresh: &[u8], t: Tick, ex: &mut Exchange) -> Result<usize, ErrorKind> {
+        let mut used = 0;
+        self.interim_in_batch = 0;
+        while used < fresh.len() && !self.done {
+            let rest = &fresh[used..];
+            if self.head.is_none() {
+                if self.head_first == 0 {
+                    self.head_first = t;
+                }
+                let t0 = clock::now();
+                let end = self.scanner.find_end(rest);
+                let parsed = end.map(|len| response::parse(&rest[..len], self.method));
+                self.parse_ns += clock::nanos_between(t0, clock::now());
+                let head = match parsed {
+                    None if rest.len() >= MAX_RESPONSE_HEAD => return Err(ErrorKind::BadResponse),
+                    None => return Ok(used),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "bad response head");
+                        return Err(ErrorKind::BadResponse);
+                    }
+                    Some(Ok(h)) => h,
+                };
+                used += head.len;
+                self.scanner.reset();
+                if head.is_interim() {
+                    self.head_first = 0;
+                    self.interim_in_batch = used;
+                    continue;
+                }
+                ex.t_resp_first = self.head_first;
+                ex.response_parse_ns = self.parse_ns;
+                self.status = head.status;
+                self.tunnel = head.tunnel;
+                self.body = BodyFramer::new(head.body);
+                self.head = Some(head);
+                if self.body.is_done() {
+                    self.done = true;
+                    ex.t_resp_last = clock::now();
+                }
+            } else {
+                let p = self
+                    .body
+                    .advance(rest)
+                    .map_err(|_| ErrorKind::BadResponse)?;
+                used += p.consumed;
+                if p.done {
+                    self.done = true;
+                    ex.t_resp_last = t;
+                }
+            }
+        }
+        Ok(used)
+    }
+}

@@ -1,0 +1,126 @@
+//! A tap's listener: accepts clients, bounds how many are served at once, and drains
+//! them on shutdown.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+use super::connection::HttpConnection;
+use super::TapContext;
+use crate::recorder::Side;
+
+/// One listening tap.
+pub struct Tap {
+    listener: TcpListener,
+    ctx: Arc<TapContext>,
+}
+
+impl Tap {
+    /// Binds the tap's listen address.
+    pub async fn bind(ctx: TapContext) -> anyhow::Result<Tap> {
+        let listener = TcpListener::bind(ctx.config.listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "tap {:?}: cannot listen on {}",
+                    ctx.config.name, ctx.config.listen
+                )
+            })?;
+        Ok(Tap {
+            listener,
+            ctx: Arc::new(ctx),
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.ctx.config.name
+    }
+
+    /// Accepts connections until `shutdown` turns true, then waits up to `grace` for the
+    /// connections in progress to finish their exchanges.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>, grace: Duration) {
+        let Tap { listener, ctx } = self;
+        let max = ctx.config.limits.max_connections;
+        let slots = Arc::new(Semaphore::new(max));
+        loop {
+            // At the limit, stop accepting: new clients wait in the listen backlog and
+            // the connections already established are unaffected.
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ = shutdown.changed() => break,
+            };
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = shutdown.changed() => break,
+            };
+            let (stream, peer) = match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    accept_error(&ctx.config.name, &e).await;
+                    continue;
+                }
+            };
+            let ctx = ctx.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                serve(stream, peer, ctx, shutdown).await;
+                drop(permit);
+            });
+        }
+        // Closing the listener refuses new clients at once instead of leaving them in
+        // the backlog for the length of the drain.
+        drop(listener);
+        tracing::info!(tap = %ctx.config.name, "stopped accepting; draining connections");
+        let all = u32::try_from(max).unwrap_or(u32::MAX);
+        if tokio::time::timeout(grace, slots.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tap = %ctx.config.name,
+                open = max - slots.available_permits(),
+                "shutdown grace elapsed with connections still open"
+            );
+        }
+        ctx.recorder.flush();
+    }
+}
+
+async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<TapContext>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    ctx.recorder.connection_opened(Side::Client);
+    tracing::trace!(tap = %ctx.config.name, %peer, "accepted");
+    HttpConnection::new(stream, ctx.clone())
+        .serve(shutdown)
+        .await;
+    ctx.recorder.connection_closed(Side::Client);
+}
+
+/// Out of file descriptors (or memory), accepting again at once would spin: back off.
+/// Other errors concern one connection only.
+async fn accept_error(tap: &str, e: &io::Error) {
+    let resource = matches!(e.raw_os_error(), Some(23 | 24 | 105 | 12));
+    if resource {
+        tracing::warn!(tap, error = %e, "accept failed for lack of resources; pausing 100 ms");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    } else {
+        tracing::debug!(tap, error = %e, "accept failed");
+    }
+}

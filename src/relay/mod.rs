@@ -1,0 +1,38 @@
+//! The relay: a listener per tap, a task per client connection, the exchange timeline.
+
+mod buffer;
+mod connection;
+pub mod exchange;
+mod listener;
+mod next;
+mod tunnel;
+
+use std::sync::Arc;
+
+use crate::config::TapConfig;
+use crate::metrics::routes::RouteTable;
+use crate::recorder::Recorder;
+
+pub use exchange::{Exchange, Wait};
+pub use listener::Tap;
+
+/// What every connection of a tap shares.
+pub struct TapContext {
+    pub config: TapConfig,
+    pub recorder: Arc<dyn Recorder>,
+    pub routes: Arc<RouteTable>,
+    /// Some recorder wants the request target (the access log).
+    pub wants_target: bool,
+}
+
+impl TapContext {
+    pub fn new(config: TapConfig, recorder: Arc<dyn Recorder>, routes: Arc<RouteTable>) -> Self {
+        let wants_target = recorder.wants_target();
+        Self {
+            config,
+            recorder,
+            routes,
+            wants_target,
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The request being assembled: the next head on a client connection.
+//!
+//! A head may arrive in many reads, and a pipelined head may arrive while the previous
+//! exchange is still in flight. Its timing starts with its first byte either way, and
+//! the scan resumes where the previous read left it.
+
+use crate::clock::{self, Tick};
+use crate::http1::{request, Answer, HeadScanner, RequestError, RequestHead};
+use crate::recorder::ErrorKind;
+
+/// Why a head could not be accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    Invalid(RequestError),
+    TooLarge,
+}
+
+impl HeadError {
+    pub fn answer(self) -> Answer {
+        match self {
+            HeadError::Invalid(e) => e.answer(),
+            HeadError::TooLarge => Answer::HeaderTooLarge,
+        }
+    }
+
+    pub fn kind(self) -> ErrorKind {
+        match self.answer() {
+            Answer::HeaderTooLarge => ErrorKind::HeaderTooLarge,
+            _ => ErrorKind::BadRequest,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct NextRequest {
+    /// When its first byte arrived (0: no byte yet).
+    pub t_first: Tick,
+    scanner: HeadScanner,
+    parse_ns: u64,
+    ready: Option<(RequestHead, Tick)>,
+    failed: Option<HeadError>,
+}
+
+impl NextRequest {
+    pub fn started(&self) -> bool {
+        self.t_first != 0
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.is_some()
+    }
+
+    /// A head error found while scanning ahead; reported when its turn comes.
+    pub fn failed(&self) -> Option<HeadError> {
+        self.failed
+    }
+
+    /// Marks the request as begun at `t` (its first byte arrived, or the proxy started on
+    /// bytes already buffered).
+    pub fn begin(&mut self, t: Tick) {
+        if self.t_first == 0 {
+            self.t_first = t;
+        }
+    }
+
+    /// Looks for the complete head at the start of `buf`, resuming the scan. Returns
+    /// whether it is ready. Time spent here is the request's `parse` phase.
+    pub fn advance(
+        &mut self,
+        buf: &[u8],
+        max_head: usize,
+        max_headers: usize,
+    ) -> Result<bool, HeadError> {
+        if self.ready.is_some() {
+            return Ok(true);
+        }
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        if buf.is_empty() {
+            return Ok(false);
+        }
+        let t0 = clock::now();
+        let outcome = match self.scanner.find_end(buf) {
+            Some(len) if len > max_head => Err(HeadError::TooLarge),
+            Some(len) => request::parse(&buf[..len], max_headers)
+                .map(Some)
+                .map_err(HeadError::Invalid),
+            None if buf.len() >= max_head => Err(HeadError::TooLarge),
+            None => Ok(None),
+        };
+        let t1 = clock::now();
+        self.parse_ns += clock::nanos_between(t0, t1);
+        match outcome {
+            Ok(Some(head)) => {
+                self.ready = Some((head, t1));
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                self.failed = Some(e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Hands over the ready head with its `t_first`, `t_head` and parse time, and resets
+    /// for the request after it.
+    pub fn take(&mut self) -> Option<(RequestHead, Tick, Tick, u64)> {
+        let (head, t_head) = self.ready.take()?;
+        let out = (head, self.t_first, t_head, self.parse_ns);
+        *self = NextRequest::default();
+        Some(out)
+    }
+}

@@ -1,0 +1,64 @@
+//! Graceful shutdown: stop accepting, let in-flight exchanges finish, close idle ones.
+
+mod fake;
+
+use std::time::Duration;
+
+use fake::{read_n, read_to_close, upstream, Capture};
+use phasescope::config::{Protocol, TapConfig};
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_exchanges_finish_and_idle_connections_close() {
+    let (up, _) = upstream(|mut c| async move {
+        while c.read_head().await {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c.write(OK).await;
+        }
+    })
+    .await;
+    let cfg = TapConfig::new(
+        "t",
+        Protocol::Http,
+        "127.0.0.1:0".parse().unwrap(),
+        &up.to_string(),
+    );
+    let capture = Arc::new(Capture::default());
+    let tap = phasescope::app::bind_tap(&cfg, capture.clone())
+        .await
+        .unwrap();
+    let addr = tap.local_addr().unwrap();
+    let (stop, rx) = watch::channel(false);
+    let running = tokio::spawn(tap.run(rx, Duration::from_secs(5)));
+
+    // One idle keep-alive connection (one exchange done), one with a request in flight.
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_n(&mut idle, OK.len()).await, OK);
+    let mut busy = TcpStream::connect(addr).await.unwrap();
+    busy.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    stop.send(true).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // While the busy exchange drains, new clients are refused.
+    assert!(TcpStream::connect(addr).await.is_err());
+    // The in-flight exchange completes, then its connection closes.
+    assert_eq!(read_to_close(&mut busy).await, OK);
+    // The idle one is closed without an answer.
+    assert_eq!(read_to_close(&mut idle).await, b"");
+    tokio::time::timeout(Duration::from_secs(3), running)
+        .await
+        .expect("the tap stops once its connections are done")
+        .unwrap();
+    assert_eq!(capture.exchanges().len(), 2);
+}

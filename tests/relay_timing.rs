@@ -1,0 +1,125 @@
+//! Timing ground truth: upstreams and clients that wait known times, and the phase
+//! invariants of docs/phases.md. Margins are generous where the scheduler adds noise;
+//! the invariants that are exact by construction are checked tightly.
+
+mod fake;
+
+use std::time::Duration;
+
+use fake::{proxy, read_n, upstream};
+use phasescope::phase::Phase;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+const MS: u64 = 1_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_wait_measures_a_known_backend_delay() {
+    let (up, _) = upstream(|mut c| async move {
+        while c.read_head().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            c.write(OK).await;
+        }
+    })
+    .await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    for _ in 0..5 {
+        s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read_n(&mut s, OK.len()).await, OK);
+    }
+    let ex = p.capture.wait_exchanges(5).await;
+    let mut waits: Vec<u64> = ex
+        .iter()
+        .map(|e| e.phases.get(Phase::UpstreamWait).unwrap())
+        .collect();
+    waits.sort_unstable();
+    let median = waits[2];
+    assert!(
+        (20 * MS..=22 * MS).contains(&median),
+        "upstream_wait median {median} ns for a 20 ms backend ({waits:?})"
+    );
+    for e in &ex {
+        let wait = e.phases.get(Phase::UpstreamWait).unwrap();
+        assert!(wait >= 20 * MS, "a 20 ms sleep measured as {wait} ns");
+        assert!(wait < e.phases.get(Phase::Total).unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_sent_in_two_parts_counts_as_client_time_not_parse_time() {
+    let (up, _) = upstream(|mut c| async move {
+        while c.read_head().await {
+            c.write(OK).await;
+        }
+    })
+    .await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /split HTTP/1.1\r\nHo").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    s.write_all(b"st: a\r\n\r\n").await.unwrap();
+    assert_eq!(read_n(&mut s, OK.len()).await, OK);
+    let ex = p.capture.wait_exchanges(1).await;
+    let recv = ex[0].phases.get(Phase::ClientRecv).unwrap();
+    let parse = ex[0].phases.get(Phase::Parse).unwrap();
+    assert!(recv >= 30 * MS, "client_recv {recv} ns for a 30 ms gap");
+    assert!(
+        parse < MS,
+        "parse {parse} ns: parsing must not include the wait"
+    );
+    assert!(parse > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_phases_add_up_to_total_for_small_responses() {
+    let (up, _) = upstream(|mut c| async move {
+        while c.read_head().await {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            c.write(OK).await;
+        }
+    })
+    .await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    for _ in 0..30 {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read_n(&mut s, OK.len()).await, OK);
+    }
+    let ex = p.capture.wait_exchanges(30).await;
+    for (i, e) in ex.iter().enumerate() {
+        let ph = &e.phases;
+        let waited = ph
+            .get(Phase::UpstreamConnect)
+            .or(ph.get(Phase::Queue))
+            .unwrap_or(0);
+        assert_eq!(
+            ph.get(Phase::UpstreamConnect).is_some(),
+            i == 0,
+            "connect only on the first"
+        );
+        let sum = ph.get(Phase::ClientRecv).unwrap()
+            + waited
+            + ph.get(Phase::UpstreamSend).unwrap()
+            + ph.get(Phase::UpstreamWait).unwrap()
+            + ph.get(Phase::ProxyOverhead).unwrap()
+            + ph.get(Phase::Write).unwrap();
+        let total = ph.get(Phase::Total).unwrap();
+        assert!(
+            sum.abs_diff(total) <= 5_000,
+            "exchange {i}: phases sum to {sum} ns, total {total} ns"
+        );
+        for (phase, ns) in ph.iter() {
+            assert!(
+                ns <= total || phase == Phase::Total,
+                "{phase} {ns} > total {total}"
+            );
+        }
+        assert!(ph.get(Phase::UpstreamWait).unwrap() >= MS);
+    }
+}

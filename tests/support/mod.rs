@@ -1,0 +1,1102 @@
+//! The shared harness of the integration tests: real servers (Redis, Webdis, the phasescope
+//! binary) on free loopback ports, and raw-TCP HTTP helpers that return the exact bytes that
+//! crossed the wire, so a test can compare what the proxy forwards with what the upstream
+//! sends directly.
+//!
+//! Nothing needs setting up by hand: every server gets its own temporary directory and port.
+//! A tool that is not installed fails the test with a pointer to `scripts/test` (which
+//! installs it) instead of skipping it, so a green run always means the test ran.
+//!
+//! Processes never outlive their test: each handle kills its process on drop (which also
+//! runs while a failing test unwinds), and every child is asked to die with the thread that
+//! started it (`PR_SET_PDEATHSIG`) in case the test binary itself is killed. The consequence
+//! is that a handle must not outlive the thread that created it (no process in a `static`).
+
+// Each test file compiles this module on its own and uses a different part of it.
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How long a server may take to start answering; generous, the machine is shared.
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
+/// How long one read may wait for the peer before the test fails instead of hanging.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a process gets to exit after SIGTERM before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(15);
+/// Attempts at starting a server whose port was taken between `free_port` and its bind.
+const START_ATTEMPTS: usize = 4;
+
+// ---------------------------------------------------------------------------------------
+// Tools and ports
+// ---------------------------------------------------------------------------------------
+
+/// The path of an installed tool; panics (fails the test) when it is missing.
+///
+/// Looks in `PATH` and in the sbin directories, where Debian puts daemons such as
+/// haproxy and nginx that a non-login `PATH` may lack.
+pub fn require_tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let extra = ["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from);
+    std::env::split_paths(&path)
+        .chain(extra)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+        .unwrap_or_else(|| panic!("{name} is missing: run scripts/test, which installs it"))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path)
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// A loopback port that nothing listens on right now.
+///
+/// Another process can still take it before the caller binds it; the `start` functions
+/// below retry with a new port when their server exits at start. Within one test binary
+/// the same port is never handed out twice.
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if given.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}
+
+/// `127.0.0.1:port`.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+}
+
+/// Whether something accepts TCP connections at `addr` right now.
+pub fn accepts(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+}
+
+/// Polls `check` every 25 ms until it holds or `timeout` has passed; returns whether it held.
+pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Child processes
+// ---------------------------------------------------------------------------------------
+
+/// A child process whose output goes to a log file, killed on drop.
+pub struct Managed {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    status: Option<ExitStatus>,
+}
+
+impl Managed {
+    /// Spawns `command` with stdin closed and stdout/stderr appended to `log`.
+    pub fn spawn(name: &str, command: &mut Command, log: &Path) -> Managed {
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", log.display()));
+        let err = out.try_clone().unwrap();
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({command:?}): {e}"));
+        Managed {
+            name: name.to_owned(),
+            child,
+            log: log.to_owned(),
+            status: None,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().unwrap();
+        }
+        self.status
+    }
+
+    /// The end of the process's output, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = fs::read(&self.log).unwrap_or_default();
+        let start = text.len().saturating_sub(4000);
+        format!(
+            "--- last output of {} ({}) ---\n{}\n--- end ---",
+            self.name,
+            self.log.display(),
+            String::from_utf8_lossy(&text[start..])
+        )
+    }
+
+    /// Sends `signal` unless the process has already been reaped.
+    pub fn signal(&mut self, signal: libc::c_int) {
+        if self.exited().is_none() {
+            let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+            // SAFETY: plain syscall on a pid this handle owns and has not reaped.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
+
+    /// SIGTERM, then waits up to `grace` for the exit; SIGKILL after that.
+    /// Returns the exit status (a signal status if it had to be killed).
+    pub fn stop(&mut self, grace: Duration) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        if !wait_for(grace, || self.exited().is_some()) {
+            self.kill();
+        }
+        self.exited().unwrap()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if self.exited().is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What came of waiting for a freshly spawned server.
+enum Startup {
+    Ready,
+    /// It exited before answering: most likely its port was taken meanwhile.
+    Exited(ExitStatus),
+}
+
+fn await_ready(process: &mut Managed, mut ready: impl FnMut() -> bool) -> Startup {
+    let deadline = Instant::now() + STARTUP_DEADLINE;
+    loop {
+        if let Some(status) = process.exited() {
+            return Startup::Exited(status);
+        }
+        if ready() {
+            return Startup::Ready;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "{} did not become ready within {STARTUP_DEADLINE:?}\n{}",
+                process.name,
+                process.log_tail()
+            );
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Starts a server on fresh free ports until one attempt answers `ready`.
+/// `spawn` gets the attempt number and returns the process and what it listens on.
+fn start_with_retries<T>(
+    what: &str,
+    mut spawn: impl FnMut(usize) -> (Managed, T),
+    mut ready: impl FnMut(&T) -> bool,
+) -> (Managed, T) {
+    let mut failures = String::new();
+    for attempt in 0..START_ATTEMPTS {
+        let (mut process, ports) = spawn(attempt);
+        match await_ready(&mut process, || ready(&ports)) {
+            Startup::Ready => return (process, ports),
+            Startup::Exited(status) => {
+                let _ = write!(
+                    failures,
+                    "\nattempt {attempt}: exited with {status}\n{}",
+                    process.log_tail()
+                );
+            }
+        }
+    }
+    panic!("{what} exited before it was ready, {START_ATTEMPTS} times:{failures}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Redis
+// ---------------------------------------------------------------------------------------
+
+/// A throwaway `redis-server` on a free loopback port, without persistence.
+pub struct RedisServer {
+    process: Managed,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl RedisServer {
+    /// Starts it and waits until `PING` answers `+PONG`.
+    pub fn start() -> RedisServer {
+        let binary = require_tool("redis-server");
+        let dir = tempfile::Builder::new().prefix("redis-").tempdir().unwrap();
+        let (process, port) = start_with_retries(
+            "redis-server",
+            |attempt| {
+                let port = free_port();
+                let mut command = Command::new(&binary);
+                command
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                    .arg("--dir")
+                    .arg(dir.path())
+                    .args(["--logfile", ""]);
+                let log = dir.path().join(format!("redis-{attempt}.log"));
+                (Managed::spawn("redis-server", &mut command, &log), port)
+            },
+            |&port| {
+                try_resp_command(loopback(port), &["PING"]).is_ok_and(|reply| reply == b"+PONG\r\n")
+            },
+        );
+        RedisServer {
+            process,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        loopback(self.port)
+    }
+
+    pub fn process(&mut self) -> &mut Managed {
+        &mut self.process
+    }
+
+    /// Sends one command on a new connection and returns the raw RESP reply.
+    pub fn command(&self, args: &[&str]) -> Vec<u8> {
+        resp_command(self.addr(), args)
+    }
+}
+
+/// Encodes a command as a RESP array of bulk strings.
+pub fn resp_encode(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Sends one command to a RESP server on a new connection and returns the exact reply bytes.
+pub fn resp_command(addr: SocketAddr, args: &[&str]) -> Vec<u8> {
+    try_resp_command(addr, args).unwrap_or_else(|e| panic!("RESP {args:?} to {addr}: {e}"))
+}
+
+fn try_resp_command(addr: SocketAddr, args: &[&str]) -> io::Result<Vec<u8>> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.write_all(&resp_encode(args))?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(len) = resp_frame_len(&reply) {
+            reply.truncate(len);
+            return Ok(reply);
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("closed after {:?}", String::from_utf8_lossy(&reply)),
+            ));
+        }
+        reply.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The length of the complete RESP2/RESP3 frame at the start of `buf`, if it is complete.
+pub fn resp_frame_len(buf: &[u8]) -> Option<usize> {
+    let line_end = find(buf, b"\r\n")?;
+    let line = std::str::from_utf8(&buf[1..line_end]).ok()?;
+    let after_line = line_end + 2;
+    match buf.first()? {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(after_line),
+        b'$' | b'!' | b'=' => {
+            let len: i64 = line.parse().ok()?;
+            if len < 0 {
+                return Some(after_line);
+            }
+            let end = after_line + usize::try_from(len).ok()? + 2;
+            (buf.len() >= end).then_some(end)
+        }
+        b'*' | b'>' | b'~' | b'%' | b'|' => {
+            let count: i64 = line.parse().ok()?;
+            let items = match buf[0] {
+                b'%' | b'|' => count.max(0) * 2,
+                _ => count.max(0),
+            };
+            let mut at = after_line;
+            for _ in 0..items {
+                at += resp_frame_len(&buf[at..])?;
+            }
+            Some(at)
+        }
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Webdis
+// ---------------------------------------------------------------------------------------
+
+/// Debian's Webdis in the foreground on a free loopback port, in front of `redis_port`.
+pub struct Webdis {
+    process: Managed,
+    port: u16,
+    dir: TempDir,
+}
+
+impl Webdis {
+    /// Writes its JSON config, starts it, and waits until `/PING` answers `PONG`
+    /// (which also means its Redis connections are up).
+    pub fn start(redis_port: u16) -> Webdis {
+        let binary = require_tool("webdis");
+        let dir = tempfile::Builder::new()
+            .prefix("webdis-")
+            .tempdir()
+            .unwrap();
+        let (process, port) = start_with_retries(
+            "webdis",
+            |attempt| {
+                let port = free_port();
+                let config = serde_json::json!({
+                    "redis_host": "127.0.0.1",
+                    "redis_port": redis_port,
+                    "http_host": "127.0.0.1",
+                    "http_port": port,
+                    "threads": 2,
+                    "pool_size": 4,
+                    "daemonize": false,
+                    "websockets": false,
+                    "database": 0,
+                    "verbosity": 3,
+                    "logfile": dir.path().join(format!("webdis-{attempt}.log")),
+                });
+                let config_path = dir.path().join(format!("webdis-{attempt}.json"));
+                fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+                let mut command = Command::new(&binary);
+                command.arg(&config_path).current_dir(dir.path());
+                let log = dir.path().join(format!("webdis-{attempt}.out"));
+                (Managed::spawn("webdis", &mut command, &log), port)
+            },
+            |&port| {
+                try_http_exchange(loopback(port), &get_request("/PING"))
+                    .map(|raw| parse_response(&raw))
+                    .is_ok_and(|response| response.status == 200 && response.body_contains("PONG"))
+            },
+        );
+        Webdis { process, port, dir }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        loopback(self.port)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn process(&mut self) -> &mut Managed {
+        &mut self.process
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The proxy
+// ---------------------------------------------------------------------------------------
+
+/// The phasescope binary under test, `run` with `--listen` and `--admin` on free ports.
+pub struct Proxy {
+    process: Managed,
+    listen_port: u16,
+    admin_port: u16,
+    access_log: PathBuf,
+    _dir: TempDir,
+}
+
+impl Proxy {
+    /// Runs `phasescope run --listen … --admin … --access-log … ARGS` from the crate root
+    /// (so the root config.toml is loaded and the flags override its first tap) and waits
+    /// until the listen port accepts. The access log goes to the proxy's temporary
+    /// directory unless `args` name one.
+    pub fn start(args: &[&str]) -> Proxy {
+        let dir = tempfile::Builder::new()
+            .prefix("phasescope-")
+            .tempdir()
+            .unwrap();
+        let access_log = match args.iter().position(|&arg| arg == "--access-log") {
+            Some(at) => PathBuf::from(args.get(at + 1).expect("--access-log needs a value")),
+            None => dir.path().join("access.log"),
+        };
+        let (process, (listen_port, admin_port)) = start_with_retries(
+            "phasescope",
+            |attempt| {
+                let (listen_port, admin_port) = (free_port(), free_port());
+                let mut command = Command::new(env!("CARGO_BIN_EXE_phasescope"));
+                command
+                    .current_dir(env!("CARGO_MANIFEST_DIR"))
+                    .arg("run")
+                    .args(["--listen", &loopback(listen_port).to_string()])
+                    .args(["--admin", &loopback(admin_port).to_string()]);
+                if !args.contains(&"--access-log") {
+                    command.arg("--access-log").arg(&access_log);
+                }
+                command.args(args);
+                // The environment overrides flags and files: keep the caller's out of the test.
+                for (key, _) in std::env::vars_os() {
+                    if key.to_string_lossy().starts_with("PHASESCOPE_") {
+                        command.env_remove(key);
+                    }
+                }
+                let log = dir.path().join(format!("phasescope-{attempt}.log"));
+                let process = Managed::spawn("phasescope", &mut command, &log);
+                (process, (listen_port, admin_port))
+            },
+            |&(listen_port, _)| accepts(loopback(listen_port)),
+        );
+        Proxy {
+            process,
+            listen_port,
+            admin_port,
+            access_log,
+            _dir: dir,
+        }
+    }
+
+    /// A proxy whose first tap forwards to `upstream`, plus `args`.
+    pub fn in_front_of(upstream: SocketAddr, args: &[&str]) -> Proxy {
+        let upstream = upstream.to_string();
+        let mut all = vec!["--upstream", upstream.as_str()];
+        all.extend_from_slice(args);
+        Proxy::start(&all)
+    }
+
+    pub fn listen_port(&self) -> u16 {
+        self.listen_port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        loopback(self.listen_port)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.listen_port)
+    }
+
+    pub fn admin_port(&self) -> u16 {
+        self.admin_port
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        loopback(self.admin_port)
+    }
+
+    pub fn access_log(&self) -> &Path {
+        &self.access_log
+    }
+
+    /// The proxy's own output so far, for failure messages.
+    pub fn log_tail(&self) -> String {
+        self.process.log_tail()
+    }
+
+    pub fn process(&mut self) -> &mut Managed {
+        &mut self.process
+    }
+
+    /// `GET path` on the admin server (retried until it accepts, within the start-up
+    /// deadline, since it may start a moment after the listener).
+    pub fn admin_get(&self, path: &str) -> Response {
+        let addr = self.admin_addr();
+        if !wait_for(STARTUP_DEADLINE, || accepts(addr)) {
+            panic!("admin server at {addr} never accepted\n{}", self.log_tail());
+        }
+        parse_response(&http_exchange(addr, &get_request(path)))
+    }
+
+    /// SIGTERM and wait for the exit (SIGKILL after [`STOP_GRACE`]).
+    pub fn stop(&mut self) -> ExitStatus {
+        self.process.stop(STOP_GRACE)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        // Graceful first so an access log is flushed for a post-mortem; killed if it hangs.
+        self.process.stop(Duration::from_secs(3));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw HTTP/1.x over TCP
+// ---------------------------------------------------------------------------------------
+
+/// `GET path HTTP/1.1` with a Host header, and `Connection: close` so one exchange
+/// per connection also works against HTTP/1.1 servers that keep connections open.
+pub fn get_request(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").into_bytes()
+}
+
+/// Sends `request` on a new connection and returns the exact bytes of the response.
+pub fn http_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    try_http_exchange(addr, request).unwrap_or_else(|e| {
+        panic!(
+            "HTTP exchange with {addr} failed: {e}\nrequest: {:?}",
+            String::from_utf8_lossy(request)
+        )
+    })
+}
+
+fn try_http_exchange(addr: SocketAddr, request: &[u8]) -> io::Result<Vec<u8>> {
+    let mut conn = HttpConn::try_connect(addr)?;
+    conn.stream.write_all(request)?;
+    let deadline = Instant::now() + IO_TIMEOUT;
+    conn.try_read_response(request_is_head(request), deadline)
+}
+
+/// `GET path` on a new connection, parsed.
+pub fn http_get(addr: SocketAddr, path: &str) -> Response {
+    parse_response(&http_exchange(addr, &get_request(path)))
+}
+
+fn request_is_head(request: &[u8]) -> bool {
+    request.starts_with(b"HEAD ")
+}
+
+/// One client connection that reads responses byte-exactly, keeping whatever arrives
+/// past the end of one response for the next.
+pub struct HttpConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    peer: SocketAddr,
+}
+
+impl HttpConn {
+    pub fn connect(addr: SocketAddr) -> HttpConn {
+        Self::try_connect(addr).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"))
+    }
+
+    fn try_connect(addr: SocketAddr) -> io::Result<HttpConn> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        stream.set_nodelay(true)?;
+        Ok(HttpConn {
+            stream,
+            buf: Vec::new(),
+            peer: addr,
+        })
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Writes `bytes` in one call.
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream
+            .write_all(bytes)
+            .unwrap_or_else(|e| panic!("writing to {}: {e}", self.peer));
+    }
+
+    /// Sends a request and reads its whole response (no body for HEAD).
+    pub fn exchange(&mut self, request: &[u8]) -> Vec<u8> {
+        self.send(request);
+        self.read_response_for(request)
+    }
+
+    /// Reads the response to `request` (which decides whether a body can follow).
+    pub fn read_response_for(&mut self, request: &[u8]) -> Vec<u8> {
+        let deadline = Instant::now() + IO_TIMEOUT;
+        self.try_read_response(request_is_head(request), deadline)
+            .unwrap_or_else(|e| panic!("reading a response from {}: {e}", self.peer))
+    }
+
+    /// Reads one complete response to a non-HEAD request.
+    pub fn read_response(&mut self) -> Vec<u8> {
+        self.read_response_for(b"GET")
+    }
+
+    /// Reads just the response head (through the blank line) and returns it.
+    pub fn read_head(&mut self, deadline: Instant) -> Vec<u8> {
+        let end = self
+            .head_end(deadline)
+            .unwrap_or_else(|e| panic!("reading a response head from {}: {e}", self.peer));
+        self.buf.drain(..end).collect()
+    }
+
+    /// After a chunked head, reads the next chunk and returns its data; `None` at the
+    /// last (zero-size) chunk. Panics past `deadline`, showing what had arrived.
+    pub fn read_chunk(&mut self, deadline: Instant) -> Option<Vec<u8>> {
+        let (size, line_len) = self
+            .chunk_size_line(0, deadline)
+            .unwrap_or_else(|e| panic!("reading a chunk from {}: {e}", self.peer));
+        if size == 0 {
+            let end = self
+                .trailers_end(line_len, deadline)
+                .unwrap_or_else(|e| panic!("reading trailers from {}: {e}", self.peer));
+            self.buf.drain(..end);
+            return None;
+        }
+        let end = line_len + size + 2;
+        self.fill_to(end, deadline)
+            .unwrap_or_else(|e| panic!("reading chunk data from {}: {e}", self.peer));
+        let data = self.buf[line_len..line_len + size].to_vec();
+        self.buf.drain(..end);
+        Some(data)
+    }
+
+    /// Reads until the peer closes; returns what arrived (after anything already buffered).
+    pub fn read_to_close(&mut self, deadline: Instant) -> Vec<u8> {
+        while self
+            .fill(deadline)
+            .unwrap_or_else(|e| panic!("reading from {} until close: {e}", self.peer))
+            > 0
+        {}
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Whether the peer has closed the connection (waits up to `timeout` for it).
+    pub fn closed_by_peer(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        match self.fill(deadline) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == io::ErrorKind::ConnectionReset,
+        }
+    }
+
+    /// Reads more bytes into the buffer; 0 means the peer closed.
+    fn fill(&mut self, deadline: Instant) -> io::Result<usize> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(self.timed_out());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut chunk = [0u8; 16 * 1024];
+        match self.stream.read(&mut chunk) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(n)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(self.timed_out())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn timed_out(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "timed out; {} bytes buffered: {:?}",
+                self.buf.len(),
+                String::from_utf8_lossy(&self.buf[..self.buf.len().min(2000)])
+            ),
+        )
+    }
+
+    fn eof(&self, what: &str) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "closed in the middle of {what}; had {:?}",
+                String::from_utf8_lossy(&self.buf[..self.buf.len().min(2000)])
+            ),
+        )
+    }
+
+    fn fill_to(&mut self, len: usize, deadline: Instant) -> io::Result<()> {
+        while self.buf.len() < len {
+            if self.fill(deadline)? == 0 {
+                return Err(self.eof("a body"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The offset just past the head's blank line.
+    fn head_end(&mut self, deadline: Instant) -> io::Result<usize> {
+        loop {
+            if let Some(at) = find(&self.buf, b"\r\n\r\n") {
+                return Ok(at + 4);
+            }
+            if self.fill(deadline)? == 0 {
+                return Err(self.eof("a head"));
+            }
+        }
+    }
+
+    /// The chunk size at `at` and the offset just past its line.
+    fn chunk_size_line(&mut self, at: usize, deadline: Instant) -> io::Result<(usize, usize)> {
+        loop {
+            if let Some(rel) = find(&self.buf[at..], b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[at..at + rel]).into_owned();
+                let hex = line.split(';').next().unwrap_or("").trim();
+                let size = usize::from_str_radix(hex, 16).map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("chunk size {line:?}"))
+                })?;
+                return Ok((size, at + rel + 2));
+            }
+            if self.fill(deadline)? == 0 {
+                return Err(self.eof("a chunk size"));
+            }
+        }
+    }
+
+    /// The offset just past the trailer section that starts at `at`.
+    fn trailers_end(&mut self, at: usize, deadline: Instant) -> io::Result<usize> {
+        let mut line_start = at;
+        loop {
+            if let Some(rel) = find(&self.buf[line_start..], b"\r\n") {
+                if rel == 0 {
+                    return Ok(line_start + 2);
+                }
+                line_start += rel + 2;
+                continue;
+            }
+            if self.fill(deadline)? == 0 {
+                return Err(self.eof("trailers"));
+            }
+        }
+    }
+
+    fn try_read_response(&mut self, head_request: bool, deadline: Instant) -> io::Result<Vec<u8>> {
+        let head_len = self.head_end(deadline)?;
+        let head = parse_head(&self.buf[..head_len]);
+        let bodiless =
+            head_request || head.status / 100 == 1 || head.status == 204 || head.status == 304;
+        let end = if bodiless {
+            head_len
+        } else if head.is_chunked() {
+            let mut at = head_len;
+            loop {
+                let (size, data_start) = self.chunk_size_line(at, deadline)?;
+                if size == 0 {
+                    break self.trailers_end(data_start, deadline)?;
+                }
+                at = data_start + size + 2;
+                self.fill_to(at, deadline)?;
+            }
+        } else if let Some(len) = head.content_length() {
+            let end = head_len + len;
+            self.fill_to(end, deadline)?;
+            end
+        } else {
+            while self.fill(deadline)? > 0 {}
+            self.buf.len()
+        };
+        Ok(self.buf.drain(..end).collect())
+    }
+}
+
+/// Where `needle` first occurs in `haystack`.
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// A response taken apart: status line, headers in order and as sent, the body decoded
+/// from chunked framing when it was chunked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub version: String,
+    pub status: u16,
+    pub reason: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first header of that name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn body_contains(&self, text: &str) -> bool {
+        find(&self.body, text.as_bytes()).is_some()
+    }
+
+    fn is_chunked(&self) -> bool {
+        self.header("transfer-encoding").is_some_and(|value| {
+            value
+                .rsplit(',')
+                .next()
+                .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+        })
+    }
+
+    fn content_length(&self) -> Option<usize> {
+        self.header("content-length")
+            .and_then(|value| value.trim().parse().ok())
+    }
+}
+
+/// Parses a head (status line and header fields); the body is left empty.
+pub fn parse_head(head: &[u8]) -> Response {
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("").to_owned();
+    let status = parts
+        .next()
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP status line: {status_line:?}"));
+    let reason = parts.next().unwrap_or("").to_owned();
+    let headers = lines
+        .take_while(|line| !line.is_empty())
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            Some((name.to_owned(), value.trim().to_owned()))
+        })
+        .collect();
+    Response {
+        version,
+        status,
+        reason,
+        headers,
+        body: Vec::new(),
+    }
+}
+
+/// Parses a complete response as returned by [`HttpConn`]/[`http_exchange`].
+pub fn parse_response(raw: &[u8]) -> Response {
+    let head_len = find(raw, b"\r\n\r\n")
+        .map(|at| at + 4)
+        .unwrap_or_else(|| panic!("no end of head in {:?}", String::from_utf8_lossy(raw)));
+    let mut response = parse_head(&raw[..head_len]);
+    let rest = &raw[head_len..];
+    response.body = if response.is_chunked() {
+        dechunk(rest)
+    } else {
+        rest.to_vec()
+    };
+    response
+}
+
+/// The data of a chunked body (stops at the last chunk or where the bytes run out).
+pub fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(line_end) = find(raw, b"\r\n") {
+        let line = String::from_utf8_lossy(&raw[..line_end]);
+        let Ok(size) = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+        else {
+            break;
+        };
+        if size == 0 {
+            break;
+        }
+        let data = &raw[line_end + 2..];
+        let take = size.min(data.len());
+        body.extend_from_slice(&data[..take]);
+        raw = data.get(size + 2..).unwrap_or(&[]);
+    }
+    body
+}
+
+// ---------------------------------------------------------------------------------------
+// Load generators
+// ---------------------------------------------------------------------------------------
+
+/// What `ab` reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbReport {
+    pub complete: u64,
+    pub failed: u64,
+    /// `Non-2xx responses`; ab prints the line only when there were some.
+    pub non_2xx: u64,
+    pub keep_alive: u64,
+    pub output: String,
+}
+
+/// Runs `ab -k -n N -c C url` (HTTP/1.0 with `Connection: Keep-Alive`) and parses it.
+pub fn run_ab(url: &str, requests: u32, concurrency: u32) -> AbReport {
+    let ab = require_tool("ab");
+    let output = Command::new(ab)
+        .args(["-k", "-q", "-s", "20"])
+        .args(["-n", &requests.to_string(), "-c", &concurrency.to_string()])
+        .arg(url)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "ab failed ({}):\n{text}",
+        output.status
+    );
+    parse_ab(&text)
+}
+
+/// Parses ab's summary.
+pub fn parse_ab(text: &str) -> AbReport {
+    let number = |label: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix(label))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+    };
+    AbReport {
+        complete: number("Complete requests:")
+            .unwrap_or_else(|| panic!("no 'Complete requests' in ab's output:\n{text}")),
+        failed: number("Failed requests:")
+            .unwrap_or_else(|| panic!("no 'Failed requests' in ab's output:\n{text}")),
+        non_2xx: number("Non-2xx responses:").unwrap_or(0),
+        keep_alive: number("Keep-Alive requests:").unwrap_or(0),
+        output: text.to_owned(),
+    }
+}
+
+/// What `wrk` reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrkReport {
+    pub requests: u64,
+    /// connect, read, write, timeout; wrk prints the line only when one is non-zero.
+    pub socket_errors: [u64; 4],
+    /// `Non-2xx or 3xx responses`; printed only when there were some.
+    pub non_2xx_3xx: u64,
+    pub output: String,
+}
+
+/// Runs `wrk -d SECS -c C -t T url` and parses it.
+pub fn run_wrk(url: &str, seconds: u32, connections: u32, threads: u32) -> WrkReport {
+    let wrk = require_tool("wrk");
+    let output = Command::new(wrk)
+        .args(["-d", &format!("{seconds}s")])
+        .args(["-c", &connections.to_string(), "-t", &threads.to_string()])
+        .args(["--timeout", "10s"])
+        .arg(url)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "wrk failed ({}):\n{text}",
+        output.status
+    );
+    parse_wrk(&text)
+}
+
+/// Parses wrk's summary.
+pub fn parse_wrk(text: &str) -> WrkReport {
+    let requests = text
+        .lines()
+        .find_map(|line| {
+            let (count, rest) = line.trim().split_once(' ')?;
+            rest.starts_with("requests in ")
+                .then(|| count.parse().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no 'N requests in' in wrk's output:\n{text}"));
+    let mut socket_errors = [0; 4];
+    if let Some(rest) = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Socket errors:"))
+    {
+        for (slot, name) in socket_errors
+            .iter_mut()
+            .zip(["connect", "read", "write", "timeout"])
+        {
+            *slot = rest
+                .split(',')
+                .find_map(|part| part.trim().strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("cannot read '{name}' in 'Socket errors:{rest}'"));
+        }
+    }
+    let non_2xx_3xx = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Non-2xx or 3xx responses:"))
+        .map(|rest| rest.trim().parse().unwrap())
+        .unwrap_or(0);
+    WrkReport {
+        requests,
+        socket_errors,
+        non_2xx_3xx,
+        output: text.to_owned(),
+    }
+}
