@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use crate::accesslog::{ExchangeLog, LogFile};
 use crate::config::{Config, TapConfig};
-use crate::metrics::routes::RouteTable;
+use crate::metrics::{Registry, RouteTable};
 use crate::recorder::{Fanout, Recorder};
 use crate::relay::{Tap, TapContext};
 
@@ -37,7 +37,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     );
     let (stop_tx, stop_rx) = watch::channel(false);
-    let running = start(&config).await?;
+    let registry = Registry::new(&config.metrics)?;
+    let admin = crate::admin::bind(config.admin.listen, Arc::clone(&registry))?;
+    warn_if_public(config.admin.listen);
+    tracing::info!(admin = %admin.local_addr(), "admin server listening");
+    let running = start(&config, &registry).await?;
+    let mut admin_stop = stop_rx.clone();
+    let admin_task = tokio::spawn(admin.serve(async move {
+        let _ = admin_stop.wait_for(|stop| *stop).await;
+    }));
     let mut tasks = Vec::new();
     for tap in running {
         tracing::info!(tap = tap.name(), listen = %tap.local_addr()?, "listening");
@@ -51,12 +59,26 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     for t in tasks {
         let _ = t.await;
     }
+    match admin_task.await {
+        Ok(Err(e)) => tracing::warn!(error = %e, "admin server ended with an error"),
+        Err(e) => tracing::warn!(error = %e, "admin server task failed"),
+        Ok(Ok(())) => {}
+    }
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Binds every tap of `config` with its recorders.
-pub async fn start(config: &Config) -> anyhow::Result<Vec<Tap>> {
+/// The admin server exposes every route and latency of the upstream: anywhere but
+/// loopback it should be deliberate.
+fn warn_if_public(addr: std::net::SocketAddr) {
+    if !addr.ip().is_loopback() {
+        tracing::warn!(admin = %addr, "the admin server listens beyond loopback: anyone who can reach it can read the metrics and reset the snapshots");
+    }
+}
+
+/// Binds every tap of `config` with its recorders: the metrics registry first, then the
+/// access and slow logs.
+pub async fn start(config: &Config, registry: &Registry) -> anyhow::Result<Vec<Tap>> {
     let mut files: HashMap<PathBuf, Arc<LogFile>> = HashMap::new();
     let mut open = |path: &PathBuf| -> anyhow::Result<Arc<LogFile>> {
         if let Some(f) = files.get(path) {
@@ -68,7 +90,8 @@ pub async fn start(config: &Config) -> anyhow::Result<Vec<Tap>> {
     };
     let mut taps = Vec::new();
     for tap in &config.taps {
-        let mut sinks: Vec<Arc<dyn Recorder>> = Vec::new();
+        let routes = Arc::new(RouteTable::new(tap)?);
+        let mut sinks: Vec<Arc<dyn Recorder>> = vec![registry.recorder(tap, Arc::clone(&routes))?];
         if let Some(path) = &config.log.access_log {
             sinks.push(Arc::new(ExchangeLog::access(&tap.name, open(path)?)));
         }
@@ -79,7 +102,12 @@ pub async fn start(config: &Config) -> anyhow::Result<Vec<Tap>> {
                 config.log.slow_threshold,
             )));
         }
-        taps.push(bind_tap(tap, Arc::new(Fanout::new(sinks))).await?);
+        // One sink needs no fan-out (and no second indirect call per event).
+        let recorder: Arc<dyn Recorder> = match sinks.len() {
+            1 => sinks.remove(0),
+            _ => Arc::new(Fanout::new(sinks)),
+        };
+        taps.push(Tap::bind(TapContext::new(tap.clone(), recorder, routes)).await?);
     }
     Ok(taps)
 }

@@ -6,6 +6,7 @@
 //! [`recorder`], which feeds [`metrics`] and the logs.
 
 pub mod accesslog;
+pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod clock;

@@ -99,6 +99,10 @@ pub struct TapConfig {
     /// Path segments kept by the `prefix` rule.
     #[serde(default = "defaults::route_segments")]
     pub route_segments: usize,
+    /// The named rules of the `regex` route rule, first match wins:
+    /// `[[tap.route]] name = "users" pattern = "^/users/"`.
+    #[serde(default, rename = "route")]
+    pub route_rules: Vec<crate::metrics::RegexRoute>,
     /// Distinct route labels per tap; requests past it are labelled `other`.
     #[serde(default = "defaults::max_routes")]
     pub max_routes: usize,
@@ -292,6 +296,7 @@ impl TapConfig {
             upstream: upstream.to_owned(),
             routes: RouteRule::None,
             route_segments: defaults::route_segments(),
+            route_rules: Vec::new(),
             max_routes: defaults::max_routes(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),

@@ -121,6 +121,14 @@ fn check_tap(i: usize, tap: &TapConfig) -> Result<(), Problem> {
         &[Seg::Key("route_segments")],
         "route_segments",
     )?;
+    // The route table checks what only it knows: regex rules compile, the regex rule
+    // has rules, max_routes fits the route ids.
+    if let Err(e) = crate::metrics::RouteTable::new(tap) {
+        return Err(Problem::at(
+            tap_path(i, &[Seg::Key("routes")]),
+            format!("{e:#}"),
+        ));
+    }
     let limits = |key| [Seg::Key("limits"), Seg::Key(key)];
     at_least(
         tap.limits.max_head_bytes,

@@ -1,0 +1,88 @@
+//! What each admin path answers.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::metrics::exposition;
+use crate::metrics::Registry;
+
+type Reply = Response<Full<Bytes>>;
+
+const JSON: &str = "application/json";
+const TEXT: &str = "text/plain; charset=utf-8";
+const HTML: &str = "text/html; charset=utf-8";
+
+/// Answers one admin request. The request body, if any, is ignored.
+pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>) -> Reply {
+    let method = req.method();
+    let read = method == Method::GET || method == Method::HEAD;
+    match req.uri().path() {
+        "/metrics" if read => {
+            blocking(move || {
+                reply(
+                    StatusCode::OK,
+                    exposition::CONTENT_TYPE,
+                    registry.encode_prometheus(),
+                )
+            })
+            .await
+        }
+        "/healthz" if read => reply(StatusCode::OK, TEXT, "ok"),
+        "/api/snapshot" if read => {
+            blocking(move || match serde_json::to_vec(&registry.snapshot()) {
+                Ok(body) => reply(StatusCode::OK, JSON, body),
+                Err(e) => internal_error(&e),
+            })
+            .await
+        }
+        "/api/reset" if method == Method::POST => {
+            blocking(move || {
+                let since = registry.reset();
+                let body = serde_json::json!({
+                    "reset": true,
+                    "since": humantime::format_rfc3339_millis(since).to_string(),
+                });
+                reply(StatusCode::OK, JSON, body.to_string())
+            })
+            .await
+        }
+        "/" if read => reply(StatusCode::OK, HTML, super::page::INDEX),
+        "/metrics" | "/healthz" | "/api/snapshot" | "/" => not_allowed("GET, HEAD"),
+        "/api/reset" => not_allowed("POST"),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    }
+}
+
+/// Runs a scrape, snapshot or reset on the blocking pool: they take milliseconds on a big
+/// registry, which must not be taken from the runtime's workers.
+async fn blocking(f: impl FnOnce() -> Reply + Send + 'static) -> Reply {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => internal_error(&e),
+    }
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn not_allowed(allow: &'static str) -> Reply {
+    let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n");
+    r.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+fn internal_error(e: &dyn std::fmt::Display) -> Reply {
+    tracing::error!(error = %e, "admin request failed");
+    reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, "internal error\n")
+}

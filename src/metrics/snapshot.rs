@@ -1,0 +1,255 @@
+//! `/api/snapshot`: exact percentiles per tap, phase and route, in a form reports can merge.
+//!
+//! The JSON schema is a contract with the report and compare commands; docs/metrics.md
+//! describes every field. Durations are seconds (Prometheus base units) except the
+//! histogram pairs, which are integer nanoseconds so that merging is exact.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use anyhow::{ensure, Context};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Protocol;
+use crate::metrics::hdr::{HdrSeries, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
+use crate::metrics::tap::{TapCounts, TapMetrics, DIRECTIONS, SIDES};
+use crate::recorder::ErrorKind;
+
+/// The `format` field: what this document is.
+pub const FORMAT: &str = "phasescope-snapshot";
+/// The `format_version` field. Bumped on any change a reader must know about.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub format: String,
+    pub format_version: u32,
+    /// The phasescope version that took it.
+    pub version: String,
+    /// `tsc` or `os`: what the timings were read from.
+    pub clock: String,
+    /// When it was taken, RFC 3339 UTC, and the same as seconds since the Unix epoch.
+    pub taken_at: String,
+    pub taken_at_unix: f64,
+    /// Start of the window the series cover: the last reset, or the process start.
+    pub since: String,
+    pub since_unix: f64,
+    /// False under `--no-metrics`: then nothing was recorded.
+    pub metrics_enabled: bool,
+    /// How the `histogram` pairs were recorded.
+    pub hdr: HdrLayout,
+    /// Keyed by the `tap` label.
+    pub taps: BTreeMap<String, TapSnapshot>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HdrLayout {
+    pub significant_figures: u8,
+    pub lowest_ns: u64,
+    pub highest_ns: u64,
+}
+
+impl HdrLayout {
+    pub const CURRENT: HdrLayout = HdrLayout {
+        significant_figures: SIGNIFICANT_FIGURES,
+        lowest_ns: LOWEST_NS,
+        highest_ns: HIGHEST_NS,
+    };
+
+    /// An empty histogram of this layout, to merge series into.
+    pub fn empty_histogram(&self) -> anyhow::Result<Histogram<u64>> {
+        Histogram::new_with_bounds(self.lowest_ns, self.highest_ns, self.significant_figures)
+            .with_context(|| format!("an HDR histogram with layout {self:?}"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TapSnapshot {
+    /// `http` or `resp`.
+    pub protocol: String,
+    /// phase name → route label → series. A series appears once it has an observation
+    /// since `since`.
+    pub phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>>,
+    /// Counters since the process started; a reset does not touch them.
+    pub totals: TapTotals,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TapTotals {
+    /// Exchanges recorded (all routes, methods and statuses).
+    pub requests: u64,
+    /// `kind` label → count; every kind is present.
+    pub errors: BTreeMap<String, u64>,
+    /// `side` → connections open now.
+    pub connections_open: BTreeMap<String, u64>,
+    /// `side` → connections opened.
+    pub connections: BTreeMap<String, u64>,
+    /// `direction` → bytes relayed.
+    pub bytes: BTreeMap<String, u64>,
+}
+
+/// One (tap, phase, route) series since `since`. All durations in seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesSnapshot {
+    pub count: u64,
+    /// Exact sum.
+    pub sum: f64,
+    /// Exact mean (sum / count).
+    pub mean: f64,
+    /// Exact minimum.
+    pub min: f64,
+    /// Percentiles from the HDR histogram: the top of the bucket holding the value at rank
+    /// ⌈q·count⌉, at most 1/128 above it, clamped to [min, max].
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    /// Exact maximum.
+    pub max: f64,
+    /// `[value_ns, count]` pairs, ascending: every recorded HDR bucket, named by the highest
+    /// value it holds. Record each pair into a histogram of the same `hdr` layout to
+    /// merge snapshots (see [`SeriesSnapshot::add_to`]).
+    pub histogram: Vec<[u64; 2]>,
+}
+
+impl SeriesSnapshot {
+    fn from_series(s: &HdrSeries) -> Self {
+        let count = s.count();
+        // The histogram names a value by the top of its bucket, which can lie past the
+        // exact extremes; no quantile can, so clamp.
+        let (lo, hi) = if count == 0 {
+            (0, 0)
+        } else {
+            (s.min_ns, s.max_ns)
+        };
+        let q = |quantile: f64| s.hist.value_at_quantile(quantile).clamp(lo, hi) as f64 / 1e9;
+        let sum = s.sum_ns as f64 / 1e9;
+        Self {
+            count,
+            sum,
+            mean: if count == 0 { 0.0 } else { sum / count as f64 },
+            min: if count == 0 {
+                0.0
+            } else {
+                s.min_ns as f64 / 1e9
+            },
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: s.max_ns as f64 / 1e9,
+            histogram: s
+                .hist
+                .iter_recorded()
+                .map(|v| [v.value_iterated_to(), v.count_at_value()])
+                .collect(),
+        }
+    }
+
+    /// Records this series' histogram into `into` (made with [`HdrLayout::empty_histogram`]
+    /// from the snapshot's `hdr` layout), e.g. to merge runs before taking percentiles.
+    pub fn add_to(&self, into: &mut Histogram<u64>) -> anyhow::Result<()> {
+        for &[value, count] in &self.histogram {
+            into.record_n(value, count)
+                .with_context(|| format!("recording {count} × {value} ns"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Snapshot {
+    /// Reads a snapshot file's contents, refusing other documents and newer formats.
+    pub fn from_json(text: &str) -> anyhow::Result<Self> {
+        let s: Snapshot = serde_json::from_str(text).context("not a phasescope snapshot")?;
+        ensure!(
+            s.format == FORMAT,
+            "format is {:?}, not {FORMAT:?}",
+            s.format
+        );
+        ensure!(
+            s.format_version <= FORMAT_VERSION,
+            "snapshot format {} is newer than this build reads ({FORMAT_VERSION})",
+            s.format_version
+        );
+        Ok(s)
+    }
+}
+
+pub(crate) struct TapInput<'a> {
+    pub tap: &'a TapMetrics,
+    pub counts: TapCounts,
+    pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
+}
+
+pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -> Snapshot {
+    let now = SystemTime::now();
+    let mut out = BTreeMap::new();
+    for input in taps {
+        let routes = input.tap.routes();
+        let mut phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>> = BTreeMap::new();
+        for (route, phase, series) in &input.series {
+            if series.count() == 0 {
+                continue;
+            }
+            phases.entry(phase.name().to_owned()).or_default().insert(
+                routes.name(*route).to_owned(),
+                SeriesSnapshot::from_series(series),
+            );
+        }
+        let c = &input.counts;
+        let totals = TapTotals {
+            requests: c.requests.values().flatten().flatten().sum(),
+            errors: ErrorKind::ALL
+                .iter()
+                .zip(c.errors)
+                .map(|(k, n)| (k.name().to_owned(), n))
+                .collect(),
+            connections_open: SIDES
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.name().to_owned(), c.opened[i].saturating_sub(c.closed[i])))
+                .collect(),
+            connections: SIDES
+                .iter()
+                .zip(c.opened)
+                .map(|(s, n)| (s.name().to_owned(), n))
+                .collect(),
+            bytes: DIRECTIONS
+                .iter()
+                .zip(c.bytes)
+                .map(|(d, n)| (d.name().to_owned(), n))
+                .collect(),
+        };
+        let protocol = match input.tap.protocol() {
+            Protocol::Http => "http",
+            Protocol::Resp => "resp",
+        };
+        out.insert(
+            input.tap.name().to_owned(),
+            TapSnapshot {
+                protocol: protocol.to_owned(),
+                phases,
+                totals,
+            },
+        );
+    }
+    Snapshot {
+        format: FORMAT.to_owned(),
+        format_version: FORMAT_VERSION,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        clock: crate::clock::source().to_owned(),
+        taken_at: humantime::format_rfc3339_millis(now).to_string(),
+        taken_at_unix: unix_seconds(now),
+        since: humantime::format_rfc3339_millis(since).to_string(),
+        since_unix: unix_seconds(since),
+        metrics_enabled: enabled,
+        hdr: HdrLayout::CURRENT,
+        taps: out,
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
