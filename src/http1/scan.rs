@@ -134,6 +134,43 @@ impl RequestScanner {
     }
 }
 
+/// The response side's scanner: finds the end of the head like [`HeadScanner`], and
+/// refuses at once a response that does not begin with `HTTP/` (RFC 9112 §4: the
+/// status line starts with the HTTP-version). Without it an upstream that speaks
+/// something else (a Redis server behind an HTTP tap answers `-ERR ...\r\n`) would
+/// leave the client waiting for the response timeout instead of getting its 502.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ResponseScanner {
+    head: HeadScanner,
+}
+
+/// The response does not start with a status line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the upstream's answer does not start with HTTP/")]
+pub struct NotHttp;
+
+impl ResponseScanner {
+    pub const fn new() -> Self {
+        Self {
+            head: HeadScanner::new(),
+        }
+    }
+
+    /// Same contract as [`HeadScanner::find_end`], failing early on a wrong start.
+    pub fn find_end(&mut self, buf: &[u8]) -> Result<Option<usize>, NotHttp> {
+        const START: &[u8] = b"HTTP/";
+        let n = buf.len().min(START.len());
+        if buf[..n] != START[..n] {
+            return Err(NotHttp);
+        }
+        Ok(self.head.find_end(buf))
+    }
+
+    pub fn reset(&mut self) {
+        self.head.reset();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +229,15 @@ mod tests {
         assert_eq!(early(b"GET / HTTP/1.1\r\nHost: a\r\n"), Ok(None));
         assert_eq!(early(b"\r\nGET / HTTP/1.1\r\nHost: a"), Ok(None));
         assert_eq!(early(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Ok(Some(27)));
+    }
+
+    #[test]
+    fn responses_must_start_with_http() {
+        let mut s = ResponseScanner::new();
+        assert_eq!(s.find_end(b"HT"), Ok(None));
+        assert_eq!(s.find_end(b"HTTP/1.1 200 OK\r\n\r\n"), Ok(Some(19)));
+        assert_eq!(ResponseScanner::new().find_end(b"-ERR"), Err(NotHttp));
+        assert_eq!(ResponseScanner::new().find_end(b"HTTX/"), Err(NotHttp));
     }
 
     #[test]
