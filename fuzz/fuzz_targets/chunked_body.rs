@@ -18,7 +18,10 @@ fn frame(data: &[u8], step: usize) -> Result<(usize, bool), BodyError> {
             assert!(f.is_done());
             return Ok((at, true));
         }
-        assert_eq!(at, end, "a framer that is not done consumes all it is given");
+        assert_eq!(
+            at, end,
+            "a framer that is not done consumes all it is given"
+        );
     }
     Ok((at, false))
 }

@@ -54,7 +54,11 @@ fuzz_target!(|input: &[u8]| {
     if parsed.body == BodyKind::Chunked {
         assert_eq!(parsed.version, Version::Http11);
     }
-    assert_ne!(parsed.body, BodyKind::Close, "a request is never close-delimited");
+    assert_ne!(
+        parsed.body,
+        BodyKind::Close,
+        "a request is never close-delimited"
+    );
     // No bare LF survives.
     for (i, &b) in head.iter().enumerate() {
         if b == b'\n' {

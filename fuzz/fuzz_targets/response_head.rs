@@ -26,7 +26,11 @@ fuzz_target!(|input: &[u8]| {
     let method = METHODS[usize::from(ctl & 3)];
     let step = usize::from(ctl >> 2).max(1);
     let whole = ResponseScanner::new().find_end(data).map_err(|_| ());
-    assert_eq!(whole, decide(data, step), "the decision depends on the split");
+    assert_eq!(
+        whole,
+        decide(data, step),
+        "the decision depends on the split"
+    );
     let Ok(Some(n)) = whole else {
         return;
     };
