@@ -74,11 +74,17 @@ async fn a_head_sent_in_two_parts_counts_as_client_time_not_parse_time() {
         .map(|e| e.phases.get(Phase::ClientRecv).unwrap())
         .max()
         .unwrap();
-    assert!(longest >= 30 * MS, "client_recv at most {longest} ns for a 30 ms gap");
+    assert!(
+        longest >= 30 * MS,
+        "client_recv at most {longest} ns for a 30 ms gap"
+    );
     for e in &ex {
         let recv = e.phases.get(Phase::ClientRecv).unwrap();
         let parse = e.phases.get(Phase::Parse).unwrap();
-        assert!(parse < MS, "parse {parse} ns: parsing must not include the wait");
+        assert!(
+            parse < MS,
+            "parse {parse} ns: parsing must not include the wait"
+        );
         assert!(parse > 0 && parse <= recv);
     }
 }

@@ -32,8 +32,8 @@ use super::TapContext;
 use crate::clock::{self, Tick};
 use crate::correlate;
 use crate::http1::{
-    response, Answer, BodyError, BodyFramer, BodyKind, HeadScanner, Method, RequestHead,
-    ResponseHead,
+    response, Answer, BodyError, BodyFramer, BodyKind, Method, RequestHead, ResponseHead,
+    ResponseScanner,
 };
 use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
 
@@ -661,7 +661,7 @@ fn upstream_lost(forwarded: u64) -> Failure {
 /// Where the response to the current request has got to.
 struct ResponseProgress {
     method: Method,
-    scanner: HeadScanner,
+    scanner: ResponseScanner,
     /// The tick of the read that brought the first byte of the head being scanned.
     head_first: Tick,
     parse_ns: u64,
@@ -678,7 +678,7 @@ impl ResponseProgress {
     fn new(method: Method) -> Self {
         Self {
             method,
-            scanner: HeadScanner::new(),
+            scanner: ResponseScanner::new(),
             head_first: 0,
             parse_ns: 0,
             head: None,
@@ -720,7 +720,9 @@ impl ResponseProgress {
                     self.head_first = t;
                 }
                 let t0 = clock::now();
-                let end = self.scanner.find_end(rest);
+                let Ok(end) = self.scanner.find_end(rest) else {
+                    return Err(ErrorKind::BadResponse);
+                };
                 let parsed = end.map(|len| response::parse(&rest[..len], self.method));
                 self.parse_ns += clock::nanos_between(t0, clock::now());
                 let head = match parsed {
