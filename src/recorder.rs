@@ -66,10 +66,12 @@ pub enum ErrorKind {
     BadResponse,
     /// The client closed or reset the connection before the response was complete.
     ClientReset,
+    /// The upstream sent a response between requests, when none was asked for.
+    UnsolicitedResponse,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 8] = [
+    pub const ALL: [ErrorKind; 9] = [
         ErrorKind::BadRequest,
         ErrorKind::HeaderTooLarge,
         ErrorKind::ClientTimeout,
@@ -78,6 +80,7 @@ impl ErrorKind {
         ErrorKind::UpstreamReset,
         ErrorKind::BadResponse,
         ErrorKind::ClientReset,
+        ErrorKind::UnsolicitedResponse,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -90,6 +93,7 @@ impl ErrorKind {
             ErrorKind::UpstreamReset => "upstream_reset",
             ErrorKind::BadResponse => "bad_response",
             ErrorKind::ClientReset => "client_reset",
+            ErrorKind::UnsolicitedResponse => "unsolicited_response",
         }
     }
 }

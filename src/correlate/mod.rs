@@ -14,7 +14,8 @@
 //!
 //! The three add up to `upstream_wait` exactly, so their sums and means are exact even
 //! when identical concurrent commands make individual pairings ambiguous (then only the
-//! percentiles are approximate). The RESP tap's own relay time (microseconds) falls in
+//! percentiles, and `backend` where a swapped pair's span exceeds the other's wait, are
+//! approximate). The RESP tap's own relay time (microseconds) falls in
 //! `backend_in` and `backend_out`.
 
 pub mod key;
@@ -72,13 +73,25 @@ impl Correlator {
         q.push_back(seen);
     }
 
-    /// The HTTP side: takes the first pending command with this key that was sent to
-    /// Redis after the request was sent to Webdis and answered before Webdis answered.
-    pub fn take(&self, key: u64, t_sent: Tick, t_resp_first: Tick) -> Option<Seen> {
+    /// The HTTP side, called as soon as Webdis's response begins: takes the first pending
+    /// command with this key that was sent to Redis after the request began to go to
+    /// Webdis (`t_up_write`: Webdis can act on a request before the proxy, descheduled
+    /// after its write, reads the clock for `t_sent`) and was answered before Webdis's
+    /// response began.
+    ///
+    /// When identical requests overlap, Webdis's threads can answer them in another order
+    /// than Redis did, and an earlier request may already have taken this one's command.
+    /// The command left over is then the other one's: the oldest pending command with
+    /// this key answered before this response is taken instead. The pair is swapped, so
+    /// each of the two gets the other's instants; their sums (and the means) stay exact,
+    /// only a phase that would come out negative is clamped at zero.
+    pub fn take(&self, key: u64, t_up_write: Tick, t_resp_first: Tick) -> Option<Seen> {
         let mut q = self.pending();
+        let answered = |s: &Seen| s.key == key && s.t_reply <= t_resp_first;
         let at = q
             .iter()
-            .position(|s| s.key == key && s.t_sent >= t_sent && s.t_reply <= t_resp_first)?;
+            .position(|s| answered(s) && s.t_sent >= t_up_write)
+            .or_else(|| q.iter().position(answered))?;
         q.remove(at)
     }
 
@@ -88,14 +101,17 @@ impl Correlator {
 }
 
 /// Adds `backend_in`, `backend` and `backend_out` for a request sent at `t_sent` whose
-/// response began at `t_resp_first`, given its Redis command.
+/// response began at `t_resp_first`, given its Redis command. The three always add up to
+/// the request's `upstream_wait`: for a true pair they are the three spans between the
+/// four instants; for a swapped pair (see [`Correlator::take`]) Redis's span is kept and
+/// what would fall outside the wait is taken from `backend_in`, then `backend_out`.
 pub fn decompose(phases: &mut Phases, t_sent: Tick, t_resp_first: Tick, redis: &Seen) {
-    phases.set(Phase::BackendIn, nanos_between(t_sent, redis.t_sent));
-    phases.set(Phase::Backend, nanos_between(redis.t_sent, redis.t_reply));
-    phases.set(
-        Phase::BackendOut,
-        nanos_between(redis.t_reply, t_resp_first),
-    );
+    let wait = nanos_between(t_sent, t_resp_first);
+    let backend = nanos_between(redis.t_sent, redis.t_reply).min(wait);
+    let backend_in = nanos_between(t_sent, redis.t_sent).min(wait - backend);
+    phases.set(Phase::BackendIn, backend_in);
+    phases.set(Phase::Backend, backend);
+    phases.set(Phase::BackendOut, wait - backend - backend_in);
 }
 
 #[cfg(test)]
@@ -137,7 +153,6 @@ mod tests {
             .iter()
             .map(|&ph| p.get(ph).unwrap())
             .sum();
-        // Exact up to the rounding of each tick difference to whole nanoseconds.
-        assert!(sum.abs_diff(nanos_between(t(5), t(22))) <= 3);
+        assert_eq!(sum, nanos_between(t(5), t(22)));
     }
 }

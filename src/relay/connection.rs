@@ -89,8 +89,10 @@ pub(super) struct HttpConnection {
     prev_end: Tick,
     /// A copy of the current target, kept only when a recorder asked for it.
     target: Vec<u8>,
-    /// The backend command of the current request, when the tap is correlated.
+    /// The backend command of the current request, when the tap is correlated, and the
+    /// backend's report of it once found.
     corr_key: Option<u64>,
+    corr_found: Option<correlate::Seen>,
 }
 
 impl HttpConnection {
@@ -105,6 +107,7 @@ impl HttpConnection {
             prev_end: 0,
             target: Vec::new(),
             corr_key: None,
+            corr_found: None,
         }
     }
 
@@ -204,6 +207,7 @@ impl HttpConnection {
             self.target.clear();
             self.target.extend_from_slice(target);
         }
+        self.corr_found = None;
         self.corr_key = self.tap.correlator.as_ref().and_then(|_| {
             // The body counts only when it is already here whole (it usually is).
             let body = match head.body {
@@ -277,13 +281,30 @@ impl HttpConnection {
                     }
                 }
                 r = async { upstream?.readable().await.ok() }, if idle && upstream.is_some() => {
-                    // Between requests the upstream has nothing to say: bytes or a close
-                    // both mean it is done with this connection, and so are we.
                     let _ = r;
                     if let Some(up) = self.upstream.as_ref() {
                         match up.try_read(self.ubuf.spare(RESPONSE_BUFFER)) {
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                            _ => return Ok(HeadReady::Closed),
+                            // The upstream closed between requests (Amphp does after 15 s
+                            // idle): the client's side closes too, as it would have without
+                            // the proxy.
+                            Ok(0) | Err(_) => return Ok(HeadReady::Closed),
+                            // A response nobody asked for (Webdis 0.1.9 sometimes writes a
+                            // late answer meant for a closed connection whose descriptor it
+                            // reused). The client asked nothing, so it gets nothing: the
+                            // upstream connection is dropped, counted, and the next request
+                            // opens a new one.
+                            Ok(n) => {
+                                tracing::warn!(
+                                    tap = %self.tap.config.name,
+                                    bytes = n,
+                                    "upstream sent a response nobody asked for; reconnecting"
+                                );
+                                self.tap.recorder.error(ErrorKind::UnsolicitedResponse);
+                                self.upstream = None;
+                                self.tap.recorder.connection_closed(Side::Upstream);
+                                self.ubuf = Buf::new();
+                            }
                         }
                     }
                 }
@@ -503,6 +524,10 @@ impl HttpConnection {
                                 .frame(&ubuf.filled()[to_client..], t, ex)
                                 .map_err(|kind| answer_or_abort(Answer::BadGateway, kind, response_bytes))?;
                             if final_response_from.is_none() && resp.head_done() {
+                                // The response began: its backend command is now complete.
+                                if let (Some(c), Some(key)) = (&self.tap.correlator, self.corr_key) {
+                                    self.corr_found = c.take(key, ex.t_up_write, ex.t_resp_first);
+                                }
                                 final_response_from = Some(response_bytes + resp.final_offset(before) as u64);
                             }
                             if resp.head_done() {
@@ -576,14 +601,11 @@ impl HttpConnection {
         rec.bytes(Direction::Request, request_bytes);
         rec.bytes(Direction::Response, response_bytes);
         let mut phases = ex.phases();
-        if let (Some(correlator), Some(key)) = (&self.tap.correlator, self.corr_key) {
-            if ex.t_sent != 0 && ex.t_resp_first != 0 {
-                let found = correlator.take(key, ex.t_sent, ex.t_resp_first);
-                if let Some(redis) = &found {
-                    correlate::decompose(&mut phases, ex.t_sent, ex.t_resp_first, redis);
-                }
-                rec.correlated(found.is_some());
+        if self.corr_key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
+            if let Some(redis) = &self.corr_found {
+                correlate::decompose(&mut phases, ex.t_sent, ex.t_resp_first, redis);
             }
+            rec.correlated(self.corr_found.is_some());
         }
         rec.exchange(&ExchangeRecord {
             route,

@@ -415,6 +415,16 @@ impl Webdis {
     /// Writes its JSON config, starts it, and waits until `/PING` answers `PONG`
     /// (which also means its Redis connections are up).
     pub fn start(redis_port: u16) -> Webdis {
+        Webdis::start_with_port(redis_port, free_port)
+    }
+
+    /// Like [`Webdis::start`], on a port chosen beforehand (e.g. one a proxy was already
+    /// told to forward to).
+    pub fn start_at(redis_port: u16, http_port: u16) -> Webdis {
+        Webdis::start_with_port(redis_port, || http_port)
+    }
+
+    fn start_with_port(redis_port: u16, mut pick_port: impl FnMut() -> u16) -> Webdis {
         let binary = require_tool("webdis");
         let dir = tempfile::Builder::new()
             .prefix("webdis-")
@@ -423,7 +433,7 @@ impl Webdis {
         let (process, port) = start_with_retries(
             "webdis",
             |attempt| {
-                let port = free_port();
+                let port = pick_port();
                 let config = serde_json::json!({
                     "redis_host": "127.0.0.1",
                     "redis_port": redis_port,
