@@ -270,6 +270,13 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         assert_eq!(r.status, 200, "{path}");
         assert_eq!(r.header("content-security-policy"), Some(csp), "{path}");
     }
+    assert_eq!(proxy.admin_get("/assets/missing.js").status, 404);
+    let post = support::parse_response(&support::http_exchange(
+        proxy.admin_addr(),
+        b"POST /assets/app.js HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ));
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), Some("GET, HEAD"));
     assert!(assets.iter().any(|p| p.ends_with("uPlot.iife.min.js")));
     assert!(
         assets.iter().any(|p| p.ends_with("/LICENSE")),
