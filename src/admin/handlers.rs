@@ -4,9 +4,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
+    X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::page::{self, Asset};
 use crate::metrics::exposition;
 use crate::metrics::Registry;
 
@@ -14,7 +18,6 @@ type Reply = Response<Full<Bytes>>;
 
 const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
-const HTML: &str = "text/html; charset=utf-8";
 
 /// Answers one admin request. The request body, if any, is ignored.
 pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>) -> Reply {
@@ -50,10 +53,13 @@ pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>) -> Reply {
             })
             .await
         }
-        "/" if read => reply(StatusCode::OK, HTML, super::page::INDEX),
-        "/metrics" | "/healthz" | "/api/snapshot" | "/" => not_allowed("GET, HEAD"),
+        "/metrics" | "/healthz" | "/api/snapshot" => not_allowed("GET, HEAD"),
         "/api/reset" => not_allowed("POST"),
-        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+        path => match page::asset(path) {
+            Some(asset) if read => page_file(asset),
+            Some(_) => not_allowed("GET, HEAD"),
+            None => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+        },
     }
 }
 
@@ -72,6 +78,22 @@ fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>)
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The live page and its files, under a policy that lets them load nothing from elsewhere.
+fn page_file(asset: &'static Asset) -> Reply {
+    let mut r = reply(
+        StatusCode::OK,
+        asset.content_type,
+        Bytes::from_static(asset.body),
+    );
+    let h = r.headers_mut();
+    h.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(page::CONTENT_SECURITY_POLICY),
+    );
+    h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     r
 }
 

@@ -1,0 +1,796 @@
+/* phasescope live page.
+ *
+ * Polls /api/snapshot (same origin, nothing else) once a second and shows, per tap, where
+ * the time of a request goes. Two kinds of numbers appear and the page keeps them apart:
+ *
+ *  - "since the window started" (the last reset, or the proxy's start): the snapshot's own
+ *    exact figures (count, mean, HDR percentiles). With several routes the page merges
+ *    their HDR histograms the way docs/metrics.md describes, so percentiles stay exact to
+ *    the HDR resolution rather than being averaged.
+ *  - "per second": differences between two successive snapshots (request rate, the mean of
+ *    each phase and the p50/p99 of `total` over just that interval), for the charts.
+ *
+ * "Where the time goes" divides each phase's summed time by the number of requests (the
+ * count of `total`): that is what the phase adds to the mean request, so the sequential
+ * phases stack up to the mean total. `parse` is taken out of the `client_recv` that
+ * contains it, and the Webdis decomposition out of the `upstream_wait` it splits.
+ */
+"use strict";
+
+(function () {
+  const POLL_MS = 1000;
+  const KEEP_POINTS = 600; // ten minutes of one-second points
+  const RATE_WINDOW_S = 5; // the rate on the cards: steadier than one interval
+
+  /* Phases in timeline order (docs/phases.md), then the aggregate. */
+  const PHASES = [
+    "client_recv", "parse", "upstream_connect", "queue", "upstream_send", "upstream_wait",
+    "backend_in", "backend", "backend_out", "upstream_recv", "response_parse",
+    "proxy_overhead", "write", "total",
+  ];
+
+  const COLORS = {
+    client_recv: "#8da0cb",
+    parse: "#e377c2",
+    upstream_connect: "#9bd36b",
+    queue: "#f1ce63",
+    upstream_send: "#5fc0a8",
+    upstream_wait: "#f28e2b",
+    backend_in: "#f7b267",
+    backend: "#d9622b",
+    backend_out: "#b07aa1",
+    upstream_recv: "#17a589",
+    response_parse: "#c2185b",
+    proxy_overhead: "#e15759",
+    write: "#4e79a7",
+    total: "#3a4150",
+    unattributed: "#c3c8d0",
+  };
+
+  /* Shown as a tooltip on each phase; the short form of docs/phases.md. */
+  const ABOUT = {
+    client_recv: "first request byte → head complete: the client and the network delivering the head",
+    parse: "CPU time in the request-head parser (inside client_recv)",
+    upstream_connect: "connecting to the upstream, for the request that opened the connection",
+    queue: "a pipelined request waiting for the previous response (head-of-line blocking)",
+    upstream_send: "sending the request (and streaming its body) to the upstream",
+    upstream_wait: "request sent → first response byte: the backend's own time",
+    backend_in: "Webdis reading the HTTP request and building its Redis command",
+    backend: "Redis itself: command → reply",
+    backend_out: "Webdis turning the Redis reply into its HTTP response",
+    upstream_recv: "first → last response byte from the upstream (overlaps write when streamed)",
+    response_parse: "CPU time in the response-head parser",
+    proxy_overhead: "latency phasescope itself adds",
+    write: "writing the response to the client",
+    total: "first request byte → last response byte written: what the client saw",
+    unattributed: "time in total that no sequential phase covers",
+  };
+
+  /* Phases that lie inside, or overlap, others: listed in the table, not stacked. */
+  const INSIDE = {
+    parse: "in client_recv",
+    backend_in: "in upstream_wait",
+    backend: "in upstream_wait",
+    backend_out: "in upstream_wait",
+    upstream_recv: "overlaps write",
+    response_parse: "CPU",
+  };
+
+  const DECOMPOSITION = ["backend_in", "backend", "backend_out"];
+
+  /* Bottom to top of the stacked chart; the same order segments() returns. */
+  const STACK_ORDER = [
+    "parse", "client_recv", "upstream_connect", "queue", "upstream_send",
+    "backend_in", "backend", "backend_out", "upstream_wait", "proxy_overhead", "write", "unattributed",
+  ];
+
+  // ---------------------------------------------------------------------------------
+  // Small helpers
+  // ---------------------------------------------------------------------------------
+
+  function h(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    if (attrs) {
+      for (const [k, v] of Object.entries(attrs)) {
+        if (v === undefined || v === null) continue;
+        if (k === "class") e.className = v;
+        else if (k === "text") e.textContent = v;
+        else if (k === "style") Object.assign(e.style, v);
+        else e.setAttribute(k, v);
+      }
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+
+  function swatch(key) {
+    return h("span", { class: "swatch", style: { background: COLORS[key] || COLORS.unattributed } });
+  }
+
+  function num3(x) {
+    const a = Math.abs(x);
+    if (a >= 100) return x.toFixed(0);
+    if (a >= 10) return x.toFixed(1);
+    return x.toFixed(2);
+  }
+
+  /* Seconds → "312 ns", "41.2 µs", "1.20 ms", "2.50 s". */
+  function fmtDur(s) {
+    if (s === null || s === undefined || !isFinite(s)) return "–";
+    const a = Math.abs(s);
+    if (a === 0) return "0";
+    if (a < 1e-6) return (s * 1e9).toFixed(0) + " ns";
+    if (a < 1e-3) return num3(s * 1e6) + " µs";
+    if (a < 1) return num3(s * 1e3) + " ms";
+    return num3(s) + " s";
+  }
+
+  function fmtInt(n) {
+    return Math.round(n).toLocaleString("en-US");
+  }
+
+  function fmtRate(r) {
+    if (r === null || r === undefined || !isFinite(r)) return "–";
+    if (r >= 1000) return fmtInt(r);
+    return num3(r);
+  }
+
+  function fmtPct(f) {
+    if (!isFinite(f)) return "–";
+    const p = f * 100;
+    if (p >= 10) return p.toFixed(0) + " %";
+    if (p >= 1) return p.toFixed(1) + " %";
+    return p.toFixed(2) + " %";
+  }
+
+  function fmtBytes(n) {
+    if (!isFinite(n)) return "–";
+    const units = ["B", "KB", "MB", "GB", "TB"];
+    let i = 0;
+    while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
+    return (i === 0 ? n.toFixed(0) : num3(n)) + " " + units[i];
+  }
+
+  function fmtAge(seconds) {
+    if (!isFinite(seconds) || seconds < 0) return "–";
+    if (seconds < 90) return seconds.toFixed(0) + " s";
+    if (seconds < 5400) return (seconds / 60).toFixed(0) + " min";
+    if (seconds < 172800) return (seconds / 3600).toFixed(1) + " h";
+    return (seconds / 86400).toFixed(1) + " d";
+  }
+
+  function fmtClock(unix) {
+    const d = new Date(unix * 1000);
+    return d.toLocaleTimeString("en-GB", { hour12: false });
+  }
+
+  function cssVar(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+
+  // ---------------------------------------------------------------------------------
+  // Series arithmetic
+  // ---------------------------------------------------------------------------------
+
+  /* The value at rank ⌈q·count⌉ of sorted [value_ns, count] pairs, in ns (as HDR does). */
+  function quantileNs(pairs, count, q) {
+    if (!count || !pairs.length) return 0;
+    const rank = Math.max(1, Math.ceil(q * count - 1e-9));
+    let seen = 0;
+    for (const [v, c] of pairs) {
+      seen += c;
+      if (seen >= rank) return v;
+    }
+    return pairs[pairs.length - 1][0];
+  }
+
+  /* One series from all routes of a phase: counts and sums add, histograms merge. */
+  function mergeRoutes(byRoute) {
+    const list = Object.values(byRoute || {});
+    if (list.length === 0) return null;
+    if (list.length === 1) return list[0];
+    let count = 0, sum = 0, min = Infinity, max = 0;
+    const acc = new Map();
+    for (const s of list) {
+      count += s.count;
+      sum += s.sum;
+      min = Math.min(min, s.min);
+      max = Math.max(max, s.max);
+      for (const [v, c] of s.histogram) acc.set(v, (acc.get(v) || 0) + c);
+    }
+    const pairs = [...acc.entries()].sort((a, b) => a[0] - b[0]);
+    const q = (x) => Math.min(max, Math.max(min, quantileNs(pairs, count, x) / 1e9));
+    return {
+      count, sum, mean: count ? sum / count : 0, min,
+      p50: q(0.5), p90: q(0.9), p99: q(0.99), p999: q(0.999), max, histogram: pairs,
+    };
+  }
+
+  function histMap(series) {
+    const m = new Map();
+    if (series) for (const [v, c] of series.histogram) m.set(v, c);
+    return m;
+  }
+
+  /* Quantiles of what was recorded between two cumulative histograms. */
+  function intervalQuantiles(cur, prev, qs) {
+    const pairs = [];
+    let count = 0;
+    for (const [v, c] of cur) {
+      const d = c - (prev.get(v) || 0);
+      if (d > 0) { pairs.push([v, d]); count += d; }
+    }
+    pairs.sort((a, b) => a[0] - b[0]);
+    return qs.map((q) => (count ? quantileNs(pairs, count, q) / 1e9 : null));
+  }
+
+  /* Sums per phase (seconds) → the stacked segments [key, seconds], timeline order. */
+  function segments(sums) {
+    const totalSum = sums.total || 0;
+    const out = [];
+    const add = (key, v) => { if (v > 0) out.push([key, v]); };
+    add("parse", sums.parse || 0);
+    add("client_recv", Math.max(0, (sums.client_recv || 0) - (sums.parse || 0)));
+    add("upstream_connect", sums.upstream_connect || 0);
+    add("queue", sums.queue || 0);
+    add("upstream_send", sums.upstream_send || 0);
+    const parts = DECOMPOSITION.filter((p) => sums[p] > 0);
+    if (parts.length) {
+      let split = 0;
+      for (const p of parts) { add(p, sums[p]); split += sums[p]; }
+      // Requests the correlator could not match keep their whole wait undivided.
+      const rest = (sums.upstream_wait || 0) - split;
+      if (rest > 0.001 * totalSum) add("upstream_wait", rest);
+    } else {
+      add("upstream_wait", sums.upstream_wait || 0);
+    }
+    add("proxy_overhead", sums.proxy_overhead || 0);
+    add("write", sums.write || 0);
+    const covered = out.reduce((a, [, v]) => a + v, 0);
+    if (totalSum - covered > 0.005 * totalSum) add("unattributed", totalSum - covered);
+    return out;
+  }
+
+  function segLabel(key, hasDecomposition) {
+    if (key === "client_recv") return "client_recv − parse";
+    if (key === "upstream_wait" && hasDecomposition) return "upstream_wait (unmatched)";
+    return key;
+  }
+
+  function phaseSums(tap, route) {
+    const sums = {};
+    for (const [phase, byRoute] of Object.entries(tap.phases)) {
+      if (route === undefined) {
+        let s = 0;
+        for (const series of Object.values(byRoute)) s += series.sum;
+        sums[phase] = s;
+      } else if (byRoute[route]) {
+        sums[phase] = byRoute[route].sum;
+      }
+    }
+    return sums;
+  }
+
+  function sumValues(obj) {
+    return Object.values(obj || {}).reduce((a, b) => a + b, 0);
+  }
+
+  // ---------------------------------------------------------------------------------
+  // Charts (uPlot)
+  // ---------------------------------------------------------------------------------
+
+  const haveCharts = typeof window.uPlot === "function";
+
+  function axes(valueFmt) {
+    const stroke = cssVar("--muted");
+    const grid = { stroke: cssVar("--grid"), width: 1 };
+    const ticks = { stroke: cssVar("--border"), width: 1, size: 4 };
+    return [
+      {
+        stroke, grid, ticks, font: "11px system-ui, sans-serif",
+        values: (u, splits) => splits.map(fmtClock),
+      },
+      {
+        stroke, grid, ticks, size: 62, font: "11px system-ui, sans-serif",
+        values: (u, splits) => splits.map(valueFmt),
+      },
+    ];
+  }
+
+  class Chart {
+    /* series: [{label, color, fill, raw: () => array}]; stacked: cumulative bands. */
+    constructor(container, series, opts) {
+      this.container = container;
+      this.stacked = !!opts.stacked;
+      this.height = opts.height || 150;
+      const uSeries = [{ value: (u, v) => (v == null ? "–" : fmtClock(v)) }];
+      const bands = [];
+      series.forEach((s, i) => {
+        uSeries.push({
+          label: s.label,
+          stroke: s.color,
+          width: this.stacked ? 1 : 1.75,
+          fill: s.fill,
+          points: { show: false },
+          spanGaps: false,
+          value: (u, v, si, di) => {
+            const raw = s.raw();
+            return di == null || raw[di] == null ? "–" : opts.fmt(raw[di]);
+          },
+        });
+        if (this.stacked && i > 0) bands.push({ series: [i + 1, i] });
+      });
+      const width = Math.max(200, container.clientWidth);
+      this.u = new window.uPlot({
+        width,
+        height: this.height,
+        series: uSeries,
+        bands,
+        axes: axes(opts.fmt),
+        legend: { show: opts.legend !== false, live: false },
+        cursor: { drag: { x: false, y: false }, points: { show: !this.stacked } },
+        scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.08 : 1] } },
+        padding: [8, 8, 0, 0],
+      }, [[]], container);
+      this.observer = new ResizeObserver(() => {
+        const w = Math.max(200, this.container.clientWidth);
+        if (w !== this.u.width) this.u.setSize({ width: w, height: this.height });
+      });
+      this.observer.observe(container);
+    }
+
+    setData(data) {
+      this.u.setData(data);
+    }
+
+    destroy() {
+      this.observer.disconnect();
+      this.u.destroy();
+    }
+  }
+
+  // ---------------------------------------------------------------------------------
+  // One tap
+  // ---------------------------------------------------------------------------------
+
+  class TapView {
+    constructor(name, parent) {
+      this.name = name;
+      this.prev = null;
+      this.recent = []; // {t, requests, errors} over the last RATE_WINDOW_S
+      this.history = { t: [], rate: [], errRate: [], p50: [], p99: [], seg: {} };
+      this.segKeys = [];
+      this.stackChart = null;
+      this.build(parent);
+    }
+
+    build(parent) {
+      const card = (key, label, hint) => {
+        const value = h("div", { class: "value", "data-stat": key, text: "–" });
+        const hintEl = h("div", { class: "hint", text: hint || "\u00a0" });
+        this.cards[key] = { value, hint: hintEl };
+        return h("div", { class: "panel card" }, h("div", { class: "label", text: label }), value, hintEl);
+      };
+      this.cards = {};
+      this.protocol = h("span", { class: "badge" });
+      this.headline = h("span", { class: "headline" });
+      this.stack = h("div", { class: "stack", role: "img" });
+      this.legend = h("div", { class: "legend" });
+      this.breakdownSub = h("span", { class: "sub" });
+      this.breakdownNote = h("div", { class: "note" });
+      this.phaseBody = h("tbody");
+      this.phaseSub = h("span", { class: "sub" });
+      this.routeBody = h("tbody");
+      this.errors = h("div", { class: "errors" });
+      this.traffic = h("dl", { class: "kv" });
+      this.stackBox = h("div", { class: "chart" });
+      this.rateBox = h("div", { class: "chart" });
+      this.latencyBox = h("div", { class: "chart" });
+
+      const th = (...names) => h("tr", null, ...names.map((n) => h("th", { text: n })));
+
+      this.root = h("section", { class: "tap", "data-tap": this.name },
+        h("div", { class: "tap-head" }, h("h2", { text: this.name }), this.protocol, this.headline),
+        h("div", { class: "cards" },
+          card("rate", "Requests / s", `over the last ${RATE_WINDOW_S} s`),
+          card("requests", "Requests", ""),
+          card("mean", "Mean total", "what clients saw"),
+          card("p99", "p99 total", ""),
+          card("errors", "Errors", ""),
+          card("connections", "Connections open", "")),
+        h("div", { class: "panel breakdown" },
+          h("h3", null, "Where the time goes", this.breakdownSub),
+          this.stack, this.legend, this.breakdownNote),
+        h("div", { class: "charts" },
+          h("div", { class: "panel" }, h("h3", null, "Mean per request by phase", h("span", { class: "sub", text: "each second, stacked" })), this.stackBox),
+          h("div", { class: "panel" }, h("h3", null, "Throughput", h("span", { class: "sub", text: "per second" })), this.rateBox),
+          h("div", { class: "panel" }, h("h3", null, "Total latency", h("span", { class: "sub", text: "p50 · p99, each second" })), this.latencyBox)),
+        h("div", { class: "panel phases-panel" },
+          h("h3", null, "Phases", this.phaseSub),
+          h("table", { class: "phases" },
+            h("thead", null, th("phase", "count", "mean", "p50", "p90", "p99", "p99.9", "max", "share of total")),
+            this.phaseBody)),
+        h("div", { class: "bottom" },
+          h("div", { class: "panel" },
+            h("h3", null, "Routes", h("span", { class: "sub", text: "total per route, since the window started" })),
+            h("table", { class: "routes" },
+              h("thead", null, th("route", "requests", "req/s", "mean", "p50", "p99", "where the time goes")),
+              this.routeBody)),
+          h("div", { class: "side" },
+            h("div", { class: "panel" }, h("h3", null, "Errors", h("span", { class: "sub", text: "since start, by kind" })), this.errors),
+            h("div", { class: "panel" }, h("h3", null, "Traffic", h("span", { class: "sub", text: "since start" })), this.traffic))));
+      parent.append(this.root);
+
+      if (haveCharts) {
+        const hist = this.history;
+        this.rateChart = new Chart(this.rateBox, [
+          { label: "requests/s", color: cssVar("--accent"), raw: () => hist.rate },
+          { label: "errors/s", color: cssVar("--bad"), raw: () => hist.errRate },
+        ], { fmt: fmtRate });
+        this.latencyChart = new Chart(this.latencyBox, [
+          { label: "p50", color: "#4e79a7", raw: () => hist.p50 },
+          { label: "p99", color: "#f28e2b", raw: () => hist.p99 },
+        ], { fmt: fmtDur });
+      }
+    }
+
+    /* The stacked chart's series follow the segments seen so far; rebuilt when one appears. */
+    ensureStackChart(keys) {
+      const known = new Set(this.segKeys);
+      const fresh = keys.filter((k) => !known.has(k));
+      if (!fresh.length && this.stackChart) return;
+      const all = new Set([...this.segKeys, ...fresh]);
+      const order = STACK_ORDER.filter((k) => all.has(k));
+      for (const k of order) {
+        if (!this.history.seg[k]) this.history.seg[k] = this.history.t.map(() => null);
+      }
+      this.segKeys = order;
+      if (!haveCharts) return;
+      if (this.stackChart) this.stackChart.destroy();
+      const hasDecomposition = order.some((k) => DECOMPOSITION.includes(k));
+      this.stackChart = new Chart(this.stackBox, order.map((k) => ({
+        label: segLabel(k, hasDecomposition),
+        color: COLORS[k],
+        fill: COLORS[k] + "d0",
+        raw: () => this.history.seg[k],
+      })), { fmt: fmtDur, stacked: true, legend: false, height: 189 });
+    }
+
+    update(tap, snap) {
+      const t = snap.taken_at_unix;
+      const merged = {};
+      for (const [phase, byRoute] of Object.entries(tap.phases)) merged[phase] = mergeRoutes(byRoute);
+      const total = merged.total || null;
+      const n = total ? total.count : 0;
+      const sums = phaseSums(tap);
+      const errors = sumValues(tap.totals.errors);
+      const totalHist = histMap(total);
+      const routeCounts = {};
+      for (const [route, s] of Object.entries(tap.phases.total || {})) routeCounts[route] = s.count;
+
+      // Differences from the previous snapshot.
+      let rate = null, errRate = null, bytesRate = null;
+      let interval = null; // per-segment mean per request, and p50/p99, for this interval
+      let routeRates = {};
+      const p = this.prev;
+      if (p && t > p.t) {
+        const dt = t - p.t;
+        const dreq = tap.totals.requests - p.requests;
+        if (dreq >= 0) rate = dreq / dt;
+        const derr = errors - p.errors;
+        if (derr >= 0) errRate = derr / dt;
+        bytesRate = (sumValues(tap.totals.bytes) - p.bytes) / dt;
+        if (p.since === snap.since_unix) {
+          const dn = n - p.n;
+          const dsums = {};
+          for (const k of Object.keys(sums)) dsums[k] = sums[k] - (p.sums[k] || 0);
+          if (dn > 0) {
+            const segs = {};
+            for (const [k, v] of segments(dsums)) segs[k] = v / dn;
+            const [p50, p99] = intervalQuantiles(totalHist, p.totalHist, [0.5, 0.99]);
+            interval = { segs, p50, p99 };
+          }
+          for (const [route, c] of Object.entries(routeCounts)) {
+            routeRates[route] = (c - (p.routeCounts[route] || 0)) / dt;
+          }
+        } else {
+          routeRates = null; // a reset happened in between: per-route counts restarted
+        }
+      }
+      this.prev = {
+        t, since: snap.since_unix, n, sums, requests: tap.totals.requests, errors,
+        bytes: sumValues(tap.totals.bytes), totalHist, routeCounts,
+      };
+
+      this.recent.push({ t, requests: tap.totals.requests, errors });
+      while (this.recent.length > 2 && t - this.recent[1].t >= RATE_WINDOW_S) this.recent.shift();
+      let cardRate = null, cardErrRate = null;
+      const first = this.recent[0];
+      if (this.recent.length >= 2 && t > first.t && tap.totals.requests >= first.requests) {
+        cardRate = (tap.totals.requests - first.requests) / (t - first.t);
+        cardErrRate = Math.max(0, errors - first.errors) / (t - first.t);
+      }
+
+      const segs = segments(sums);
+      this.record(t, rate, errRate, interval, segs.map(([k]) => k));
+      this.renderHead(tap, snap, merged, segs, n);
+      this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
+      this.renderBreakdown(segs, n, sums.total || 0, snap);
+      this.renderPhases(merged, sums.total || 0, snap);
+      this.renderRoutes(tap, routeRates);
+      this.renderErrors(tap);
+      this.renderTraffic(tap, bytesRate);
+      this.renderCharts();
+    }
+
+    record(t, rate, errRate, interval, keys) {
+      const hist = this.history;
+      if (interval) keys = [...new Set([...keys, ...Object.keys(interval.segs)])];
+      this.ensureStackChart(keys);
+      if (rate === null) return; // the first snapshot only sets the baseline
+      hist.t.push(t);
+      hist.rate.push(rate);
+      hist.errRate.push(errRate === null ? 0 : errRate);
+      hist.p50.push(interval ? interval.p50 : null);
+      hist.p99.push(interval ? interval.p99 : null);
+      for (const k of this.segKeys) hist.seg[k].push(interval ? (interval.segs[k] || 0) : null);
+      if (hist.t.length > KEEP_POINTS) {
+        for (const a of [hist.t, hist.rate, hist.errRate, hist.p50, hist.p99, ...Object.values(hist.seg)]) a.shift();
+      }
+    }
+
+    renderHead(tap, snap, merged, segs, n) {
+      this.protocol.textContent = tap.protocol;
+      const totalSum = merged.total ? merged.total.sum : 0;
+      if (!n || !totalSum) {
+        this.headline.textContent = "no requests in this window yet";
+        return;
+      }
+      // The biggest shares, and parse always: it is the figure people come for.
+      const hasDecomposition = segs.some(([k]) => DECOMPOSITION.includes(k));
+      const top = [...segs].filter(([k]) => k !== "unattributed").sort((a, b) => b[1] - a[1]).slice(0, 4);
+      if (!top.some(([k]) => k === "parse") && merged.parse) top.push(["parse", merged.parse.sum]);
+      this.headline.textContent = top
+        .map(([k, v]) => `${segLabel(k, hasDecomposition)} ${fmtPct(v / totalSum)}`)
+        .join(" · ");
+    }
+
+    renderCards(tap, snap, total, n, rate, errors, errRate) {
+      const c = this.cards;
+      c.rate.value.textContent = fmtRate(rate);
+      c.requests.value.textContent = fmtInt(n);
+      c.requests.hint.textContent = `since ${fmtClock(snap.since_unix)}`;
+      c.mean.value.textContent = total ? fmtDur(total.mean) : "–";
+      c.p99.value.textContent = total ? fmtDur(total.p99) : "–";
+      c.p99.hint.textContent = total ? `p50 ${fmtDur(total.p50)} · max ${fmtDur(total.max)}` : "\u00a0";
+      c.errors.value.textContent = fmtInt(errors);
+      c.errors.value.classList.toggle("bad", errors > 0);
+      c.errors.hint.textContent = errRate === null ? "since start" : `${fmtRate(errRate)} / s now · since start`;
+      const open = tap.totals.connections_open || {};
+      c.connections.value.textContent = fmtInt(open.client || 0);
+      c.connections.hint.textContent = `client · ${fmtInt(open.upstream || 0)} upstream`;
+    }
+
+    renderBreakdown(segs, n, totalSum, snap) {
+      this.breakdownSub.textContent = n
+        ? `mean per request over ${fmtInt(n)} requests since ${fmtClock(snap.since_unix)}: ${fmtDur(totalSum / n)} in all`
+        : "no requests yet";
+      const hasDecomposition = segs.some(([k]) => DECOMPOSITION.includes(k));
+      this.stack.replaceChildren(...segs.map(([k, v]) => {
+        const share = totalSum ? v / totalSum : 0;
+        const seg = h("div", {
+          class: "seg",
+          "data-segment": k,
+          title: `${segLabel(k, hasDecomposition)}: ${fmtDur(v / n)} per request, ${fmtPct(share)} — ${ABOUT[k] || ""}`,
+          style: { background: COLORS[k], flexGrow: String(share), flexBasis: "0" },
+        });
+        // Name and share where they fit, the share alone in a narrower segment.
+        if (share >= 0.14) seg.append(h("span", { text: `${segLabel(k, hasDecomposition)} ${fmtPct(share)}` }));
+        else if (share >= 0.04) seg.append(h("span", { text: fmtPct(share) }));
+        return seg;
+      }));
+      this.stack.setAttribute("aria-label", segs.map(([k, v]) => `${k} ${fmtPct(v / totalSum)}`).join(", "));
+      this.legend.replaceChildren(...segs.map(([k, v]) => h("span", { class: "item", title: ABOUT[k] || "" },
+        swatch(k),
+        h("span", { class: "name", text: segLabel(k, hasDecomposition) }),
+        h("span", { class: "v", text: fmtDur(v / n) }),
+        h("span", { class: "share", text: fmtPct(totalSum ? v / totalSum : 0) }))));
+      const notes = [];
+      if (segs.some(([k]) => k === "parse")) notes.push("parse is CPU time inside client_recv, drawn apart from the rest of it");
+      if (hasDecomposition) notes.push("backend_in, backend and backend_out split upstream_wait (Webdis ↔ Redis correlation)");
+      if (segs.some(([k]) => k === "unattributed")) notes.push("unattributed: time in total no sequential phase covers");
+      this.breakdownNote.textContent = notes.join(" · ");
+    }
+
+    renderPhases(merged, totalSum, snap) {
+      this.phaseSub.textContent = `exact (HDR) since ${fmtClock(snap.since_unix)}`;
+      const names = PHASES.filter((p) => merged[p]).concat(Object.keys(merged).filter((p) => !PHASES.includes(p)).sort());
+      if (!names.length) {
+        this.phaseBody.replaceChildren(h("tr", { class: "empty-row" }, h("td", { colspan: "9", text: "no requests in this window yet" })));
+        return;
+      }
+      this.phaseBody.replaceChildren(...names.map((p) => {
+        const s = merged[p];
+        const share = totalSum ? s.sum / totalSum : 0;
+        const cell = (col, text) => h("td", { "data-col": col, text });
+        return h("tr", { "data-phase": p, class: p === "total" ? "sum" : null, title: ABOUT[p] || "" },
+          h("td", { class: "name" }, swatch(p), p, INSIDE[p] ? h("span", { class: "inside", text: INSIDE[p] }) : null),
+          cell("count", fmtInt(s.count)),
+          cell("mean", fmtDur(s.mean)),
+          cell("p50", fmtDur(s.p50)),
+          cell("p90", fmtDur(s.p90)),
+          cell("p99", fmtDur(s.p99)),
+          cell("p999", fmtDur(s.p999)),
+          cell("max", fmtDur(s.max)),
+          h("td", { class: "sharecell", "data-col": "share" },
+            h("div", { class: "sharebar" },
+              h("div", { class: "bar" }, h("i", { style: { width: `${Math.min(100, share * 100)}%`, background: COLORS[p] || COLORS.unattributed } })),
+              h("b", { text: fmtPct(share) }))));
+      }));
+    }
+
+    renderRoutes(tap, routeRates) {
+      const totals = tap.phases.total || {};
+      const routes = Object.keys(totals).sort((a, b) => totals[b].count - totals[a].count || a.localeCompare(b));
+      if (!routes.length) {
+        this.routeBody.replaceChildren(h("tr", { class: "empty-row" }, h("td", { colspan: "7", text: "no requests in this window yet" })));
+        return;
+      }
+      this.routeBody.replaceChildren(...routes.map((r) => {
+        const s = totals[r];
+        const segs = segments(phaseSums(tap, r));
+        const sum = s.sum || 1;
+        const mini = h("div", { class: "mini", title: segs.map(([k, v]) => `${k} ${fmtPct(v / sum)}`).join(", ") },
+          ...segs.map(([k, v]) => h("i", { style: { width: `${(100 * v) / sum}%`, background: COLORS[k] } })));
+        const rate = routeRates && routeRates[r] !== undefined ? fmtRate(routeRates[r]) : "–";
+        return h("tr", { "data-route": r },
+          h("td", { class: "name", text: r }),
+          h("td", { "data-col": "count", text: fmtInt(s.count) }),
+          h("td", { "data-col": "rate", text: rate }),
+          h("td", { "data-col": "mean", text: fmtDur(s.mean) }),
+          h("td", { "data-col": "p50", text: fmtDur(s.p50) }),
+          h("td", { "data-col": "p99", text: fmtDur(s.p99) }),
+          h("td", null, mini));
+      }));
+    }
+
+    renderErrors(tap) {
+      const kinds = Object.entries(tap.totals.errors || {});
+      kinds.sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
+      this.errors.replaceChildren(...kinds.map(([k, v]) =>
+        h("span", { class: v > 0 ? "err nonzero" : "err", "data-error": k }, k, h("b", { text: fmtInt(v) }))));
+    }
+
+    renderTraffic(tap, bytesRate) {
+      const t = tap.totals;
+      const rows = [
+        ["bytes in (requests)", fmtBytes((t.bytes || {}).request || 0)],
+        ["bytes out (responses)", fmtBytes((t.bytes || {}).response || 0)],
+        ["throughput now", bytesRate === null ? "–" : fmtBytes(bytesRate) + "/s"],
+        ["connections opened", `${fmtInt((t.connections || {}).client || 0)} client · ${fmtInt((t.connections || {}).upstream || 0)} upstream`],
+      ];
+      this.traffic.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]));
+    }
+
+    renderCharts() {
+      if (!haveCharts) return;
+      const hist = this.history;
+      this.rateChart.setData([hist.t, hist.rate, hist.errRate]);
+      this.latencyChart.setData([hist.t, hist.p50, hist.p99]);
+      if (this.stackChart) {
+        // uPlot draws stacks as cumulative series with bands between neighbours.
+        const cum = [];
+        let below = hist.t.map(() => 0);
+        for (const k of this.segKeys) {
+          const col = hist.seg[k].map((v, i) => (v === null ? null : below[i] + v));
+          below = col.map((v, i) => (v === null ? below[i] : v));
+          cum.push(col);
+        }
+        this.stackChart.setData([hist.t, ...cum]);
+      }
+    }
+
+    remove() {
+      for (const c of [this.rateChart, this.latencyChart, this.stackChart]) if (c) c.destroy();
+      this.root.remove();
+    }
+  }
+
+  // ---------------------------------------------------------------------------------
+  // The page
+  // ---------------------------------------------------------------------------------
+
+  const views = new Map();
+  const main = document.getElementById("taps");
+  const placeholder = document.getElementById("placeholder");
+  const meta = document.getElementById("meta");
+  const status = document.getElementById("status");
+  const statusText = document.getElementById("status-text");
+  const pauseButton = document.getElementById("pause");
+  const resetButton = document.getElementById("reset");
+  let paused = false;
+  let timer = null;
+
+  function setStatus(state, text) {
+    status.dataset.state = state;
+    statusText.textContent = text;
+  }
+
+  function render(snap) {
+    const span = snap.taken_at_unix - snap.since_unix;
+    meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
+    const names = Object.keys(snap.taps || {});
+    if (!snap.metrics_enabled) {
+      placeholder.textContent = "Metrics are disabled (--no-metrics): nothing is recorded.";
+    } else if (!names.length) {
+      placeholder.textContent = "No taps are configured.";
+    }
+    placeholder.hidden = snap.metrics_enabled && names.length > 0;
+    for (const [name, view] of views) {
+      if (!names.includes(name)) { view.remove(); views.delete(name); }
+    }
+    for (const name of names) {
+      let view = views.get(name);
+      if (!view) { view = new TapView(name, main); views.set(name, view); }
+      view.update(snap.taps[name], snap);
+    }
+  }
+
+  async function poll() {
+    let snap;
+    try {
+      const r = await fetch("/api/snapshot", { cache: "no-store", headers: { Accept: "application/json" } });
+      if (!r.ok) throw new Error(`/api/snapshot answered ${r.status}`);
+      snap = await r.json();
+    } catch (e) {
+      setStatus("error", e instanceof TypeError ? "proxy unreachable" : e.message);
+      return;
+    }
+    if (snap.format !== "phasescope-snapshot" || snap.format_version > 1) {
+      setStatus("error", `unknown snapshot format ${snap.format} v${snap.format_version}`);
+      return;
+    }
+    setStatus("live", `live · ${fmtClock(snap.taken_at_unix)}`);
+    render(snap);
+  }
+
+  async function loop() {
+    timer = null;
+    if (paused) return;
+    const started = performance.now();
+    await poll();
+    if (!paused) timer = setTimeout(loop, Math.max(100, POLL_MS - (performance.now() - started)));
+  }
+
+  pauseButton.addEventListener("click", () => {
+    paused = !paused;
+    pauseButton.textContent = paused ? "Resume" : "Pause";
+    pauseButton.setAttribute("aria-pressed", String(paused));
+    if (paused) {
+      if (timer) clearTimeout(timer);
+      timer = null;
+      setStatus("connecting", "paused");
+    } else {
+      loop();
+    }
+  });
+
+  resetButton.addEventListener("click", async () => {
+    if (!window.confirm("Empty the percentile histograms and start a new window? (Prometheus counters are not touched.)")) return;
+    try {
+      const r = await fetch("/api/reset", { method: "POST" });
+      if (!r.ok) throw new Error(`/api/reset answered ${r.status}`);
+    } catch (e) {
+      setStatus("error", e.message);
+      return;
+    }
+    for (const view of views.values()) view.remove();
+    views.clear();
+    if (!paused) { if (timer) clearTimeout(timer); loop(); }
+  });
+
+  loop();
+})();

@@ -1,0 +1,426 @@
+//! The live page at the admin server's `/`, loaded by a real headless Chromium from a
+//! proxy under load: it shows the phases with real numbers, and the page makes no request
+//! to anywhere but the admin server.
+//!
+//! Chromium runs with `--dump-dom` after a virtual-time budget (the page's one-second
+//! polls run back to back in real time), writes a net log of every request it made, and
+//! saves a screenshot to tests/artifacts/live-page.png for a person to look at.
+
+mod support;
+mod traffic;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use phasescope::metrics::Snapshot;
+use regex::Regex;
+use serde_json::Value;
+use support::{require_tool, wait_for, Proxy};
+use traffic::{Load, Upstream};
+
+/// The upstream's answer delay: upstream_wait dominates every request by design.
+const UPSTREAM_DELAY: Duration = Duration::from_millis(1);
+/// Virtual time the page gets: several one-second polls.
+const VIRTUAL_TIME_MS: u32 = 8000;
+/// Ground truth for Chromium loading a local page; generous for a shared machine.
+const CHROMIUM_DEADLINE: Duration = Duration::from_secs(120);
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Phases every proxied HTTP exchange has (a connect only on the first of a connection).
+/// `write` is among them but often 0 here: a two-byte answer is accepted by the client
+/// socket in one write, so its first and last byte go at the same instant.
+const PHASES: [&str; 9] = [
+    "client_recv",
+    "parse",
+    "upstream_connect",
+    "upstream_send",
+    "upstream_wait",
+    "response_parse",
+    "proxy_overhead",
+    "write",
+    "total",
+];
+
+fn artifacts() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/artifacts");
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+struct Chromium {
+    dom: String,
+    stderr: String,
+    net_log: Value,
+}
+
+/// Loads `url` in a fresh headless Chromium profile and returns the DOM after the
+/// virtual-time budget, the browser's own log and its net log; saves a screenshot.
+fn load_page(chromium: &Path, url: &str, screenshot: &Path) -> Chromium {
+    let dir = tempfile::Builder::new()
+        .prefix("phasescope-chromium-")
+        .tempdir()
+        .unwrap();
+    let net_log = dir.path().join("net-log.json");
+    let dom_path = dir.path().join("dom.html");
+    let err_path = dir.path().join("stderr.log");
+    let _ = fs::remove_file(screenshot);
+    let mut command = Command::new(chromium);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--hide-scrollbars",
+            // Nothing the browser itself wants (update checks and the like) may leave the
+            // machine: every name but loopback fails to resolve.
+            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,900",
+            "--dump-dom",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!("--log-net-log={}", net_log.display()))
+        .arg(format!("--virtual-time-budget={VIRTUAL_TIME_MS}"))
+        .arg(format!("--screenshot={}", screenshot.display()))
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&dom_path).unwrap())
+        .stderr(fs::File::create(&err_path).unwrap());
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + CHROMIUM_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "chromium did not finish within {CHROMIUM_DEADLINE:?}\n{}",
+                fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(status.success(), "chromium exited with {status}\n{stderr}");
+    let net_log = fs::read_to_string(&net_log)
+        .unwrap_or_else(|e| panic!("no net log from chromium: {e}\n{stderr}"));
+    Chromium {
+        dom: fs::read_to_string(&dom_path).unwrap(),
+        stderr,
+        // Chromium may stop before closing the JSON array when it exits quickly.
+        net_log: serde_json::from_str(&net_log)
+            .or_else(|_| {
+                serde_json::from_str(&format!("{}]}}", net_log.trim_end().trim_end_matches(',')))
+            })
+            .unwrap_or_else(|e| panic!("the net log is not JSON: {e}")),
+    }
+}
+
+/// Every URL request the net log saw: (url, initiator, request type).
+fn url_requests(net_log: &Value) -> Vec<(String, String, String)> {
+    let start_job = net_log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+        .as_u64()
+        .expect("the net log names URL_REQUEST_START_JOB");
+    net_log["events"]
+        .as_array()
+        .expect("net log events")
+        .iter()
+        .filter(|e| e["type"].as_u64() == Some(start_job))
+        .filter_map(|e| {
+            let p = &e["params"];
+            Some((
+                p["url"].as_str()?.to_owned(),
+                p["initiator"].as_str().unwrap_or("").to_owned(),
+                p["request_type"].as_str().unwrap_or("").to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The text of a DOM fragment: tags dropped, entities that matter here decoded.
+fn text(html: &str) -> String {
+    let tags = Regex::new(r"<[^>]*>").unwrap();
+    tags.replace_all(html, "")
+        .replace("&nbsp;", " ")
+        .replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .trim()
+        .to_owned()
+}
+
+/// `<tr data-KEY="VALUE" …>…</tr>` for each row whose attribute `key` is set: VALUE →
+/// (data-col → cell text).
+fn rows(html: &str, key: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    let row = Regex::new(&format!(r#"(?s)<tr data-{key}="([^"]+)"[^>]*>(.*?)</tr>"#)).unwrap();
+    let cell = Regex::new(r#"(?s)<td[^>]*data-col="(\w+)"[^>]*>(.*?)</td>"#).unwrap();
+    row.captures_iter(html)
+        .map(|r| {
+            let cells = cell
+                .captures_iter(&r[2])
+                .map(|c| (c[1].to_owned(), text(&c[2])))
+                .collect();
+            (r[1].to_owned(), cells)
+        })
+        .collect()
+}
+
+/// "12,345" → 12345.
+fn count(cell: &str) -> u64 {
+    cell.replace(',', "")
+        .parse()
+        .unwrap_or_else(|e| panic!("{cell:?} is not a count: {e}"))
+}
+
+/// "41.2 µs" → 4.12e-5 seconds; "0" → 0.
+fn seconds(cell: &str) -> f64 {
+    if cell == "0" {
+        return 0.0;
+    }
+    let (number, unit) = cell
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("{cell:?} is not a duration"));
+    let scale = match unit {
+        "ns" => 1e-9,
+        "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => panic!("{cell:?}: unknown unit"),
+    };
+    number.parse::<f64>().unwrap() * scale
+}
+
+/// "93 %" → 0.93.
+fn share(cell: &str) -> f64 {
+    cell.trim_end_matches('%').trim().parse::<f64>().unwrap() / 100.0
+}
+
+fn snapshot_total(proxy: &Proxy) -> u64 {
+    let r = proxy.admin_get("/api/snapshot");
+    assert_eq!(r.status, 200);
+    let s = Snapshot::from_json(&r.body_text()).unwrap();
+    s.taps["webdis"]
+        .phases
+        .get("total")
+        .map_or(0, |routes| routes.values().map(|s| s.count).sum())
+}
+
+#[test]
+fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
+    let chromium = require_tool("chromium");
+    let upstream = Upstream::start(UPSTREAM_DELAY);
+    let mut proxy = Proxy::in_front_of(upstream.addr(), &[]);
+    let admin = format!("http://{}", proxy.admin_addr());
+
+    // The page and each file it loads come with a policy that allows this origin only.
+    let page = proxy.admin_get("/");
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    let csp = page
+        .header("content-security-policy")
+        .expect("the page has a Content-Security-Policy");
+    assert!(
+        csp.split(';').any(|d| d.trim() == "default-src 'self'"),
+        "{csp}"
+    );
+    let index = page.body_text();
+    let asset = Regex::new(r#"(?:src|href)="([^"]+)""#).unwrap();
+    let mut assets = Vec::new();
+    for m in asset.captures_iter(&index) {
+        let url = &m[1];
+        assert!(
+            url.starts_with('/') && !url.starts_with("//"),
+            "the page refers to {url}, not a path on the admin server"
+        );
+        assets.push(url.to_owned());
+    }
+    for path in assets.iter().filter(|p| p.starts_with("/assets/")) {
+        let r = proxy.admin_get(path);
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.header("content-security-policy"), Some(csp), "{path}");
+    }
+    assert_eq!(proxy.admin_get("/assets/missing.js").status, 404);
+    let post = support::parse_response(&support::http_exchange(
+        proxy.admin_addr(),
+        b"POST /assets/app.js HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ));
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), Some("GET, HEAD"));
+    assert!(assets.iter().any(|p| p.ends_with("uPlot.iife.min.js")));
+    assert!(
+        assets.iter().any(|p| p.ends_with("/LICENSE")),
+        "uPlot's licence is linked"
+    );
+
+    let load = Load::start(proxy.addr(), 2);
+    assert!(
+        wait_for(PATIENCE, || load.answered() >= 100),
+        "the load did not get going\n{}",
+        proxy.log_tail()
+    );
+    let before = snapshot_total(&proxy);
+    let screenshot = artifacts().join("live-page.png");
+    let page = load_page(&chromium, &format!("{admin}/"), &screenshot);
+    let after = snapshot_total(&proxy);
+    let sent = match load.stop() {
+        Ok(n) => n,
+        Err(e) => panic!(
+            "the load failed: {e}\nproxy exited: {:?}\n{}",
+            proxy.process().exited(),
+            proxy.log_tail()
+        ),
+    };
+    assert!(sent >= after, "{sent} answered, {after} recorded");
+
+    // No script error, no blocked load (a CSP violation is logged as one).
+    for line in page.stderr.lines() {
+        assert!(
+            !(line.contains("Uncaught")
+                || line.contains("Refused to")
+                || line.contains("Failed to load resource")),
+            "chromium reported: {line}\n{}",
+            page.stderr
+        );
+    }
+
+    // Requests: the page's (navigations and what it fetched) all went to the admin
+    // server; Chromium's own background requests, which no page made, are not the page's.
+    let requests = url_requests(&page.net_log);
+    let from_page: Vec<&(String, String, String)> = requests
+        .iter()
+        .filter(|(_, initiator, kind)| *initiator == admin || kind == "main frame")
+        .collect();
+    for (url, initiator, kind) in &from_page {
+        assert!(
+            url.starts_with(&format!("{admin}/")),
+            "the page requested {url} ({kind}, from {initiator})"
+        );
+    }
+    let fetched = |path: &str| {
+        from_page
+            .iter()
+            .filter(|(url, _, _)| *url == format!("{admin}{path}"))
+            .count()
+    };
+    assert_eq!(fetched("/"), 1, "{from_page:#?}");
+    assert!(fetched("/assets/app.js") >= 1, "{from_page:#?}");
+    assert!(
+        fetched("/assets/vendor/uplot/uPlot.iife.min.js") >= 1,
+        "{from_page:#?}"
+    );
+    assert!(
+        fetched("/api/snapshot") >= 3,
+        "the page polled /api/snapshot {} times: {from_page:#?}",
+        fetched("/api/snapshot")
+    );
+
+    // The rendered page: the webdis tap, a row per phase with real numbers.
+    let dom = &page.dom;
+    let start = dom
+        .find(r#"data-tap="webdis""#)
+        .unwrap_or_else(|| panic!("no section for the webdis tap in\n{dom}"));
+    let tap = &dom[start..];
+    let phases = rows(tap, "phase");
+    for phase in PHASES {
+        let row = phases
+            .get(phase)
+            .unwrap_or_else(|| panic!("no row for {phase}: {phases:#?}"));
+        assert!(count(&row["count"]) > 0, "{phase}: {row:?}");
+        if phase == "write" {
+            continue;
+        }
+        for col in ["mean", "p50", "p99", "max"] {
+            assert!(seconds(&row[col]) > 0.0, "{phase} {col}: {row:?}");
+        }
+    }
+    // The counts come from the snapshots the page polled while the load ran.
+    let shown = count(&phases["total"]["count"]);
+    assert!(
+        (before..=after).contains(&shown),
+        "the page shows {shown} requests; the proxy had {before} before and {after} after"
+    );
+    // Percentiles are ordered, and the upstream's delay is where the time goes.
+    let total = &phases["total"];
+    assert!(seconds(&total["p50"]) <= seconds(&total["p99"]));
+    assert!(seconds(&total["p99"]) <= seconds(&total["max"]));
+    let wait = &phases["upstream_wait"];
+    assert!(
+        seconds(&wait["p50"]) >= UPSTREAM_DELAY.as_secs_f64(),
+        "upstream_wait p50 {} is below the upstream's delay",
+        wait["p50"]
+    );
+    let wait_share = share(&wait["share"]);
+    for phase in PHASES
+        .iter()
+        .filter(|p| !["upstream_wait", "total"].contains(p))
+    {
+        assert!(
+            share(&phases[*phase]["share"]) < wait_share,
+            "{phase} has a bigger share than upstream_wait: {phases:#?}"
+        );
+    }
+    assert!(
+        tap.contains(r#"data-segment="upstream_wait""#),
+        "the breakdown has no upstream_wait segment"
+    );
+
+    // Routes, the live rate, errors.
+    let routes = rows(tap, "route");
+    for route in ["GET", "SET", "INCR"] {
+        let row = routes
+            .get(route)
+            .unwrap_or_else(|| panic!("no row for route {route}: {routes:#?}"));
+        assert!(count(&row["count"]) > 0, "{route}: {row:?}");
+    }
+    let rate = Regex::new(r#"data-stat="rate"[^>]*>([^<]*)<"#).unwrap();
+    let rate = rate
+        .captures(tap)
+        .map(|c| c[1].replace(',', ""))
+        .expect("a request rate card");
+    assert!(
+        rate.parse::<f64>().is_ok_and(|r| r > 0.0),
+        "request rate {rate:?}"
+    );
+    assert!(
+        tap.contains(r#"data-error="bad_request""#),
+        "the error kinds are listed"
+    );
+
+    let png = fs::read(&screenshot).expect("chromium saved a screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "the screenshot is a PNG"
+    );
+    eprintln!("screenshot: {}", screenshot.display());
+}
