@@ -39,7 +39,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     let registry = Registry::new(&config.metrics)?;
-    let admin = crate::admin::bind(config.admin.listen, Arc::clone(&registry))?;
+    let admin = crate::admin::bind(config.admin.listen, Arc::clone(&registry))?
+        .with_token(config.admin.token.as_deref());
     warn_if_public(config.admin.listen);
     tracing::info!(admin = %admin.local_addr(), "admin server listening");
     let running = start(&config, &registry).await?;
@@ -72,9 +73,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 /// The admin server exposes every route and latency of the upstream: anywhere but
 /// loopback it should be deliberate.
 fn warn_if_public(addr: std::net::SocketAddr) {
-    if !addr.ip().is_loopback() {
+    if beyond_loopback(addr) {
         tracing::warn!(admin = %addr, "the admin server listens beyond loopback: anyone who can reach it can read the metrics and reset the snapshots");
     }
+}
+
+fn beyond_loopback(addr: std::net::SocketAddr) -> bool {
+    !addr.ip().is_loopback()
 }
 
 /// Binds every tap of `config` with its recorders: the metrics registry first, then the
@@ -148,5 +153,20 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beyond_loopback;
+
+    #[test]
+    fn only_loopback_admin_addresses_pass_without_a_warning() {
+        for quiet in ["127.0.0.1:9464", "127.8.0.1:1", "[::1]:9464"] {
+            assert!(!beyond_loopback(quiet.parse().unwrap()), "{quiet}");
+        }
+        for loud in ["0.0.0.0:9464", "[::]:9464", "10.1.2.3:9464"] {
+            assert!(beyond_loopback(loud.parse().unwrap()), "{loud}");
+        }
     }
 }

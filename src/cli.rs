@@ -81,6 +81,11 @@ pub struct RunArgs {
     /// Record no metrics (the timeline is still taken) [env: PHASESCOPE_NO_METRICS=1]
     #[arg(long)]
     pub no_metrics: bool,
+
+    /// Require `Authorization: Bearer TOKEN` on /metrics and /api/*; prefer the variable,
+    /// as command lines are visible to other users [env: PHASESCOPE_ADMIN_TOKEN]
+    #[arg(long, value_name = "TOKEN")]
+    pub admin_token: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +106,7 @@ impl RunArgs {
             (Key::Admin, self.admin.as_deref()),
             (Key::SlowThreshold, self.slow_threshold.as_deref()),
             (Key::LogFormat, log_format),
+            (Key::AdminToken, self.admin_token.as_deref()),
         ];
         for (key, value) in text {
             if let Some(value) = value {

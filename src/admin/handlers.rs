@@ -5,8 +5,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{
-    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
-    X_CONTENT_TYPE_OPTIONS,
+    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -19,11 +19,19 @@ type Reply = Response<Full<Bytes>>;
 const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
 
-/// Answers one admin request. The request body, if any, is ignored.
-pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>) -> Reply {
+/// Answers one admin request. The request body, if any, is ignored. With a `token`, the
+/// data paths (`/metrics`, `/api/*`) need it as a bearer token; the page and `/healthz`
+/// stay open (the page asks for the token and sends it itself).
+pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&str>) -> Reply {
     let method = req.method();
     let read = method == Method::GET || method == Method::HEAD;
-    match req.uri().path() {
+    let path = req.uri().path();
+    if let Some(token) = token {
+        if (path == "/metrics" || path.starts_with("/api/")) && !authorized(&req, token) {
+            return unauthorized();
+        }
+    }
+    match path {
         "/metrics" if read => {
             blocking(move || {
                 reply(
@@ -94,6 +102,36 @@ fn page_file(asset: &'static Asset) -> Reply {
         HeaderValue::from_static(page::CONTENT_SECURITY_POLICY),
     );
     h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    r
+}
+
+/// Compares the bearer token in constant time, so its bytes cannot be guessed one by one
+/// from response times.
+fn authorized<B>(req: &Request<B>, token: &str) -> bool {
+    let Some(given) = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+    else {
+        return false;
+    };
+    let want = token.as_bytes();
+    given.len() == want.len()
+        && given
+            .iter()
+            .zip(want)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+fn unauthorized() -> Reply {
+    let mut r = reply(
+        StatusCode::UNAUTHORIZED,
+        TEXT,
+        "a bearer token is required\n",
+    );
+    r.headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r
 }
 

@@ -38,6 +38,7 @@ pub struct AdminServer {
     listener: std::net::TcpListener,
     local_addr: SocketAddr,
     registry: Arc<Registry>,
+    token: Option<Arc<str>>,
 }
 
 /// Binds the admin listener now, so that a taken port fails at start-up with a clear
@@ -55,10 +56,17 @@ pub fn bind(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<AdminSe
         listener,
         local_addr,
         registry,
+        token: None,
     })
 }
 
 impl AdminServer {
+    /// Requires `Authorization: Bearer <token>` on `/metrics` and `/api/*`.
+    pub fn with_token(mut self, token: Option<&str>) -> Self {
+        self.token = token.map(Arc::from);
+        self
+    }
+
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -78,7 +86,12 @@ impl AdminServer {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
-                        conns.spawn(connection(stream, Arc::clone(&self.registry), stop_rx.clone()));
+                        conns.spawn(connection(
+                            stream,
+                            Arc::clone(&self.registry),
+                            self.token.clone(),
+                            stop_rx.clone(),
+                        ));
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "admin server: accept failed");
@@ -101,13 +114,19 @@ impl AdminServer {
     }
 }
 
-async fn connection(stream: TcpStream, registry: Arc<Registry>, mut stop: watch::Receiver<bool>) {
+async fn connection(
+    stream: TcpStream,
+    registry: Arc<Registry>,
+    token: Option<Arc<str>>,
+    mut stop: watch::Receiver<bool>,
+) {
     // The only change ever sent is the stop; a dropped sender means stop too.
     // Replies are one small write each; waiting for Nagle only adds latency.
     let _ = stream.set_nodelay(true);
     let service = service_fn(move |req| {
         let registry = Arc::clone(&registry);
-        async move { Ok::<_, Infallible>(handle(req, registry).await) }
+        let token = token.clone();
+        async move { Ok::<_, Infallible>(handle(req, registry, token.as_deref()).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())

@@ -51,12 +51,17 @@ pub struct Config {
 pub struct AdminConfig {
     #[serde(default = "defaults::admin_listen")]
     pub listen: SocketAddr,
+    /// When set, `/metrics` and `/api/*` require `Authorization: Bearer <token>`. Prefer
+    /// `PHASESCOPE_ADMIN_TOKEN` to writing it in the file.
+    #[serde(default)]
+    pub token: Option<String>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: defaults::admin_listen(),
+            token: None,
         }
     }
 }

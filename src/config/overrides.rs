@@ -42,6 +42,7 @@ pub struct Overrides {
     pub slow_threshold: Option<Override<Duration>>,
     /// `true` disables metrics; `false` (only from the variable) enables them.
     pub no_metrics: Option<Override<bool>>,
+    pub admin_token: Option<Override<String>>,
 }
 
 /// One overridable setting, with its flag and variable names.
@@ -56,10 +57,11 @@ pub enum Key {
     SlowLog,
     SlowThreshold,
     NoMetrics,
+    AdminToken,
 }
 
 impl Key {
-    pub const ALL: [Key; 9] = [
+    pub const ALL: [Key; 10] = [
         Key::Listen,
         Key::Upstream,
         Key::Protocol,
@@ -69,6 +71,7 @@ impl Key {
         Key::SlowLog,
         Key::SlowThreshold,
         Key::NoMetrics,
+        Key::AdminToken,
     ];
 
     pub fn flag(self) -> &'static str {
@@ -82,6 +85,7 @@ impl Key {
             Key::SlowLog => "--slow-log",
             Key::SlowThreshold => "--slow-threshold",
             Key::NoMetrics => "--no-metrics",
+            Key::AdminToken => "--admin-token",
         }
     }
 
@@ -96,6 +100,7 @@ impl Key {
             Key::SlowLog => "PHASESCOPE_SLOW_LOG",
             Key::SlowThreshold => "PHASESCOPE_SLOW_THRESHOLD",
             Key::NoMetrics => "PHASESCOPE_NO_METRICS",
+            Key::AdminToken => "PHASESCOPE_ADMIN_TOKEN",
         }
     }
 
@@ -128,6 +133,14 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// A bearer token: visible ASCII without spaces, so it travels in a header as is.
+fn parse_token(s: &str) -> Result<String, String> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("the admin token must be non-empty visible ASCII without spaces".to_owned());
+    }
+    Ok(s.to_owned())
+}
+
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     s.trim().parse().map_err(|_| {
         format!("{s:?} is not an IP address and port such as \"127.0.0.1:8080\" or \"[::1]:8080\"")
@@ -158,6 +171,7 @@ impl Overrides {
             Key::LogFormat => self.log_format = parsed(raw, source, str::parse)?,
             Key::SlowThreshold => self.slow_threshold = parsed(raw, source, parse_duration)?,
             Key::NoMetrics => self.no_metrics = parsed(raw, source, parse_bool)?,
+            Key::AdminToken => self.admin_token = parsed(raw, source, parse_token)?,
         }
         Ok(())
     }
@@ -202,6 +216,7 @@ impl Overrides {
             slow_log: self.slow_log.or(lower.slow_log),
             slow_threshold: self.slow_threshold.or(lower.slow_threshold),
             no_metrics: self.no_metrics.or(lower.no_metrics),
+            admin_token: self.admin_token.or(lower.admin_token),
         }
     }
 
@@ -285,6 +300,9 @@ pub(crate) fn apply_unchecked(
     if let Some(v) = &o.admin {
         config.admin.listen = v.value;
         set.push((vec![Seg::Key("admin"), Seg::Key("listen")], v.source));
+    }
+    if let Some(v) = &o.admin_token {
+        config.admin.token = Some(v.value.clone());
     }
     if let Some(v) = &o.log_format {
         config.log.format = v.value;

@@ -739,10 +739,32 @@
     }
   }
 
+  // With an admin token configured, the API wants it as a bearer token. It comes from
+  // the page's fragment (http://host:9464/#token=SECRET: a fragment never leaves the
+  // browser), or is asked for once on a 401, and is kept for this tab only.
+  function authHeaders() {
+    const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+    if (m) sessionStorage.setItem("phasescope-token", decodeURIComponent(m[1]));
+    const token = sessionStorage.getItem("phasescope-token");
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  }
+
+  async function api(path, init = {}) {
+    const r = await fetch(path, { ...init, headers: { ...(init.headers || {}), ...authHeaders() } });
+    if (r.status === 401) {
+      const token = window.prompt("This phasescope's admin API needs its token:");
+      if (token) {
+        sessionStorage.setItem("phasescope-token", token);
+        return fetch(path, { ...init, headers: { ...(init.headers || {}), ...authHeaders() } });
+      }
+    }
+    return r;
+  }
+
   async function poll() {
     let snap;
     try {
-      const r = await fetch("/api/snapshot", { cache: "no-store", headers: { Accept: "application/json" } });
+      const r = await api("/api/snapshot", { cache: "no-store", headers: { Accept: "application/json" } });
       if (!r.ok) throw new Error(`/api/snapshot answered ${r.status}`);
       snap = await r.json();
     } catch (e) {
@@ -781,7 +803,7 @@
   resetButton.addEventListener("click", async () => {
     if (!window.confirm("Empty the percentile histograms and start a new window? (Prometheus counters are not touched.)")) return;
     try {
-      const r = await fetch("/api/reset", { method: "POST" });
+      const r = await api("/api/reset", { method: "POST" });
       if (!r.ok) throw new Error(`/api/reset answered ${r.status}`);
     } catch (e) {
       setStatus("error", e.message);
