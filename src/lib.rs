@@ -15,6 +15,7 @@ pub mod http1;
 pub mod logging;
 pub mod metrics;
 pub mod phase;
+pub mod probe;
 pub mod recorder;
 pub mod relay;
 pub mod resp;
