@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(&cli, args),
         Command::CheckConfig(args) => check_config(&args.file),
         Command::Probe(args) => phasescope::probe::command(args),
+        Command::Demo(args) => phasescope::demo::command(args),
     }
 }
 
