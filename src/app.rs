@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::accesslog::{ExchangeLog, LogFile};
 use crate::config::{Config, TapConfig};
+use crate::correlate::Correlator;
 use crate::metrics::{Registry, RouteTable};
 use crate::recorder::{Fanout, Recorder};
 use crate::relay::{Tap, TapContext};
@@ -88,6 +89,13 @@ pub async fn start(config: &Config, registry: &Registry) -> anyhow::Result<Vec<T
         files.insert(path.clone(), f.clone());
         Ok(f)
     };
+    // Each [[correlate]] joins an HTTP tap and a RESP tap through one correlator.
+    let mut correlators: HashMap<&str, Arc<Correlator>> = HashMap::new();
+    for c in &config.correlate {
+        let shared = Arc::new(Correlator::new());
+        correlators.insert(&c.http, Arc::clone(&shared));
+        correlators.insert(&c.resp, shared);
+    }
     let mut taps = Vec::new();
     for tap in &config.taps {
         let routes = Arc::new(RouteTable::new(tap)?);
@@ -107,7 +115,9 @@ pub async fn start(config: &Config, registry: &Registry) -> anyhow::Result<Vec<T
             1 => sinks.remove(0),
             _ => Arc::new(Fanout::new(sinks)),
         };
-        taps.push(Tap::bind(TapContext::new(tap.clone(), recorder, routes)).await?);
+        let ctx = TapContext::new(tap.clone(), recorder, routes)
+            .with_correlator(correlators.get(tap.name.as_str()).cloned());
+        taps.push(Tap::bind(ctx).await?);
     }
     Ok(taps)
 }

@@ -11,6 +11,7 @@ pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod correlate;
 pub mod demo;
 pub mod http1;
 pub mod logging;

@@ -124,6 +124,8 @@ pub trait Recorder: Send + Sync + 'static {
     fn bytes(&self, direction: Direction, n: u64);
     /// Messages that answer no request (pub/sub messages, MONITOR lines, RESP3 pushes).
     fn pushed(&self, _n: u64) {}
+    /// A correlated HTTP request found (or did not find) its backend command.
+    fn correlated(&self, _matched: bool) {}
     /// Called on shutdown, after the last exchange: flush whatever is buffered.
     fn flush(&self) {}
 }
@@ -173,6 +175,9 @@ impl Recorder for Fanout {
     }
     fn pushed(&self, n: u64) {
         self.sinks.iter().for_each(|s| s.pushed(n));
+    }
+    fn correlated(&self, matched: bool) {
+        self.sinks.iter().for_each(|s| s.correlated(matched));
     }
     fn flush(&self) {
         self.sinks.iter().for_each(|s| s.flush());

@@ -9,7 +9,8 @@ use std::sync::{Arc, Barrier};
 use metrics_support::{exchange, phases, promtool_check, tap, Exposition, Rng};
 use phasescope::config::{MetricsConfig, Protocol, RouteRule};
 use phasescope::metrics::exposition::{
-    BUILD_INFO, BYTES, CONNECTIONS, CONNECTIONS_TOTAL, ERRORS, PHASE_DURATION, REQUESTS,
+    BUILD_INFO, BYTES, CONNECTIONS, CONNECTIONS_TOTAL, CORRELATIONS, ERRORS, PHASE_DURATION,
+    PUSHED, REQUESTS,
 };
 use phasescope::metrics::{Registry, RouteTable, Snapshot, SIGNIFICANT_FIGURES};
 use phasescope::phase::Phase;
@@ -319,6 +320,8 @@ fn exposition_passes_promtool_and_follows_the_contract() {
         (CONNECTIONS, "gauge"),
         (CONNECTIONS_TOTAL, "counter"),
         (BYTES, "counter"),
+        (PUSHED, "counter"),
+        (CORRELATIONS, "counter"),
         (BUILD_INFO, "gauge"),
     ];
     for (name, kind) in expect_types {
@@ -336,6 +339,8 @@ fn exposition_passes_promtool_and_follows_the_contract() {
             CONNECTIONS | CONNECTIONS_TOTAL => label_set(&["tap", "side"]),
             BYTES => label_set(&["tap", "direction"]),
             BUILD_INFO => label_set(&["version", "clock"]),
+            PUSHED => label_set(&["tap"]),
+            CORRELATIONS => label_set(&["tap", "result"]),
             other => panic!("unexpected sample {other}"),
         };
         assert_eq!(

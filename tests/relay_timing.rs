@@ -59,19 +59,34 @@ async fn a_head_sent_in_two_parts_counts_as_client_time_not_parse_time() {
     .await;
     let p = proxy(up).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET /split HTTP/1.1\r\nHo").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    s.write_all(b"st: a\r\n\r\n").await.unwrap();
-    assert_eq!(read_n(&mut s, OK.len()).await, OK);
-    let ex = p.capture.wait_exchanges(1).await;
-    let recv = ex[0].phases.get(Phase::ClientRecv).unwrap();
-    let parse = ex[0].phases.get(Phase::Parse).unwrap();
-    assert!(recv >= 30 * MS, "client_recv {recv} ns for a 30 ms gap");
+    // client_recv starts when the proxy's read of the first part returns; on a loaded
+    // machine that read can come late, shortening what the proxy could see of the gap.
+    // So the gap is repeated, and the longest measurement must cover it.
+    for _ in 0..3 {
+        s.write_all(b"GET /split HTTP/1.1\r\nHo").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        s.write_all(b"st: a\r\n\r\n").await.unwrap();
+        assert_eq!(read_n(&mut s, OK.len()).await, OK);
+    }
+    let ex = p.capture.wait_exchanges(3).await;
+    let longest = ex
+        .iter()
+        .map(|e| e.phases.get(Phase::ClientRecv).unwrap())
+        .max()
+        .unwrap();
     assert!(
-        parse < MS,
-        "parse {parse} ns: parsing must not include the wait"
+        longest >= 30 * MS,
+        "client_recv at most {longest} ns for a 30 ms gap"
     );
-    assert!(parse > 0);
+    for e in &ex {
+        let recv = e.phases.get(Phase::ClientRecv).unwrap();
+        let parse = e.phases.get(Phase::Parse).unwrap();
+        assert!(
+            parse < MS,
+            "parse {parse} ns: parsing must not include the wait"
+        );
+        assert!(parse > 0 && parse <= recv);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

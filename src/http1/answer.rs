@@ -9,6 +9,8 @@ pub enum Answer {
     BadRequest,
     RequestTimeout,
     HeaderTooLarge,
+    /// A transfer coding the proxy will not vouch for (RFC 9112 §6.1).
+    NotImplemented,
     BadGateway,
     GatewayTimeout,
 }
@@ -19,6 +21,7 @@ impl Answer {
             Answer::BadRequest => 400,
             Answer::RequestTimeout => 408,
             Answer::HeaderTooLarge => 431,
+            Answer::NotImplemented => 501,
             Answer::BadGateway => 502,
             Answer::GatewayTimeout => 504,
         }
@@ -29,6 +32,7 @@ impl Answer {
             Answer::BadRequest => "Bad Request",
             Answer::RequestTimeout => "Request Timeout",
             Answer::HeaderTooLarge => "Request Header Fields Too Large",
+            Answer::NotImplemented => "Not Implemented",
             Answer::BadGateway => "Bad Gateway",
             Answer::GatewayTimeout => "Gateway Timeout",
         }
@@ -39,6 +43,7 @@ impl Answer {
             Answer::BadRequest => "phasescope: malformed or ambiguous request\n",
             Answer::RequestTimeout => "phasescope: the request head took too long\n",
             Answer::HeaderTooLarge => "phasescope: the request head is too large\n",
+            Answer::NotImplemented => "phasescope: unsupported transfer coding\n",
             Answer::BadGateway => "phasescope: the upstream failed to answer\n",
             Answer::GatewayTimeout => "phasescope: the upstream did not answer in time\n",
         }
@@ -67,10 +72,11 @@ impl Answer {
         &all[self as usize]
     }
 
-    pub const ALL: [Answer; 5] = [
+    pub const ALL: [Answer; 6] = [
         Answer::BadRequest,
         Answer::RequestTimeout,
         Answer::HeaderTooLarge,
+        Answer::NotImplemented,
         Answer::BadGateway,
         Answer::GatewayTimeout,
     ];

@@ -41,10 +41,11 @@ enum Chunked {
         size: u64,
         digits: u32,
     },
-    /// After the size: extensions up to CR.
+    /// After the size: chunk extensions up to CR; `line` counts the line's bytes.
     Ext {
         size: u64,
         line: u32,
+        at: Ext,
     },
     /// Expecting the LF of the size line.
     SizeLf {
@@ -55,14 +56,40 @@ enum Chunked {
     },
     DataCr,
     DataLf,
-    /// In the trailer section; `line_start` when the next byte begins a line.
+    /// In the trailer section.
     Trailer {
-        line_start: bool,
-        cr: bool,
+        at: Field,
         seen: u32,
     },
     /// Expecting the LF of the final empty line.
     EndLf,
+}
+
+/// Where a chunk extension (RFC 9112 §7.1.1) has got to:
+/// `*( ";" ext-name [ "=" ( token / quoted-string ) ] )`.
+///
+/// The grammar also allows BWS around `;` and `=`; we do not. BWS exists only for old
+/// senders, upstreams disagree on it, and `5 ;x` or `0x10` read as "size, then junk" by
+/// one parser and as a different size by another is exactly how a chunked body is
+/// smuggled. After the hex digits comes `;` or CR, nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ext {
+    NameStart,
+    Name,
+    ValueStart,
+    Token,
+    Quoted,
+    Escape,
+    AfterQuoted,
+}
+
+/// Where a trailer field line (RFC 9112 §7.1.2, field-line of §5) has got to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    LineStart,
+    Name,
+    Value,
+    Cr,
 }
 
 /// Resumable framer of one message body.
@@ -145,38 +172,81 @@ fn hex(b: u8) -> Option<u64> {
     }
 }
 
+fn is_tchar(b: u8) -> bool {
+    super::headers::is_tchar(b)
+}
+
+/// qdtext of RFC 9110 §5.6.4: HTAB, SP, VCHAR but `"` and `\\`, and obs-text.
+fn is_qdtext(b: u8) -> bool {
+    matches!(b, b'\t' | b' ' | 0x21 | 0x23..=0x5b | 0x5d..=0x7e | 0x80..=0xff)
+}
+
+/// A field value byte (RFC 9110 §5.5): VCHAR, SP, HTAB, obs-text.
+fn is_value_byte(b: u8) -> bool {
+    matches!(b, b'\t' | b' '..=b'~' | 0x80..=0xff)
+}
+
 /// Walks the chunk structure; returns bytes consumed and whether the body ended.
 fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyError> {
     let mut i = 0;
     while i < buf.len() {
         let b = buf[i];
         match *st {
-            Chunked::Size { size, digits } => match hex(b) {
-                Some(d) => {
-                    if digits >= 16 || size > (u64::MAX >> 4) {
-                        return Err(BodyError::ChunkSizeOverflow);
+            Chunked::Size { size, digits } => {
+                match hex(b) {
+                    Some(d) => {
+                        // More than 16 digits (even leading zeros) is refused: a reader
+                        // that keeps only the low 64 bits would see another size.
+                        if digits >= 16 {
+                            return Err(BodyError::ChunkSizeOverflow);
+                        }
+                        *st = Chunked::Size {
+                            size: size << 4 | d,
+                            digits: digits + 1,
+                        };
                     }
-                    *st = Chunked::Size {
-                        size: size << 4 | d,
-                        digits: digits + 1,
-                    };
-                    i += 1;
-                }
-                None if digits == 0 => return Err(BodyError::BadChunkSize),
-                None => *st = Chunked::Ext { size, line: digits },
-            },
-            Chunked::Ext { size, line } => {
-                match b {
-                    b'\r' => *st = Chunked::SizeLf { size },
-                    // RFC 9112 §7.1.1: extensions are tokens, quoted strings, BWS.
-                    b'\t' | b' '..=b'~' | 0x80..=0xff if line < MAX_CHUNK_LINE => {
-                        *st = Chunked::Ext {
-                            size,
-                            line: line + 1,
+                    None if digits == 0 => return Err(BodyError::BadChunkSize),
+                    None => {
+                        *st = match b {
+                            b';' => Chunked::Ext {
+                                size,
+                                line: digits + 1,
+                                at: Ext::NameStart,
+                            },
+                            b'\r' => Chunked::SizeLf { size },
+                            // A bare LF ends no line here (RFC 9112 §7.1 wants CRLF).
+                            b'\n' => return Err(BodyError::BadChunkLine),
+                            _ => return Err(BodyError::BadChunkSize),
                         }
                     }
-                    _ => return Err(BodyError::BadChunkLine),
                 }
+                i += 1;
+            }
+            Chunked::Ext { size, line, at } => {
+                if line >= MAX_CHUNK_LINE {
+                    return Err(BodyError::BadChunkLine);
+                }
+                let next = match (at, b) {
+                    (Ext::NameStart | Ext::Name, t) if is_tchar(t) => Some(Ext::Name),
+                    (Ext::Name | Ext::Token | Ext::AfterQuoted, b';') => Some(Ext::NameStart),
+                    (Ext::Name | Ext::Token | Ext::AfterQuoted, b'\r') => None,
+                    (Ext::Name, b'=') => Some(Ext::ValueStart),
+                    (Ext::ValueStart | Ext::Token, t) if is_tchar(t) => Some(Ext::Token),
+                    (Ext::ValueStart, b'"') => Some(Ext::Quoted),
+                    (Ext::Quoted, b'"') => Some(Ext::AfterQuoted),
+                    (Ext::Quoted, b'\\') => Some(Ext::Escape),
+                    (Ext::Quoted, q) if is_qdtext(q) => Some(Ext::Quoted),
+                    (Ext::Escape, q) if is_value_byte(q) => Some(Ext::Quoted),
+                    _ => return Err(BodyError::BadChunkLine),
+                };
+                *st = match next {
+                    Some(at) => Chunked::Ext {
+                        size,
+                        line: line + 1,
+                        at,
+                    },
+                    None => Chunked::SizeLf { size },
+                };
                 i += 1;
             }
             Chunked::SizeLf { size } => {
@@ -186,8 +256,7 @@ fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyEr
                 i += 1;
                 *st = if size == 0 {
                     Chunked::Trailer {
-                        line_start: true,
-                        cr: false,
+                        at: Field::LineStart,
                         seen: 0,
                     }
                 } else {
@@ -215,35 +284,31 @@ fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyEr
                     Chunked::Size { size: 0, digits: 0 }
                 };
             }
-            Chunked::Trailer {
-                line_start,
-                cr,
-                seen,
-            } => {
+            Chunked::Trailer { at, seen } => {
                 if seen >= MAX_TRAILERS {
                     return Err(BodyError::BadTrailer);
                 }
-                i += 1;
-                *st = match b {
-                    b'\r' if line_start => Chunked::EndLf,
-                    b'\r' => Chunked::Trailer {
-                        line_start: false,
-                        cr: true,
-                        seen: seen + 1,
-                    },
-                    b'\n' if cr => Chunked::Trailer {
-                        line_start: true,
-                        cr: false,
-                        seen: seen + 1,
-                    },
-                    b'\n' | 0 => return Err(BodyError::BadTrailer),
-                    _ if cr => return Err(BodyError::BadTrailer),
-                    _ => Chunked::Trailer {
-                        line_start: false,
-                        cr: false,
-                        seen: seen + 1,
-                    },
+                // Trailer lines must be field lines: a recipient that does not support
+                // trailers may read them as the start of the next request, so nothing
+                // that could look like a request line (or anything else) passes.
+                let next = match (at, b) {
+                    (Field::LineStart, b'\r') => {
+                        *st = Chunked::EndLf;
+                        i += 1;
+                        continue;
+                    }
+                    (Field::LineStart | Field::Name, t) if is_tchar(t) => Field::Name,
+                    (Field::Name, b':') => Field::Value,
+                    (Field::Value, b'\r') => Field::Cr,
+                    (Field::Value, v) if is_value_byte(v) => Field::Value,
+                    (Field::Cr, b'\n') => Field::LineStart,
+                    _ => return Err(BodyError::BadTrailer),
                 };
+                *st = Chunked::Trailer {
+                    at: next,
+                    seen: seen + 1,
+                };
+                i += 1;
             }
             Chunked::EndLf => {
                 if b != b'\n' {
@@ -316,6 +381,52 @@ mod tests {
             frame(BodyKind::Chunked, b"0\r\nA: b\n\r\n", 1),
             Err(BodyError::BadTrailer)
         );
+    }
+
+    #[test]
+    fn nothing_but_semicolon_or_cr_follows_a_chunk_size() {
+        for bad in [
+            &b"0x10\r\n"[..],
+            b"5 \r\n",
+            b"5 ;a\r\n",
+            b"5\t;a\r\n",
+            b"5;\r\n",
+            b"5;a=\r\n",
+            b"5;a =b\r\n",
+            b"5;a=\"b\r\n",
+            b"5;a=\"\n\"\r\n",
+            b"5;a\0\r\n",
+            b"+5\r\n",
+            b"0000000000000000A\r\n",
+        ] {
+            assert!(
+                frame(BodyKind::Chunked, bad, 1).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let ok = b"5;a;b=c;d=\"e \\\" f\"\r\nhello\r\n0\r\n\r\n";
+        assert_eq!(frame(BodyKind::Chunked, ok, 1), Ok(Some(ok.len())));
+    }
+
+    #[test]
+    fn trailers_are_field_lines() {
+        for bad in [
+            &b"0\r\nGET / HTTP/1.1\r\n\r\n"[..],
+            b"0\r\n: v\r\n\r\n",
+            b"0\r\nA\r\n\r\n",
+            b"0\r\nA: b\rc\r\n\r\n",
+            b"0\r\n A: b\r\n\r\n",
+        ] {
+            assert_eq!(
+                frame(BodyKind::Chunked, bad, 1),
+                Err(BodyError::BadTrailer),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let ok = b"0\r\nA: b\r\nC:\r\n\r\n";
+        assert_eq!(frame(BodyKind::Chunked, ok, 3), Ok(Some(ok.len())));
     }
 
     #[test]

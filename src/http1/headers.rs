@@ -10,6 +10,11 @@ pub struct FramingFields {
     pub transfer_encoding: bool,
     /// The last transfer coding is `chunked`.
     pub chunked: bool,
+    /// How many transfer codings Transfer-Encoding lists (saturating).
+    pub codings: u8,
+    /// `chunked` is listed more than once, which RFC 9112 §7 forbids ("MUST NOT apply
+    /// chunked more than once"): such a message cannot be framed.
+    pub chunked_repeated: bool,
     /// A `close` token in Connection.
     pub close: bool,
     /// A `keep-alive` token in Connection.
@@ -52,7 +57,10 @@ impl FramingFields {
                     return Err(FramingError::DuplicateTransferEncoding);
                 }
                 f.transfer_encoding = true;
-                f.chunked = last_coding_is_chunked(h.value)?;
+                let codings = Codings::read(h.value)?;
+                f.chunked = codings.last_is_chunked;
+                f.codings = codings.count;
+                f.chunked_repeated = codings.chunked > 1;
             } else if name.eq_ignore_ascii_case(b"connection") {
                 for token in tokens(h.value) {
                     if token.eq_ignore_ascii_case(b"close") {
@@ -84,18 +92,37 @@ fn parse_content_length(value: &[u8]) -> Result<u64, FramingError> {
     Ok(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
 }
 
-fn last_coding_is_chunked(value: &[u8]) -> Result<bool, FramingError> {
-    let mut last: Option<&[u8]> = None;
-    for token in value.split(|&b| b == b',') {
-        let t = trim(token);
-        if t.is_empty() || !t.iter().all(|&b| is_tchar(b)) {
+/// What a Transfer-Encoding value lists. Each coding must be a bare token: parameters
+/// (`chunked;q=1`), quoted strings and empty list elements are refused rather than
+/// guessed at, since a recipient that reads them differently frames the body differently.
+struct Codings {
+    count: u8,
+    chunked: u8,
+    last_is_chunked: bool,
+}
+
+impl Codings {
+    fn read(value: &[u8]) -> Result<Codings, FramingError> {
+        let mut c = Codings {
+            count: 0,
+            chunked: 0,
+            last_is_chunked: false,
+        };
+        for token in value.split(|&b| b == b',') {
+            let t = trim(token);
+            if t.is_empty() || !t.iter().all(|&b| is_tchar(b)) {
+                return Err(FramingError::InvalidTransferEncoding);
+            }
+            c.count = c.count.saturating_add(1);
+            c.last_is_chunked = t.eq_ignore_ascii_case(b"chunked");
+            if c.last_is_chunked {
+                c.chunked = c.chunked.saturating_add(1);
+            }
+        }
+        if c.count == 0 {
             return Err(FramingError::InvalidTransferEncoding);
         }
-        last = Some(t);
-    }
-    match last {
-        Some(t) => Ok(t.eq_ignore_ascii_case(b"chunked")),
-        None => Err(FramingError::InvalidTransferEncoding),
+        Ok(c)
     }
 }
 
@@ -182,6 +209,15 @@ mod tests {
                 .unwrap()
                 .chunked
         );
+        let twice = fields(&[("Transfer-Encoding", "chunked, chunked")]).unwrap();
+        assert!(twice.chunked && twice.chunked_repeated && twice.codings == 2);
+        for bad in ["chunked, ", "\"chunked\"", "chunked;q=1", ",chunked", ""] {
+            assert_eq!(
+                fields(&[("Transfer-Encoding", bad)]),
+                Err(FramingError::InvalidTransferEncoding),
+                "{bad:?}"
+            );
+        }
         assert_eq!(
             fields(&[("Transfer-Encoding", "chunked, ")]),
             Err(FramingError::InvalidTransferEncoding)

@@ -12,7 +12,7 @@ pub use answer::Answer;
 pub use body::{BodyError, BodyFramer, Progress};
 pub use request::{RequestError, RequestHead};
 pub use response::{ResponseError, ResponseHead};
-pub use scan::HeadScanner;
+pub use scan::{HeadScanner, RequestScanner, ResponseScanner};
 
 /// How a message body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,15 +43,29 @@ pub enum RequestError {
     LengthAndEncoding,
     #[error("Transfer-Encoding whose final coding is not chunked")]
     NotChunked,
+    #[error("Transfer-Encoding that applies chunked more than once")]
+    ChunkedRepeated,
+    #[error("a transfer coding other than chunked")]
+    UnsupportedCoding,
     #[error("Transfer-Encoding on an HTTP/1.0 request")]
     EncodingOnHttp10,
+    #[error("a line of the head ends in a bare LF")]
+    BareLf,
+    #[error("Content-Length or Transfer-Encoding padded with a tab")]
+    TabInFraming,
+    #[error("a field named like Content-Length or Transfer-Encoding with '_' for '-'")]
+    FramingLookalike,
+    #[error("the request target's form does not fit the method")]
+    BadTarget,
 }
 
 impl RequestError {
-    /// The answer RFC 9112 asks for: 431 for a head over the limits, 400 otherwise.
+    /// The answer RFC 9112 asks for: 431 for a head over the limits, 501 for a transfer
+    /// coding we do not forward (§6.1), 400 otherwise (§6.3, §3, §5).
     pub fn answer(&self) -> Answer {
         match self {
             RequestError::TooManyHeaders => Answer::HeaderTooLarge,
+            RequestError::UnsupportedCoding => Answer::NotImplemented,
             _ => Answer::BadRequest,
         }
     }
@@ -83,6 +97,12 @@ fn parse_with<'h>(
         Err(httparse::Error::TooManyHeaders) => return Err(RequestError::TooManyHeaders),
         Err(e) => return Err(RequestError::Malformed(e)),
     };
+    // The scanner and httparse must agree on where the head ends; if they did not, the
+    // bytes between would be forwarded as part of a head nobody checked.
+    if len != head.len() {
+        return Err(RequestError::Malformed(httparse::Error::NewLine));
+    }
+    reject_bare_lf(head)?;
     let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
         return Err(RequestError::Malformed(httparse::Error::Token));
     };
@@ -91,13 +111,22 @@ fn parse_with<'h>(
     } else {
         Version::Http11
     };
+    let method = Method::from_bytes(method.as_bytes());
+    check_target_form(method, path.as_bytes())?;
     let start = path.as_ptr() as usize - head.as_ptr() as usize;
+    check_framing_syntax(head, req.headers)?;
     let fields = FramingFields::read(req.headers).map_err(RequestError::Framing)?;
 
     // RFC 9112 §6.3: Transfer-Encoding wins over Content-Length, but a request carrying
-    // both is how smuggling starts, and we cannot drop the Content-Length without
-    // rewriting the head, so it is refused. So is a request whose body length cannot be
-    // determined, and an HTTP/1.0 request with Transfer-Encoding (§6.1).
+    // both is how smuggling starts, and an intermediary must remove the Content-Length
+    // before forwarding (§6.1), which we cannot do without rewriting the head: refused.
+    // So is a request whose body length cannot be determined (final coding not chunked,
+    // §6.3 item 4: 400 and close), and an HTTP/1.0 request with Transfer-Encoding
+    // (§6.1: "MUST treat the message as if the framing is faulty").
+    //
+    // Only a bare `chunked` is forwarded. `gzip, chunked` is valid HTTP, but no client we
+    // front sends it and an upstream that does not know gzip answers it unpredictably;
+    // §6.1 says a server that does not understand a coding responds 501, so we do.
     let body = if fields.transfer_encoding {
         if fields.content_length.is_some() {
             return Err(RequestError::LengthAndEncoding);
@@ -105,8 +134,14 @@ fn parse_with<'h>(
         if version == Version::Http10 {
             return Err(RequestError::EncodingOnHttp10);
         }
+        if fields.chunked_repeated {
+            return Err(RequestError::ChunkedRepeated);
+        }
         if !fields.chunked {
             return Err(RequestError::NotChunked);
+        }
+        if fields.codings != 1 {
+            return Err(RequestError::UnsupportedCoding);
         }
         BodyKind::Chunked
     } else {
@@ -121,7 +156,7 @@ fn parse_with<'h>(
     };
     Ok(RequestHead {
         len,
-        method: Method::from_bytes(method.as_bytes()),
+        method,
         version,
         target: (start, start + path.len()),
         body,
@@ -129,6 +164,95 @@ fn parse_with<'h>(
         upgrade: fields.upgrade,
         expect_continue: fields.expect_continue,
     })
+}
+
+/// RFC 9112 §2.2 lets a recipient accept a bare LF as a line end, and httparse does. But
+/// we forward the head unchanged, and an upstream that does not split lines on a bare LF
+/// sees `A: b\nContent-Length: 5` as one field where we saw two: that difference is a
+/// smuggling channel. Every LF of a request head must follow a CR.
+fn reject_bare_lf(head: &[u8]) -> Result<(), RequestError> {
+    for i in memchr::memchr_iter(b'\n', head) {
+        if i == 0 || head[i - 1] != b'\r' {
+            return Err(RequestError::BareLf);
+        }
+    }
+    Ok(())
+}
+
+/// RFC 9112 §3.2: origin-form (`/path`) for ordinary requests, absolute-form for any
+/// (servers must accept it, §3.2.2), authority-form only with CONNECT (§3.2.3), and
+/// asterisk-form only with OPTIONS (§3.2.4). A target in none of these forms has no
+/// agreed meaning, so an upstream could route it anywhere.
+fn check_target_form(method: Method, target: &[u8]) -> Result<(), RequestError> {
+    let ok = match (method, target) {
+        (Method::Connect, t) => !t.is_empty() && t[0] != b'/' && t != b"*",
+        (Method::Options, b"*") => true,
+        (_, [b'/', ..]) => true,
+        (_, t) => is_absolute_form(t),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(RequestError::BadTarget)
+    }
+}
+
+/// An `http://` or `https://` URI (any case). RFC 3986 would allow any scheme, but then
+/// `example.com:80` parses as the scheme `example.com`; HTTP servers serve only the http
+/// and https schemes (RFC 9110 §4.2), so nothing else is forwarded.
+fn is_absolute_form(t: &[u8]) -> bool {
+    let scheme_end = if t.len() >= 7 && t[..7].eq_ignore_ascii_case(b"http://") {
+        4
+    } else if t.len() >= 8 && t[..8].eq_ignore_ascii_case(b"https://") {
+        5
+    } else {
+        return false;
+    };
+    t.len() > scheme_end + 3
+}
+
+/// Checks on the framing fields' raw bytes, which httparse's trimmed view hides:
+///
+/// - a tab around a Content-Length or Transfer-Encoding value (`Transfer-Encoding:\tchunked`)
+///   is valid OWS (RFC 9110 §5.6.3), but it is the textbook obfuscation, and an upstream
+///   that trims only spaces ignores the field and frames the body differently;
+/// - `Transfer_Encoding` or `Content_Length` is a different field to us, but servers that
+///   map header names to CGI-style variables (`HTTP_TRANSFER_ENCODING`) treat it as the
+///   real one.
+fn check_framing_syntax(head: &[u8], headers: &[httparse::Header<'_>]) -> Result<(), RequestError> {
+    for h in headers {
+        let name = h.name.as_bytes();
+        let framing = match name.len() {
+            14 => b"content-length".as_slice(),
+            17 => b"transfer-encoding".as_slice(),
+            _ => continue,
+        };
+        let same = name
+            .iter()
+            .zip(framing)
+            .all(|(&a, &b)| a.eq_ignore_ascii_case(&b) || (a == b'_' && b == b'-'));
+        if !same {
+            continue;
+        }
+        if name.contains(&b'_') {
+            return Err(RequestError::FramingLookalike);
+        }
+        // The raw value runs from after the colon to the CR that ends the line (httparse
+        // refuses a CR anywhere else in a value).
+        let Some(colon) = (name.as_ptr() as usize + name.len()).checked_sub(head.as_ptr() as usize)
+        else {
+            continue;
+        };
+        let raw = head.get(colon + 1..).unwrap_or_default();
+        let raw = match memchr::memchr(b'\r', raw) {
+            Some(cr) => &raw[..cr],
+            None => raw,
+        };
+        if raw.contains(&b'\t') {
+            return Err(RequestError::TabInFraming);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -199,6 +323,64 @@ mod tests {
             p("GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"),
             Err(RequestError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn differentials_with_lenient_upstreams_are_refused() {
+        let cases: &[(&str, RequestError)] = &[
+            ("GET / HTTP/1.1\nHost: a\n\n", RequestError::BareLf),
+            ("GET / HTTP/1.1\r\nHost: a\n\r\n", RequestError::BareLf),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding:\tchunked\r\n\r\n",
+                RequestError::TabInFraming,
+            ),
+            (
+                "POST / HTTP/1.1\r\nContent-Length: 5\t\r\n\r\n",
+                RequestError::TabInFraming,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer_Encoding: chunked\r\n\r\n",
+                RequestError::FramingLookalike,
+            ),
+            (
+                "POST / HTTP/1.1\r\ncontent_length: 5\r\n\r\n",
+                RequestError::FramingLookalike,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                RequestError::UnsupportedCoding,
+            ),
+            (
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+                RequestError::ChunkedRepeated,
+            ),
+            ("GET * HTTP/1.1\r\n\r\n", RequestError::BadTarget),
+            (
+                "GET example.com:80 HTTP/1.1\r\n\r\n",
+                RequestError::BadTarget,
+            ),
+            ("CONNECT / HTTP/1.1\r\n\r\n", RequestError::BadTarget),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(p(raw), Err(*want), "{raw:?}");
+        }
+        assert_eq!(
+            RequestError::UnsupportedCoding.answer(),
+            Answer::NotImplemented
+        );
+    }
+
+    #[test]
+    fn target_forms_that_fit_the_method_pass() {
+        for raw in [
+            "OPTIONS * HTTP/1.1\r\n\r\n",
+            "GET http://a.example/x HTTP/1.1\r\n\r\n",
+            "CONNECT a.example:443 HTTP/1.1\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding:  Chunked \r\n\r\n",
+            "\r\nGET / HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(p(raw).is_ok(), "{raw:?}");
+        }
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub enum ResponseError {
     Malformed(httparse::Error),
     #[error("{0}")]
     Framing(FramingError),
+    #[error("both Transfer-Encoding and Content-Length")]
+    LengthAndEncoding,
+    #[error("Transfer-Encoding on an HTTP/1.0 response")]
+    EncodingOnHttp10,
+    #[error("Transfer-Encoding that applies chunked more than once")]
+    ChunkedRepeated,
 }
 
 /// Parses a complete response head that answers a request with `method`.
@@ -54,11 +60,16 @@ fn parse_with<'h>(
     headers: &mut [httparse::Header<'h>],
 ) -> Result<ResponseHead, ResponseError> {
     let mut res = httparse::Response::new(headers);
-    let len = match httparse::ParserConfig::default()
-        .allow_spaces_after_header_name_in_responses(true)
-        .allow_obsolete_multiline_headers_in_responses(true)
-        .parse_response(&mut res, head)
-    {
+    // httparse's strict defaults, on purpose. RFC 9112 §5.1 says a proxy MUST remove
+    // whitespace between a field name and the colon before forwarding a response, and
+    // §5.2 that a proxy receiving obs-fold in a response MUST either replace it with SP or
+    // answer 502. We forward bytes unchanged, so both can only be answered 502.
+    //
+    // A bare LF as a line end (§2.2: a recipient MAY accept it) stays accepted here,
+    // unlike in requests: the response goes back to the one client that asked for it,
+    // every client we know of accepts it too, and nothing downstream of that client is
+    // framed by our reading of it.
+    let len = match res.parse(head) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return Err(ResponseError::Malformed(httparse::Error::Token))
@@ -75,7 +86,27 @@ fn parse_with<'h>(
     };
     let fields = FramingFields::read(res.headers).map_err(ResponseError::Framing)?;
 
+    if len != head.len() {
+        return Err(ResponseError::Malformed(httparse::Error::NewLine));
+    }
+
     let tunnel = status == 101 || (method == Method::Connect && (200..300).contains(&status));
+    // §6.3 item 3: a response with both Transfer-Encoding and Content-Length "ought to be
+    // handled as an error", and an intermediary that forwards it must first remove the
+    // Content-Length, which we cannot. §6.1: Transfer-Encoding in HTTP/1.0 means faulty
+    // framing. Refused even where the status says there is no body, because the client
+    // reads the same fields and might disagree.
+    if fields.transfer_encoding {
+        if fields.content_length.is_some() {
+            return Err(ResponseError::LengthAndEncoding);
+        }
+        if version == Version::Http10 {
+            return Err(ResponseError::EncodingOnHttp10);
+        }
+        if fields.chunked_repeated {
+            return Err(ResponseError::ChunkedRepeated);
+        }
+    }
     let body = if tunnel
         || method == Method::Head
         || (100..200).contains(&status)
@@ -178,6 +209,26 @@ mod tests {
             )
             .keep_alive
         );
+    }
+
+    #[test]
+    fn what_a_proxy_may_not_forward_unchanged_is_refused() {
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length : 1\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+        ] {
+            assert!(
+                parse(bad, Method::Get).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // A bare LF is accepted in responses (see parse_with).
+        let lf = parse(b"HTTP/1.1 200 OK\nContent-Length: 1\n\n", Method::Get).unwrap();
+        assert_eq!(lf.body, BodyKind::Length(1));
     }
 
     #[test]

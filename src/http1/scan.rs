@@ -6,6 +6,9 @@
 
 use memchr::memchr_iter;
 
+use super::headers::is_tchar;
+use super::request::RequestError;
+
 /// Resumable end-of-head scanner.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HeadScanner {
@@ -50,6 +53,124 @@ impl HeadScanner {
     }
 }
 
+/// The request side's scanner: finds the end of the head like [`HeadScanner`], and also
+/// refuses a head as soon as its first bytes cannot begin a valid request.
+///
+/// Without this, input that never contains an empty line waits for the head timeout: an
+/// HTTP/0.9 request (`GET /\r\n`, RFC 9112 §2.3 dropped it; its client waits for an
+/// answer without sending more), a TLS ClientHello on the plain port, binary noise. Now
+/// these get their 400 at once. The early check only refuses what the full parse would
+/// refuse too (a property test holds it to that); the full parse still decides the rest.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RequestScanner {
+    head: HeadScanner,
+    /// Bytes of the request line already checked.
+    line_checked: usize,
+    /// The request line was complete and valid.
+    line_ok: bool,
+}
+
+impl RequestScanner {
+    pub const fn new() -> Self {
+        Self {
+            head: HeadScanner::new(),
+            line_checked: 0,
+            line_ok: false,
+        }
+    }
+
+    /// The head's length once `buf` holds all of it (same contract as
+    /// [`HeadScanner::find_end`]), or an error as soon as the request line is hopeless.
+    pub fn find_end(&mut self, buf: &[u8]) -> Result<Option<usize>, RequestError> {
+        if let Some(n) = self.head.find_end(buf) {
+            return Ok(Some(n));
+        }
+        if !self.line_ok {
+            self.check_line(buf)?;
+        }
+        Ok(None)
+    }
+
+    /// Checks each byte of the request line once. One CRLF before the request line is
+    /// skipped, as RFC 9112 §2.2 asks a server to (and as httparse does).
+    fn check_line(&mut self, buf: &[u8]) -> Result<(), RequestError> {
+        if buf == b"\r" {
+            return Ok(());
+        }
+        let skip = if buf.starts_with(b"\r\n") { 2 } else { 0 };
+        let from = self.line_checked.max(skip);
+        for (i, &b) in buf.iter().enumerate().skip(from) {
+            let prev_cr = i > skip && buf[i - 1] == b'\r';
+            if b == b'\n' {
+                if !prev_cr {
+                    return Err(RequestError::BareLf);
+                }
+                // The line is complete: httparse decides it. With no room for fields it
+                // answers Partial for a valid line (the fields are still to come).
+                let mut no_fields: [httparse::Header<'_>; 0] = [];
+                let mut req = httparse::Request::new(&mut no_fields);
+                return match req.parse(&buf[..=i]) {
+                    Err(e) => Err(RequestError::Malformed(e)),
+                    Ok(_) => {
+                        self.line_ok = true;
+                        Ok(())
+                    }
+                };
+            }
+            // A method is a token (RFC 9110 §9.1); no control byte but the final CR, and
+            // that CR only right before the LF, belongs in a request line (§3).
+            let bad =
+                (i == skip && !is_tchar(b)) || prev_cr || (b < 0x20 && b != b'\r') || b == 0x7f;
+            if bad {
+                return Err(RequestError::Malformed(httparse::Error::Token));
+            }
+        }
+        self.line_checked = buf.len();
+        Ok(())
+    }
+
+    pub fn reset(&mut self) {
+        *self = Self::new();
+    }
+}
+
+/// The response side's scanner: finds the end of the head like [`HeadScanner`], and
+/// refuses at once a response that does not begin with `HTTP/` (RFC 9112 §4: the
+/// status line starts with the HTTP-version). Without it an upstream that speaks
+/// something else (a Redis server behind an HTTP tap answers `-ERR ...\r\n`) would
+/// leave the client waiting for the response timeout instead of getting its 502.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ResponseScanner {
+    head: HeadScanner,
+}
+
+/// The response does not start with a status line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the upstream's answer does not start with HTTP/")]
+pub struct NotHttp;
+
+impl ResponseScanner {
+    pub const fn new() -> Self {
+        Self {
+            head: HeadScanner::new(),
+        }
+    }
+
+    /// Same contract as [`HeadScanner::find_end`], failing early on a wrong start.
+    pub fn find_end(&mut self, buf: &[u8]) -> Result<Option<usize>, NotHttp> {
+        const START: &[u8] = b"HTTP/";
+        let n = buf.len().min(START.len());
+        if buf[..n] != START[..n] {
+            return Err(NotHttp);
+        }
+        Ok(self.head.find_end(buf))
+    }
+
+    pub fn reset(&mut self) {
+        self.head.reset();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +200,44 @@ mod tests {
     #[test]
     fn bare_lf_heads_end_too() {
         assert_eq!(scan_in_pieces(b"GET / HTTP/1.1\nHost: a\n\nX", 1), Some(24));
+    }
+
+    fn early(input: &[u8]) -> Result<Option<usize>, RequestError> {
+        let mut s = RequestScanner::new();
+        let mut last = Ok(None);
+        for end in 1..=input.len() {
+            last = s.find_end(&input[..end]);
+            if !matches!(last, Ok(None)) {
+                return last;
+            }
+        }
+        last
+    }
+
+    #[test]
+    fn hopeless_request_lines_fail_before_the_head_ends() {
+        assert!(early(b"GET /\r\n").is_err(), "HTTP/0.9");
+        assert!(early(b"\x16\x03\x01\x02\x00").is_err(), "TLS ClientHello");
+        assert_eq!(early(b"GET / HTTP/1.1\n"), Err(RequestError::BareLf));
+        assert!(early(b"GET /\0 HTTP/1.1").is_err());
+        assert!(early(b"GET / HTTP/1.1\rX").is_err());
+        assert!(early(b"PRI * HTTP/2.0\r\n").is_err());
+    }
+
+    #[test]
+    fn valid_request_lines_wait_for_the_head() {
+        assert_eq!(early(b"GET / HTTP/1.1\r\nHost: a\r\n"), Ok(None));
+        assert_eq!(early(b"\r\nGET / HTTP/1.1\r\nHost: a"), Ok(None));
+        assert_eq!(early(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Ok(Some(27)));
+    }
+
+    #[test]
+    fn responses_must_start_with_http() {
+        let mut s = ResponseScanner::new();
+        assert_eq!(s.find_end(b"HT"), Ok(None));
+        assert_eq!(s.find_end(b"HTTP/1.1 200 OK\r\n\r\n"), Ok(Some(19)));
+        assert_eq!(ResponseScanner::new().find_end(b"-ERR"), Err(NotHttp));
+        assert_eq!(ResponseScanner::new().find_end(b"HTTX/"), Err(NotHttp));
     }
 
     #[test]

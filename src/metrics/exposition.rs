@@ -21,6 +21,8 @@ pub const CONNECTIONS: &str = "phasescope_connections";
 pub const CONNECTIONS_TOTAL: &str = "phasescope_connections_total";
 pub const BYTES: &str = "phasescope_bytes_total";
 pub const BUILD_INFO: &str = "phasescope_build_info";
+pub const PUSHED: &str = "phasescope_pushed_messages_total";
+pub const CORRELATIONS: &str = "phasescope_correlations_total";
 
 /// `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -104,6 +106,25 @@ pub(crate) fn encode(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> St
                 .zip(c.bytes)
                 .map(|(d, n)| (("direction", d.name()), n as f64))
                 .collect()
+        }),
+    );
+    push(
+        PUSHED,
+        "Messages that answered no request: pub/sub messages, MONITOR lines, RESP3 pushes.",
+        MetricType::COUNTER,
+        taps.iter()
+            .map(|(tap, c)| sample(MetricType::COUNTER, &[("tap", tap.name())], c.pushed as f64))
+            .collect(),
+    );
+    push(
+        CORRELATIONS,
+        "Correlated HTTP requests that found (matched) or did not find (unmatched) their backend command.",
+        MetricType::COUNTER,
+        per_tap(taps, MetricType::COUNTER, |c| {
+            vec![
+                (("result", "matched"), c.correlations[0] as f64),
+                (("result", "unmatched"), c.correlations[1] as f64),
+            ]
         }),
     );
     push(

@@ -33,6 +33,10 @@ pub struct ThreadShard {
     pub closed: [u64; 2],
     /// Indexed by `direction_index`.
     pub bytes: [u64; 2],
+    /// Messages that answered no request (pub/sub, MONITOR, RESP3 pushes).
+    pub pushed: u64,
+    /// Correlated requests: [matched, unmatched].
+    pub correlations: [u64; 2],
 }
 
 impl ThreadShard {

@@ -87,6 +87,18 @@ pub struct TapTotals {
     pub connections: BTreeMap<String, u64>,
     /// `direction` → bytes relayed.
     pub bytes: BTreeMap<String, u64>,
+    /// Messages that answered no request (pub/sub, MONITOR, RESP3 pushes).
+    #[serde(default)]
+    pub pushed: u64,
+    /// For a correlated HTTP tap: requests that found their backend command, and not.
+    #[serde(default)]
+    pub correlations: Correlations,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Correlations {
+    pub matched: u64,
+    pub unmatched: u64,
 }
 
 /// One (tap, phase, route) series since `since`. All durations in seconds.
@@ -220,6 +232,11 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                 .zip(c.bytes)
                 .map(|(d, n)| (d.name().to_owned(), n))
                 .collect(),
+            pushed: c.pushed,
+            correlations: Correlations {
+                matched: c.correlations[0],
+                unmatched: c.correlations[1],
+            },
         };
         let protocol = match input.tap.protocol() {
             Protocol::Http => "http",

@@ -37,6 +37,9 @@ pub(crate) struct TapCounts {
     pub opened: [u64; 2],
     pub closed: [u64; 2],
     pub bytes: [u64; 2],
+    pub pushed: u64,
+    /// [matched, unmatched]
+    pub correlations: [u64; 2],
 }
 
 pub(crate) const SIDES: [Side; 2] = [Side::Client, Side::Upstream];
@@ -135,6 +138,8 @@ impl TapMetrics {
             add(&mut acc.opened, &shard.opened);
             add(&mut acc.closed, &shard.closed);
             add(&mut acc.bytes, &shard.bytes);
+            acc.pushed += shard.pushed;
+            add(&mut acc.correlations, &shard.correlations);
         }
         acc
     }
@@ -211,6 +216,14 @@ impl Recorder for TapMetrics {
 
     fn bytes(&self, direction: Direction, n: u64) {
         self.shard().bytes[direction_index(direction)] += n;
+    }
+
+    fn pushed(&self, n: u64) {
+        self.shard().pushed += n;
+    }
+
+    fn correlated(&self, matched: bool) {
+        self.shard().correlations[usize::from(!matched)] += 1;
     }
 
     /// Every count is visible to a scrape as soon as it is recorded; this only moves the

@@ -30,8 +30,10 @@ use super::next::NextRequest;
 use super::tunnel;
 use super::TapContext;
 use crate::clock::{self, Tick};
+use crate::correlate;
 use crate::http1::{
-    response, Answer, BodyError, BodyFramer, HeadScanner, Method, RequestHead, ResponseHead,
+    response, Answer, BodyError, BodyFramer, BodyKind, Method, RequestHead, ResponseHead,
+    ResponseScanner,
 };
 use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
 
@@ -87,6 +89,8 @@ pub(super) struct HttpConnection {
     prev_end: Tick,
     /// A copy of the current target, kept only when a recorder asked for it.
     target: Vec<u8>,
+    /// The backend command of the current request, when the tap is correlated.
+    corr_key: Option<u64>,
 }
 
 impl HttpConnection {
@@ -100,6 +104,7 @@ impl HttpConnection {
             next: NextRequest::default(),
             prev_end: 0,
             target: Vec::new(),
+            corr_key: None,
         }
     }
 
@@ -189,6 +194,9 @@ impl HttpConnection {
         }
     }
 
+    /// Resolves the route, keeps a copy of the target if a recorder wants it, and derives
+    /// the backend command this request makes (when a correlator will look for it), all
+    /// while the head is still in the buffer.
     fn route(&mut self, head: &RequestHead) -> RouteId {
         let raw = self.cbuf.filled();
         let target = head.target(raw);
@@ -196,6 +204,15 @@ impl HttpConnection {
             self.target.clear();
             self.target.extend_from_slice(target);
         }
+        self.corr_key = self.tap.correlator.as_ref().and_then(|_| {
+            // The body counts only when it is already here whole (it usually is).
+            let body = match head.body {
+                BodyKind::Length(n) => raw.get(head.len..head.len.checked_add(n as usize)?),
+                BodyKind::None => Some(&raw[..0]),
+                _ => None,
+            };
+            correlate::webdis::command_key(head.method, target, body)
+        });
         self.tap
             .routes
             .resolve(head.method.as_str().as_bytes(), target)
@@ -558,6 +575,16 @@ impl HttpConnection {
         let rec = &self.tap.recorder;
         rec.bytes(Direction::Request, request_bytes);
         rec.bytes(Direction::Response, response_bytes);
+        let mut phases = ex.phases();
+        if let (Some(correlator), Some(key)) = (&self.tap.correlator, self.corr_key) {
+            if ex.t_sent != 0 && ex.t_resp_first != 0 {
+                let found = correlator.take(key, ex.t_sent, ex.t_resp_first);
+                if let Some(redis) = &found {
+                    correlate::decompose(&mut phases, ex.t_sent, ex.t_resp_first, redis);
+                }
+                rec.correlated(found.is_some());
+            }
+        }
         rec.exchange(&ExchangeRecord {
             route,
             method: head.method.as_str(),
@@ -565,7 +592,7 @@ impl HttpConnection {
             status,
             request_bytes,
             response_bytes,
-            phases: ex.phases(),
+            phases,
         });
     }
 
@@ -634,7 +661,7 @@ fn upstream_lost(forwarded: u64) -> Failure {
 /// Where the response to the current request has got to.
 struct ResponseProgress {
     method: Method,
-    scanner: HeadScanner,
+    scanner: ResponseScanner,
     /// The tick of the read that brought the first byte of the head being scanned.
     head_first: Tick,
     parse_ns: u64,
@@ -651,11 +678,11 @@ impl ResponseProgress {
     fn new(method: Method) -> Self {
         Self {
             method,
-            scanner: HeadScanner::new(),
+            scanner: ResponseScanner::new(),
             head_first: 0,
             parse_ns: 0,
             head: None,
-            body: BodyFramer::new(crate::http1::BodyKind::None),
+            body: BodyFramer::new(BodyKind::None),
             interim_in_batch: 0,
             status: 0,
             done: false,
@@ -693,7 +720,9 @@ impl ResponseProgress {
                     self.head_first = t;
                 }
                 let t0 = clock::now();
-                let end = self.scanner.find_end(rest);
+                let Ok(end) = self.scanner.find_end(rest) else {
+                    return Err(ErrorKind::BadResponse);
+                };
                 let parsed = end.map(|len| response::parse(&rest[..len], self.method));
                 self.parse_ns += clock::nanos_between(t0, clock::now());
                 let head = match parsed {

@@ -11,6 +11,7 @@ mod tunnel;
 use std::sync::Arc;
 
 use crate::config::TapConfig;
+use crate::correlate::Correlator;
 use crate::metrics::routes::RouteTable;
 use crate::recorder::Recorder;
 
@@ -24,6 +25,8 @@ pub struct TapContext {
     pub routes: Arc<RouteTable>,
     /// Some recorder wants the request target (the access log).
     pub wants_target: bool,
+    /// The correlator this tap reports to (RESP) or asks (HTTP), if any.
+    pub correlator: Option<Arc<Correlator>>,
 }
 
 impl TapContext {
@@ -34,6 +37,13 @@ impl TapContext {
             recorder,
             routes,
             wants_target,
+            correlator: None,
         }
+    }
+
+    /// Joins the tap to a correlator.
+    pub fn with_correlator(mut self, correlator: Option<Arc<Correlator>>) -> Self {
+        self.correlator = correlator;
+        self
     }
 }

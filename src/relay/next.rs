@@ -5,7 +5,7 @@
 //! the scan resumes where the previous read left it.
 
 use crate::clock::{self, Tick};
-use crate::http1::{request, Answer, HeadScanner, RequestError, RequestHead};
+use crate::http1::{request, Answer, RequestError, RequestHead, RequestScanner};
 use crate::recorder::ErrorKind;
 
 /// Why a head could not be accepted.
@@ -35,7 +35,7 @@ impl HeadError {
 pub struct NextRequest {
     /// When its first byte arrived (0: no byte yet).
     pub t_first: Tick,
-    scanner: HeadScanner,
+    scanner: RequestScanner,
     parse_ns: u64,
     ready: Option<(RequestHead, Tick)>,
     failed: Option<HeadError>,
@@ -82,12 +82,13 @@ impl NextRequest {
         }
         let t0 = clock::now();
         let outcome = match self.scanner.find_end(buf) {
-            Some(len) if len > max_head => Err(HeadError::TooLarge),
-            Some(len) => request::parse(&buf[..len], max_headers)
+            Ok(Some(len)) if len > max_head => Err(HeadError::TooLarge),
+            Ok(Some(len)) => request::parse(&buf[..len], max_headers)
                 .map(Some)
                 .map_err(HeadError::Invalid),
-            None if buf.len() >= max_head => Err(HeadError::TooLarge),
-            None => Ok(None),
+            Ok(None) if buf.len() >= max_head => Err(HeadError::TooLarge),
+            Ok(None) => Ok(None),
+            Err(e) => Err(HeadError::Invalid(e)),
         };
         let t1 = clock::now();
         self.parse_ns += clock::nanos_between(t0, t1);

@@ -29,6 +29,7 @@ use tokio::time::timeout;
 use super::buffer::Buf;
 use super::TapContext;
 use crate::clock::{self, nanos_between, Tick};
+use crate::correlate::{self, key::CommandKey};
 use crate::phase::{Phase, Phases};
 use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
 use crate::resp::{self, Kind, ModeSwitch, ReplyMode, Scanner};
@@ -54,6 +55,16 @@ struct Pending {
     name: &'static str,
     route: RouteId,
     switch: Option<ModeSwitch>,
+    /// Its identity for the correlator, when the tap reports to one.
+    key: Option<u64>,
+}
+
+/// What framing a complete command found out about it.
+struct Seen {
+    empty: bool,
+    name: &'static str,
+    switch: Option<ModeSwitch>,
+    key: Option<u64>,
 }
 
 /// A reply complete (or being written) on its way to the client.
@@ -300,12 +311,16 @@ impl RespConnection {
                             Some(p)
                         }
                         None => {
-                            let seen = resp::command(&rest[..len]).ok().map(|c| {
-                                (
-                                    c.is_empty(),
-                                    c.known_name().unwrap_or("other"),
-                                    c.mode_switch(),
-                                )
+                            let correlated = self.tap.correlator.is_some();
+                            let seen = resp::command(&rest[..len]).ok().map(|c| Seen {
+                                empty: c.is_empty(),
+                                name: c.known_name().unwrap_or("other"),
+                                switch: c.mode_switch(),
+                                key: correlated.then(|| {
+                                    c.args()
+                                        .fold(CommandKey::new().name(c.name()), |k, a| k.arg(a))
+                                        .finish()
+                                }),
                             });
                             self.classify(seen, t1, end)
                         }
@@ -332,6 +347,7 @@ impl RespConnection {
                             name,
                             route: self.tap.routes.resolve_command(name),
                             switch: None,
+                            key: None,
                         });
                     }
                     if self.cmd_streaming.is_some() {
@@ -344,13 +360,13 @@ impl RespConnection {
     }
 
     /// What a complete command means for pairing; `None` when no reply will answer it.
-    fn classify(
-        &mut self,
-        seen: Option<(bool, &'static str, Option<ModeSwitch>)>,
-        t_head: Tick,
-        end: u64,
-    ) -> Option<Pending> {
-        let (empty, name, switch) = seen?;
+    fn classify(&mut self, seen: Option<Seen>, t_head: Tick, end: u64) -> Option<Pending> {
+        let Seen {
+            empty,
+            name,
+            switch,
+            key,
+        } = seen?;
         if empty {
             return None;
         }
@@ -378,6 +394,7 @@ impl RespConnection {
             name,
             route: self.tap.routes.resolve_command(name),
             switch,
+            key,
         })
     }
 
@@ -496,6 +513,13 @@ impl RespConnection {
                 self.pending.clear();
             }
             _ => {}
+        }
+        if let (Some(correlator), Some(key)) = (&self.tap.correlator, cmd.key) {
+            correlator.resp_seen(correlate::Seen {
+                key,
+                t_sent: cmd.t_sent,
+                t_reply: self.reply_first,
+            });
         }
         let wait_from = cmd.t_sent.max(self.prev_reply_done);
         self.prev_reply_done = t;

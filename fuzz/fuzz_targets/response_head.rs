@@ -1,0 +1,52 @@
+//! The response head scanner and parser: no panic, the same decision whole or in pieces,
+//! never more lenient than httparse.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use phasescope::http1::{response, BodyKind, Method, ResponseScanner};
+
+const METHODS: [Method; 4] = [Method::Get, Method::Head, Method::Connect, Method::Post];
+
+fn decide(data: &[u8], step: usize) -> Result<Option<usize>, ()> {
+    let mut s = ResponseScanner::new();
+    let mut end = step.min(data.len());
+    loop {
+        match s.find_end(&data[..end]) {
+            Ok(None) if end < data.len() => end = (end + step).min(data.len()),
+            Ok(other) => return Ok(other),
+            Err(_) => return Err(()),
+        }
+    }
+}
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&ctl, data)) = input.split_first() else {
+        return;
+    };
+    let method = METHODS[usize::from(ctl & 3)];
+    let step = usize::from(ctl >> 2).max(1);
+    let whole = ResponseScanner::new().find_end(data).map_err(|_| ());
+    assert_eq!(
+        whole,
+        decide(data, step),
+        "the decision depends on the split"
+    );
+    let Ok(Some(n)) = whole else {
+        return;
+    };
+    let head = &data[..n];
+    let Ok(parsed) = response::parse(head, method) else {
+        return;
+    };
+    let mut headers = vec![httparse::EMPTY_HEADER; 4096];
+    let mut res = httparse::Response::new(&mut headers);
+    assert_eq!(res.parse(head), Ok(httparse::Status::Complete(n)));
+    assert_eq!(Some(parsed.status), res.code);
+    assert_eq!(parsed.len, n);
+    if parsed.tunnel || method == Method::Head || parsed.status == 204 || parsed.status == 304 {
+        assert_eq!(parsed.body, BodyKind::None);
+    }
+    if parsed.body == BodyKind::Close {
+        assert!(!parsed.keep_alive);
+    }
+});
