@@ -16,6 +16,9 @@ const PAD_NAME_LEN: usize = "X-Probe-000".len();
 /// `name: ` + at least one value byte + CRLF.
 const PAD_FIELD_MIN: usize = PAD_NAME_LEN + 2 + 1 + 2;
 const MAX_HEADERS: usize = 999;
+/// No server accepts heads anywhere near this; past it a typo (`16m` for `16k`) would
+/// only allocate.
+const MAX_BYTES: usize = 1024 * 1024;
 
 /// The head sizes (bytes, request line to the blank line included) and field counts
 /// (`Host` included) to send.
@@ -115,7 +118,12 @@ impl FromStr for Grid {
                 .ok_or_else(|| format!("{part:?}: expected bytes=N,N,… or headers=N,N,…"))?;
             let list = parse_list(values).map_err(|e| format!("{key}: {e}"))?;
             match key.trim() {
-                "bytes" => grid.bytes = list,
+                "bytes" => {
+                    if let Some(&high) = list.iter().find(|&&n| n > MAX_BYTES) {
+                        return Err(format!("bytes: {high} is more than {MAX_BYTES}"));
+                    }
+                    grid.bytes = list
+                }
                 "headers" => {
                     if let Some(&low) = list.iter().find(|&&n| n < MIN_HEADERS) {
                         return Err(format!(
@@ -266,6 +274,7 @@ mod tests {
             ("bytes=a", "not a number"),
             ("bytes=0", "not a size"),
             ("headers=1", "too few"),
+            ("bytes=2048k", "more than"),
             ("rows=3", "\"bytes\""),
         ] {
             let e = bad.parse::<Grid>().unwrap_err();
