@@ -1,5 +1,6 @@
 //! `phasescope probe` against upstreams whose time to first byte is known: one that grows
-//! by 100 ns per head byte, one that does not grow at all, and the Amphp-like PHP fixture.
+//! by 100 ns per head byte, one that does not grow at all; and real servers: the Amphp-like
+//! PHP fixture and Webdis.
 
 mod amp;
 mod support;
@@ -216,4 +217,15 @@ fn probes_the_php_fixture() {
         "PHP fixture: b = {b:.3} ns/byte [{low:.3}, {high:.3}], c = {c:.1} ns/field [{c_low:.1}, {c_high:.1}], a = {:.1} µs",
         report["model"]["a_ns"]["value"].as_f64().unwrap() / 1e3
     );
+}
+
+#[test]
+fn probes_real_webdis() {
+    let redis = support::RedisServer::start();
+    let webdis = support::Webdis::start(redis.port());
+    let report = probe_json(&webdis.url("/PING"), &["--samples", "12", "--seed", "14"]);
+    let (b, low, high) = assert_interval(&report, "b_ns_per_byte");
+    assert_eq!(report["failed"], 0, "{report:#}");
+    assert_eq!(report["statuses"]["200"], report["requests"], "{report:#}");
+    eprintln!("Webdis: b = {b:.3} ns/byte [{low:.3}, {high:.3}]");
 }
