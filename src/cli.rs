@@ -40,6 +40,12 @@ pub enum Command {
     Run(RunArgs),
     /// Check a config file and exit: 0 if it is valid, 2 with FILE:LINE:COL if not.
     CheckConfig(CheckConfigArgs),
+    /// Estimate an upstream's request-parsing cost from how its time to first byte grows
+    /// with the request head.
+    Probe(crate::probe::ProbeArgs),
+    /// A first run with nothing to install: an embedded upstream, the proxy in front of it,
+    /// some load, the per-phase report, and the live page until Ctrl-C.
+    Demo(crate::demo::DemoArgs),
 }
 
 /// Overrides of the config for `run`. `--listen`, `--upstream` and `--protocol` apply to

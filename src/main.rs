@@ -19,6 +19,8 @@ fn main() -> ExitCode {
     match &cli.command {
         Command::Run(args) => run(&cli, args),
         Command::CheckConfig(args) => check_config(&args.file),
+        Command::Probe(args) => phasescope::probe::command(args),
+        Command::Demo(args) => phasescope::demo::command(args),
     }
 }
 

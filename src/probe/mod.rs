@@ -1,0 +1,377 @@
+//! `phasescope probe`: how an upstream's time to first byte grows with the request, to
+//! estimate from outside what the upstream pays to parse a request head.
+//!
+//! A proxy sees only the upstream's whole time to first byte (`upstream_wait`). Parsing a
+//! head costs more the larger it is and the more fields it has, while the upstream's other
+//! work does not depend on the head, so varying the head alone and watching time to first
+//! byte move isolates the parser (plus everything else that grows with the head: the
+//! kernel's copy, any proxy on the way). The probe sends requests one at a time on one
+//! keep-alive connection, over a grid of head sizes and field counts in random order, and
+//! fits `ttfb = a + b·bytes + c·headers` (see [`fit`]). docs/probe.md describes the method
+//! and its limits.
+
+mod args;
+mod conn;
+pub mod fit;
+pub mod grid;
+mod report;
+pub mod rng;
+pub mod target;
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write as _};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+
+pub use args::ProbeArgs;
+pub use conn::{ExchangeError, ProbeConn, Timed};
+pub use fit::{Cell, Estimate, Fit};
+pub use grid::{Grid, Shape};
+pub use report::{duration as format_ns, CellSummary, Floor, Model, ProbeReport, Typical};
+pub use target::Target;
+
+/// Interval the report gives (the bootstrap's central 95 %).
+const CONFIDENCE: f64 = 0.95;
+/// Extra handshakes timed at the end, for the round-trip floor.
+const EXTRA_CONNECTS: usize = 5;
+
+/// What to probe and how.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    pub target: Target,
+    /// Timed requests per cell (and of the minimal request).
+    pub samples: usize,
+    pub grid: Grid,
+    pub seed: u64,
+    pub bootstrap: usize,
+    /// Unmeasured requests first, so that caches, the allocator and the server's JIT (if
+    /// any) are warm before the first sample.
+    pub warmup: usize,
+    /// The request shape the result is applied to.
+    pub typical: Shape,
+    /// Draw a progress line on standard error.
+    pub progress: bool,
+}
+
+impl ProbeOptions {
+    /// Defaults for everything but the target: 30 samples per cell, the default grid, a
+    /// seed from the clock, 1000 bootstrap replicates, a 380-byte head with 8 fields.
+    pub fn new(target: Target) -> ProbeOptions {
+        ProbeOptions {
+            target,
+            samples: 30,
+            grid: Grid::default(),
+            seed: rng::Rng::seed_from_time(),
+            bootstrap: 1000,
+            warmup: 50,
+            typical: Shape {
+                bytes: 380,
+                headers: 8,
+            },
+            progress: false,
+        }
+    }
+}
+
+/// `phasescope probe`: runs and prints; exit code 1 when the probe could not complete.
+pub fn command(args: &ProbeArgs) -> ExitCode {
+    crate::clock::init();
+    let options = args.options();
+    let json = args.format == "json";
+    match run(&options) {
+        Ok(report) => {
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => {
+                        eprintln!("error: cannot encode the report: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
+            } else {
+                print!("{}", report.to_text());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs the probe against `options.target` and fits the result.
+pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
+    crate::clock::init();
+    if options.samples == 0 {
+        bail!("--samples must be at least 1");
+    }
+    let started = Instant::now();
+    let target = &options.target;
+    let addr = target.resolve()?;
+    let (shapes, skipped) = options.grid.cells(&target.path, &target.authority);
+    if shapes.len() < 3 {
+        bail!(
+            "the grid {} leaves {} cells that can be built for {} (need 3): use larger sizes or fewer fields",
+            options.grid,
+            shapes.len(),
+            target
+        );
+    }
+    let mut heads: Vec<Vec<u8>> = shapes
+        .iter()
+        .filter_map(|&shape| grid::build_head(&target.path, &target.authority, shape))
+        .collect();
+    let minimal = grid::minimal_head(&target.path, &target.authority);
+    let minimal_index = heads.len();
+    heads.push(minimal.clone());
+
+    let mut rng = rng::Rng::new(options.seed);
+    let mut plan: Vec<usize> = (0..heads.len())
+        .flat_map(|i| std::iter::repeat_n(i, options.samples))
+        .collect();
+    rng.shuffle(&mut plan);
+
+    let mut session = Session::open(addr)?;
+    for i in 0..options.warmup {
+        // The minimal request, then every shape once: the largest buffers get touched too.
+        let head = if i % 2 == 0 {
+            &minimal
+        } else {
+            &heads[(i / 2) % heads.len()]
+        };
+        session
+            .exchange(head)
+            .with_context(|| format!("warming up against {target}"))?;
+    }
+
+    let mut raw: Vec<Vec<Timed>> = vec![Vec::with_capacity(options.samples); heads.len()];
+    let mut progress = Progress::new(options.progress, plan.len());
+    for (done, &i) in plan.iter().enumerate() {
+        if let Some(timed) = session.exchange(&heads[i])? {
+            raw[i].push(timed);
+        }
+        progress.update(done + 1);
+    }
+    progress.finish();
+    let samples: Vec<Vec<f64>> = raw.iter().map(|timed| server_times(timed)).collect();
+    let write_median: Vec<f64> = raw
+        .iter()
+        .map(|timed| fit::median(&mut timed.iter().map(|t| t.write_ns as f64).collect::<Vec<_>>()))
+        .collect();
+    for _ in 0..EXTRA_CONNECTS {
+        let (_, connect_ns) = ProbeConn::connect(addr)
+            .with_context(|| format!("connecting to {addr} to time the handshake"))?;
+        session.connect_ns.push(connect_ns);
+    }
+
+    let cells: Vec<Cell> = shapes
+        .iter()
+        .zip(&samples)
+        .map(|(shape, ttfb)| Cell {
+            bytes: shape.bytes as f64,
+            headers: shape.headers as f64,
+            ttfb_ns: ttfb.clone(),
+        })
+        .collect();
+    let fitted = fit::fit(&cells, options.bootstrap, &mut rng)?;
+    let typical = options.typical;
+    let size_cost = fitted.derive(|_, b, c| b * typical.bytes as f64 + c * typical.headers as f64);
+    let ttfb = fitted.derive(|a, b, c| a + b * typical.bytes as f64 + c * typical.headers as f64);
+    let share = fitted.derive(|a, b, c| {
+        let cost = b * typical.bytes as f64 + c * typical.headers as f64;
+        cost / (a + cost)
+    });
+
+    let minimal_samples = &mut samples[minimal_index].clone();
+    let floor = Floor {
+        connect_rtt_min_ns: session
+            .connect_ns
+            .iter()
+            .copied()
+            .min()
+            .map_or(f64::NAN, |n| n as f64),
+        connects: session.connect_ns.len(),
+        minimal_head_bytes: minimal.len(),
+        minimal_ttfb_min_ns: minimal_samples
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min),
+        minimal_ttfb_median_ns: fit::median(minimal_samples),
+        minimal_write_median_ns: write_median[minimal_index],
+    };
+    let summaries = shapes
+        .iter()
+        .zip(samples.iter().zip(&write_median))
+        .map(|(shape, (ttfb, &write_median_ns))| CellSummary {
+            bytes: shape.bytes,
+            headers: shape.headers,
+            samples: ttfb.len(),
+            median_ns: fit::median(&mut ttfb.clone()),
+            min_ns: ttfb.iter().copied().fold(f64::INFINITY, f64::min),
+            write_median_ns,
+        })
+        .collect();
+
+    Ok(ProbeReport {
+        format: "phasescope-probe",
+        format_version: 1,
+        version: env!("CARGO_PKG_VERSION"),
+        target: target.to_string(),
+        seed: options.seed,
+        grid: options.grid.to_string(),
+        samples_per_cell: options.samples,
+        skipped_cells: skipped,
+        requests: session.timed,
+        failed: session.failed,
+        reconnects: session.reconnects,
+        statuses: session.statuses,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        model: Model {
+            a_ns: fitted.a,
+            b_ns_per_byte: fitted.b,
+            c_ns_per_header: fitted.c,
+            residual_ns: fitted.residual_ns,
+            confidence: CONFIDENCE,
+            bootstrap_replicates: fitted.replicates,
+        },
+        floor,
+        typical: Typical {
+            bytes: typical.bytes,
+            headers: typical.headers,
+            size_cost_ns: size_cost,
+            ttfb_ns: ttfb,
+            share,
+        },
+        cells: summaries,
+    })
+}
+
+/// Time to first byte without the client's own cost of sending: each sample's time from
+/// the start of its write, less its own write, or less the cell's median write if its own
+/// was slower than that. A write during which this thread was preempted lasts as long as
+/// whatever ran instead, the server included; subtracting all of it would erase the very
+/// time being measured, while the median write is what sending costs when undisturbed
+/// (as long as fewer than half the writes are disturbed).
+fn server_times(timed: &[Timed]) -> Vec<f64> {
+    let mut writes: Vec<f64> = timed.iter().map(|t| t.write_ns as f64).collect();
+    let typical = fit::median(&mut writes);
+    timed
+        .iter()
+        .map(|t| (t.ttfb_ns as f64 - (t.write_ns as f64).min(typical)).max(0.0))
+        .collect()
+}
+
+/// The connection the samples go over, reopened when the server closes it.
+struct Session {
+    addr: SocketAddr,
+    conn: Option<ProbeConn>,
+    connect_ns: Vec<u64>,
+    statuses: BTreeMap<u16, usize>,
+    timed: usize,
+    failed: usize,
+    reconnects: usize,
+}
+
+impl Session {
+    fn open(addr: SocketAddr) -> anyhow::Result<Session> {
+        let mut session = Session {
+            addr,
+            conn: None,
+            connect_ns: Vec::new(),
+            statuses: BTreeMap::new(),
+            timed: 0,
+            failed: 0,
+            reconnects: 0,
+        };
+        session.connect()?;
+        session.reconnects = 0;
+        Ok(session)
+    }
+
+    fn connect(&mut self) -> anyhow::Result<&mut ProbeConn> {
+        let (conn, connect_ns) = ProbeConn::connect(self.addr)
+            .with_context(|| format!("cannot connect to {}", self.addr))?;
+        self.connect_ns.push(connect_ns);
+        self.reconnects += 1;
+        Ok(self.conn.insert(conn))
+    }
+
+    /// One timed exchange; on a failure, one more try on a new connection. `None` when
+    /// both failed; an error once failures pass a tenth of the requests (the target is
+    /// not answering, and a fit would mean nothing).
+    fn exchange(&mut self, head: &[u8]) -> anyhow::Result<Option<Timed>> {
+        let mut last = None;
+        for _attempt in 0..2 {
+            let conn = match self.conn.as_mut() {
+                Some(conn) => conn,
+                None => self.connect()?,
+            };
+            match conn.exchange(head) {
+                Ok(timed) => {
+                    self.timed += 1;
+                    *self.statuses.entry(timed.status).or_default() += 1;
+                    if !timed.keep_alive {
+                        self.conn = None;
+                    }
+                    return Ok(Some(timed));
+                }
+                Err(e) => {
+                    self.conn = None;
+                    last = Some(e);
+                }
+            }
+        }
+        self.failed += 1;
+        if self.failed > 3 + self.timed / 10 {
+            let e = last.map_or_else(|| "unknown".to_owned(), |e| e.to_string());
+            bail!(
+                "{} of {} requests to {} failed; the last: {e}",
+                self.failed,
+                self.failed + self.timed,
+                self.addr
+            );
+        }
+        Ok(None)
+    }
+}
+
+/// A one-line progress display on standard error, for a terminal only.
+struct Progress {
+    enabled: bool,
+    total: usize,
+    shown: usize,
+}
+
+impl Progress {
+    fn new(wanted: bool, total: usize) -> Progress {
+        Progress {
+            enabled: wanted && std::io::stderr().is_terminal(),
+            total,
+            shown: 0,
+        }
+    }
+
+    fn update(&mut self, done: usize) {
+        // Redraw at most ~100 times: the terminal write must not disturb the timings.
+        if !self.enabled || (done - self.shown) * 100 < self.total && done != self.total {
+            return;
+        }
+        self.shown = done;
+        let mut err = std::io::stderr();
+        let _ = write!(err, "\rprobing: {done}/{} requests", self.total);
+        let _ = err.flush();
+    }
+
+    fn finish(&self) {
+        if self.enabled {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
