@@ -631,3 +631,18 @@ fn the_documentation_names_every_flag_and_variable() {
     }
     assert!(DOC.contains(phasescope::config::ENV_CONFIG));
 }
+
+#[test]
+fn regex_route_rules_are_read_and_checked() {
+    let base = "[[tap]]\nname = \"api\"\nlisten = \"127.0.0.1:18080\"\nupstream = \"127.0.0.1:7379\"\nroutes = \"regex\"\n";
+    let good = format!("{base}[[tap.route]]\nname = \"users\"\npattern = \"^/users/\"\n");
+    let config = Config::from_toml_str(&good, Path::new("t.toml")).unwrap();
+    assert_eq!(config.taps[0].route_rules.len(), 1);
+    assert_eq!(config.taps[0].route_rules[0].name, "users");
+    fails_at(
+        &format!("{base}[[tap.route]]\nname = \"bad\"\npattern = \"^/(unclosed\"\n"),
+        5,
+        "not a valid regular expression",
+    );
+    fails_at(base, 5, "");
+}
