@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod phase;
 pub mod recorder;
 pub mod relay;
+pub mod report;
 pub mod resp;
