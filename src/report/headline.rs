@@ -46,10 +46,16 @@ pub fn headline(rows: &[Row]) -> String {
             };
             if let (Some(redis), Some(webdis)) = (redis, webdis) {
                 part.push_str(&format!(
-                    " (Redis {}, Webdis {})",
+                    " (Redis {}, Webdis {}",
                     units::share(redis),
                     units::share(webdis)
                 ));
+                // Requests the correlator could not pair keep their wait undivided.
+                let unpaired = s - redis - webdis;
+                if unpaired >= 0.005 {
+                    part.push_str(&format!(", unpaired {}", units::share(unpaired)));
+                }
+                part.push(')');
             }
         }
         parts.push(part);
@@ -111,6 +117,18 @@ mod tests {
         let h = headline(&rows);
         assert!(h.ends_with("upstream_wait 50 %"), "{h}");
         assert!(!h.contains("Redis"));
+        let partly = [
+            row("upstream_wait", 0.9, 1.0),
+            row("backend", 0.2, 1.0),
+            row("backend_in", 0.1, 1.0),
+            row("total", 1.0, 1.0),
+        ];
+        assert!(
+            headline(&partly)
+                .ends_with("upstream_wait 90 % (Redis 20 %, Webdis 10 %, unpaired 60 %)"),
+            "{}",
+            headline(&partly)
+        );
         assert!(headline(&rows[..1]).starts_with("no total"));
     }
 }
