@@ -37,6 +37,10 @@ pub struct Options {
     pub seed: u64,
     /// Fewer exchanges than this on a side (one-run mode): no verdict.
     pub min_count: u64,
+    /// One-run mode compares a percentile only with at least this many values beyond it
+    /// on each side (p99: 100 × this many exchanges): the bootstrap of a percentile that
+    /// only a handful of values decide is too narrow.
+    pub min_tail: u64,
     /// `--fail-if-slower`: as a fraction (0.05 for 5 %).
     pub fail_if_slower: Option<f64>,
     /// Phases `--fail-if-slower` looks at; `all` for every phase.
@@ -51,6 +55,7 @@ impl Default for Options {
             max_draws: 10_000,
             seed: 1,
             min_count: 30,
+            min_tail: 20,
             fail_if_slower: None,
             fail_phases: vec!["total".to_owned()],
         }
@@ -233,6 +238,8 @@ pub fn compare(
     struct Plan<'a> {
         key: &'a Key,
         method: Method,
+        /// Which of mean, p50, p99 get an interval.
+        stats: [bool; 3],
         verdict: Option<Verdict>,
         note: Option<String>,
     }
@@ -247,41 +254,56 @@ pub fn compare(
             (Some(_), None) => Plan {
                 key,
                 method: Method::None,
+                stats: [false; 3],
                 verdict: Some(Verdict::OnlyInA),
                 note: None,
             },
             (None, Some(_)) => Plan {
                 key,
                 method: Method::None,
+                stats: [false; 3],
                 verdict: Some(Verdict::OnlyInB),
                 note: None,
             },
             (Some(ra), Some(rb)) if ra.len() >= 2 && rb.len() >= 2 => Plan {
                 key,
                 method: Method::Runs,
+                stats: [true; 3],
                 verdict: None,
                 note: None,
             },
             _ if ca < opts.min_count || cb < opts.min_count => Plan {
                 key,
                 method: Method::None,
+                stats: [false; 3],
                 verdict: Some(Verdict::NoDetectableDifference),
                 note: Some(format!(
-                    "too few exchanges to tell (fewer than {} on a side)",
+                    "too few exchanges: fewer than {} on a side",
                     opts.min_count
                 )),
             },
-            _ => Plan {
-                key,
-                method: Method::Resampling,
-                verdict: None,
-                note: None,
-            },
+            _ => {
+                let n = ca.min(cb) as f64;
+                let tail = opts.min_tail as f64;
+                Plan {
+                    key,
+                    method: Method::Resampling,
+                    stats: [true, n * 0.5 >= tail, n * 0.01 >= tail],
+                    verdict: None,
+                    note: None,
+                }
+            }
         };
         plans.push(plan);
     }
-    let compared = plans.iter().filter(|p| p.method != Method::None).count();
-    let intervals = compared * STATISTICS.len();
+    let skipped = plans
+        .iter()
+        .filter(|p| p.method == Method::Resampling && !p.stats.iter().all(|s| *s))
+        .count();
+    let intervals: usize = plans
+        .iter()
+        .map(|p| p.stats.iter().filter(|s| **s).count())
+        .sum();
     let interval_confidence = 1.0 - opts.alpha / intervals.max(1) as f64;
     let z = normal_quantile(1.0 - (1.0 - interval_confidence) / 2.0);
 
@@ -356,7 +378,9 @@ pub fn compare(
             let dirs: Vec<Verdict> = changes
                 .iter()
                 .flatten()
-                .filter_map(Change::direction)
+                .zip(plan.stats)
+                .filter(|(_, compared)| *compared)
+                .filter_map(|(c, _)| c.direction())
                 .collect();
             let slower = dirs.contains(&Verdict::Slower);
             let faster = dirs.contains(&Verdict::Faster);
@@ -367,6 +391,7 @@ pub fn compare(
                 (false, false) => Verdict::NoDetectableDifference,
             }
         });
+        let pick = |i: usize| changes.filter(|_| plan.stats[i]).map(|c| c[i]);
         rows.push(Row {
             tap: tap.clone(),
             phase: phase.clone(),
@@ -376,9 +401,9 @@ pub fn compare(
             runs_a: sa.len(),
             runs_b: sb.len(),
             method: plan.method,
-            mean: changes.map(|c| c[0]),
-            p50: changes.map(|c| c[1]),
-            p99: changes.map(|c| c[2]),
+            mean: pick(0),
+            p50: pick(1),
+            p99: pick(2),
             verdict,
             note: plan.note,
         });
@@ -421,10 +446,24 @@ pub fn compare(
         notes.push(format!(
             "one run on a side: bootstrap from the recorded histograms, {} replicates of at most \
              {} draws per side (runs with more exchanges are resampled at {} draws, which widens \
-             the interval: the safe side), seed {}; this sees the sampling noise inside the \
-             runs only, not differences between runs (warm-up, other load, CPU frequency): \
-             compare several runs per side for that",
-            opts.resamples, opts.max_draws, opts.max_draws, opts.seed
+             the interval: the safe side), seed {}; a percentile is compared only with at least \
+             {} values beyond it on each side (p99: {} exchanges); this sees the sampling noise \
+             inside the runs only, not differences between runs (warm-up, other load, CPU \
+             frequency): compare several runs per side for that",
+            opts.resamples,
+            opts.max_draws,
+            opts.max_draws,
+            opts.seed,
+            opts.min_tail,
+            opts.min_tail * 100
+        ));
+    }
+    if skipped > 0 {
+        notes.push(format!(
+            "{skipped} series had too few exchanges for a percentile interval (p50 needs {}, \
+             p99 {} on each side): shown as -",
+            opts.min_tail * 2,
+            opts.min_tail * 100
         ));
     }
     notes.push(format!(

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::compare::{Change, Comparison, Row, Verdict};
+use super::compare::{Change, Comparison, Method, Row, Verdict};
 use super::table::{csv_field, Format};
 use super::units;
 
@@ -33,14 +33,37 @@ const HEADERS: [&str; 9] = [
 ];
 
 fn delta(c: Option<Change>) -> String {
+    // An interval bound past +999 % says "anything": print it as such, not as digits.
+    let bound = |v: f64| {
+        if v * 100.0 > 999.0 {
+            ">+999".to_owned()
+        } else {
+            format!("{:+.1}", v * 100.0)
+        }
+    };
     match c {
         None => "-".to_owned(),
         Some(c) => format!(
-            "{} [{:+.1}, {:+.1}]",
+            "{} [{}, {}]",
             units::change(c.change),
-            c.low * 100.0,
-            c.high * 100.0
+            bound(c.low),
+            bound(c.high)
         ),
+    }
+}
+
+/// One line on how the intervals were made, for the header.
+fn method_line(c: &Comparison) -> &'static str {
+    let runs = c.rows.iter().any(|r| r.method == Method::Runs);
+    let resampling = c.rows.iter().any(|r| r.method == Method::Resampling);
+    match (runs, resampling) {
+        (true, false) => "method: several runs per side, intervals from the variation between runs",
+        (false, true) => {
+            "method: one run per side, intervals from resampling the histograms: \
+                          run-to-run variation is NOT included (see the notes)"
+        }
+        (true, true) => "method: between runs where each side has several, resampling elsewhere",
+        (false, false) => "method: nothing to compare",
     }
 }
 
@@ -77,7 +100,11 @@ fn header_lines(c: &Comparison) -> Vec<String> {
             if names.len() == 1 { "" } else { "s" }
         )
     };
-    vec![format!("A: {}", side(&c.a)), format!("B: {}", side(&c.b))]
+    vec![
+        format!("A: {}", side(&c.a)),
+        format!("B: {}", side(&c.b)),
+        method_line(c).to_owned(),
+    ]
 }
 
 fn text(c: &Comparison, colour: bool) -> String {
