@@ -389,7 +389,12 @@ fn fake_prometheus(
             }
             let head = String::from_utf8_lossy(&buf).to_string();
             let target = head.split(' ').nth(1).unwrap().to_owned();
-            let query = percent_decode(target.split_once("query=").unwrap().1);
+            let encoded = target.split_once("query=").unwrap().1;
+            assert!(
+                encoded.contains("&time="),
+                "one evaluation time for all queries"
+            );
+            let query = percent_decode(encoded.split('&').next().unwrap());
             let body = answers
                 .iter()
                 .find(|(k, _)| query.contains(*k))
@@ -623,4 +628,104 @@ fn live_report_counts_what_went_through_the_proxy_and_snapshot_resets() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("admin server"));
+}
+
+/// A real Prometheus (the Debian package) scraping the proxy every second: `report
+/// --prometheus` builds the table from its buckets.
+#[test]
+fn live_report_from_a_real_prometheus() {
+    let binary = support::require_tool("prometheus");
+    let upstream = SlowUpstream::start(Duration::from_micros(200));
+    let proxy = Proxy::in_front_of(upstream.addr, &[]);
+    assert_eq!(proxy.admin_get("/healthz").status, 200);
+    // The series must exist before the counted requests: increase() has no sample of
+    // zero to start from otherwise.
+    send(&proxy, &["/PING", "/GET/k"], 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: phasescope\n    static_configs:\n      - targets: ['{}']\n",
+            proxy.admin_addr()
+        ),
+    )
+    .unwrap();
+    let port = support::free_port();
+    let mut cmd = std::process::Command::new(binary);
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+    let mut prom =
+        support::Managed::spawn("prometheus", &mut cmd, &dir.path().join("prometheus.log"));
+    let base = format!("http://127.0.0.1:{port}");
+    let samples = phasescope::report::http::Url::parse(&format!(
+        "{base}/api/v1/query?query=count_over_time(phasescope_phase_duration_seconds_count%7Bphase%3D%22total%22%7D%5B1m%5D)"
+    ))
+    .unwrap();
+    let scraped_twice = || {
+        phasescope::report::http::get(&samples)
+            .ok()
+            .and_then(|b| phasescope::report::prometheus::parse_vector(&b).ok())
+            .is_some_and(|v| v.iter().any(|s| s.value >= 2.0))
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), scraped_twice),
+        "Prometheus never scraped the proxy twice\n{}",
+        prom.log_tail()
+    );
+
+    send(&proxy, &["/PING", "/GET/k"], 20);
+    let report = || -> Option<Value> {
+        let out = phasescope(&[
+            "report",
+            "--prometheus",
+            &base,
+            "--range",
+            "1m",
+            "--by",
+            "route",
+            "--format",
+            "json",
+        ]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let get = v["taps"][0]["routes"]
+            .as_array()?
+            .iter()
+            .find(|s| s["route"] == "GET")?
+            .clone();
+        (row(&get, "total")["count"].as_u64()? >= 20).then_some(v)
+    };
+    let mut seen = None;
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            seen = report();
+            seen.is_some()
+        }),
+        "the 20 GETs never showed in Prometheus\n{}",
+        prom.log_tail()
+    );
+    let v = seen.unwrap();
+    assert_eq!(v["percentiles"], "interpolated");
+    let get = v["taps"][0]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["route"] == "GET")
+        .unwrap();
+    let total = row(get, "total");
+    // increase() extrapolates to the edges of the range by up to about one scrape
+    // interval, over a window of at least two: at most ×1.8.
+    let count = total["count"].as_u64().unwrap();
+    assert!((20..=36).contains(&count), "{total}");
+    assert_eq!(row(get, "parse")["count"], total["count"]);
+    // Every wait was over the 200 µs the upstream sleeps, so its bucket lies above.
+    let wait = row(get, "upstream_wait");
+    assert!(wait["p50"].as_f64().unwrap() >= 200e-6, "{wait}");
+    assert!(wait["p50"].as_f64().unwrap() <= wait["p99"].as_f64().unwrap());
+    prom.stop(Duration::from_secs(10));
 }

@@ -131,6 +131,9 @@ impl Series {
                 let hi = (self.max * 1e9).round() as u64;
                 h.value_at_quantile(q).clamp(lo.min(hi), hi) as f64 / 1e9
             }
+            // Every value 0 (a phase that took no time, e.g. a response in one read):
+            // interpolating inside the first bucket would invent durations.
+            Distribution::Buckets(_) if self.sum <= 0.0 => 0.0,
             Distribution::Buckets(b) => bucket_quantile(b, q),
         }
     }

@@ -37,8 +37,16 @@ pub fn load(base: &str, range: Duration) -> anyhow::Result<Dataset> {
     let base = Url::parse(base)?;
     let prefix = base.path_and_query.trim_end_matches('/').to_owned();
     let range_text = promql_range(range)?;
+    // One evaluation instant for the three queries, so that a scrape landing between
+    // them cannot make the buckets disagree with the counts.
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let [buckets, sums, counts] = queries(&range_text).map(|q| {
-        let url = base.with_path(&format!("{prefix}/api/v1/query?query={}", encode(&q)));
+        let url = base.with_path(&format!(
+            "{prefix}/api/v1/query?query={}&time={at:.3}",
+            encode(&q)
+        ));
         http::get(&url)
             .and_then(|body| parse_vector(&body))
             .with_context(|| format!("Prometheus query {q}"))
@@ -165,15 +173,17 @@ pub fn build(
             entry.1 = running;
         }
         let (tap, phase, route) = k.clone();
+        let sum = sums
+            .get(&k)
+            .copied()
+            .filter(|v| v.is_finite())
+            .unwrap_or(0.0);
         let series = Series {
             count: s.value.round() as u64,
-            sum: sums
-                .get(&k)
-                .copied()
-                .filter(|v| v.is_finite())
-                .unwrap_or(0.0),
+            sum,
             min: None,
-            max: bucket_max(&b),
+            // A phase that always took 0 has nothing but a first bucket to show.
+            max: if sum > 0.0 { bucket_max(&b) } else { 0.0 },
             dist: Distribution::Buckets(b),
         };
         taps.entry(tap)
@@ -273,6 +283,27 @@ mod tests {
         assert!((p50 - (0.001 + 0.001 * 10.0 / 59.0)).abs() < 1e-12, "{p50}");
         assert_eq!(s.max, 0.004);
         assert_eq!(ds.precision, Precision::Buckets);
+    }
+
+    #[test]
+    fn a_phase_that_always_took_zero_reads_zero() {
+        let l = |le: &'static str| {
+            [
+                ("tap", "w"),
+                ("phase", "write"),
+                ("route", "all"),
+                ("le", le),
+            ]
+        };
+        let k = [("tap", "w"), ("phase", "write"), ("route", "all")];
+        let ds = build(
+            vec![sample(&l("1e-07"), 10.0), sample(&l("+Inf"), 10.0)],
+            vec![sample(&k, 0.0)],
+            vec![sample(&k, 10.0)],
+        )
+        .unwrap();
+        let st = ds.taps["w"].phases["write"]["all"].stats();
+        assert_eq!((st.p50, st.p99, st.max), (0.0, 0.0, 0.0));
     }
 
     #[test]
