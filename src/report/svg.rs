@@ -272,9 +272,15 @@ fn distributions<DB: DrawingBackend>(
     for (phase, points) in curves {
         let c = colour(&phase);
         // A step curve: a bucket's fraction holds up to its top value.
+        // Steps smaller than a pixel are dropped: a run of a million requests has
+        // thousands of HDR buckets, which would only make the file large.
         let mut steps = Vec::with_capacity(points.len() * 2 + 1);
         let mut previous = 0.0;
-        for (x, y) in points {
+        let last = points.len().saturating_sub(1);
+        for (i, (x, y)) in points.into_iter().enumerate() {
+            if y - previous < 0.002 && i != last {
+                continue;
+            }
             steps.push((x, previous));
             steps.push((x, y));
             previous = y;
