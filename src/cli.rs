@@ -40,6 +40,13 @@ pub enum Command {
     Run(RunArgs),
     /// Check a config file and exit: 0 if it is valid, 2 with FILE:LINE:COL if not.
     CheckConfig(CheckConfigArgs),
+    /// Where the time goes: per tap, one row per phase (count, mean, percentiles, share).
+    Report(ReportArgs),
+    /// Save a running proxy's snapshot to a file, optionally resetting it for the next run.
+    Snapshot(SnapshotArgs),
+    /// Compare runs A with runs B: per phase, faster, slower, or no detectable difference.
+    /// Exit 1 when --fail-if-slower trips, 2 when the inputs cannot be read.
+    Compare(CompareArgs),
     /// Estimate an upstream's request-parsing cost from how its time to first byte grows
     /// with the request head.
     Probe(crate::probe::ProbeArgs),
@@ -99,6 +106,93 @@ pub struct CheckConfigArgs {
     /// The config file to check
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+}
+
+/// `phasescope report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// An admin server URL (http://host:port) or a snapshot file; repeat to merge several
+    /// [default: the admin server of the config, http://127.0.0.1:9464]
+    #[arg(long, value_name = "URL|FILE", conflicts_with = "prometheus")]
+    pub from: Vec<String>,
+
+    /// Read the phase histograms from a Prometheus server instead (all instances summed)
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+
+    /// With --prometheus: the window to report on, e.g. "15m", "1h"
+    #[arg(long, value_name = "DURATION", default_value = "15m", requires = "prometheus",
+          value_parser = humantime::parse_duration)]
+    pub range: std::time::Duration,
+
+    /// Add a table per route
+    #[arg(long, value_name = "WHAT", value_parser = ["route"])]
+    pub by: Option<String>,
+
+    /// Output format
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: crate::report::Format,
+
+    /// Also draw the report as an SVG file
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+/// `phasescope snapshot`.
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The admin server, http://host:port
+    #[arg(long, value_name = "URL")]
+    pub from: String,
+
+    /// The file to write
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+
+    /// Empty the proxy's snapshot histograms after saving, so that the next run starts clean
+    #[arg(long)]
+    pub reset: bool,
+}
+
+/// `phasescope compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Snapshot files of the runs before (A)
+    #[arg(value_name = "A.json", required = true, num_args = 1..)]
+    pub a: Vec<PathBuf>,
+
+    /// Snapshot files of the runs after (B)
+    #[arg(long, value_name = "B.json", required = true, num_args = 1..)]
+    pub vs: Vec<PathBuf>,
+
+    /// Exit 1 when a checked phase is slower, with confidence, by more than PCT percent
+    /// (its whole interval above +PCT %) in mean, p50 or p99
+    #[arg(long, value_name = "PCT")]
+    pub fail_if_slower: Option<f64>,
+
+    /// The phases --fail-if-slower checks; repeat for several, "all" for every phase
+    #[arg(long, value_name = "PHASE", default_value = "total")]
+    pub fail_phase: Vec<String>,
+
+    /// Output format
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: crate::report::Format,
+
+    /// Chance that any verdict of the table is wrong (split over its intervals)
+    #[arg(long, value_name = "ALPHA", default_value_t = 0.05)]
+    pub alpha: f64,
+
+    /// Bootstrap replicates per series (one run per side)
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub resamples: usize,
+
+    /// Values drawn per replicate, at most (one run per side)
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_draws: u64,
+
+    /// Seed of the resampling, so that a rerun gives the same intervals
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
 }
 
 impl RunArgs {
@@ -187,6 +281,89 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["phasescope", "check-config"]).is_err());
+    }
+
+    #[test]
+    fn report_snapshot_and_compare_parse() {
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "report",
+            "--from",
+            "a.json",
+            "--from",
+            "http://h:1",
+            "--by",
+            "route",
+            "--format",
+            "csv",
+            "--svg",
+            "x.svg",
+        ])
+        .unwrap();
+        let Command::Report(r) = cli.command else {
+            panic!()
+        };
+        assert_eq!(r.from, ["a.json", "http://h:1"]);
+        assert_eq!(r.by.as_deref(), Some("route"));
+        assert_eq!(r.format, crate::report::Format::Csv);
+        assert!(Cli::try_parse_from(["phasescope", "report", "--by", "method"]).is_err());
+        assert!(
+            Cli::try_parse_from(["phasescope", "report", "--range", "1h"]).is_err(),
+            "--range needs --prometheus"
+        );
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "report",
+            "--prometheus",
+            "http://p:9090",
+            "--range",
+            "1h",
+        ])
+        .unwrap();
+        let Command::Report(r) = cli.command else {
+            panic!()
+        };
+        assert_eq!(r.range.as_secs(), 3600);
+
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "snapshot",
+            "--from",
+            "http://h:1",
+            "-o",
+            "s.json",
+            "--reset",
+        ])
+        .unwrap();
+        let Command::Snapshot(s) = cli.command else {
+            panic!()
+        };
+        assert!(s.reset);
+        assert_eq!(s.output, PathBuf::from("s.json"));
+
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "compare",
+            "a1.json",
+            "a2.json",
+            "--vs",
+            "b1.json",
+            "b2.json",
+            "--fail-if-slower",
+            "5",
+        ])
+        .unwrap();
+        let Command::Compare(c) = cli.command else {
+            panic!()
+        };
+        assert_eq!(c.a.len(), 2);
+        assert_eq!(c.vs.len(), 2);
+        assert_eq!(c.fail_if_slower, Some(5.0));
+        assert_eq!(c.fail_phase, ["total"]);
+        assert!(
+            Cli::try_parse_from(["phasescope", "compare", "a.json"]).is_err(),
+            "--vs is required"
+        );
     }
 
     #[test]

@@ -20,4 +20,5 @@ pub mod phase;
 pub mod probe;
 pub mod recorder;
 pub mod relay;
+pub mod report;
 pub mod resp;

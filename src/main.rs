@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use phasescope::cli::{Cli, Command, RunArgs};
-use phasescope::config::Config;
+use phasescope::cli::{Cli, Command, ReportArgs, RunArgs};
+use phasescope::config::{Config, Overrides};
 
 /// Bad usage or configuration, the same code clap uses for a bad command line.
 const EXIT_CONFIG: u8 = 2;
@@ -19,8 +19,61 @@ fn main() -> ExitCode {
     match &cli.command {
         Command::Run(args) => run(&cli, args),
         Command::CheckConfig(args) => check_config(&args.file),
+        Command::Report(args) => report(&cli, args),
+        Command::Snapshot(args) => outcome(phasescope::report::commands::snapshot(args)),
+        Command::Compare(args) => match phasescope::report::commands::compare(args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(EXIT_FAILED),
+            // Unreadable inputs must not look like a regression to a CI script.
+            Err(e) => {
+                print_error(&e);
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
         Command::Probe(args) => phasescope::probe::command(args),
         Command::Demo(args) => phasescope::demo::command(args),
+    }
+}
+
+fn report(cli: &Cli, args: &ReportArgs) -> ExitCode {
+    // The admin address of the config `run` would use, unless told where to read.
+    let mut admin = String::new();
+    if args.from.is_empty() && args.prometheus.is_none() {
+        match Config::resolve(
+            cli.config.as_deref(),
+            Overrides::default(),
+            std::env::vars_os(),
+        ) {
+            Ok((config, _)) => {
+                let mut addr = config.admin.listen;
+                if addr.ip().is_unspecified() {
+                    addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+                }
+                admin = addr.to_string();
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        }
+    }
+    outcome(phasescope::report::commands::report(args, &admin))
+}
+
+fn outcome(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            print_error(&e);
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+fn print_error(e: &anyhow::Error) {
+    eprintln!("error: {e}");
+    for cause in e.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
     }
 }
 
@@ -45,10 +98,7 @@ fn run(cli: &Cli, args: &RunArgs) -> ExitCode {
     match phasescope::app::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
+            print_error(&e);
             ExitCode::from(EXIT_FAILED)
         }
     }

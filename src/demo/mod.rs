@@ -10,7 +10,6 @@ mod args;
 pub mod latency;
 mod load;
 mod progress;
-mod table;
 mod upstream;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -24,6 +23,7 @@ use tokio::sync::watch;
 use crate::admin::AdminServer;
 use crate::config::{Config, Protocol, RouteRule, TapConfig};
 use crate::metrics::Registry;
+use crate::report;
 
 pub use args::DemoArgs;
 pub use latency::Latency;
@@ -145,8 +145,27 @@ async fn demo(options: &DemoOptions) -> anyhow::Result<()> {
         requests as f64 / elapsed.as_secs_f64().max(1e-3)
     );
     let snapshot = registry.snapshot();
-    println!("where the time goes (tap \"{TAP}\", every route; exact percentiles)\n");
-    print!("{}", table::render(&snapshot, TAP)?);
+    let dataset =
+        report::Dataset::from_snapshots(std::slice::from_ref(&snapshot), vec!["demo".into()])?;
+    let by_route = report::Report::build(&dataset, true)?;
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    print!(
+        "{}",
+        report::table::render(&by_route, report::Format::Table, colour)?
+    );
+    if let Some(t) = snapshot.taps.get(TAP).map(|tap| &tap.totals) {
+        let get =
+            |m: &std::collections::BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
+        println!(
+            "\nexchanges {}, errors {}, connections {} client / {} upstream, bytes {} in / {} out",
+            t.requests,
+            t.errors.values().sum::<u64>(),
+            get(&t.connections, "client"),
+            get(&t.connections, "upstream"),
+            get(&t.bytes, "request"),
+            get(&t.bytes, "response"),
+        );
+    }
     println!();
     println!("live page   http://{admin_addr}/");
     println!(

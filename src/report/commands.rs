@@ -1,0 +1,93 @@
+//! The `report`, `snapshot` and `compare` subcommands: arguments in, text out.
+
+use std::io::Write;
+
+use anyhow::Context;
+
+use super::compare::{compare as run_compare, Options};
+use super::dataset::Dataset;
+use super::rows::Report;
+use super::source::{self, Source};
+use super::table::colour_for_stdout;
+use super::{compare_table, prometheus, snapshot_cmd, svg, table};
+use crate::cli::{CompareArgs, ReportArgs, SnapshotArgs};
+
+/// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
+/// `--from` is given.
+pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
+    let ds = match &args.prometheus {
+        Some(url) => prometheus::load(url, args.range)?,
+        None => {
+            let sources: Vec<Source> = if args.from.is_empty() {
+                vec![Source::admin(default_admin)?]
+            } else {
+                args.from
+                    .iter()
+                    .map(|f| Source::parse(f))
+                    .collect::<anyhow::Result<_>>()?
+            };
+            let snaps = source::load_all(&sources)?;
+            Dataset::from_snapshots(&snaps, sources.iter().map(ToString::to_string).collect())?
+        }
+    };
+    let report = Report::build(&ds, args.by.is_some())?;
+    let text = table::render(&report, args.format, colour_for_stdout())?;
+    if let Some(path) = &args.svg {
+        let picture = svg::render(&ds)?;
+        std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
+    }
+    print(&text)
+}
+
+/// `phasescope snapshot`.
+pub fn snapshot(args: &SnapshotArgs) -> anyhow::Result<()> {
+    let saved = snapshot_cmd::save(&args.from, &args.output, args.reset)?;
+    let mut line = format!(
+        "saved {} ({} tap{}, {} exchanges from {} to {}) to {}",
+        saved.url,
+        saved.taps,
+        if saved.taps == 1 { "" } else { "s" },
+        saved.exchanges,
+        saved.since,
+        saved.taken_at,
+        args.output.display()
+    );
+    if let Some(since) = &saved.reset_since {
+        line.push_str(&format!("; reset, the next run starts at {since}"));
+    }
+    // A status line, not data: stderr, so stdout stays empty for scripts.
+    eprintln!("{line}");
+    Ok(())
+}
+
+/// `phasescope compare`; `Ok(false)` when `--fail-if-slower` tripped.
+pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
+    let a = source::load_files(&args.a)?;
+    let b = source::load_files(&args.vs)?;
+    let names = |p: &[std::path::PathBuf]| p.iter().map(|p| p.display().to_string()).collect();
+    let opts = Options {
+        alpha: args.alpha,
+        resamples: args.resamples,
+        max_draws: args.max_draws,
+        seed: args.seed,
+        fail_if_slower: args.fail_if_slower.map(|pct| pct / 100.0),
+        fail_phases: args.fail_phase.clone(),
+        ..Options::default()
+    };
+    let c = run_compare(&a, &b, names(&args.a), names(&args.vs), &opts)?;
+    print(&compare_table::render(
+        &c,
+        args.format,
+        colour_for_stdout(),
+    )?)?;
+    Ok(c.failures.is_empty())
+}
+
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        // `| head` closing the pipe is not a failure.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to standard output"),
+    }
+}

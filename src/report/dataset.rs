@@ -1,0 +1,359 @@
+//! The data every report is built from: per tap, phase and route, a count, a sum and a
+//! distribution, whether it came from snapshots (exact HDR histograms) or from Prometheus
+//! (bucket counts). Merging happens here, so several `--from` read as one proxy.
+
+use std::collections::BTreeMap;
+
+use anyhow::{ensure, Context};
+use hdrhistogram::Histogram;
+
+use crate::metrics::snapshot::{HdrLayout, SeriesSnapshot, Snapshot};
+use crate::phase::Phase;
+
+/// How the percentiles of a dataset were obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// From HDR histograms: within 1/128 of the exact value, min and max exact.
+    Exact,
+    /// Interpolated within Prometheus buckets; max is a bucket bound.
+    Buckets,
+}
+
+/// Everything a report reads, merged over its sources.
+#[derive(Debug)]
+pub struct Dataset {
+    pub precision: Precision,
+    /// What was read, for the report's header.
+    pub sources: Vec<String>,
+    /// Caveats to print with the report.
+    pub notes: Vec<String>,
+    /// Keyed by tap name.
+    pub taps: BTreeMap<String, TapData>,
+}
+
+#[derive(Debug, Default)]
+pub struct TapData {
+    /// `http` or `resp`, when the source says.
+    pub protocol: Option<String>,
+    /// phase name → route → series.
+    pub phases: BTreeMap<String, BTreeMap<String, Series>>,
+}
+
+/// One (tap, phase, route) series, all durations in seconds.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub count: u64,
+    pub sum: f64,
+    /// Exact minimum; unknown from buckets.
+    pub min: Option<f64>,
+    /// Exact maximum, or (from buckets) the top of the highest non-empty bucket.
+    pub max: f64,
+    pub dist: Distribution,
+}
+
+#[derive(Debug, Clone)]
+pub enum Distribution {
+    /// Nanosecond values, layout of the snapshot.
+    Hdr(Histogram<u64>),
+    /// Prometheus buckets: (upper bound in seconds, cumulative count), ascending, the last
+    /// one `+Inf`. Counts from `increase()` are extrapolated, hence not integers.
+    Buckets(Vec<(f64, f64)>),
+}
+
+/// The numbers a report row shows, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    pub count: u64,
+    pub sum: f64,
+    pub mean: f64,
+    pub min: Option<f64>,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Series {
+    /// A series from one snapshot, its histogram recorded into the snapshot's layout.
+    pub fn from_snapshot(s: &SeriesSnapshot, layout: &HdrLayout) -> anyhow::Result<Series> {
+        let mut hist = layout.empty_histogram()?;
+        s.add_to(&mut hist)?;
+        Ok(Series {
+            count: s.count,
+            sum: s.sum,
+            min: Some(s.min),
+            max: s.max,
+            dist: Distribution::Hdr(hist),
+        })
+    }
+
+    /// Adds `other` in: counts and sums add, extremes widen, distributions merge.
+    pub fn merge(&mut self, other: &Series) -> anyhow::Result<()> {
+        self.count += other.count;
+        self.sum += other.sum;
+        self.min = match (self.min, other.min) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            _ => None,
+        };
+        self.max = self.max.max(other.max);
+        match (&mut self.dist, &other.dist) {
+            (Distribution::Hdr(a), Distribution::Hdr(b)) => {
+                a.add(b).context("merging HDR histograms")?;
+            }
+            (Distribution::Buckets(a), Distribution::Buckets(b)) => {
+                *a = merge_buckets(a, b);
+            }
+            _ => anyhow::bail!("cannot merge a snapshot series with a Prometheus series"),
+        }
+        Ok(())
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+
+    /// The `q` quantile in seconds. HDR: the top of the bucket holding rank ⌈q·count⌉,
+    /// clamped to the exact extremes, exactly as `/api/snapshot` computes it. Buckets:
+    /// linear interpolation inside the bucket holding rank q·count, as PromQL's
+    /// `histogram_quantile` does.
+    pub fn quantile(&self, q: f64) -> f64 {
+        match &self.dist {
+            Distribution::Hdr(h) => {
+                if h.is_empty() {
+                    return 0.0;
+                }
+                let lo = self.min.map_or(0, |m| (m * 1e9).round() as u64);
+                let hi = (self.max * 1e9).round() as u64;
+                h.value_at_quantile(q).clamp(lo.min(hi), hi) as f64 / 1e9
+            }
+            // Every value 0 (a phase that took no time, e.g. a response in one read):
+            // interpolating inside the first bucket would invent durations.
+            Distribution::Buckets(_) if self.sum <= 0.0 => 0.0,
+            Distribution::Buckets(b) => bucket_quantile(b, q),
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            count: self.count,
+            sum: self.sum,
+            mean: self.mean(),
+            min: self.min,
+            p50: self.quantile(0.5),
+            p90: self.quantile(0.9),
+            p99: self.quantile(0.99),
+            p999: self.quantile(0.999),
+            max: self.max,
+        }
+    }
+}
+
+/// Adds two cumulative bucket lists bound by bound; a bound only one side has gets the
+/// other side's cumulative count at the next lower bound it has.
+fn merge_buckets(a: &[(f64, f64)], b: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut bounds: Vec<f64> = a.iter().chain(b).map(|&(le, _)| le).collect();
+    bounds.sort_by(f64::total_cmp);
+    bounds.dedup();
+    let at = |list: &[(f64, f64)], le: f64| {
+        list.iter()
+            .take_while(|&&(l, _)| l <= le)
+            .last()
+            .map_or(0.0, |&(_, c)| c)
+    };
+    bounds
+        .into_iter()
+        .map(|le| (le, at(a, le) + at(b, le)))
+        .collect()
+}
+
+/// `histogram_quantile` on one cumulative bucket list.
+pub fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> f64 {
+    let Some(&(_, total)) = buckets.last() else {
+        return 0.0;
+    };
+    if total <= 0.0 {
+        return 0.0;
+    }
+    let rank = q * total;
+    let mut lower = 0.0;
+    let mut below = 0.0;
+    for &(le, cumulative) in buckets {
+        if cumulative >= rank && cumulative > below {
+            if le.is_infinite() {
+                // Nothing is known above the last finite bound.
+                return lower;
+            }
+            return lower + (le - lower) * (rank - below) / (cumulative - below);
+        }
+        lower = le;
+        below = cumulative;
+    }
+    lower
+}
+
+/// The top of the highest bucket that holds anything (the largest finite bound if only
+/// `+Inf` does).
+pub fn bucket_max(buckets: &[(f64, f64)]) -> f64 {
+    let mut previous = 0.0;
+    let mut last_finite = 0.0;
+    let mut top = 0.0;
+    for &(le, cumulative) in buckets {
+        if cumulative > previous {
+            top = if le.is_finite() { le } else { last_finite };
+        }
+        if le.is_finite() {
+            last_finite = le;
+        }
+        previous = cumulative;
+    }
+    top
+}
+
+/// Orders phase names as the timeline does (`Phase::ALL`), unknown names last.
+pub fn phase_order(name: &str) -> (usize, String) {
+    (
+        Phase::from_name(name).map_or(usize::MAX, Phase::index),
+        name.to_owned(),
+    )
+}
+
+impl TapData {
+    /// Phase names present, in timeline order.
+    pub fn phase_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.phases.keys().map(String::as_str).collect();
+        names.sort_by_key(|n| phase_order(n));
+        names
+    }
+
+    /// Routes present in any phase, sorted.
+    pub fn routes(&self) -> Vec<&str> {
+        let mut routes: Vec<&str> = self
+            .phases
+            .values()
+            .flat_map(|r| r.keys().map(String::as_str))
+            .collect();
+        routes.sort_unstable();
+        routes.dedup();
+        routes
+    }
+
+    /// One phase over all routes, or over one route.
+    pub fn series(&self, phase: &str, route: Option<&str>) -> anyhow::Result<Option<Series>> {
+        let Some(routes) = self.phases.get(phase) else {
+            return Ok(None);
+        };
+        let mut out: Option<Series> = None;
+        for (name, s) in routes {
+            if route.is_some_and(|r| r != name) {
+                continue;
+            }
+            match &mut out {
+                None => out = Some(s.clone()),
+                Some(acc) => acc.merge(s)?,
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Dataset {
+    /// Merges snapshots: per tap, phase and route, counts and sums add and histograms
+    /// merge; percentiles are then taken from the merged histograms.
+    pub fn from_snapshots(snapshots: &[Snapshot], sources: Vec<String>) -> anyhow::Result<Dataset> {
+        ensure!(!snapshots.is_empty(), "no snapshot to report on");
+        let mut taps: BTreeMap<String, TapData> = BTreeMap::new();
+        let mut notes = Vec::new();
+        for (i, snap) in snapshots.iter().enumerate() {
+            let name = sources.get(i).map_or("a snapshot", String::as_str);
+            if !snap.metrics_enabled {
+                notes.push(format!(
+                    "{name}: the proxy ran with --no-metrics, nothing was recorded"
+                ));
+            }
+            for (tap_name, tap) in &snap.taps {
+                let data = taps.entry(tap_name.clone()).or_default();
+                data.protocol.get_or_insert_with(|| tap.protocol.clone());
+                for (phase, routes) in &tap.phases {
+                    for (route, s) in routes {
+                        let series = Series::from_snapshot(s, &snap.hdr)
+                            .with_context(|| format!("{name}: {tap_name}/{phase}/{route}"))?;
+                        let slot = data.phases.entry(phase.clone()).or_default();
+                        match slot.get_mut(route) {
+                            Some(acc) => acc
+                                .merge(&series)
+                                .with_context(|| format!("{name}: {tap_name}/{phase}/{route}"))?,
+                            None => {
+                                slot.insert(route.clone(), series);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if snapshots.len() > 1 {
+            notes.push(format!(
+                "{} snapshots merged: counts and sums added, percentiles from the merged histograms",
+                snapshots.len()
+            ));
+        }
+        if taps
+            .values()
+            .any(|t| t.phases.contains_key(Phase::Backend.name()))
+        {
+            notes.push(
+                "backend_in/backend/backend_out pair each HTTP request with its Redis command: \
+                 their means are exact; where identical commands ran concurrently the pairing \
+                 is ambiguous and their percentiles approximate"
+                    .to_owned(),
+            );
+        }
+        Ok(Dataset {
+            precision: Precision::Exact,
+            sources,
+            notes,
+            taps,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_quantiles_interpolate_like_histogram_quantile() {
+        // 10 values ≤ 1, 10 more ≤ 2, nothing above.
+        let b = [(1.0, 10.0), (2.0, 20.0), (f64::INFINITY, 20.0)];
+        assert!((bucket_quantile(&b, 0.5) - 1.0).abs() < 1e-12);
+        assert!((bucket_quantile(&b, 0.25) - 0.5).abs() < 1e-12);
+        assert!((bucket_quantile(&b, 0.75) - 1.5).abs() < 1e-12);
+        assert_eq!(bucket_max(&b), 2.0);
+        // Mass in +Inf only: the last finite bound is all that is known.
+        let b = [(1.0, 0.0), (f64::INFINITY, 5.0)];
+        assert_eq!(bucket_quantile(&b, 0.5), 1.0);
+        assert_eq!(bucket_max(&b), 1.0);
+        assert_eq!(bucket_quantile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn bucket_lists_merge_on_the_union_of_bounds() {
+        let a = [(1.0, 2.0), (f64::INFINITY, 3.0)];
+        let b = [(1.0, 1.0), (2.0, 4.0), (f64::INFINITY, 4.0)];
+        assert_eq!(
+            merge_buckets(&a, &b),
+            vec![(1.0, 3.0), (2.0, 6.0), (f64::INFINITY, 7.0)]
+        );
+    }
+
+    #[test]
+    fn phases_sort_in_timeline_order() {
+        let mut names = vec!["total", "zzz", "parse", "client_recv"];
+        names.sort_by_key(|n| phase_order(n));
+        assert_eq!(names, ["client_recv", "parse", "total", "zzz"]);
+    }
+}

@@ -1,0 +1,31 @@
+//! Reading the numbers back: `phasescope report`, `snapshot` and `compare`.
+//!
+//! A report is built in three steps that each format and source share: load snapshots
+//! ([`source`]) or Prometheus buckets ([`prometheus`]) into a merged [`dataset::Dataset`],
+//! turn it into rows and headlines ([`rows::Report`]), print it ([`table`], [`svg`]).
+//! `compare` ([`compare`]) reads snapshot files and decides, per phase, whether B differs
+//! from A by more than the noise; docs/compare.md states the method.
+
+pub mod bootstrap;
+pub mod commands;
+pub mod compare;
+pub mod compare_table;
+pub mod dataset;
+pub mod distributions;
+pub mod headline;
+pub mod http;
+pub mod prometheus;
+pub mod rng;
+pub mod rows;
+pub mod snapshot_cmd;
+pub mod source;
+pub mod svg;
+pub mod table;
+pub mod units;
+pub mod welch;
+
+pub use compare::{compare, Comparison, Options as CompareOptions, Verdict};
+pub use dataset::Dataset;
+pub use rows::Report;
+pub use source::Source;
+pub use table::Format;

@@ -1,0 +1,130 @@
+//! The report itself, independent of how it is printed: per tap (and per route with
+//! `--by route`) one row per phase and a headline. Every format in [`super::table`] prints
+//! this same structure, so they cannot disagree.
+
+use serde::Serialize;
+
+use super::dataset::{Dataset, Precision, TapData};
+use super::headline;
+use crate::phase::Phase;
+
+/// The route name of rows that cover every route of a tap.
+pub const ALL_ROUTES: &str = "*";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// What was read.
+    pub sources: Vec<String>,
+    /// `exact` (HDR snapshots) or `interpolated` (Prometheus buckets).
+    pub percentiles: &'static str,
+    /// Caveats that apply to the numbers.
+    pub notes: Vec<String>,
+    pub taps: Vec<TapReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TapReport {
+    pub tap: String,
+    pub protocol: Option<String>,
+    /// Every route together.
+    pub all: Section,
+    /// One section per route, with `--by route`; empty otherwise.
+    pub routes: Vec<Section>,
+}
+
+/// One table: a tap, or one route of a tap.
+#[derive(Debug, Clone, Serialize)]
+pub struct Section {
+    /// A route label, or [`ALL_ROUTES`].
+    pub route: String,
+    pub headline: String,
+    pub rows: Vec<Row>,
+}
+
+/// One phase. Durations in seconds, as in the snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub phase: String,
+    pub count: u64,
+    pub sum: f64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    /// This phase's share of the mean total: its time summed over all requests divided
+    /// by the summed total (a fraction, 0 to 1). Phases that happen in only some
+    /// exchanges (connects) thus weigh what they cost per request on average. `None`
+    /// when the section has no `total`.
+    pub share: Option<f64>,
+}
+
+impl Report {
+    /// Builds the report; `by_route` adds a section per route.
+    pub fn build(ds: &Dataset, by_route: bool) -> anyhow::Result<Report> {
+        let mut taps = Vec::new();
+        for (name, tap) in &ds.taps {
+            let all = section(tap, None)?;
+            let routes = if by_route {
+                tap.routes()
+                    .into_iter()
+                    .map(|r| section(tap, Some(r)))
+                    .collect::<anyhow::Result<_>>()?
+            } else {
+                Vec::new()
+            };
+            taps.push(TapReport {
+                tap: name.clone(),
+                protocol: tap.protocol.clone(),
+                all,
+                routes,
+            });
+        }
+        Ok(Report {
+            sources: ds.sources.clone(),
+            percentiles: match ds.precision {
+                Precision::Exact => "exact",
+                Precision::Buckets => "interpolated",
+            },
+            notes: ds.notes.clone(),
+            taps,
+        })
+    }
+}
+
+fn section(tap: &TapData, route: Option<&str>) -> anyhow::Result<Section> {
+    let mut rows = Vec::new();
+    for phase in tap.phase_names() {
+        let Some(series) = tap.series(phase, route)? else {
+            continue;
+        };
+        let s = series.stats();
+        rows.push(Row {
+            phase: phase.to_owned(),
+            count: s.count,
+            sum: s.sum,
+            mean: s.mean,
+            p50: s.p50,
+            p90: s.p90,
+            p99: s.p99,
+            p999: s.p999,
+            max: s.max,
+            share: None,
+        });
+    }
+    let total = rows
+        .iter()
+        .find(|r| r.phase == Phase::Total.name())
+        .map(|r| r.sum);
+    if let Some(total) = total.filter(|t| *t > 0.0) {
+        for r in &mut rows {
+            r.share = Some(r.sum / total);
+        }
+    }
+    Ok(Section {
+        route: route.unwrap_or(ALL_ROUTES).to_owned(),
+        headline: headline::headline(&rows),
+        rows,
+    })
+}

@@ -1,0 +1,302 @@
+//! `--svg FILE`: per tap, a stacked bar per route of the mean time per request spent in
+//! each phase, and the latency distribution (cumulative) of each phase.
+//!
+//! Drawn with plotters' SVG backend and no font support of its own: the text is left as
+//! SVG `<text>` for the viewer to render, so nothing depends on system fonts.
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::dataset::{Dataset, Distribution, Series, TapData};
+use super::rows::ALL_ROUTES;
+use crate::phase::Phase;
+
+const WIDTH: u32 = 1280;
+const HEIGHT_PER_TAP: u32 = 460;
+
+/// The phases laid end to end along an exchange (parse lies inside client_recv and
+/// response_parse inside upstream_recv, so those are not stacked).
+const STACKED: [Phase; 8] = [
+    Phase::ClientRecv,
+    Phase::UpstreamConnect,
+    Phase::Queue,
+    Phase::UpstreamSend,
+    Phase::UpstreamWait,
+    Phase::UpstreamRecv,
+    Phase::ProxyOverhead,
+    Phase::Write,
+];
+
+/// The picture for `ds`, as an SVG document.
+pub fn render(ds: &Dataset) -> anyhow::Result<String> {
+    let mut buf = String::new();
+    let taps: Vec<(&String, &TapData)> = ds.taps.iter().collect();
+    let height = HEIGHT_PER_TAP * taps.len().max(1) as u32;
+    {
+        let root = SVGBackend::with_string(&mut buf, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_error)?;
+        if taps.is_empty() {
+            root.draw_text(
+                "no tap has recorded anything yet",
+                &TextStyle::from(("sans-serif", 20)),
+                (20, 20),
+            )
+            .map_err(draw_error)?;
+        }
+        let rows = root.split_evenly((taps.len().max(1), 1));
+        for ((name, tap), area) in taps.into_iter().zip(rows) {
+            let (left, right) = area.split_horizontally(WIDTH / 2);
+            stacked_bars(&left, name, tap)?;
+            distributions(&right, name, tap)?;
+        }
+        root.present().map_err(draw_error)?;
+    }
+    Ok(buf)
+}
+
+fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("drawing the SVG: {e}")
+}
+
+fn colour(phase: &str) -> RGBColor {
+    let i = Phase::from_name(phase).map_or(13, Phase::index);
+    let (r, g, b) = Palette99::pick(i).rgb();
+    RGBColor(r, g, b)
+}
+
+/// A time unit that keeps the axis numbers between 1 and 1000.
+fn unit_for(max_seconds: f64) -> (f64, &'static str) {
+    if max_seconds < 1e-6 {
+        (1e9, "ns")
+    } else if max_seconds < 1e-3 {
+        (1e6, "µs")
+    } else if max_seconds < 1.0 {
+        (1e3, "ms")
+    } else {
+        (1.0, "s")
+    }
+}
+
+/// Mean time per request of each stacked phase, for one route or all: the phase's sum
+/// divided by the number of exchanges (the `total` count).
+fn segments(tap: &TapData, route: Option<&str>) -> anyhow::Result<Vec<(String, f64)>> {
+    let Some(total) = tap.series(Phase::Total.name(), route)? else {
+        return Ok(Vec::new());
+    };
+    let n = total.count.max(1) as f64;
+    let sum = |p: Phase| -> anyhow::Result<Option<f64>> {
+        Ok(tap.series(p.name(), route)?.map(|s: Series| s.sum))
+    };
+    let backend = [Phase::BackendIn, Phase::Backend, Phase::BackendOut];
+    let mut out = Vec::new();
+    for phase in STACKED {
+        let Some(s) = sum(phase)? else { continue };
+        if phase == Phase::UpstreamWait && sum(Phase::Backend)?.is_some() {
+            // The Webdis decomposition replaces the wait it splits; what the correlator
+            // could not pair stays as upstream_wait.
+            let mut split = 0.0;
+            for b in backend {
+                if let Some(v) = sum(b)? {
+                    split += v;
+                    out.push((b.name().to_owned(), v / n));
+                }
+            }
+            if s > split {
+                out.push((phase.name().to_owned(), (s - split) / n));
+            }
+            continue;
+        }
+        out.push((phase.name().to_owned(), s / n));
+    }
+    Ok(out)
+}
+
+fn stacked_bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    tap: &str,
+    data: &TapData,
+) -> anyhow::Result<()> {
+    let mut bars: Vec<(String, Vec<(String, f64)>)> =
+        vec![(format!("{ALL_ROUTES} all"), segments(data, None)?)];
+    let routes = data.routes();
+    if routes.len() > 1 {
+        for r in routes {
+            bars.push((r.to_owned(), segments(data, Some(r))?));
+        }
+    }
+    let widest = bars
+        .iter()
+        .map(|(_, s)| s.iter().map(|(_, v)| v).sum::<f64>())
+        .fold(0.0, f64::max);
+    let (scale, unit) = unit_for(widest);
+    let n = bars.len();
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("{tap}: where the time goes (mean per request)"),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(110)
+        // Headroom on the right for the legend.
+        .build_cartesian_2d(0.0..(widest * scale * 1.45).max(1e-9), 0.0..n as f64)
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc(format!("time ({unit})"))
+        .draw()
+        .map_err(draw_error)?;
+    // Bar i from the top; the first is every route together.
+    let band = |i: usize| (n - 1 - i) as f64;
+    // One series per phase across all bars, so that the legend names each colour once.
+    let mut phases: Vec<String> = Vec::new();
+    for (_, segs) in &bars {
+        for (p, _) in segs {
+            if !phases.contains(p) {
+                phases.push(p.clone());
+            }
+        }
+    }
+    for phase in phases {
+        let c = colour(&phase);
+        let mut rects = Vec::new();
+        for (i, (_, segs)) in bars.iter().enumerate() {
+            let start: f64 = segs
+                .iter()
+                .take_while(|(p, _)| *p != phase)
+                .map(|(_, v)| v)
+                .sum();
+            if let Some((_, v)) = segs.iter().find(|(p, _)| *p == phase) {
+                rects.push(Rectangle::new(
+                    [
+                        (start * scale, band(i) + 0.15),
+                        ((start + v) * scale, band(i) + 0.85),
+                    ],
+                    c.filled(),
+                ));
+            }
+        }
+        chart
+            .draw_series(rects)
+            .map_err(draw_error)?
+            .label(phase)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], c.filled()));
+    }
+    // Route names beside their bars, placed by hand: a numeric axis would put its ticks
+    // where round numbers fall, not at the bars.
+    let base = area.get_base_pixel();
+    let style = TextStyle::from(("sans-serif", 13)).pos(Pos::new(HPos::Right, VPos::Center));
+    for (i, (label, _)) in bars.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(0.0, band(i) + 0.5));
+        area.draw(&Text::new(
+            label.clone(),
+            (x - base.0 - 6, y - base.1),
+            style.clone(),
+        ))
+        .map_err(draw_error)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_error)?;
+    Ok(())
+}
+
+/// (seconds, cumulative fraction) points of a series' distribution.
+fn cdf(series: &Series) -> Vec<(f64, f64)> {
+    match &series.dist {
+        Distribution::Hdr(h) => {
+            let total = h.len().max(1) as f64;
+            let mut seen = 0u64;
+            h.iter_recorded()
+                .map(|v| {
+                    seen += v.count_at_value();
+                    (v.value_iterated_to() as f64 / 1e9, seen as f64 / total)
+                })
+                .collect()
+        }
+        Distribution::Buckets(b) => {
+            let total = b.last().map_or(1.0, |l| l.1.max(1e-12));
+            b.iter()
+                .filter(|(le, _)| le.is_finite())
+                .map(|&(le, c)| (le, c / total))
+                .collect()
+        }
+    }
+}
+
+fn distributions<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    tap: &str,
+    data: &TapData,
+) -> anyhow::Result<()> {
+    let mut curves = Vec::new();
+    for phase in data.phase_names() {
+        if let Some(s) = data.series(phase, None)? {
+            let points: Vec<(f64, f64)> = cdf(&s).into_iter().filter(|(x, _)| *x > 0.0).collect();
+            if !points.is_empty() {
+                curves.push((phase.to_owned(), points));
+            }
+        }
+    }
+    let xs = curves.iter().flat_map(|(_, p)| p.iter().map(|(x, _)| *x));
+    let lo = xs.clone().fold(f64::INFINITY, f64::min);
+    let hi = xs.fold(0.0, f64::max);
+    let (lo, hi) = if lo.is_finite() && hi > 0.0 {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        (1e-7, 1.0)
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("{tap}: latency distribution per phase"),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(50)
+        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("latency (log scale)")
+        .y_desc("fraction of exchanges ≤ latency")
+        .x_label_formatter(&|v| super::units::duration(*v))
+        .draw()
+        .map_err(draw_error)?;
+    for (phase, points) in curves {
+        let c = colour(&phase);
+        // A step curve: a bucket's fraction holds up to its top value.
+        // Steps smaller than a pixel are dropped: a run of a million requests has
+        // thousands of HDR buckets, which would only make the file large.
+        let mut steps = Vec::with_capacity(points.len() * 2 + 1);
+        let mut previous = 0.0;
+        let last = points.len().saturating_sub(1);
+        for (i, (x, y)) in points.into_iter().enumerate() {
+            if y - previous < 0.002 && i != last {
+                continue;
+            }
+            steps.push((x, previous));
+            steps.push((x, y));
+            previous = y;
+        }
+        chart
+            .draw_series(LineSeries::new(steps, c.stroke_width(2)))
+            .map_err(draw_error)?
+            .label(phase)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_error)?;
+    Ok(())
+}

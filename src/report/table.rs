@@ -1,0 +1,222 @@
+//! Printing a [`Report`]: aligned text for terminals, markdown, JSON and CSV.
+//!
+//! Text and markdown are for people, so durations get a readable unit each; JSON and CSV
+//! are for programs, so they keep seconds as plain numbers (the snapshot's unit) and
+//! shares as fractions.
+
+use std::fmt::Write as _;
+
+use super::rows::{Report, Row, Section, ALL_ROUTES};
+use super::units;
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns (coloured on a terminal).
+    Table,
+    Markdown,
+    Json,
+    Csv,
+}
+
+/// Whether the text output may use ANSI colour: only on a terminal, and not under
+/// `NO_COLOR`.
+pub fn colour_for_stdout() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// The report in `format`; `colour` applies to [`Format::Table`] only.
+pub fn render(report: &Report, format: Format, colour: bool) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Table => text(report, colour),
+        Format::Markdown => markdown(report),
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(report)?;
+            s.push('\n');
+            s
+        }
+        Format::Csv => csv(report),
+    })
+}
+
+const HEADERS: [&str; 9] = [
+    "phase", "count", "mean", "p50", "p90", "p99", "p99.9", "max", "share",
+];
+
+fn cells(row: &Row) -> [String; 9] {
+    [
+        row.phase.clone(),
+        row.count.to_string(),
+        units::duration(row.mean),
+        units::duration(row.p50),
+        units::duration(row.p90),
+        units::duration(row.p99),
+        units::duration(row.p999),
+        units::duration(row.max),
+        row.share.map_or_else(|| "-".to_owned(), units::share),
+    ]
+}
+
+fn sections(report: &Report) -> impl Iterator<Item = (&str, Option<&str>, &Section)> {
+    report.taps.iter().flat_map(|t| {
+        std::iter::once(&t.all)
+            .chain(&t.routes)
+            .map(move |s| (t.tap.as_str(), t.protocol.as_deref(), s))
+    })
+}
+
+fn title(tap: &str, protocol: Option<&str>, s: &Section) -> String {
+    let proto = protocol.map(|p| format!(" ({p})")).unwrap_or_default();
+    if s.route == ALL_ROUTES {
+        format!("tap {tap}{proto}, all routes")
+    } else {
+        format!("tap {tap}{proto}, route {}", s.route)
+    }
+}
+
+fn precision_line(report: &Report) -> &'static str {
+    if report.percentiles == "exact" {
+        "percentiles: HDR histograms, at most 0.8 % above the exact value; count, mean, max exact"
+    } else {
+        "percentiles: interpolated within Prometheus buckets (approximate)"
+    }
+}
+
+/// The phase with the largest share, total aside: the one colour points at.
+fn dominant(s: &Section) -> Option<usize> {
+    s.rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.phase != "total" && !r.phase.starts_with("backend"))
+        .filter_map(|(i, r)| r.share.map(|sh| (i, sh)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(i, _)| i)
+}
+
+fn text(report: &Report, colour: bool) -> String {
+    let paint = |code: &str, s: &str| {
+        if colour {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "sources: {}", report.sources.join(", "));
+    let _ = writeln!(out, "{}", precision_line(report));
+    if report.taps.is_empty() {
+        let _ = writeln!(out, "\nno tap has recorded anything yet");
+    }
+    for (tap, protocol, s) in sections(report) {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{}", paint("1", &title(tap, protocol, s)));
+        let _ = writeln!(out, "  {}\n", s.headline);
+        let table: Vec<[String; 9]> = s.rows.iter().map(cells).collect();
+        let mut widths = HEADERS.map(str::len);
+        for r in &table {
+            for (w, c) in widths.iter_mut().zip(r) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let line = |cells: &[String; 9]| {
+            let mut l = String::from(" ");
+            for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+                let pad = w - c.chars().count();
+                if i == 0 {
+                    let _ = write!(l, " {c}{}", " ".repeat(pad));
+                } else {
+                    let _ = write!(l, "  {}{c}", " ".repeat(pad));
+                }
+            }
+            l
+        };
+        let _ = writeln!(out, "{}", paint("1", &line(&HEADERS.map(str::to_owned))));
+        let top = dominant(s);
+        for (i, r) in table.iter().enumerate() {
+            let l = line(r);
+            let l = if Some(i) == top { paint("33", &l) } else { l };
+            let _ = writeln!(out, "{l}");
+        }
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "\nnote: {n}");
+    }
+    out
+}
+
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "## phasescope report\n");
+    let _ = writeln!(out, "Sources: {}.\n", md_escape(&report.sources.join(", ")));
+    let _ = writeln!(out, "{}.", precision_line(report));
+    for (tap, protocol, s) in sections(report) {
+        let _ = writeln!(out, "\n### {}\n", md_escape(&title(tap, protocol, s)));
+        let _ = writeln!(out, "{}\n", md_escape(&s.headline));
+        let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
+        let _ = writeln!(out, "|---|{}", "---:|".repeat(HEADERS.len() - 1));
+        for r in &s.rows {
+            let c = cells(r).map(|c| md_escape(&c));
+            let _ = writeln!(out, "| {} |", c.join(" | "));
+        }
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "\n> note: {}", md_escape(n));
+    }
+    out
+}
+
+/// One field of a CSV record, quoted when it must be (RFC 4180).
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The CSV header of [`Format::Csv`].
+pub const CSV_HEADER: &str =
+    "tap,route,phase,count,sum_s,mean_s,p50_s,p90_s,p99_s,p999_s,max_s,share";
+
+fn csv(report: &Report) -> String {
+    let mut out = String::from(CSV_HEADER);
+    out.push('\n');
+    for (tap, _, s) in sections(report) {
+        for r in &s.rows {
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{},{},{},{},{},{},{}",
+                csv_field(tap),
+                csv_field(&s.route),
+                csv_field(&r.phase),
+                r.count,
+                r.sum,
+                r.mean,
+                r.p50,
+                r.p90,
+                r.p99,
+                r.p999,
+                r.max,
+                r.share.map(|v| v.to_string()).unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_needed() {
+        assert_eq!(csv_field("GET"), "GET");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
+    }
+}

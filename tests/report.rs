@@ -1,0 +1,731 @@
+//! `phasescope report` and `phasescope snapshot`: the numbers equal the snapshot's, every
+//! format parses, golden outputs of a recorded fixture, and a live run through the real
+//! proxy.
+//!
+//! The fixture `tests/fixtures/snapshots/fixture.json` was recorded once through the
+//! metrics registry by `report_support::fixture_snapshot` (the test
+//! `the_fixture_is_what_the_registry_records` holds it to that). The golden outputs beside
+//! it are rewritten with `UPDATE_GOLDEN=1 cargo test --test report`.
+
+mod report_support;
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use phasescope::metrics::{SeriesSnapshot, Snapshot};
+use report_support::{fixture_snapshot, phasescope, phasescope_ok, SlowUpstream};
+use serde_json::Value;
+use support::{wait_for, HttpConn, Proxy};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots")
+}
+
+fn fixture_path() -> String {
+    fixtures().join("fixture.json").display().to_string()
+}
+
+fn fixture() -> Snapshot {
+    Snapshot::from_json(&std::fs::read_to_string(fixture_path()).unwrap()).unwrap()
+}
+
+#[test]
+fn the_fixture_is_what_the_registry_records() {
+    let path = fixtures().join("fixture.json");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(fixtures()).unwrap();
+        report_support::write_snapshot(&fixture_snapshot(), &path);
+    }
+    // Timestamps aside, recording the same exchanges again gives the same document.
+    assert_eq!(fixture().taps, fixture_snapshot().taps);
+    assert!(fixture().taps["webdis"].phases.contains_key("backend"));
+}
+
+/// Compares `actual` with the golden file `name`, or rewrites it under UPDATE_GOLDEN.
+fn golden(name: &str, actual: &str) {
+    let path = fixtures().join("golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert!(
+        expected == actual,
+        "{name} differs from {}:\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+#[test]
+fn golden_outputs_of_the_fixture() {
+    let f = fixture_path();
+    for (format, file) in [
+        ("table", "report.txt"),
+        ("markdown", "report.md"),
+        ("json", "report.json"),
+        ("csv", "report.csv"),
+    ] {
+        let out = phasescope_ok(
+            &["report", "--from", &f, "--by", "route", "--format", format],
+            0,
+        );
+        // The source line names the fixture by its absolute path: make it portable.
+        golden(file, &out.replace(&f, "fixture.json"));
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1e-9)
+}
+
+fn row<'a>(section: &'a Value, phase: &str) -> &'a Value {
+    section["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["phase"] == phase)
+        .unwrap_or_else(|| panic!("no row {phase} in {section}"))
+}
+
+fn check_row(r: &Value, s: &SeriesSnapshot, what: &str) {
+    assert_eq!(r["count"].as_u64().unwrap(), s.count, "{what} count");
+    for (field, expected) in [
+        ("sum", s.sum),
+        ("mean", s.mean),
+        ("p50", s.p50),
+        ("p90", s.p90),
+        ("p99", s.p99),
+        ("p999", s.p999),
+        ("max", s.max),
+    ] {
+        assert_eq!(r[field].as_f64().unwrap(), expected, "{what} {field}");
+    }
+}
+
+#[test]
+fn report_numbers_equal_the_snapshot() {
+    let snap = fixture();
+    let out = phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &fixture_path(),
+            "--by",
+            "route",
+            "--format",
+            "json",
+        ],
+        0,
+    );
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["percentiles"], "exact");
+    let taps = report["taps"].as_array().unwrap();
+    assert_eq!(taps.len(), snap.taps.len());
+    for tap in taps {
+        let name = tap["tap"].as_str().unwrap();
+        let expected = &snap.taps[name];
+        assert_eq!(tap["protocol"], expected.protocol.as_str());
+        // Per route: every number is the snapshot's own.
+        let routes = tap["routes"].as_array().unwrap();
+        for section in routes {
+            let route = section["route"].as_str().unwrap();
+            for (phase, by_route) in &expected.phases {
+                if let Some(s) = by_route.get(route) {
+                    check_row(row(section, phase), s, &format!("{name}/{route}/{phase}"));
+                }
+            }
+        }
+        // All routes: counts and sums add, extremes are the extremes, percentiles come
+        // from the merged histograms.
+        for (phase, by_route) in &expected.phases {
+            let r = row(&tap["all"], phase);
+            let count: u64 = by_route.values().map(|s| s.count).sum();
+            let sum: f64 = by_route.values().map(|s| s.sum).sum();
+            let max = by_route.values().map(|s| s.max).fold(0.0, f64::max);
+            let min_ns = by_route
+                .values()
+                .map(|s| (s.min * 1e9).round() as u64)
+                .min()
+                .unwrap();
+            let mut h = snap.hdr.empty_histogram().unwrap();
+            for s in by_route.values() {
+                s.add_to(&mut h).unwrap();
+            }
+            let p99 = h
+                .value_at_quantile(0.99)
+                .clamp(min_ns, (max * 1e9).round() as u64) as f64
+                / 1e9;
+            assert_eq!(r["count"].as_u64().unwrap(), count, "{name}/*/{phase}");
+            assert!(
+                close(r["sum"].as_f64().unwrap(), sum),
+                "{name}/*/{phase} sum"
+            );
+            assert!(close(r["mean"].as_f64().unwrap(), sum / count as f64));
+            assert_eq!(r["max"].as_f64().unwrap(), max);
+            assert_eq!(r["p99"].as_f64().unwrap(), p99, "{name}/*/{phase} p99");
+        }
+        // Shares: each phase's sum over the total's sum.
+        let total = row(&tap["all"], "total")["sum"].as_f64().unwrap();
+        let wait = row(&tap["all"], "upstream_wait");
+        assert!(close(
+            wait["share"].as_f64().unwrap(),
+            wait["sum"].as_f64().unwrap() / total
+        ));
+        assert_eq!(row(&tap["all"], "total")["share"].as_f64().unwrap(), 1.0);
+    }
+    // The Webdis decomposition is in the HTTP tap's headline, in percent of total.
+    let webdis = taps.iter().find(|t| t["tap"] == "webdis").unwrap();
+    let headline = webdis["all"]["headline"].as_str().unwrap();
+    let share = |p: &str| row(&webdis["all"], p)["share"].as_f64().unwrap() * 100.0;
+    let redis = share("backend");
+    let webdis_part = share("backend_in") + share("backend_out");
+    assert!(
+        headline.contains(&format!(
+            "(Redis {redis:.0} %, Webdis {webdis_part:.0} %, unpaired "
+        )),
+        "{headline}"
+    );
+    assert!(headline.starts_with("mean total "), "{headline}");
+    let resp = taps.iter().find(|t| t["tap"] == "redis").unwrap();
+    assert!(!resp["all"]["headline"].as_str().unwrap().contains("Redis "));
+}
+
+#[test]
+fn every_format_parses() {
+    let f = fixture_path();
+    let json: Value = serde_json::from_str(&phasescope_ok(
+        &["report", "--from", &f, "--by", "route", "--format", "json"],
+        0,
+    ))
+    .unwrap();
+    let rows_in_json: usize = json["taps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            t["all"]["rows"].as_array().unwrap().len()
+                + t["routes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s["rows"].as_array().unwrap().len())
+                    .sum::<usize>()
+        })
+        .sum();
+
+    // CSV: a header, then records of as many fields, numbers where numbers belong.
+    let csv = phasescope_ok(
+        &["report", "--from", &f, "--by", "route", "--format", "csv"],
+        0,
+    );
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header[..4], ["tap", "route", "phase", "count"]);
+    let mut records = 0;
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields.len(), header.len(), "{line}");
+        fields[3].parse::<u64>().unwrap();
+        for v in &fields[4..11] {
+            let v: f64 = v.parse().unwrap_or_else(|_| panic!("{v} in {line}"));
+            assert!(v >= 0.0);
+        }
+        let share: f64 = fields[11].parse().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{line}");
+        records += 1;
+    }
+    assert_eq!(records, rows_in_json);
+
+    // Markdown: each table is a header, a separator and rows of as many cells.
+    let md = phasescope_ok(
+        &[
+            "report", "--from", &f, "--by", "route", "--format", "markdown",
+        ],
+        0,
+    );
+    let lines: Vec<&str> = md.lines().collect();
+    let cells = |l: &str| l.trim().trim_matches('|').split(" | ").count();
+    let mut tables = 0;
+    let mut md_rows = 0;
+    for (i, l) in lines.iter().enumerate() {
+        if l.starts_with("| phase |") {
+            tables += 1;
+            let sep = lines[i + 1];
+            assert!(
+                sep.starts_with('|')
+                    && sep.ends_with('|')
+                    && sep.chars().all(|c| "|-:".contains(c)),
+                "{sep}"
+            );
+            assert_eq!(sep.matches('|').count() - 1, cells(l));
+            for r in lines[i + 2..].iter().take_while(|r| r.starts_with('|')) {
+                assert_eq!(cells(r), cells(l), "{r}");
+                md_rows += 1;
+            }
+        }
+    }
+    assert_eq!(md_rows, rows_in_json);
+    assert_eq!(tables, md.matches("### tap ").count());
+
+    // Text: aligned, no colour when not on a terminal.
+    let text = phasescope_ok(&["report", "--from", &f], 0);
+    assert!(!text.contains('\x1b'));
+    assert!(text.contains("tap webdis (http), all routes"));
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("phase"))
+        .unwrap();
+    let first = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("client_recv"))
+        .unwrap();
+    assert_eq!(
+        header.find("count").map(|i| i + 5),
+        first
+            .find(|c: char| c.is_ascii_digit())
+            .map(|i| { i + first[i..].find(' ').unwrap() }),
+        "count column right-aligned:\n{header}\n{first}"
+    );
+}
+
+#[test]
+fn several_sources_merge_and_bad_ones_fail_clearly() {
+    let f = fixture_path();
+    let one: Value = serde_json::from_str(&phasescope_ok(
+        &["report", "--from", &f, "--format", "json"],
+        0,
+    ))
+    .unwrap();
+    let two: Value = serde_json::from_str(&phasescope_ok(
+        &["report", "--from", &f, "--from", &f, "--format", "json"],
+        0,
+    ))
+    .unwrap();
+    let total = |v: &Value| row(&v["taps"][0]["all"], "total").clone();
+    let (a, b) = (total(&one), total(&two));
+    assert_eq!(
+        b["count"].as_u64().unwrap(),
+        2 * a["count"].as_u64().unwrap()
+    );
+    assert!(close(
+        b["sum"].as_f64().unwrap(),
+        2.0 * a["sum"].as_f64().unwrap()
+    ));
+    // The same values twice: the same distribution.
+    for q in ["mean", "p50", "p99", "max"] {
+        assert!(close(a[q].as_f64().unwrap(), b[q].as_f64().unwrap()), "{q}");
+    }
+    assert!(two["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("2 snapshots merged")));
+
+    let out = phasescope(&["report", "--from", "/no/such/file.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/no/such/file.json"), "{err}");
+
+    // Nobody listens there (a port just released).
+    let port = support::free_port();
+    let out = phasescope(&["report", "--from", &format!("http://127.0.0.1:{port}")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&port.to_string()));
+}
+
+#[test]
+fn svg_has_a_bar_per_route_and_a_curve_per_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("r.svg");
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &fixture_path(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        0,
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg"), "{}", &text[..80.min(text.len())]);
+    assert!(text.trim_end().ends_with("</svg>"));
+    for name in [
+        "webdis: where the time goes",
+        "redis: latency distribution",
+        "backend_in",
+        "upstream_wait",
+        ">\nGET\n<",
+        ">\nSET\n<",
+    ] {
+        assert!(text.contains(name), "{name} missing from the SVG");
+    }
+}
+
+/// A fake Prometheus: answers each /api/v1/query from `answers` by the metric named in
+/// the query, and records the queries.
+fn fake_prometheus(
+    answers: BTreeMap<&'static str, String>,
+) -> (String, std::sync::mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(3) {
+            let mut conn = conn.unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut chunk).unwrap();
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let head = String::from_utf8_lossy(&buf).to_string();
+            let target = head.split(' ').nth(1).unwrap().to_owned();
+            let encoded = target.split_once("query=").unwrap().1;
+            assert!(
+                encoded.contains("&time="),
+                "one evaluation time for all queries"
+            );
+            let query = percent_decode(encoded.split('&').next().unwrap());
+            let body = answers
+                .iter()
+                .find(|(k, _)| query.contains(*k))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            tx.send(query).unwrap();
+            // Chunked, as Prometheus sends larger answers.
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+                body.len()
+            );
+            conn.write_all(reply.as_bytes()).unwrap();
+        }
+    });
+    (format!("http://{addr}"), rx)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+fn vector(samples: &[(&[(&str, &str)], f64)]) -> String {
+    let result: Vec<Value> = samples
+        .iter()
+        .map(|(labels, v)| {
+            let metric: serde_json::Map<String, Value> = labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+                .collect();
+            serde_json::json!({"metric": metric, "value": [1_700_000_000.0, v.to_string()]})
+        })
+        .collect();
+    serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}})
+        .to_string()
+}
+
+#[test]
+fn prometheus_buckets_make_the_same_table_with_interpolated_percentiles() {
+    let l = |phase: &'static str, le: &'static str| -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("tap", "webdis"),
+            ("phase", phase),
+            ("route", "GET"),
+            ("le", le),
+        ]
+    };
+    let b = [
+        (l("total", "0.001"), 20.0),
+        (l("total", "0.002"), 80.0),
+        (l("total", "+Inf"), 100.0),
+        (l("upstream_wait", "0.001"), 60.0),
+        (l("upstream_wait", "0.002"), 100.0),
+        (l("upstream_wait", "+Inf"), 100.0),
+    ];
+    let buckets: Vec<(&[(&str, &str)], f64)> = b.iter().map(|(k, v)| (k.as_slice(), *v)).collect();
+    let k = |phase: &'static str| vec![("tap", "webdis"), ("phase", phase), ("route", "GET")];
+    let (kt, kw) = (k("total"), k("upstream_wait"));
+    let mut answers = BTreeMap::new();
+    answers.insert("_bucket[", vector(&buckets));
+    answers.insert("_sum[", vector(&[(&kt, 0.15), (&kw, 0.12)]));
+    answers.insert("_count[", vector(&[(&kt, 100.0), (&kw, 100.0)]));
+    let (url, queries) = fake_prometheus(answers);
+    let out = phasescope_ok(
+        &[
+            "report",
+            "--prometheus",
+            &url,
+            "--range",
+            "15m",
+            "--format",
+            "json",
+        ],
+        0,
+    );
+    let asked: Vec<String> = queries.try_iter().collect();
+    assert!(asked.contains(
+        &"sum by (tap, phase, route, le) (increase(phasescope_phase_duration_seconds_bucket[900s]))".to_owned()
+    ), "{asked:?}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["percentiles"], "interpolated");
+    let all = &v["taps"][0]["all"];
+    let total = row(all, "total");
+    assert_eq!(total["count"], 100);
+    assert!(close(total["mean"].as_f64().unwrap(), 0.0015));
+    // rank 50 of 100: 30 of the 60 values in (1 ms, 2 ms] → 1.5 ms
+    assert!(close(total["p50"].as_f64().unwrap(), 0.0015), "{total}");
+    // rank 99 lies in +Inf: the last finite bound
+    assert!(close(total["p99"].as_f64().unwrap(), 0.002));
+    assert!(close(
+        row(all, "upstream_wait")["share"].as_f64().unwrap(),
+        0.8
+    ));
+    assert!(v["notes"][0].as_str().unwrap().contains("interpolated"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Live: the real proxy in front of an in-test upstream
+// ---------------------------------------------------------------------------------------
+
+fn send(proxy: &Proxy, paths: &[&str], each: usize) {
+    let mut conn = HttpConn::connect(proxy.addr());
+    for _ in 0..each {
+        for p in paths {
+            let req = format!("GET {p} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+            let resp = conn.exchange(req.as_bytes());
+            assert!(
+                resp.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&resp)
+            );
+        }
+    }
+}
+
+fn admin_url(proxy: &Proxy) -> String {
+    format!("http://{}", proxy.admin_addr())
+}
+
+/// The `total` count of the live report, all routes.
+fn live_total(url: &str) -> (u64, Value) {
+    let v: Value = serde_json::from_str(&phasescope_ok(
+        &["report", "--from", url, "--by", "route", "--format", "json"],
+        0,
+    ))
+    .unwrap();
+    let count = v["taps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["all"]["rows"].as_array().unwrap().iter())
+        .filter(|r| r["phase"] == "total")
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    (count, v)
+}
+
+#[test]
+fn live_report_counts_what_went_through_the_proxy_and_snapshot_resets() {
+    let upstream = SlowUpstream::start(Duration::from_micros(200));
+    let proxy = Proxy::in_front_of(upstream.addr, &[]);
+    assert_eq!(proxy.admin_get("/healthz").status, 200);
+    let url = admin_url(&proxy);
+    send(&proxy, &["/PING", "/GET/k"], 30);
+    // An exchange is recorded just after its response is written: wait for the last.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = 0;
+    while Instant::now() < deadline {
+        seen = live_total(&url).0;
+        if seen >= 60 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(seen, 60);
+    let (_, v) = live_total(&url);
+    let tap = &v["taps"][0];
+    assert_eq!(tap["tap"], "webdis", "the root config.toml's tap");
+    let routes: Vec<&str> = tap["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["route"].as_str().unwrap())
+        .collect();
+    assert_eq!(routes, ["GET", "PING"]);
+    for section in tap["routes"].as_array().unwrap() {
+        let total = row(section, "total");
+        assert_eq!(total["count"], 30);
+        let (p50, p99, max) = (
+            total["p50"].as_f64().unwrap(),
+            total["p99"].as_f64().unwrap(),
+            total["max"].as_f64().unwrap(),
+        );
+        assert!(p50 <= p99 && p99 <= max);
+        // The upstream sleeps 200 µs before each answer; the proxy saw at least that.
+        let wait = row(section, "upstream_wait");
+        assert!(wait["p50"].as_f64().unwrap() >= 200e-6, "{wait}");
+        assert!(row(section, "parse")["count"] == 30);
+    }
+
+    // snapshot -o FILE --reset: the file has the 60, the proxy starts again from 0.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.json");
+    let out = phasescope(&[
+        "snapshot",
+        "--from",
+        &url,
+        "-o",
+        file.to_str().unwrap(),
+        "--reset",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reset"));
+    let saved = Snapshot::from_json(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(saved.version, env!("CARGO_PKG_VERSION"));
+    let total: u64 = saved.taps["webdis"].phases["total"]
+        .values()
+        .map(|s| s.count)
+        .sum();
+    assert_eq!(total, 60);
+    assert_eq!(live_total(&url).0, 0, "reset");
+    // The saved file reports the same as the live server did.
+    let (from_file, _) = live_total(file.to_str().unwrap());
+    assert_eq!(from_file, 60);
+
+    send(&proxy, &["/PING"], 5);
+    assert!(wait_for(Duration::from_secs(10), || live_total(&url).0 == 5));
+
+    // snapshot reads from an admin server, not from a file.
+    let out = phasescope(&[
+        "snapshot",
+        "--from",
+        "run.json",
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("admin server"));
+}
+
+/// A real Prometheus (the Debian package) scraping the proxy every second: `report
+/// --prometheus` builds the table from its buckets.
+#[test]
+fn live_report_from_a_real_prometheus() {
+    let binary = support::require_tool("prometheus");
+    let upstream = SlowUpstream::start(Duration::from_micros(200));
+    let proxy = Proxy::in_front_of(upstream.addr, &[]);
+    assert_eq!(proxy.admin_get("/healthz").status, 200);
+    // The series must exist before the counted requests: increase() has no sample of
+    // zero to start from otherwise.
+    send(&proxy, &["/PING", "/GET/k"], 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: phasescope\n    static_configs:\n      - targets: ['{}']\n",
+            proxy.admin_addr()
+        ),
+    )
+    .unwrap();
+    let port = support::free_port();
+    let mut cmd = std::process::Command::new(binary);
+    cmd.arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+    let mut prom =
+        support::Managed::spawn("prometheus", &mut cmd, &dir.path().join("prometheus.log"));
+    let base = format!("http://127.0.0.1:{port}");
+    let samples = phasescope::report::http::Url::parse(&format!(
+        "{base}/api/v1/query?query=count_over_time(phasescope_phase_duration_seconds_count%7Bphase%3D%22total%22%7D%5B1m%5D)"
+    ))
+    .unwrap();
+    let scraped_twice = || {
+        phasescope::report::http::get(&samples)
+            .ok()
+            .and_then(|b| phasescope::report::prometheus::parse_vector(&b).ok())
+            .is_some_and(|v| v.iter().any(|s| s.value >= 2.0))
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), scraped_twice),
+        "Prometheus never scraped the proxy twice\n{}",
+        prom.log_tail()
+    );
+
+    send(&proxy, &["/PING", "/GET/k"], 20);
+    let report = || -> Option<Value> {
+        let out = phasescope(&[
+            "report",
+            "--prometheus",
+            &base,
+            "--range",
+            "1m",
+            "--by",
+            "route",
+            "--format",
+            "json",
+        ]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let get = v["taps"][0]["routes"]
+            .as_array()?
+            .iter()
+            .find(|s| s["route"] == "GET")?
+            .clone();
+        (row(&get, "total")["count"].as_u64()? >= 20).then_some(v)
+    };
+    let mut seen = None;
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            seen = report();
+            seen.is_some()
+        }),
+        "the 20 GETs never showed in Prometheus\n{}",
+        prom.log_tail()
+    );
+    let v = seen.unwrap();
+    assert_eq!(v["percentiles"], "interpolated");
+    let get = v["taps"][0]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["route"] == "GET")
+        .unwrap();
+    let total = row(get, "total");
+    // increase() extrapolates to the edges of the range by up to about one scrape
+    // interval, over a window of at least two: at most ×1.8.
+    let count = total["count"].as_u64().unwrap();
+    assert!((20..=36).contains(&count), "{total}");
+    assert_eq!(row(get, "parse")["count"], total["count"]);
+    // Every wait was over the 200 µs the upstream sleeps, so its bucket lies above.
+    let wait = row(get, "upstream_wait");
+    assert!(wait["p50"].as_f64().unwrap() >= 200e-6, "{wait}");
+    assert!(wait["p50"].as_f64().unwrap() <= wait["p99"].as_f64().unwrap());
+    prom.stop(Duration::from_secs(10));
+}
