@@ -22,3 +22,4 @@ pub mod recorder;
 pub mod relay;
 pub mod report;
 pub mod resp;
+pub mod rng;

@@ -44,9 +44,7 @@ impl DemoArgs {
             latency: self.latency,
             connections: self.connections.clamp(1, 256),
             admin: self.admin,
-            seed: self
-                .seed
-                .unwrap_or_else(crate::probe::rng::Rng::seed_from_time),
+            seed: self.seed.unwrap_or_else(crate::rng::Rng::seed_from_time),
         }
     }
 }

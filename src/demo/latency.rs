@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::probe::rng::Rng;
+use crate::rng::Rng;
 
 /// No simulated wait is longer than this, whatever the distribution's tail says.
 const CAP: Duration = Duration::from_secs(5);

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::http1::{response, BodyFramer, HeadScanner, Method};
-use crate::probe::rng::Rng;
+use crate::rng::Rng;
 
 /// Requests on one connection before the client closes it and opens a new one.
 const REQUESTS_PER_CONNECTION: u64 = 100;

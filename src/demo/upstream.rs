@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use super::latency::Latency;
 use crate::http1::{request, BodyFramer, HeadScanner};
-use crate::probe::rng::Rng;
+use crate::rng::Rng;
 
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 100;

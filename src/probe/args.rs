@@ -3,9 +3,9 @@
 use clap::Args;
 
 use super::grid::{Grid, Shape};
-use super::rng::Rng;
 use super::target::Target;
 use super::ProbeOptions;
+use crate::rng::Rng;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {

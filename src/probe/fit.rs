@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use super::rng::Rng;
+use crate::rng::Rng;
 
 /// The samples of one grid cell.
 #[derive(Debug, Clone)]

@@ -15,7 +15,6 @@ mod conn;
 pub mod fit;
 pub mod grid;
 mod report;
-pub mod rng;
 pub mod target;
 
 use std::collections::BTreeMap;
@@ -64,7 +63,7 @@ impl ProbeOptions {
             target,
             samples: 30,
             grid: Grid::default(),
-            seed: rng::Rng::seed_from_time(),
+            seed: crate::rng::Rng::seed_from_time(),
             bootstrap: 1000,
             warmup: 50,
             typical: Shape {
@@ -132,7 +131,7 @@ pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
     let minimal_index = heads.len();
     heads.push(minimal.clone());
 
-    let mut rng = rng::Rng::new(options.seed);
+    let mut rng = crate::rng::Rng::new(options.seed);
     let mut plan: Vec<usize> = (0..heads.len())
         .flat_map(|i| std::iter::repeat_n(i, options.samples))
         .collect();

@@ -6,7 +6,7 @@
 
 use hdrhistogram::Histogram;
 
-use super::rng::Rng;
+use crate::rng::Rng;
 
 /// The statistics compared, in this order everywhere.
 pub const STATISTICS: [&str; 3] = ["mean", "p50", "p99"];
@@ -64,7 +64,7 @@ impl Sampler {
     }
 
     fn draw(&self, rng: &mut Rng) -> usize {
-        let i = rng.below(self.values.len() as u64) as usize;
+        let i = rng.below(self.values.len());
         if rng.unit() < self.prob[i] {
             i
         } else {

@@ -21,9 +21,9 @@ use serde::Serialize;
 use super::bootstrap::{self, ln_seconds, Sampler, STATISTICS};
 use super::dataset::phase_order;
 use super::distributions::normal_quantile;
-use super::rng::{self, Rng};
 use super::welch;
 use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
+use crate::rng::{self, Rng};
 
 /// How to compare.
 #[derive(Debug, Clone)]

@@ -15,7 +15,6 @@ pub mod distributions;
 pub mod headline;
 pub mod http;
 pub mod prometheus;
-pub mod rng;
 pub mod rows;
 pub mod snapshot_cmd;
 pub mod source;
