@@ -12,6 +12,7 @@ use tokio::sync::{watch, Semaphore};
 
 use super::connection::HttpConnection;
 use super::resp_connection::RespConnection;
+use super::workers::Workers;
 use super::TapContext;
 use crate::config::Protocol;
 use crate::recorder::Side;
@@ -20,6 +21,9 @@ use crate::recorder::Side;
 pub struct Tap {
     listener: TcpListener,
     ctx: Arc<TapContext>,
+    /// Where connections run: on these worker runtimes, or (when `None`) as tasks of the
+    /// runtime the tap runs on.
+    workers: Option<Arc<Workers>>,
 }
 
 impl Tap {
@@ -36,7 +40,14 @@ impl Tap {
         Ok(Tap {
             listener,
             ctx: Arc::new(ctx),
+            workers: None,
         })
+    }
+
+    /// Runs the tap's connections on `workers` instead of the runtime the tap runs on.
+    pub fn on_workers(mut self, workers: Arc<Workers>) -> Tap {
+        self.workers = Some(workers);
+        self
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -50,7 +61,11 @@ impl Tap {
     /// Accepts connections until `shutdown` turns true, then waits up to `grace` for the
     /// connections in progress to finish their exchanges.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>, grace: Duration) {
-        let Tap { listener, ctx } = self;
+        let Tap {
+            listener,
+            ctx,
+            workers,
+        } = self;
         let max = ctx.config.limits.max_connections;
         let slots = Arc::new(Semaphore::new(max));
         loop {
@@ -74,12 +89,22 @@ impl Tap {
                     continue;
                 }
             };
-            let ctx = ctx.clone();
+            let conn_ctx = ctx.clone();
             let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                serve(stream, peer, ctx, shutdown).await;
+            let connection = move |stream| async move {
+                serve(stream, peer, conn_ctx, shutdown).await;
                 drop(permit);
-            });
+            };
+            match &workers {
+                None => {
+                    tokio::spawn(connection(stream));
+                }
+                Some(workers) => {
+                    if let Err(e) = workers.spawn(stream, connection) {
+                        tracing::warn!(tap = %ctx.config.name, error = %e, "cannot hand a connection to a worker");
+                    }
+                }
+            }
         }
         // Closing the listener refuses new clients at once instead of leaving them in
         // the backlog for the length of the drain.
