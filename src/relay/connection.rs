@@ -146,7 +146,10 @@ impl HttpConnection {
                     kind = kind.name(),
                     "proxy answered"
                 );
-                self.answer(answer).await;
+                // Boxed, like every rare path below: an idle connection's task holds the
+                // largest state any of its awaits may need, so what only a few
+                // connections ever need lives on the heap, and only while it runs.
+                Box::pin(self.answer(answer)).await;
             }
         }
         if self.upstream.take().is_some() {
@@ -199,7 +202,7 @@ impl HttpConnection {
                 relayed.response_bytes,
             );
             if relayed.tunnel {
-                self.tunnel().await;
+                Box::pin(self.tunnel()).await;
                 return Ok(());
             }
             if !relayed.keep_alive || stop.requested() {
@@ -353,9 +356,11 @@ impl HttpConnection {
     async fn upstream_ready(&mut self, ex: &mut Exchange) -> Result<(), Failure> {
         if self.upstream.is_none() {
             let cfg = &self.tap.config;
-            let stream = match timeout(cfg.timeouts.connect, TcpStream::connect(&cfg.upstream))
-                .await
-            {
+            let connect = Box::pin(timeout(
+                cfg.timeouts.connect,
+                TcpStream::connect(&cfg.upstream),
+            ));
+            let stream = match connect.await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
