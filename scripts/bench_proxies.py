@@ -229,7 +229,7 @@ def start_target(name, upstream, workdir, threads, maxconn, valgrind=None):
         argv = prefix + [PHASESCOPE, "run", "--listen", f"127.0.0.1:{port}",
                          "--upstream", f"127.0.0.1:{upstream}",
                          "--admin", f"127.0.0.1:{free_port()}"]
-        env = {"PHASESCOPE_WORKERS": str(threads), "RUST_LOG": "warn"}
+        env = {"PHASESCOPE_WORKERS": str(threads)}
         if name == "phasescope-no-metrics":
             argv.append("--no-metrics")
         if name == "phasescope-work-stealing":

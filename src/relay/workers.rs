@@ -85,20 +85,20 @@ impl Workers {
         let index = self.least_loaded();
         // The socket leaves this thread's poller and joins the worker's.
         let stream = stream.into_std()?;
-        let workers = Arc::clone(self);
         let worker = &self.workers[index];
         worker.open.0.fetch_add(1, Ordering::Relaxed);
+        let open = Open {
+            workers: Arc::clone(self),
+            index,
+        };
         worker.handle.spawn(async move {
+            let _open = open;
             match TcpStream::from_std(stream) {
                 Ok(stream) => serve(stream).await,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot register a connection with its worker")
                 }
             }
-            workers.workers[index]
-                .open
-                .0
-                .fetch_sub(1, Ordering::Relaxed);
         });
         Ok(())
     }
@@ -114,6 +114,22 @@ impl Workers {
             }
         }
         best
+    }
+}
+
+/// Counts a connection as open on its worker until dropped, however its task ends
+/// (a panic included).
+struct Open {
+    workers: Arc<Workers>,
+    index: usize,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.workers.workers[self.index]
+            .open
+            .0
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
