@@ -12,21 +12,74 @@ use crate::config::{Config, TapConfig};
 use crate::correlate::Correlator;
 use crate::metrics::{Registry, RouteTable};
 use crate::recorder::{Fanout, Recorder};
-use crate::relay::{Tap, TapContext};
+use crate::relay::{Tap, TapContext, Workers};
+
+/// Worker threads serving connections [default: one per CPU].
+const ENV_WORKERS: &str = "PHASESCOPE_WORKERS";
+/// `per-core` [default] or `work-stealing`: how connections are spread over the workers.
+const ENV_RUNTIME: &str = "PHASESCOPE_RUNTIME";
+
+/// How connection tasks are run (`docs/BENCHMARKS.md` compares the two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One single-threaded runtime per worker thread; each connection stays on the worker
+    /// it was given when accepted. Listeners, the admin server and signals run on the
+    /// main thread.
+    PerCore,
+    /// One tokio multi-thread runtime whose workers steal tasks from each other.
+    WorkStealing,
+}
 
 /// Runs until SIGINT/SIGTERM, then drains in-flight exchanges for `config.shutdown_grace`.
 pub fn run(config: Config) -> anyhow::Result<()> {
     crate::clock::init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("phasescope-worker")
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config))
+    let workers = match std::env::var(ENV_WORKERS) {
+        Ok(n) => n
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .with_context(|| format!("{ENV_WORKERS}={n:?}: expected a number of threads"))?,
+        Err(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let layout = match std::env::var(ENV_RUNTIME).as_deref() {
+        Ok("work-stealing") => Layout::WorkStealing,
+        Ok("per-core") | Err(_) => Layout::PerCore,
+        Ok(other) => anyhow::bail!("{ENV_RUNTIME}={other:?}: expected per-core or work-stealing"),
+    };
+    tracing::info!(workers, layout = ?layout, "starting the runtime");
+    match layout {
+        Layout::WorkStealing => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .thread_name("phasescope-worker")
+                .build()
+                .context("cannot start the async runtime")?;
+            runtime.block_on(serve(config))
+        }
+        Layout::PerCore => {
+            let (pool, threads) = Workers::start(workers)?;
+            let control = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            let outcome = control.block_on(serve_on(config, Some(pool)));
+            threads.stop();
+            outcome
+        }
+    }
 }
 
-/// Binds every tap, then serves until a signal arrives.
+/// Binds every tap, then serves until a signal arrives; connections run on the current
+/// runtime.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    serve_on(config, None).await
+}
+
+/// Binds every tap, then serves until a signal arrives; connections run on `workers` if
+/// given, else on the current runtime.
+pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::Result<()> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         clock = crate::clock::source(),
@@ -51,6 +104,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for tap in running {
         tracing::info!(tap = tap.name(), listen = %tap.local_addr()?, "listening");
+        let tap = match &workers {
+            Some(w) => tap.on_workers(Arc::clone(w)),
+            None => tap,
+        };
         let rx = stop_rx.clone();
         let grace = config.shutdown_grace;
         tasks.push(tokio::spawn(tap.run(rx, grace)));

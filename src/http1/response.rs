@@ -1,6 +1,8 @@
 //! The response role: how a response's body is delimited, which depends on the request
 //! it answers (HEAD, CONNECT) as well as on its own status and fields (RFC 9112 §6.3).
 
+use std::mem::MaybeUninit;
+
 use super::headers::{FramingError, FramingFields};
 use super::{BodyKind, Method, Version};
 
@@ -43,11 +45,14 @@ pub enum ResponseError {
 }
 
 /// Parses a complete response head that answers a request with `method`.
+///
+/// The header array is left uninitialized, as for requests (see `request::parse`).
 pub fn parse(head: &[u8], method: Method) -> Result<ResponseHead, ResponseError> {
-    let mut headers = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
     match parse_with(head, method, &mut headers) {
         Err(ResponseError::Malformed(httparse::Error::TooManyHeaders)) => {
-            let mut headers = vec![httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+            let mut headers = Vec::with_capacity(MAX_RESPONSE_HEADERS);
+            headers.resize_with(MAX_RESPONSE_HEADERS, MaybeUninit::uninit);
             parse_with(head, method, &mut headers)
         }
         other => other,
@@ -57,9 +62,9 @@ pub fn parse(head: &[u8], method: Method) -> Result<ResponseHead, ResponseError>
 fn parse_with<'h>(
     head: &'h [u8],
     method: Method,
-    headers: &mut [httparse::Header<'h>],
+    headers: &mut [MaybeUninit<httparse::Header<'h>>],
 ) -> Result<ResponseHead, ResponseError> {
-    let mut res = httparse::Response::new(headers);
+    let mut res = httparse::Response::new(&mut []);
     // httparse's strict defaults, on purpose. RFC 9112 §5.1 says a proxy MUST remove
     // whitespace between a field name and the colon before forwarding a response, and
     // §5.2 that a proxy receiving obs-fold in a response MUST either replace it with SP or
@@ -69,7 +74,8 @@ fn parse_with<'h>(
     // unlike in requests: the response goes back to the one client that asked for it,
     // every client we know of accepts it too, and nothing downstream of that client is
     // framed by our reading of it.
-    let len = match res.parse(head) {
+    let strict = httparse::ParserConfig::default();
+    let len = match strict.parse_response_with_uninit_headers(&mut res, head, headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return Err(ResponseError::Malformed(httparse::Error::Token))

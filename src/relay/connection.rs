@@ -13,20 +13,28 @@
 //!    pipelined head is read ahead (but not sent) meanwhile;
 //! 5. the exchange is recorded, and the connection lives on if both sides keep it alive.
 //!
-//! Both sockets are driven by readiness (`readable`/`writable` + `try_*`), so one task
-//! can move bytes in both directions without blocking one on the other.
+//! Both sockets are driven by readiness (`poll_*_ready` + `try_*`), so one task can move
+//! bytes in both directions without blocking one on the other. Each wait polls the
+//! readiness of exactly the operations that can make progress, in one `poll_fn`: no
+//! per-wait futures to build, register and drop (a `select!` over `readable()` futures
+//! added and removed a waiter under a lock on every branch of every wait).
 
+use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::{sleep_until, timeout, Instant};
+use tokio::time::{timeout, Instant};
 
 use super::buffer::Buf;
 use super::exchange::{Exchange, Wait};
 use super::next::NextRequest;
+use super::stop::{self, Stop};
+use super::timer::Timer;
 use super::tunnel;
 use super::TapContext;
 use crate::clock::{self, Tick};
@@ -43,8 +51,6 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 const RESPONSE_BUFFER: usize = 16 * 1024;
 /// Largest chunk of a request body buffered before it is written to the upstream.
 const REQUEST_BUFFER: usize = 16 * 1024;
-/// How long an idle connection keeps its buffers before giving them back.
-const KEEP_BUFFERS: Duration = Duration::from_secs(1);
 /// How long a proxy-made answer may take to write, and how long the client's remaining
 /// bytes are drained afterwards so that the answer is not lost to a reset.
 const ANSWER_WRITE: Duration = Duration::from_secs(2);
@@ -93,6 +99,8 @@ pub(super) struct HttpConnection {
     /// backend's report of it once found.
     corr_key: Option<u64>,
     corr_found: Option<correlate::Seen>,
+    /// Every deadline of the connection (see `timer`).
+    timer: Timer,
 }
 
 impl HttpConnection {
@@ -108,12 +116,15 @@ impl HttpConnection {
             target: Vec::new(),
             corr_key: None,
             corr_found: None,
+            timer: Timer::new(),
         }
     }
 
     /// Serves the connection until either side ends it.
-    pub(super) async fn serve(mut self, mut shutdown: watch::Receiver<bool>) {
-        let outcome = self.exchanges(&mut shutdown).await;
+    pub(super) async fn serve(mut self, shutdown: watch::Receiver<bool>) {
+        let changed = std::pin::pin!(stop::changed(shutdown.clone()));
+        let mut stop = Stop::new(shutdown, changed);
+        let outcome = self.exchanges(&mut stop).await;
         let rec = self.tap.recorder.clone();
         match outcome {
             Ok(()) => {}
@@ -135,7 +146,10 @@ impl HttpConnection {
                     kind = kind.name(),
                     "proxy answered"
                 );
-                self.answer(answer).await;
+                // Boxed, like every rare path below: an idle connection's task holds the
+                // largest state any of its awaits may need, so what only a few
+                // connections ever need lives on the heap, and only while it runs.
+                Box::pin(self.answer(answer)).await;
             }
         }
         if self.upstream.take().is_some() {
@@ -144,9 +158,9 @@ impl HttpConnection {
     }
 
     /// Runs exchanges until the connection ends.
-    async fn exchanges(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), Failure> {
+    async fn exchanges(&mut self, stop: &mut Stop<'_>) -> Result<(), Failure> {
         loop {
-            if let HeadReady::Closed = self.await_head(shutdown).await? {
+            if let HeadReady::Closed = self.await_head(stop).await? {
                 return Ok(());
             }
             let Some((head, t_first, t_head, parse_ns)) = self.next.take() else {
@@ -188,10 +202,10 @@ impl HttpConnection {
                 relayed.response_bytes,
             );
             if relayed.tunnel {
-                self.tunnel().await;
+                Box::pin(self.tunnel()).await;
                 return Ok(());
             }
-            if !relayed.keep_alive || *shutdown.borrow() {
+            if !relayed.keep_alive || stop.requested() {
                 return Ok(());
             }
         }
@@ -228,46 +242,57 @@ impl HttpConnection {
     }
 
     /// Step 1: waits for the next complete request head. Between requests the connection
-    /// is idle: the idle timeout applies, buffers are given back after a moment, and an
-    /// upstream that closes ends the client's connection too. Once a head has begun, the
-    /// head timeout applies.
-    async fn await_head(
-        &mut self,
-        shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<HeadReady, Failure> {
+    /// is idle: it holds no buffers, the idle timeout applies, and an upstream that closes
+    /// ends the client's connection too. Once a head has begun, the head timeout applies.
+    async fn await_head(&mut self, stop: &mut Stop<'_>) -> Result<HeadReady, Failure> {
         let limits = &self.tap.config.limits;
         let (max_head, max_headers) = (limits.max_head_bytes, limits.max_headers);
-        let timeouts = self.tap.config.timeouts.clone();
-        let idle_since = Instant::now();
-        let mut head_deadline = None;
+        let timeouts = &self.tap.config.timeouts;
+        let (head_timeout, idle_timeout) = (timeouts.head, timeouts.idle);
+        let idle_since = clock::now();
+        // Buffers are taken again when bytes are readable.
+        self.cbuf.release();
+        self.ubuf.release();
         loop {
             if !self.cbuf.is_empty() {
                 self.next.begin(clock::now());
-            }
-            if self.next.started() && head_deadline.is_none() {
-                head_deadline = Some(Instant::now() + timeouts.head);
             }
             match self.next.advance(self.cbuf.filled(), max_head, max_headers) {
                 Ok(true) => return Ok(HeadReady::Ready),
                 Ok(false) => {}
                 Err(e) => return Err(Failure::Answer(e.answer(), e.kind())),
             }
-            if !self.next.started() && *shutdown.borrow() {
+            if !self.next.started() && stop.requested() {
                 return Ok(HeadReady::Closed);
             }
             let idle = !self.next.started();
-            let deadline = match head_deadline {
-                Some(d) => d,
-                None if self.cbuf.is_allocated() || self.ubuf.is_allocated() => {
-                    (idle_since + KEEP_BUFFERS).min(idle_since + timeouts.idle)
-                }
-                None => idle_since + timeouts.idle,
+            let deadline = if idle {
+                self.timer.deadline(idle_since, idle_timeout)
+            } else {
+                self.timer.deadline(self.next.t_first, head_timeout)
             };
-            let upstream = self.upstream.as_ref();
-            tokio::select! {
-                r = self.client.readable() => {
+            self.timer.arm(deadline);
+            let (client, upstream, timer) = (&self.client, self.upstream.as_ref(), &mut self.timer);
+            let event = poll_fn(|cx| {
+                if let Poll::Ready(r) = client.poll_read_ready(cx) {
+                    return Poll::Ready(IdleEvent::Client(r));
+                }
+                if idle {
+                    if let Some(Poll::Ready(_)) = upstream.map(|up| up.poll_read_ready(cx)) {
+                        return Poll::Ready(IdleEvent::Upstream);
+                    }
+                    stop.register(cx);
+                    if stop.requested() {
+                        return Poll::Ready(IdleEvent::Stop);
+                    }
+                }
+                timer.poll_fired(cx).map(|()| IdleEvent::Timer)
+            })
+            .await;
+            match event {
+                IdleEvent::Client(r) => {
                     r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
-                    match self.client.try_read(self.cbuf.spare(max_head)) {
+                    match read_some(&self.client, self.cbuf.spare(max_head)) {
                         Ok(0) if idle => return Ok(HeadReady::Closed),
                         Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
                         Ok(n) => {
@@ -280,10 +305,9 @@ impl HttpConnection {
                         Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
                     }
                 }
-                r = async { upstream?.readable().await.ok() }, if idle && upstream.is_some() => {
-                    let _ = r;
+                IdleEvent::Upstream => {
                     if let Some(up) = self.upstream.as_ref() {
-                        match up.try_read(self.ubuf.spare(RESPONSE_BUFFER)) {
+                        match read_some(up, self.ubuf.spare(RESPONSE_BUFFER)) {
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                             // The upstream closed between requests (Amphp does after 15 s
                             // idle): the client's side closes too, as it would have without
@@ -308,17 +332,20 @@ impl HttpConnection {
                         }
                     }
                 }
-                _ = sleep_until(deadline) => {
-                    if head_deadline.is_some() {
-                        return Err(Failure::Answer(Answer::RequestTimeout, ErrorKind::ClientTimeout));
+                IdleEvent::Timer => {
+                    // The timer may have fired for an earlier deadline than this wait's;
+                    // then the loop arms it again.
+                    if Instant::now() >= deadline {
+                        if idle {
+                            return Ok(HeadReady::Closed);
+                        }
+                        return Err(Failure::Answer(
+                            Answer::RequestTimeout,
+                            ErrorKind::ClientTimeout,
+                        ));
                     }
-                    if Instant::now() >= idle_since + timeouts.idle {
-                        return Ok(HeadReady::Closed);
-                    }
-                    self.cbuf.release();
-                    self.ubuf.release();
                 }
-                _ = shutdown.changed(), if idle => {}
+                IdleEvent::Stop => return Ok(HeadReady::Closed),
             }
         }
     }
@@ -329,9 +356,11 @@ impl HttpConnection {
     async fn upstream_ready(&mut self, ex: &mut Exchange) -> Result<(), Failure> {
         if self.upstream.is_none() {
             let cfg = &self.tap.config;
-            let stream = match timeout(cfg.timeouts.connect, TcpStream::connect(&cfg.upstream))
-                .await
-            {
+            let connect = Box::pin(timeout(
+                cfg.timeouts.connect,
+                TcpStream::connect(&cfg.upstream),
+            ));
+            let stream = match connect.await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
@@ -380,6 +409,7 @@ impl HttpConnection {
         let cbuf = &mut self.cbuf;
         let ubuf = &mut self.ubuf;
         let next = &mut self.next;
+        let timer = &mut self.timer;
         let cfg = &self.tap.config;
         let (max_head, max_headers) = (cfg.limits.max_head_bytes, cfg.limits.max_headers);
 
@@ -389,8 +419,9 @@ impl HttpConnection {
         let mut request_bytes = 0u64;
         let mut response_bytes = 0u64;
         let mut final_response_from: Option<u64> = None;
-        let mut resp_deadline: Option<Instant> = None;
-        let mut body_deadline = Instant::now() + cfg.timeouts.idle;
+        // The ticks the response and body deadlines run from.
+        let mut resp_since: Option<Tick> = None;
+        let mut body_since = ex.t_up_ready;
         let mut early_end = false;
 
         loop {
@@ -416,21 +447,54 @@ impl HttpConnection {
             let read_client = read_body || read_ahead;
             let read_up = to_client == 0 && !resp.done;
             // The client stalling in its body, or the upstream in its answer.
-            let deadline = match resp_deadline {
-                Some(d) if !resp.head_done() => {
-                    Some((d, Answer::GatewayTimeout, ErrorKind::UpstreamTimeout))
-                }
+            let deadline = match resp_since {
+                Some(t) if !resp.head_done() => Some((
+                    timer.deadline(t, cfg.timeouts.response),
+                    Answer::GatewayTimeout,
+                    ErrorKind::UpstreamTimeout,
+                )),
                 _ if read_body => Some((
-                    body_deadline,
+                    timer.deadline(body_since, cfg.timeouts.idle),
                     Answer::RequestTimeout,
                     ErrorKind::ClientTimeout,
                 )),
                 _ => None,
             };
+            if let Some((at, _, _)) = deadline {
+                timer.arm(at);
+            }
 
-            tokio::select! {
-                biased;
-                r = up.writable(), if to_up > 0 => {
+            // In order of preference: move bytes already here before reading more.
+            let event = poll_fn(|cx| {
+                if to_up > 0 {
+                    if let Poll::Ready(r) = up.poll_write_ready(cx) {
+                        return Poll::Ready(RelayEvent::UpWritable(r));
+                    }
+                }
+                if to_client > 0 {
+                    if let Poll::Ready(r) = client.poll_write_ready(cx) {
+                        return Poll::Ready(RelayEvent::ClientWritable(r));
+                    }
+                }
+                if read_client {
+                    if let Poll::Ready(r) = client.poll_read_ready(cx) {
+                        return Poll::Ready(RelayEvent::ClientReadable(r));
+                    }
+                }
+                if read_up {
+                    if let Poll::Ready(r) = up.poll_read_ready(cx) {
+                        return Poll::Ready(RelayEvent::UpReadable(r));
+                    }
+                }
+                if deadline.is_some() {
+                    return timer.poll_fired(cx).map(|()| RelayEvent::Timer);
+                }
+                Poll::Pending
+            })
+            .await;
+
+            match event {
+                RelayEvent::UpWritable(r) => {
                     r.map_err(|_| upstream_lost(response_bytes + to_client as u64))?;
                     if ex.t_up_write == 0 {
                         ex.t_up_write = clock::now();
@@ -442,7 +506,7 @@ impl HttpConnection {
                             request_bytes += n as u64;
                             if to_up == 0 && req_done {
                                 ex.t_sent = clock::now();
-                                resp_deadline = Some(Instant::now() + cfg.timeouts.response);
+                                resp_since = Some(ex.t_sent);
                             }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -454,13 +518,14 @@ impl HttpConnection {
                         Err(_) => return Err(upstream_lost(response_bytes + to_client as u64)),
                     }
                 }
-                r = client.writable(), if to_client > 0 => {
+                RelayEvent::ClientWritable(r) => {
                     r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
                     match client.try_write(&ubuf.filled()[..to_client]) {
                         Ok(n) => {
                             let t = clock::now();
                             if ex.t_write_first == 0
-                                && final_response_from.is_some_and(|from| response_bytes + n as u64 > from)
+                                && final_response_from
+                                    .is_some_and(|from| response_bytes + n as u64 > from)
                             {
                                 ex.t_write_first = t;
                             }
@@ -475,10 +540,10 @@ impl HttpConnection {
                         Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
                     }
                 }
-                r = client.readable(), if read_client => {
+                RelayEvent::ClientReadable(r) => {
                     r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
                     let limit = if read_body { REQUEST_BUFFER } else { max_head };
-                    match client.try_read(cbuf.spare(limit)) {
+                    match read_some(client, cbuf.spare(limit)) {
                         // A client that closes its side mid-exchange is gone: the
                         // upstream's work is abandoned (as nginx does by default).
                         Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
@@ -486,9 +551,13 @@ impl HttpConnection {
                             let t = clock::now();
                             cbuf.commit(n);
                             if read_body {
-                                body_deadline = Instant::now() + cfg.timeouts.idle;
+                                body_since = t;
                                 let p = body.advance(cbuf.filled()).map_err(|_| {
-                                    answer_or_abort(Answer::BadRequest, ErrorKind::BadRequest, response_bytes + to_client as u64)
+                                    answer_or_abort(
+                                        Answer::BadRequest,
+                                        ErrorKind::BadRequest,
+                                        response_bytes + to_client as u64,
+                                    )
                                 })?;
                                 to_up = p.consumed;
                                 req_done = p.done;
@@ -501,10 +570,14 @@ impl HttpConnection {
                         Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
                     }
                 }
-                r = up.readable(), if read_up => {
+                RelayEvent::UpReadable(r) => {
                     r.map_err(|_| upstream_lost(response_bytes))?;
-                    let limit = if resp.head_done() { RESPONSE_BUFFER } else { MAX_RESPONSE_HEAD };
-                    match up.try_read(ubuf.spare(limit)) {
+                    let limit = if resp.head_done() {
+                        RESPONSE_BUFFER
+                    } else {
+                        MAX_RESPONSE_HEAD
+                    };
+                    match read_some(up, ubuf.spare(limit)) {
                         Ok(0) => {
                             if resp.close_delimited() {
                                 resp.done = true;
@@ -520,18 +593,22 @@ impl HttpConnection {
                             let t = clock::now();
                             ubuf.commit(n);
                             let before = to_client;
-                            to_client += resp
-                                .frame(&ubuf.filled()[to_client..], t, ex)
-                                .map_err(|kind| answer_or_abort(Answer::BadGateway, kind, response_bytes))?;
+                            to_client +=
+                                resp.frame(&ubuf.filled()[to_client..], t, ex)
+                                    .map_err(|kind| {
+                                        answer_or_abort(Answer::BadGateway, kind, response_bytes)
+                                    })?;
                             if final_response_from.is_none() && resp.head_done() {
                                 // The response began: its backend command is now complete.
-                                if let (Some(c), Some(key)) = (&self.tap.correlator, self.corr_key) {
+                                if let (Some(c), Some(key)) = (&self.tap.correlator, self.corr_key)
+                                {
                                     self.corr_found = c.take(key, ex.t_up_write, ex.t_resp_first);
                                 }
-                                final_response_from = Some(response_bytes + resp.final_offset(before) as u64);
+                                final_response_from =
+                                    Some(response_bytes + resp.final_offset(before) as u64);
                             }
                             if resp.head_done() {
-                                resp_deadline = None;
+                                resp_since = None;
                             }
                             if resp.done && to_client == 0 {
                                 ex.t_write_last = clock::now();
@@ -541,9 +618,17 @@ impl HttpConnection {
                         Err(_) => return Err(upstream_lost(response_bytes)),
                     }
                 }
-                _ = sleep_until(deadline.map_or_else(Instant::now, |d| d.0)), if deadline.is_some() => {
-                    if let Some((_, answer, kind)) = deadline {
-                        return Err(answer_or_abort(answer, kind, response_bytes + to_client as u64));
+                RelayEvent::Timer => {
+                    // It may have fired for an earlier deadline than the current one; then
+                    // the loop arms it again.
+                    if let Some((at, answer, kind)) = deadline {
+                        if Instant::now() >= at {
+                            return Err(answer_or_abort(
+                                answer,
+                                kind,
+                                response_bytes + to_client as u64,
+                            ));
+                        }
                     }
                 }
             }
@@ -663,6 +748,45 @@ impl HttpConnection {
             }
         };
         let _ = timeout(ANSWER_LINGER, drain).await;
+    }
+}
+
+/// What ended an idle wait for the next request.
+enum IdleEvent {
+    Client(io::Result<()>),
+    Upstream,
+    Timer,
+    Stop,
+}
+
+/// What ended a wait during an exchange.
+enum RelayEvent {
+    UpWritable(io::Result<()>),
+    ClientWritable(io::Result<()>),
+    ClientReadable(io::Result<()>),
+    UpReadable(io::Result<()>),
+    Timer,
+}
+
+/// Reads what the socket holds into `buf`. A read shorter than `buf` means the socket's
+/// receive queue was emptied, so its read readiness is cleared at once: the next wait goes
+/// to the poller instead of costing one more read that would return `WouldBlock` (tokio's
+/// own `poll_read` does the same; `try_read` does not). Bytes that arrive later raise a
+/// new readiness event, which a clear made before it cannot erase.
+fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let len = buf.len();
+    let mut got = 0;
+    let outcome = stream.try_io(Interest::READABLE, || {
+        got = stream.try_read(buf)?;
+        if got > 0 && got < len {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(got)
+        }
+    });
+    match outcome {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+        other => other,
     }
 }
 

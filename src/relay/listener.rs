@@ -12,6 +12,7 @@ use tokio::sync::{watch, Semaphore};
 
 use super::connection::HttpConnection;
 use super::resp_connection::RespConnection;
+use super::workers::Workers;
 use super::TapContext;
 use crate::config::Protocol;
 use crate::recorder::Side;
@@ -20,6 +21,9 @@ use crate::recorder::Side;
 pub struct Tap {
     listener: TcpListener,
     ctx: Arc<TapContext>,
+    /// Where connections run: on these worker runtimes, or (when `None`) as tasks of the
+    /// runtime the tap runs on.
+    workers: Option<Arc<Workers>>,
 }
 
 impl Tap {
@@ -36,7 +40,14 @@ impl Tap {
         Ok(Tap {
             listener,
             ctx: Arc::new(ctx),
+            workers: None,
         })
+    }
+
+    /// Runs the tap's connections on `workers` instead of the runtime the tap runs on.
+    pub fn on_workers(mut self, workers: Arc<Workers>) -> Tap {
+        self.workers = Some(workers);
+        self
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -50,7 +61,11 @@ impl Tap {
     /// Accepts connections until `shutdown` turns true, then waits up to `grace` for the
     /// connections in progress to finish their exchanges.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>, grace: Duration) {
-        let Tap { listener, ctx } = self;
+        let Tap {
+            listener,
+            ctx,
+            workers,
+        } = self;
         let max = ctx.config.limits.max_connections;
         let slots = Arc::new(Semaphore::new(max));
         loop {
@@ -74,12 +89,22 @@ impl Tap {
                     continue;
                 }
             };
-            let ctx = ctx.clone();
+            let conn_ctx = ctx.clone();
             let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                serve(stream, peer, ctx, shutdown).await;
+            let connection = move |stream| async move {
+                serve(stream, peer, conn_ctx, shutdown).await;
                 drop(permit);
-            });
+            };
+            match &workers {
+                None => {
+                    tokio::spawn(connection(stream));
+                }
+                Some(workers) => {
+                    if let Err(e) = workers.spawn(stream, connection) {
+                        tracing::warn!(tap = %ctx.config.name, error = %e, "cannot hand a connection to a worker");
+                    }
+                }
+            }
         }
         // Closing the listener refuses new clients at once instead of leaving them in
         // the backlog for the length of the drain.
@@ -115,11 +140,8 @@ async fn serve(
                 .serve(shutdown)
                 .await
         }
-        Protocol::Resp => {
-            RespConnection::new(stream, ctx.clone())
-                .serve(shutdown)
-                .await
-        }
+        // Boxed so that an HTTP connection's task is not sized for the RESP state too.
+        Protocol::Resp => Box::pin(RespConnection::new(stream, ctx.clone()).serve(shutdown)).await,
     }
     ctx.recorder.connection_closed(Side::Client);
 }
@@ -133,5 +155,31 @@ async fn accept_error(tap: &str, e: &io::Error) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     } else {
         tracing::debug!(tap, error = %e, "accept failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TapConfig;
+    use crate::metrics::RouteTable;
+    use crate::recorder::Discard;
+
+    /// An idle keep-alive connection costs its task's state, its two sockets'
+    /// registrations and its timer: the budget is 4 KiB in all (`docs/BENCHMARKS.md`),
+    /// of which the task may take half. Rare paths (connect, answers, tunnels, the RESP
+    /// protocol) are boxed to stay out of it.
+    #[tokio::test]
+    async fn a_connection_task_stays_within_its_memory_budget() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let cfg = TapConfig::new("t", Protocol::Http, addr, "127.0.0.1:1");
+        let routes = Arc::new(RouteTable::new(&cfg).unwrap());
+        let ctx = Arc::new(TapContext::new(cfg, Arc::new(Discard), routes));
+        let (_tx, rx) = watch::channel(false);
+        let task = serve(stream, addr, ctx, rx);
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 2048, "a connection task's state is {size} bytes");
     }
 }

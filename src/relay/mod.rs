@@ -6,7 +6,10 @@ pub mod exchange;
 mod listener;
 mod next;
 mod resp_connection;
+mod stop;
+mod timer;
 mod tunnel;
+mod workers;
 
 use std::sync::Arc;
 
@@ -17,6 +20,7 @@ use crate::recorder::Recorder;
 
 pub use exchange::{Exchange, Wait};
 pub use listener::Tap;
+pub use workers::{WorkerThreads, Workers};
 
 /// What every connection of a tap shares.
 pub struct TapContext {

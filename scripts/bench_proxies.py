@@ -1,0 +1,544 @@
+#!/usr/bin/env python3
+"""phasescope side by side with HAProxy and nginx: the driver behind scripts/bench-proxies.sh.
+
+Starts one upstream (the project's fixed-response server, then real Webdis + Redis), puts
+each proxy in front of it on loopback, and measures with wrk, alternating the proxies in
+every round so that the machine's drift hits all of them alike. Reports medians with
+their spread, per-round ratios to the references, the proxies' CPU per request, the
+latency phasescope adds, memory per idle keep-alive connection, and callgrind's
+instruction count per proxied request. Writes docs/BENCHMARKS.md and its chart.
+
+Run it through scripts/bench-proxies.sh, which installs the tools and builds first.
+"""
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import callgrind_split  # noqa: E402
+import bench_report  # noqa: E402
+
+PHASESCOPE = ROOT / "target/release/phasescope"
+FIXED_UPSTREAM = ROOT / "target/release/fixed-upstream"
+CLIENT = ROOT / "target/release/bench-client"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PR_SET_PDEATHSIG = 1
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def tool(name):
+    for d in os.environ.get("PATH", "").split(":") + ["/usr/sbin", "/sbin", "/usr/local/sbin"]:
+        p = Path(d) / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    sys.exit(f"{name} is missing: run scripts/bench-proxies.sh, which installs it")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent():
+    # Servers must not outlive the benchmark, even if it is killed.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def accepts(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def http_get(port, path):
+    """One GET on a new connection; returns the response bytes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode())
+        out = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return out
+            out += b
+
+
+class Server:
+    """A child process with its output in a log file; stopped on exit."""
+
+    def __init__(self, name, argv, workdir, env=None, port=None):
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.log = Path(workdir) / f"{name}.log"
+        e = dict(os.environ)
+        e.update(env or {})
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=workdir,
+                env=e, preexec_fn=die_with_parent)
+        self.port = port
+        if port is not None:
+            deadline = time.time() + 30
+            while not accepts(port):
+                if self.proc.poll() is not None or time.time() > deadline:
+                    sys.exit(f"{name} did not start: see {self.log}\n{self.tail()}")
+                time.sleep(0.05)
+
+    def tail(self):
+        try:
+            return self.log.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def pids(self):
+        """The process and its children (nginx's workers)."""
+        pids = [self.proc.pid]
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+            pids += [int(p) for p in children.split()]
+        except OSError:
+            pass
+        return pids
+
+    def cpu_seconds(self):
+        total = 0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                # utime and stime are fields 14 and 15 of /proc/PID/stat.
+                total += int(fields[11]) + int(fields[12])
+            except (OSError, IndexError, ValueError):
+                pass
+        return total / CLK_TCK
+
+    def rss_kib(self):
+        total = 0
+        for pid in self.pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+        return total
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------------------------------
+# The proxies
+# ---------------------------------------------------------------------------------------
+
+HAPROXY_CFG = """global
+  maxconn {maxconn}
+  nbthread {threads}
+defaults
+  mode {mode}
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind 127.0.0.1:{port}
+  default_backend be
+backend be
+  server s1 127.0.0.1:{upstream}
+"""
+
+NGINX_CFG = """daemon off;
+master_process on;
+user root;
+worker_processes {threads};
+worker_rlimit_nofile {nofile};
+pid {dir}/nginx.pid;
+error_log {dir}/nginx-error.log warn;
+events {{
+  worker_connections {connections};
+}}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  keepalive_requests 10000000;
+  keepalive_timeout 120s;
+  upstream up {{
+    server 127.0.0.1:{upstream};
+    keepalive 512;
+    keepalive_requests 10000000;
+  }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}
+}}
+"""
+
+# name, label, and whether it is a proxy (has a process of its own to measure).
+TARGETS = [
+    ("direct", "direct (no proxy)"),
+    ("phasescope", "phasescope"),
+    ("phasescope-no-metrics", "phasescope --no-metrics"),
+    ("haproxy-http", "HAProxy mode http"),
+    ("haproxy-tcp", "HAProxy mode tcp"),
+    ("nginx", "nginx proxy_pass"),
+]
+LAYOUT_TARGET = ("phasescope-work-stealing", "phasescope, work-stealing runtime")
+
+
+def start_target(name, upstream, workdir, threads, maxconn, valgrind=None):
+    """Starts proxy `name` in front of 127.0.0.1:`upstream`; returns the Server."""
+    port = free_port()
+    d = Path(workdir)
+    prefix = list(valgrind or [])
+    if name.startswith("phasescope"):
+        argv = prefix + [PHASESCOPE, "run", "--listen", f"127.0.0.1:{port}",
+                         "--upstream", f"127.0.0.1:{upstream}",
+                         "--admin", f"127.0.0.1:{free_port()}"]
+        env = {"PHASESCOPE_WORKERS": str(threads)}
+        if name == "phasescope-no-metrics":
+            argv.append("--no-metrics")
+        if name == "phasescope-work-stealing":
+            env["PHASESCOPE_RUNTIME"] = "work-stealing"
+        return Server(name, argv, d, env=env, port=port)
+    if name.startswith("haproxy"):
+        cfg = d / f"{name}.cfg"
+        cfg.write_text(HAPROXY_CFG.format(maxconn=maxconn, threads=threads,
+                                          mode=name.split("-")[1], port=port, upstream=upstream))
+        return Server(name, prefix + [tool("haproxy"), "-db", "-f", cfg], d, port=port)
+    if name == "nginx":
+        ndir = d / "nginx"
+        ndir.mkdir(exist_ok=True)
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        cfg = ndir / "nginx.conf"
+        cfg.write_text(NGINX_CFG.format(threads=threads, nofile=nofile, dir=ndir,
+                                        connections=2 * maxconn + 64, upstream=upstream, port=port))
+        return Server(name, prefix + [tool("nginx"), "-p", ndir, "-e", ndir / "nginx-error.log", "-c", cfg],
+                      d, port=port)
+    raise ValueError(name)
+
+
+# ---------------------------------------------------------------------------------------
+# wrk
+# ---------------------------------------------------------------------------------------
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def to_ms(text):
+    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", text)
+    return float(m.group(1)) * UNITS[m.group(2)] if m else None
+
+
+def wrk(port, path, connections, seconds):
+    threads = 1 if connections == 1 else 2
+    argv = [tool("wrk"), f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
+            f"http://127.0.0.1:{port}{path}"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60).stdout
+    r = {}
+    m = re.search(r"(\d+) requests in", out)
+    r["requests"] = int(m.group(1)) if m else 0
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    r["rps"] = float(m.group(1)) if m else 0.0
+    for pct in ("50", "99"):
+        m = re.search(rf"^\s+{pct}%\s+(\S+)", out, re.M)
+        r[f"p{pct}_ms"] = to_ms(m.group(1)) if m else None
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = int(m.group(1)) if m else 0
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        errors += sum(int(x) for x in m.groups())
+    r["errors"] = errors
+    return r
+
+
+def throughput(upstream_name, upstream_port, path, targets, servers, concs, rounds, seconds):
+    """Rounds of wrk runs, the targets' order rotated every round."""
+    runs = []
+    for rnd in range(rounds):
+        for c in concs:
+            k = (rnd + concs.index(c)) % len(targets)
+            order = targets[k:] + targets[:k]
+            for name in order:
+                srv = servers.get(name)
+                port = srv.port if srv else upstream_port
+                cpu0 = srv.cpu_seconds() if srv else None
+                r = wrk(port, path, c, seconds)
+                if srv:
+                    cpu = srv.cpu_seconds() - cpu0
+                    r["cpu_us_per_req"] = cpu * 1e6 / r["requests"] if r["requests"] else None
+                r.update(upstream=upstream_name, target=name, conns=c, round=rnd)
+                runs.append(r)
+                log(f"  {upstream_name:6} round {rnd + 1}/{rounds} c={c:<3} {name:26} "
+                    f"{r['rps']:>9.0f} req/s  p50 {fmt_ms(r['p50_ms'])}  "
+                    f"cpu {fmt(r.get('cpu_us_per_req'), 2)} us/req  errors {r['errors']}")
+    return runs
+
+
+def fmt(v, digits=1):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_ms(v):
+    return "-" if v is None else f"{v * 1000:.0f}us"
+
+
+# ---------------------------------------------------------------------------------------
+# Memory per idle connection
+# ---------------------------------------------------------------------------------------
+
+def idle_memory(name, upstream_port, workdir, threads, count, maxconn):
+    srv = start_target(name, upstream_port, workdir, threads, maxconn)
+    try:
+        subprocess.run([CLIENT, "--connect", f"127.0.0.1:{srv.port}", "--sequential", "100"],
+                       check=True, capture_output=True, timeout=60)
+        time.sleep(0.5)
+        before = srv.rss_kib()
+        client = subprocess.Popen([CLIENT, "--connect", f"127.0.0.1:{srv.port}", "--hold", str(count)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  preexec_fn=die_with_parent)
+        line = client.stdout.readline()
+        if not line.startswith("ready"):
+            client.kill()
+            raise RuntimeError(f"{name}: the idle clients did not all get an answer: {line!r}")
+        # Longer than any buffer-release delay of the proxies measured.
+        time.sleep(3)
+        after = srv.rss_kib()
+        client.stdin.close()
+        client.wait(30)
+        per_conn = (after - before) * 1024 / count
+        log(f"  {name:26} rss {before} KiB -> {after} KiB with {count} idle: {per_conn:.0f} B per connection")
+        return {"target": name, "connections": count, "rss_before_kib": before,
+                "rss_after_kib": after, "bytes_per_connection": per_conn}
+    finally:
+        srv.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# Instructions per request
+# ---------------------------------------------------------------------------------------
+
+def instructions(name, upstream_port, workdir, threads, requests, maxconn):
+    out = Path(workdir) / f"callgrind-{name}.out"
+    valgrind = [tool("valgrind"), "--tool=callgrind", f"--callgrind-out-file={out}"]
+    srv = start_target(name, upstream_port, workdir, threads, maxconn, valgrind=valgrind)
+    try:
+        run = [CLIENT, "--connect", f"127.0.0.1:{srv.port}", "--sequential"]
+        subprocess.run(run + ["500"], check=True, capture_output=True, timeout=300)
+        control = tool("callgrind_control")
+        subprocess.run([control, "--zero", str(srv.proc.pid)], check=True, capture_output=True, timeout=60)
+        subprocess.run(run + [str(requests)], check=True, capture_output=True, timeout=600)
+        subprocess.run([control, "--dump", str(srv.proc.pid)], check=True, capture_output=True, timeout=60)
+    finally:
+        srv.stop()
+    dumps = sorted(Path(workdir).glob(f"callgrind-{name}.out.*"), key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError(f"callgrind wrote no dump for {name}")
+    split, _ = callgrind_split.split(str(dumps[0]), requests)
+    split["target"] = name
+    log(f"  {name:26} {split['total']} instructions per request")
+    return split
+
+
+# ---------------------------------------------------------------------------------------
+# Webdis and Redis
+# ---------------------------------------------------------------------------------------
+
+def start_webdis(workdir):
+    d = Path(workdir)
+    redis_port = free_port()
+    redis = Server("redis", [tool("redis-server"), "--port", redis_port, "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--daemonize", "no",
+                             "--dir", d, "--logfile", ""], d, port=redis_port)
+    http_port = free_port()
+    cfg = d / "webdis.json"
+    cfg.write_text(json.dumps({
+        "redis_host": "127.0.0.1", "redis_port": redis_port,
+        "http_host": "127.0.0.1", "http_port": http_port,
+        "threads": 2, "pool_size": 4, "daemonize": False, "websockets": False,
+        "database": 0, "verbosity": 3, "logfile": str(d / "webdis-own.log"),
+    }))
+    webdis = Server("webdis", [tool("webdis"), cfg], d, port=http_port)
+    deadline = time.time() + 30
+    while b"PONG" not in http_get(http_port, "/PING"):
+        if time.time() > deadline:
+            sys.exit("webdis does not answer /PING")
+        time.sleep(0.1)
+    if b"200 OK" not in http_get(http_port, "/SET/bench/hello"):
+        sys.exit("webdis did not store the benchmark key")
+    return redis, webdis
+
+
+# ---------------------------------------------------------------------------------------
+
+def machine():
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+
+    def version(argv, pattern):
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            m = re.search(pattern, p.stdout + p.stderr)
+            return m.group(1) if m else "?"
+        except OSError:
+            return "?"
+
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "kernel": platform.release(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "haproxy": version([tool("haproxy"), "-v"], r"version (\S+)"),
+        "nginx": version([tool("nginx"), "-v"], r"nginx/(\S+)"),
+        "wrk": version([tool("wrk"), "--version"], r"wrk (\S+)"),
+        "webdis": version(["dpkg-query", "-W", "-f=${Version}", "webdis"], r"(\S+)"),
+        "redis": version([tool("redis-server"), "--version"], r"v=(\S+)"),
+        "rustc": version(["rustc", "--version"], r"rustc (\S+)"),
+    }
+
+
+def loadavg():
+    try:
+        return Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        return ["?"] * 3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one short round, fewer idle connections (~2 min)")
+    ap.add_argument("--rounds", type=int, help="rounds of alternated runs [3; quick 1]")
+    ap.add_argument("--duration", type=int, help="seconds per wrk run [3; quick 2]")
+    ap.add_argument("--idle", type=int, help="idle connections for the memory test [10000 or what ulimit -n allows; quick 2000]")
+    ap.add_argument("--requests", type=int, help="requests profiled with callgrind [5000; quick 1000]")
+    ap.add_argument("--only", choices=["fixed", "webdis"], help="one upstream only")
+    ap.add_argument("--skip", action="append", default=[], choices=["throughput", "memory", "callgrind", "layout"],
+                    help="leave out a part (repeatable)")
+    ap.add_argument("--out", default=str(ROOT / "docs"), help="where BENCHMARKS.md and the chart go")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    args = ap.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
+    seconds = args.duration or (2 if args.quick else 3)
+    requests = args.requests or (1000 if args.quick else 5000)
+    concs = [1, 50, 200]
+
+    # Each idle client connection costs a proxy two descriptors: raise the limit as far
+    # as allowed, and size the test to it.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    fit = (hard - 256) // 2
+    idle = args.idle or (2000 if args.quick else min(10000, fit))
+    idle = min(idle, fit)
+    maxconn = max(idle + 64, 1024)
+    threads = os.cpu_count() or 1
+
+    started = time.time()
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "settings": {"rounds": rounds, "seconds": seconds, "connections": concs, "idle": idle,
+                     "callgrind_requests": requests, "proxy_threads": threads, "quick": args.quick,
+                     "nofile": hard},
+        "loadavg_start": loadavg(),
+        "command": "scripts/bench-proxies.sh " + " ".join(sys.argv[1:]),
+        "runs": [], "memory": [], "instructions": [],
+    }
+    log(f"machine: {results['machine']}; load average {' '.join(results['loadavg_start'])}")
+
+    with tempfile.TemporaryDirectory(prefix="bench-proxies-") as workdir:
+        up_port = free_port()
+        fixed = Server("fixed-upstream", [FIXED_UPSTREAM, "--listen", f"127.0.0.1:{up_port}",
+                                          "--threads", "1"], workdir, port=up_port)
+        try:
+            names = [t for t, _ in TARGETS]
+            if "throughput" not in args.skip and args.only in (None, "fixed"):
+                targets = names + ([LAYOUT_TARGET[0]] if "layout" not in args.skip else [])
+                log(f"throughput in front of the fixed upstream: {rounds} rounds x {len(concs)} x {len(targets)} runs of {seconds} s")
+                servers = {n: start_target(n, up_port, workdir, threads, maxconn) for n in targets if n != "direct"}
+                try:
+                    results["runs"] += throughput("fixed", up_port, "/", targets, servers, concs, rounds, seconds)
+                finally:
+                    for s in servers.values():
+                        s.stop()
+            if "throughput" not in args.skip and args.only in (None, "webdis"):
+                redis, webdis = start_webdis(workdir)
+                try:
+                    log(f"throughput in front of Webdis: {rounds} rounds x {len(concs)} x {len(names)} runs of {seconds} s")
+                    servers = {n: start_target(n, webdis.port, workdir, threads, maxconn) for n in names if n != "direct"}
+                    try:
+                        results["runs"] += throughput("webdis", webdis.port, "/GET/bench", names, servers,
+                                                      concs, rounds, seconds)
+                    finally:
+                        for s in servers.values():
+                            s.stop()
+                finally:
+                    webdis.stop()
+                    redis.stop()
+            if "memory" not in args.skip:
+                log(f"memory with {idle} idle keep-alive connections")
+                for n in names[1:]:
+                    results["memory"].append(idle_memory(n, up_port, workdir, threads, idle, maxconn))
+            if "callgrind" not in args.skip:
+                log(f"instructions per request, {requests} requests on one connection under callgrind")
+                profiled = ["phasescope"] if args.quick else ["phasescope", "haproxy-http", "haproxy-tcp"]
+                for n in profiled:
+                    results["instructions"].append(instructions(n, up_port, workdir, threads, requests, maxconn))
+        finally:
+            fixed.stop()
+
+    results["loadavg_end"] = loadavg()
+    results["elapsed_s"] = round(time.time() - started)
+    summary = bench_report.summarize(results)
+    print(bench_report.table(results, summary))
+    if not args.no_write:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "benchmarks.json").write_text(json.dumps(results, indent=1) + "\n")
+        (out / "benchmarks.svg").write_text(bench_report.chart(results, summary))
+        (out / "BENCHMARKS.md").write_text(bench_report.markdown(results, summary))
+        log(f"wrote {out / 'BENCHMARKS.md'}, {out / 'benchmarks.svg'}, {out / 'benchmarks.json'}")
+    log(f"done in {results['elapsed_s']} s; load average at the end {' '.join(results['loadavg_end'])}")
+
+
+if __name__ == "__main__":
+    main()
