@@ -113,8 +113,15 @@ fn http_1_0_without_a_length_is_close_delimited_through_the_proxy_too() {
 fn keep_alive_uses_one_upstream_connection_and_pipelined_answers_stay_in_order() {
     let amp = fixture();
     let proxy = Proxy::in_front_of(amp.addr(), &[]);
-    // The harness's readiness check already opened (and closed) a client connection.
+    // The harness's readiness check already opened (and closed) a client connection; it
+    // is counted by its own task, so wait until it has been before taking the baseline.
     let clients = "phasescope_connections_total{tap=\"webdis\",side=\"client\"}";
+    let open = "phasescope_connections{tap=\"webdis\",side=\"client\"}";
+    assert!(
+        support::wait_for(Duration::from_secs(5), || counter(&proxy, clients) >= 1.0
+            && counter(&proxy, open) == 0.0),
+        "the readiness check's connection was never counted"
+    );
     let clients_before = counter(&proxy, clients);
     let mut conn = HttpConn::connect(proxy.addr());
     for _ in 0..5 {
