@@ -229,8 +229,8 @@ def start_target(name, upstream, workdir, threads, maxconn, valgrind=None):
         argv = prefix + [PHASESCOPE, "run", "--listen", f"127.0.0.1:{port}",
                          "--upstream", f"127.0.0.1:{upstream}",
                          "--admin", f"127.0.0.1:{free_port()}"]
-        env = {"PHASESCOPE_WORKERS": str(threads)}
-        if name == "phasescope-no-metrics":
+        env = {"PHASESCOPE_WORKERS": str(1 if "-1w" in name else threads)}
+        if name.endswith("no-metrics"):
             argv.append("--no-metrics")
         if name == "phasescope-work-stealing":
             env["PHASESCOPE_RUNTIME"] = "work-stealing"
@@ -447,17 +447,18 @@ def loadavg():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one short round, fewer idle connections (~2 min)")
-    ap.add_argument("--rounds", type=int, help="rounds of alternated runs [3; quick 1]")
+    ap.add_argument("--rounds", type=int, help="rounds of alternated runs [4; quick 1]")
     ap.add_argument("--duration", type=int, help="seconds per wrk run [3; quick 2]")
     ap.add_argument("--idle", type=int, help="idle connections for the memory test [10000 or what ulimit -n allows; quick 2000]")
     ap.add_argument("--requests", type=int, help="requests profiled with callgrind [5000; quick 1000]")
     ap.add_argument("--only", choices=["fixed", "webdis"], help="one upstream only")
-    ap.add_argument("--skip", action="append", default=[], choices=["throughput", "memory", "callgrind", "layout"],
+    ap.add_argument("--skip", action="append", default=[],
+                    choices=["throughput", "memory", "callgrind", "layout", "recorder"],
                     help="leave out a part (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "docs"), help="where BENCHMARKS.md and the chart go")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = ap.parse_args()
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 4)
     seconds = args.duration or (2 if args.quick else 3)
     requests = args.requests or (1000 if args.quick else 5000)
     concs = [1, 50, 200]
@@ -514,6 +515,17 @@ def main():
                 finally:
                     webdis.stop()
                     redis.stop()
+            if "recorder" not in args.skip and not args.quick and args.only in (None, "fixed"):
+                # What recording costs with one worker thread and with several: the
+                # difference is what sharing the recorder's state between cores costs.
+                pair = ["phasescope", "phasescope-no-metrics", "phasescope-1w", "phasescope-1w-no-metrics"]
+                log(f"recorder cost with 1 and {threads} workers: {rounds} rounds x {len(pair)} runs of 2 s at -c 50")
+                servers = {n: start_target(n, up_port, workdir, threads, maxconn) for n in pair}
+                try:
+                    results["recorder_runs"] = throughput("fixed", up_port, "/", pair, servers, [50], rounds, 2)
+                finally:
+                    for srv in servers.values():
+                        srv.stop()
             if "memory" not in args.skip:
                 log(f"memory with {idle} idle keep-alive connections")
                 for n in names[1:]:
