@@ -355,30 +355,12 @@ impl HttpConnection {
     /// finished has queued behind it.
     async fn upstream_ready(&mut self, ex: &mut Exchange) -> Result<(), Failure> {
         if self.upstream.is_none() {
-            let cfg = &self.tap.config;
-            let connect = Box::pin(timeout(
-                cfg.timeouts.connect,
-                TcpStream::connect(&cfg.upstream),
-            ));
-            let stream = match connect.await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
-                    return Err(Failure::Answer(
-                        Answer::BadGateway,
-                        ErrorKind::UpstreamConnect,
-                    ));
-                }
-                Err(_) => {
-                    tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, "upstream connect timed out");
-                    return Err(Failure::Answer(
-                        Answer::BadGateway,
-                        ErrorKind::UpstreamConnect,
-                    ));
-                }
+            let Some(stream) = self.tap.connect_upstream().await else {
+                return Err(Failure::Answer(
+                    Answer::BadGateway,
+                    ErrorKind::UpstreamConnect,
+                ));
             };
-            let _ = stream.set_nodelay(true);
-            self.tap.recorder.connection_opened(Side::Upstream);
             self.upstream = Some(stream);
             ex.wait = Wait::Connect;
             ex.t_up_ready = clock::now();

@@ -45,6 +45,35 @@ impl TapContext {
         }
     }
 
+    /// Opens the tap's upstream connection (with the connect timeout, TCP_NODELAY, logged
+    /// and counted). `None` when it cannot be reached: the caller answers as its protocol
+    /// does (502, or a RESP error) and counts `upstream_connect`.
+    pub(crate) async fn connect_upstream(&self) -> Option<tokio::net::TcpStream> {
+        let cfg = &self.config;
+        // Boxed: the connect future is large and only the first request of a connection
+        // needs it, so it must not make every connection task bigger.
+        let connect = Box::pin(tokio::time::timeout(
+            cfg.timeouts.connect,
+            tokio::net::TcpStream::connect(&cfg.upstream),
+        ));
+        match connect.await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                self.recorder
+                    .connection_opened(crate::recorder::Side::Upstream);
+                Some(stream)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, "upstream connect timed out");
+                None
+            }
+        }
+    }
+
     /// Joins the tap to a correlator.
     pub fn with_correlator(mut self, correlator: Option<Arc<Correlator>>) -> Self {
         self.correlator = correlator;

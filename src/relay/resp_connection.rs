@@ -229,28 +229,15 @@ impl RespConnection {
     }
 
     async fn connect(&mut self) -> Result<(), Option<(ErrorKind, Option<String>)>> {
-        let cfg = &self.tap.config;
-        match timeout(cfg.timeouts.connect, TcpStream::connect(&cfg.upstream)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                self.tap.recorder.connection_opened(Side::Upstream);
-                self.upstream = Some(s);
+        match self.tap.connect_upstream().await {
+            Some(stream) => {
+                self.upstream = Some(stream);
                 Ok(())
             }
-            Ok(Err(e)) => {
-                tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
-                Err(Some((
-                    ErrorKind::UpstreamConnect,
-                    Some("-ERR phasescope: upstream unreachable\r\n".into()),
-                )))
-            }
-            Err(_) => {
-                tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, "upstream connect timed out");
-                Err(Some((
-                    ErrorKind::UpstreamConnect,
-                    Some("-ERR phasescope: upstream unreachable\r\n".into()),
-                )))
-            }
+            None => Err(Some((
+                ErrorKind::UpstreamConnect,
+                Some("-ERR phasescope: upstream unreachable\r\n".into()),
+            ))),
         }
     }
 
