@@ -455,7 +455,8 @@ def main():
     ap.add_argument("--skip", action="append", default=[],
                     choices=["throughput", "memory", "callgrind", "layout", "recorder"],
                     help="leave out a part (repeatable)")
-    ap.add_argument("--out", default=str(ROOT / "docs"), help="where BENCHMARKS.md and the chart go")
+    ap.add_argument("--out", help="where BENCHMARKS.md and the chart go [docs/; with --quick, "
+                                    "nowhere unless given]")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 4)
@@ -519,10 +520,11 @@ def main():
                 # What recording costs with one worker thread and with several: the
                 # difference is what sharing the recorder's state between cores costs.
                 pair = ["phasescope", "phasescope-no-metrics", "phasescope-1w", "phasescope-1w-no-metrics"]
-                log(f"recorder cost with 1 and {threads} workers: {rounds} rounds x {len(pair)} runs of 2 s at -c 50")
+                log(f"recorder cost with 1 and {threads} workers: {rounds} rounds x {len(pair)} runs of {seconds} s at -c 50")
                 servers = {n: start_target(n, up_port, workdir, threads, maxconn) for n in pair}
+                results["settings"]["recorder_seconds"] = seconds
                 try:
-                    results["recorder_runs"] = throughput("fixed", up_port, "/", pair, servers, [50], rounds, 2)
+                    results["recorder_runs"] = throughput("fixed", up_port, "/", pair, servers, [50], rounds, seconds)
                 finally:
                     for srv in servers.values():
                         srv.stop()
@@ -542,8 +544,12 @@ def main():
     results["elapsed_s"] = round(time.time() - started)
     summary = bench_report.summarize(results)
     print(bench_report.table(results, summary))
+    # A quick run is a check, not a result: it replaces the documents only when asked to.
+    if args.quick and not args.out:
+        args.no_write = True
+        log("--quick: docs/ left alone (give --out DIR to write the documents)")
     if not args.no_write:
-        out = Path(args.out)
+        out = Path(args.out or ROOT / "docs")
         out.mkdir(parents=True, exist_ok=True)
         (out / "benchmarks.json").write_text(json.dumps(results, indent=1) + "\n")
         (out / "benchmarks.svg").write_text(bench_report.chart(results, summary))

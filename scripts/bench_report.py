@@ -310,9 +310,12 @@ def markdown(results, s):
       "throughput here mixes the proxy's own speed with its frugality; CPU per request and "
       "instructions per request isolate the proxy.")
     a(f"- The machine is shared with other work: load average {' '.join(results['loadavg_start'])} "
-      f"at the start, {' '.join(results['loadavg_end'])} at the end. Each round runs every target "
-      "once, back to back, in an order rotated every round; a ratio is computed within each round, "
-      "then the median over rounds is reported with its range.")
+      f"at the start, {' '.join(results['loadavg_end'])} at the end (the benchmark itself keeps "
+      "about 2–3 runnable). Each round runs every target once, back to back, in an order rotated "
+      "every round; a ratio is computed within each round, then the median over rounds is "
+      "reported with its range. When the whole machine speeds up or slows down between rounds "
+      "(it does: at `-c 1` the wake-up latency of idle CPUs dominates, and it changes with what "
+      "else runs), req/s show a wide range for every target alike while the ratios stay put.")
     a(f"- {st['rounds']} rounds of {st['seconds']} s per target and concurrency; wrk with 1 thread at "
       f"`-c 1` and 2 threads otherwise. Each proxy runs {st['proxy_threads']} worker threads "
       "(HAProxy `nbthread`, nginx `worker_processes`, phasescope `PHASESCOPE_WORKERS`).")
@@ -417,7 +420,7 @@ def markdown(results, s):
     a("## Reproducing\n")
     a("```sh")
     a(f"{results['command'].strip()}        # this run")
-    a("scripts/bench-proxies.sh --quick     # ~2 minutes: one short round, 2,000 idle connections")
+    a("scripts/bench-proxies.sh --quick     # ~2 minutes: one short round, 2,000 idle connections; prints only")
     a("scripts/bench-proxies.sh --help      # rounds, duration, parts to skip")
     a("```\n")
     a("The script installs what it needs from Debian when missing (wrk, haproxy, nginx, valgrind, "
@@ -431,10 +434,16 @@ def markdown(results, s):
     a("phasescope run --listen 127.0.0.1:P --upstream 127.0.0.1:UP --admin 127.0.0.1:A [--no-metrics]")
     a("haproxy -db -f haproxy-{http,tcp}.cfg     # mode http | tcp, nbthread = CPUs")
     a("nginx -p DIR -c DIR/nginx.conf            # daemon off, worker_processes = CPUs, upstream keepalive")
-    a("wrk -t1 -c1 -dSs --latency http://127.0.0.1:PORT/PATH          # and -t2 -c50, -t2 -c200")
+    a(f"wrk -t1 -c1 -d{st['seconds']}s --latency http://127.0.0.1:PORT/PATH          # and -t2 -c50, -t2 -c200")
     a("bench-client --connect 127.0.0.1:PORT --hold N                 # memory")
     a("valgrind --tool=callgrind phasescope run ...; bench-client --sequential K   # instructions")
     a("```\n")
+    # The templates live with the driver; imported here, late, to keep the two files one-way.
+    from bench_proxies import HAPROXY_CFG, NGINX_CFG
+    a("The generated configurations (`{mode}` is `http` or `tcp`; ports, paths and limits are "
+      "filled in per run; `maxconn` and `worker_connections` fit the idle-connection test):\n")
+    a("```\n# haproxy-{mode}.cfg\n" + HAPROXY_CFG.strip() + "\n```\n")
+    a("```\n# nginx.conf\n" + NGINX_CFG.replace("{{", "{").replace("}}", "}").strip() + "\n```\n")
     a("Criterion benches of the parts: `cargo bench --bench framing` (request head, response head, "
       "chunked body), `--bench resp` (RESP framing), `--bench recorder` (recording one exchange).\n")
     return "\n".join(L)
@@ -507,8 +516,9 @@ def sharing(results):
     if many is None or one is None:
         return ""
     workers = results["settings"]["proxy_threads"]
+    secs = results["settings"].get("recorder_seconds", 2)
     out = [f"The same difference with one worker thread and with {workers}, in front of the fixed "
-           f"upstream at `-c 50` ({len(rounds)} alternated rounds of 2 s; CPU µs per request, "
+           f"upstream at `-c 50` ({len(rounds)} alternated rounds of {secs} s; CPU µs per request, "
            "medians):\n",
            "| workers | metrics | --no-metrics | difference (per round: median, range) |",
            "|---|---|---|---|",
@@ -517,19 +527,26 @@ def sharing(results):
            f"| 1 | {f(med(cpu['phasescope-1w']), 2)} | {f(med(cpu['phasescope-1w-no-metrics']), 2)} | "
            f"{one:+.2f} ({one_rng[0]:+.2f} to {one_rng[1]:+.2f}) |",
            ""]
-    if one < many / 2:
-        out.append(
-            "With one worker, recording costs a fraction of what it costs with several: most of "
-            "its CPU is not its instructions but cache lines moving between cores. The per-worker "
-            "shards keep counters apart, but each (route, phase) HDR histogram is one object "
-            "shared by every worker (values are buffered 32 at a time, then recorded under the "
-            "histogram's lock), so its counts bounce between the cores' caches. A per-worker HDR "
-            "histogram, merged when a snapshot is taken as the bucket counts already are, should "
-            "remove most of the difference; taking the byte counts from the exchange record "
-            "instead of two more locked calls would remove some more.\n")
-    else:
-        out.append("One worker or several, recording costs about the same here: its cost is its "
+    suspect = ("Each (route, phase) HDR histogram is one object shared by every worker (values "
+               "are buffered 32 at a time per worker, then recorded under the histogram's lock), "
+               "so its counts move between the cores' caches; the per-worker shards keep only the "
+               "counters apart. A per-worker HDR histogram, merged when a snapshot is taken as the "
+               "bucket counts already are, and the byte counts taken from the exchange record "
+               "instead of two more locked calls, are the two changes to the recorder that would "
+               "cut its cost.")
+    if one_rng[1] < many_rng[0]:
+        out.append("With one worker, recording costs less in every round than with several: much "
+                   "of its CPU is not its instructions but cache lines moving between cores. "
+                   + suspect + "\n")
+    elif many_rng[1] < one_rng[0]:
+        out.append("Recording costs no less with one worker than with several: its cost is its "
                    "instructions, not sharing between cores.\n")
+    else:
+        width = max(many_rng[1] - many_rng[0], one_rng[1] - one_rng[0])
+        out.append(f"The per-round differences overlap: they spread over up to {width:.2f} µs "
+                   "from round to round in this run, more than the effect, so this run does not "
+                   "tell whether sharing between cores adds to the recorder's cost. "
+                   + suspect + "\n")
     return "\n".join(out)
 
 
