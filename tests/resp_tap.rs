@@ -186,8 +186,18 @@ fn subscribe_through_the_tap_receives_a_publish_and_nothing_is_mispaired() {
     let _ = sub.kill();
     let _ = sub.wait();
     // Every PUBLISH on the other connection was paired with its own reply.
-    let lines = access_lines(&proxy, 1);
-    assert!(lines.iter().any(|l| l["method"] == "PUBLISH"));
+    // The PUBLISH lines are written a moment after their replies: wait for one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !access_lines(&proxy, 1)
+        .iter()
+        .any(|l| l["method"] == "PUBLISH")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no PUBLISH exchange was recorded"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
