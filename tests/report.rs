@@ -698,7 +698,11 @@ fn live_report_from_a_real_prometheus() {
             .iter()
             .find(|s| s["route"] == "GET")?
             .clone();
-        (row(&get, "total")["count"].as_u64()? >= 20).then_some(v)
+        // Prometheus ingests asynchronously: wait until the counts and the buckets of the
+        // last scrape are both visible (a bucket series seen once has no increase yet).
+        let complete = row(&get, "total")["count"].as_u64()? >= 20
+            && row(&get, "upstream_wait")["p50"].as_f64()? > 0.0;
+        complete.then_some(v)
     };
     let mut seen = None;
     assert!(
