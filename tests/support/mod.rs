@@ -1006,13 +1006,17 @@ pub struct AbReport {
 
 /// Runs `ab -k -n N -c C url` (HTTP/1.0 with `Connection: Keep-Alive`) and parses it.
 pub fn run_ab(url: &str, requests: u32, concurrency: u32) -> AbReport {
-    let ab = require_tool("ab");
-    let output = Command::new(ab)
-        .args(["-k", "-q", "-s", "20"])
+    let mut ab = Command::new(require_tool("ab"));
+    ab.args(["-k", "-q", "-s", "20"])
         .args(["-n", &requests.to_string(), "-c", &concurrency.to_string()])
-        .arg(url)
-        .output()
-        .unwrap();
+        .arg(url);
+    parse_ab(&run_load_tool("ab", &mut ab))
+}
+
+/// Runs a load generator to completion; its standard output and error together, or a
+/// panic with them when it failed.
+fn run_load_tool(name: &str, command: &mut Command) -> String {
+    let output = command.output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -1020,10 +1024,10 @@ pub fn run_ab(url: &str, requests: u32, concurrency: u32) -> AbReport {
     );
     assert!(
         output.status.success(),
-        "ab failed ({}):\n{text}",
+        "{name} failed ({}):\n{text}",
         output.status
     );
-    parse_ab(&text)
+    text
 }
 
 /// Parses ab's summary.
@@ -1057,25 +1061,12 @@ pub struct WrkReport {
 
 /// Runs `wrk -d SECS -c C -t T url` and parses it.
 pub fn run_wrk(url: &str, seconds: u32, connections: u32, threads: u32) -> WrkReport {
-    let wrk = require_tool("wrk");
-    let output = Command::new(wrk)
-        .args(["-d", &format!("{seconds}s")])
+    let mut wrk = Command::new(require_tool("wrk"));
+    wrk.args(["-d", &format!("{seconds}s")])
         .args(["-c", &connections.to_string(), "-t", &threads.to_string()])
         .args(["--timeout", "10s"])
-        .arg(url)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "wrk failed ({}):\n{text}",
-        output.status
-    );
-    parse_wrk(&text)
+        .arg(url);
+    parse_wrk(&run_load_tool("wrk", &mut wrk))
 }
 
 /// Parses wrk's summary.
