@@ -401,6 +401,88 @@ pub fn resp_frame_len(buf: &[u8]) -> Option<usize> {
 }
 
 // ---------------------------------------------------------------------------------------
+// The ground-truth upstream that burns known CPU
+// ---------------------------------------------------------------------------------------
+
+/// `tests/fixtures/burn-upstream.c`, built with symbols on first use: an HTTP/1.1 server
+/// that spends `parser_us` of CPU in `http_parser_execute()` and `backend_us` in
+/// `backend_query()` per request, for tests that measure inside the upstream process.
+pub struct BurnUpstream {
+    process: Managed,
+    port: u16,
+    _dir: TempDir,
+}
+
+/// Compiles the fixture once per test binary; several binaries may race, so each builds
+/// to its own file and renames it into place.
+pub fn burn_upstream_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let gcc = require_tool("gcc");
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/burn-upstream.c");
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("burn-upstream");
+            let staging = out.with_extension(format!("tmp{}", std::process::id()));
+            let status = Command::new(gcc)
+                .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
+                .arg(&staging)
+                .arg(&source)
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(status.success(), "gcc failed on {}", source.display());
+            fs::rename(&staging, &out).unwrap();
+            out
+        })
+        .clone()
+}
+
+impl BurnUpstream {
+    /// Starts it on a free port and waits until it accepts connections.
+    pub fn start(parser_us: u32, backend_us: u32) -> BurnUpstream {
+        BurnUpstream::start_with(parser_us, backend_us, |_| {})
+    }
+
+    /// Like `start`, with a hook to adjust the command (e.g. run it under `taskset`).
+    pub fn start_with(
+        parser_us: u32,
+        backend_us: u32,
+        mut adjust: impl FnMut(&mut Command),
+    ) -> BurnUpstream {
+        let binary = burn_upstream_binary();
+        let dir = tempfile::Builder::new().prefix("burn-").tempdir().unwrap();
+        let (process, port) = start_with_retries(
+            "burn-upstream",
+            |attempt| {
+                let port = free_port();
+                let mut command = Command::new(&binary);
+                command.args([port.to_string(), parser_us.to_string(), backend_us.to_string()]);
+                adjust(&mut command);
+                let log = dir.path().join(format!("burn-{attempt}.log"));
+                (Managed::spawn("burn-upstream", &mut command, &log), port)
+            },
+            |&port| accepts(loopback(port)),
+        );
+        BurnUpstream {
+            process,
+            port,
+            _dir: dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        loopback(self.port)
+    }
+
+    pub fn process(&mut self) -> &mut Managed {
+        &mut self.process
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Webdis
 // ---------------------------------------------------------------------------------------
 
