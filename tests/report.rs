@@ -618,6 +618,32 @@ fn live_report_counts_what_went_through_the_proxy_and_snapshot_resets() {
     send(&proxy, &["/PING"], 5);
     assert!(wait_for(Duration::from_secs(10), || live_total(&url).0 == 5));
 
+    // Without --from, snapshot reads the admin server of the config, as report does.
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nlisten = \"{}\"\n\n[[tap]]\nname = \"t\"\nlisten = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:1\"\n",
+            proxy.admin_addr()
+        ),
+    )
+    .unwrap();
+    let default_file = dir.path().join("default.json");
+    let out = phasescope(&[
+        "--config",
+        config.to_str().unwrap(),
+        "snapshot",
+        "-o",
+        default_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (from_default, _) = live_total(default_file.to_str().unwrap());
+    assert_eq!(from_default, 5);
+
     // snapshot reads from an admin server, not from a file.
     let out = phasescope(&[
         "snapshot",

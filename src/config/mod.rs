@@ -49,7 +49,7 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    #[serde(default = "defaults::admin_listen")]
+    #[serde(default = "defaults::admin_listen", deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// When set, `/metrics` and `/api/*` require `Authorization: Bearer <token>`. Prefer
     /// `PHASESCOPE_ADMIN_TOKEN` to writing it in the file.
@@ -96,6 +96,7 @@ pub struct TapConfig {
     pub name: String,
     #[serde(default = "defaults::protocol")]
     pub protocol: Protocol,
+    #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// `host:port` of the server behind the tap; resolved at each connect.
     pub upstream: String,
@@ -307,6 +308,15 @@ impl TapConfig {
             timeouts: Timeouts::default(),
         }
     }
+}
+
+/// A listen address from the file: an IP and port, with the same message as the flags give
+/// (serde's own, "invalid socket address syntax", does not say what is expected). Host
+/// names are refused rather than resolved: a name can resolve to several addresses, and a
+/// listener must bind exactly one.
+fn listen_addr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    overrides::parse_addr(&text).map_err(serde::de::Error::custom)
 }
 
 pub mod defaults {
