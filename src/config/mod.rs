@@ -292,6 +292,36 @@ impl FromStr for LogFormat {
     }
 }
 
+impl Config {
+    /// The tap names front to back, the order a reader follows a request in: first the
+    /// taps clients reach, in config order; then the taps behind them (the RESP tap a
+    /// `[[correlate]]` puts behind an HTTP tap), in the order of the tap they are behind.
+    pub fn taps_front_to_back(&self) -> Vec<String> {
+        let behind = |name: &str| self.correlate.iter().any(|c| c.resp == name);
+        let mut order: Vec<String> = self
+            .taps
+            .iter()
+            .filter(|t| !behind(&t.name))
+            .map(|t| t.name.clone())
+            .collect();
+        let fronts = order.clone();
+        for front in &fronts {
+            for c in self.correlate.iter().filter(|c| &c.http == front) {
+                if !order.contains(&c.resp) {
+                    order.push(c.resp.clone());
+                }
+            }
+        }
+        // Behind a tap that is itself behind another: last, in config order.
+        for t in &self.taps {
+            if !order.contains(&t.name) {
+                order.push(t.name.clone());
+            }
+        }
+        order
+    }
+}
+
 impl TapConfig {
     /// A tap with every optional key at its default.
     pub fn new(name: &str, protocol: Protocol, listen: SocketAddr, upstream: &str) -> Self {

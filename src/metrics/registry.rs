@@ -22,6 +22,9 @@ pub struct Registry {
     enabled: bool,
     buckets: Arc<Buckets>,
     taps: RwLock<Vec<Arc<TapMetrics>>>,
+    /// Tap names front to back (`Config::taps_front_to_back`), for the snapshot's
+    /// `position`; taps not named here follow in the order they were registered.
+    front_to_back: RwLock<Vec<String>>,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -34,6 +37,7 @@ impl Registry {
             enabled: config.enabled,
             buckets: Arc::new(buckets),
             taps: RwLock::new(Vec::new()),
+            front_to_back: RwLock::new(Vec::new()),
             since: Mutex::new(SystemTime::now()),
         }))
     }
@@ -45,6 +49,14 @@ impl Registry {
 
     pub fn buckets(&self) -> &Buckets {
         &self.buckets
+    }
+
+    /// The order readers show the taps in, front to back.
+    pub fn set_front_to_back(&self, names: Vec<String>) {
+        *self
+            .front_to_back
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = names;
     }
 
     /// Registers a tap and returns its recorder. `routes` must be the table whose ids the
@@ -104,12 +116,23 @@ impl Registry {
         } else {
             Vec::new()
         };
+        let order = self
+            .front_to_back
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let inputs = taps
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(registered, t)| {
                 t.drain_pending();
+                let position = order
+                    .iter()
+                    .position(|name| name == t.name())
+                    .unwrap_or(order.len() + registered);
                 TapInput {
                     tap: t,
+                    position: u32::try_from(position).unwrap_or(u32::MAX),
                     counts: t.collect(),
                     series: t.hdr_series(),
                 }

@@ -68,6 +68,11 @@ impl HdrLayout {
 pub struct TapSnapshot {
     /// `http` or `resp`.
     pub protocol: String,
+    /// Front to back from 0: the taps clients reach first, each followed by the taps behind
+    /// it (a correlated RESP tap after its HTTP tap), config order otherwise. Readers show
+    /// taps in this order. Absent in snapshots of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u32>,
     /// phase name → route label → series. A series appears once it has an observation
     /// since `since`.
     pub phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>>,
@@ -190,6 +195,7 @@ impl Snapshot {
 
 pub(crate) struct TapInput<'a> {
     pub tap: &'a TapMetrics,
+    pub position: u32,
     pub counts: TapCounts,
     pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
 }
@@ -246,6 +252,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             input.tap.name().to_owned(),
             TapSnapshot {
                 protocol: protocol.to_owned(),
+                position: Some(input.position),
                 phases,
                 totals,
             },

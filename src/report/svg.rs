@@ -30,7 +30,7 @@ const STACKED: [Phase; 8] = [
 /// The picture for `ds`, as an SVG document.
 pub fn render(ds: &Dataset) -> anyhow::Result<String> {
     let mut buf = String::new();
-    let taps: Vec<(&String, &TapData)> = ds.taps.iter().collect();
+    let taps: Vec<(&String, &TapData)> = ds.taps_front_to_back();
     let height = HEIGHT_PER_TAP * taps.len().max(1) as u32;
     {
         let root = SVGBackend::with_string(&mut buf, (WIDTH, height)).into_drawing_area();

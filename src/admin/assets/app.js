@@ -722,7 +722,11 @@
   function render(snap) {
     const span = snap.taken_at_unix - snap.since_unix;
     meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
-    const names = Object.keys(snap.taps || {});
+    // Front to back (the snapshot's `position`): the tap clients reach first on top.
+    const taps = snap.taps || {};
+    const pos = (n) => (taps[n].position === undefined ? Infinity : taps[n].position);
+    const names = Object.keys(taps).sort((a, b) => pos(a) - pos(b)
+      || (taps[a].protocol === "resp") - (taps[b].protocol === "resp") || a.localeCompare(b));
     if (!snap.metrics_enabled) {
       placeholder.textContent = "Metrics are disabled (--no-metrics): nothing is recorded.";
     } else if (!names.length) {
@@ -737,6 +741,9 @@
       if (!view) { view = new TapView(name, main); views.set(name, view); }
       view.update(snap.taps[name], snap);
     }
+    // A tap that appeared later was appended last: put the sections back in order.
+    const shown = [...main.querySelectorAll(":scope > section.tap")].map((e) => e.dataset.tap);
+    if (shown.join("\n") !== names.join("\n")) for (const name of names) main.append(views.get(name).root);
   }
 
   // With an admin token configured, the API wants it as a bearer token. It comes from
