@@ -757,5 +757,28 @@ fn live_report_from_a_real_prometheus() {
     let wait = row(get, "upstream_wait");
     assert!(wait["p50"].as_f64().unwrap() >= 200e-6, "{wait}");
     assert!(wait["p50"].as_f64().unwrap() <= wait["p99"].as_f64().unwrap());
+
+    // A range shorter than two scrapes (1 s of a 1 s interval holds one sample) has no
+    // increase to show: the report says so and what range would work, instead of "no
+    // tap has recorded anything yet". Two samples can land in the window at a boundary:
+    // then the report has data, and another try follows.
+    let mut said = None;
+    for _ in 0..5 {
+        let out = phasescope(&["report", "--prometheus", &base, "--range", "1s"]);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(!stdout.contains("no tap has recorded"), "{stdout}");
+        if !out.status.success() {
+            said = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let said = said.expect("--range 1s never came back empty");
+    assert!(
+        said.contains("--range 1s is shorter than two scrapes")
+            && said.contains("every 1s")
+            && said.contains("try --range 4s"),
+        "{said}"
+    );
     prom.stop(Duration::from_secs(10));
 }
