@@ -367,6 +367,121 @@ fn svg_has_a_bar_per_route_and_a_curve_per_phase() {
     }
 }
 
+/// WCAG contrast ratio of `#RRGGBB` against white.
+fn contrast_on_white(hex: &str) -> f64 {
+    let channel = |i: usize| {
+        let c = f64::from(u8::from_str_radix(&hex[i..i + 2], 16).unwrap()) / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    let l = 0.2126 * channel(0) + 0.7152 * channel(2) + 0.0722 * channel(4);
+    1.05 / (l + 0.05)
+}
+
+/// The SVG drawn from the fixture: every phase colour (bars and curves) has at least the
+/// 3:1 contrast WCAG asks of graphics against the white background, the colours are
+/// distinct, each legend sits beside its plot rather than on it, and the grid is light.
+#[test]
+fn svg_phase_colours_are_legible_and_legends_beside_the_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("r.svg");
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &fixture_path(),
+            "--by",
+            "route",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        0,
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let attr = |element: &str, name: &str| -> Option<String> {
+        let at = element.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(element[at..at + element[at..].find('"')?].to_owned())
+    };
+    let num = |element: &str, name: &str| attr(element, name).and_then(|v| v.parse::<f64>().ok());
+    // Data marks: the bars (filled rectangles other than the white background) and the
+    // distribution curves (two pixels wide), with the x extent they cover.
+    let mut colours = std::collections::BTreeSet::new();
+    let mut marks: Vec<(f64, f64, f64)> = Vec::new(); // (x_max, y_min, y_max)
+    for element in text.split('<').map(|e| e.trim_end()) {
+        if element.starts_with("rect ") {
+            let fill = attr(element, "fill").unwrap();
+            if fill == "#FFFFFF" {
+                continue;
+            }
+            let (x, y) = (num(element, "x").unwrap(), num(element, "y").unwrap());
+            let (w, h) = (
+                num(element, "width").unwrap(),
+                num(element, "height").unwrap(),
+            );
+            colours.insert(fill);
+            if h > 12.0 {
+                marks.push((x + w, y, y + h)); // a bar, not a legend swatch
+            }
+        } else if element.starts_with("polyline ")
+            && attr(element, "stroke-width").as_deref() == Some("2")
+        {
+            colours.insert(attr(element, "stroke").unwrap());
+            let points: Vec<(f64, f64)> = attr(element, "points")
+                .unwrap()
+                .split_whitespace()
+                .filter_map(|p| p.split_once(','))
+                .map(|(x, y)| (x.parse().unwrap(), y.parse().unwrap()))
+                .collect();
+            if points.len() > 2 {
+                let x = points.iter().map(|p| p.0).fold(0.0, f64::max);
+                let y0 = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+                let y1 = points.iter().map(|p| p.1).fold(0.0, f64::max);
+                marks.push((x, y0, y1));
+            }
+        } else if element.starts_with("line ") {
+            let opacity = num(element, "opacity").unwrap_or(1.0);
+            assert!(opacity <= 0.15, "a grid line darker than 15 %: <{element}>");
+        }
+    }
+    assert!(colours.len() >= 10, "phase colours: {colours:?}");
+    for c in &colours {
+        let ratio = contrast_on_white(&c[1..]);
+        assert!(
+            ratio >= 3.0,
+            "{c} has contrast {ratio:.2}:1 on white, below 3:1"
+        );
+    }
+    // Legend entries: the texts naming a phase. Each lies right of every mark of its own
+    // plot (same half of the picture, same row of taps).
+    let phase_names: Vec<&str> = phasescope::phase::Phase::ALL
+        .iter()
+        .map(|p| p.name())
+        .collect();
+    let mut legends = 0;
+    for element in text.split("<text").skip(1) {
+        let name = element.split('>').nth(1).unwrap_or("").trim();
+        let name = name.split('<').next().unwrap_or("").trim();
+        if !phase_names.contains(&name) {
+            continue;
+        }
+        legends += 1;
+        let (x, y) = (num(element, "x").unwrap(), num(element, "y").unwrap());
+        let half = |px: f64| px >= 640.0;
+        let row = |py: f64| (py / 460.0).floor();
+        for &(mx, y0, y1) in &marks {
+            let same_plot = half(mx - 1.0) == half(x) && row(y0) == row(y) && row(y1) == row(y);
+            assert!(
+                !same_plot || x > mx,
+                "legend {name} at ({x}, {y}) lies on its plot (a mark reaches x = {mx})"
+            );
+        }
+    }
+    assert!(legends >= 10, "{legends} legend entries");
+}
+
 /// A fake Prometheus: answers each /api/v1/query from `answers` by the metric named in
 /// the query, and records the queries.
 fn fake_prometheus(
