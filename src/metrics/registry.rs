@@ -12,7 +12,10 @@ use crate::metrics::lock;
 use crate::metrics::routes::RouteTable;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::TapMetrics;
-use crate::recorder::{Discard, Recorder};
+use crate::recorder::{Discard, ErrorKind, Recorder};
+
+/// Error counts by [`ErrorKind::ALL`] index.
+type ErrorCounts = [u64; ErrorKind::ALL.len()];
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
 /// server reads through [`encode_prometheus`](Self::encode_prometheus),
@@ -25,6 +28,9 @@ pub struct Registry {
     /// Tap names front to back (`Config::taps_front_to_back`), for the snapshot's
     /// `position`; taps not named here follow in the order they were registered.
     front_to_back: RwLock<Vec<String>>,
+    /// Each tap's error counts at the last reset, so that the snapshot can give the errors
+    /// of its window beside the counters since start. Guarded by `since`'s lock.
+    error_baseline: Mutex<Vec<(String, ErrorCounts)>>,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -38,6 +44,7 @@ impl Registry {
             buckets: Arc::new(buckets),
             taps: RwLock::new(Vec::new()),
             front_to_back: RwLock::new(Vec::new()),
+            error_baseline: Mutex::new(Vec::new()),
             since: Mutex::new(SystemTime::now()),
         }))
     }
@@ -121,11 +128,21 @@ impl Registry {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let baseline = lock(&self.error_baseline).clone();
         let inputs = taps
             .iter()
             .enumerate()
             .map(|(registered, t)| {
                 t.drain_pending();
+                let counts = t.collect();
+                let at_reset = baseline
+                    .iter()
+                    .find(|(name, _)| name == t.name())
+                    .map_or([0; ErrorKind::ALL.len()], |(_, e)| *e);
+                let mut window_errors = counts.errors;
+                for (now, then) in window_errors.iter_mut().zip(at_reset) {
+                    *now = now.saturating_sub(then);
+                }
                 let position = order
                     .iter()
                     .position(|name| name == t.name())
@@ -133,7 +150,8 @@ impl Registry {
                 TapInput {
                     tap: t,
                     position: u32::try_from(position).unwrap_or(u32::MAX),
-                    counts: t.collect(),
+                    window_errors,
+                    counts,
                     series: t.hdr_series(),
                 }
             })
@@ -147,9 +165,12 @@ impl Registry {
     /// and histograms stay monotonic, as Prometheus expects.
     pub fn reset(&self) -> SystemTime {
         let mut since = lock(&self.since);
+        let mut baseline = Vec::new();
         for t in self.taps() {
             t.reset_hdr();
+            baseline.push((t.name().to_owned(), t.collect().errors));
         }
+        *lock(&self.error_baseline) = baseline;
         *since = SystemTime::now();
         *since
     }

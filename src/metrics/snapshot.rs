@@ -76,6 +76,10 @@ pub struct TapSnapshot {
     /// phase name → route label → series. A series appears once it has an observation
     /// since `since`.
     pub phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>>,
+    /// `kind` label → errors since `since`, the window the series cover (`totals.errors`
+    /// counts since the process started). Absent in snapshots of older builds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
     /// Counters since the process started; a reset does not touch them.
     pub totals: TapTotals,
 }
@@ -196,6 +200,8 @@ impl Snapshot {
 pub(crate) struct TapInput<'a> {
     pub tap: &'a TapMetrics,
     pub position: u32,
+    /// Errors since the last reset, by [`ErrorKind::ALL`] index.
+    pub window_errors: [u64; ErrorKind::ALL.len()],
     pub counts: TapCounts,
     pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
 }
@@ -253,6 +259,11 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             TapSnapshot {
                 protocol: protocol.to_owned(),
                 position: Some(input.position),
+                errors: ErrorKind::ALL
+                    .iter()
+                    .zip(input.window_errors)
+                    .map(|(k, n)| (k.name().to_owned(), n))
+                    .collect(),
                 phases,
                 totals,
             },
