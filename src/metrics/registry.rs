@@ -10,6 +10,7 @@ use crate::metrics::buckets::Buckets;
 use crate::metrics::exposition;
 use crate::metrics::lock;
 use crate::metrics::routes::RouteTable;
+use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::TapMetrics;
 use crate::recorder::{Discard, ErrorKind, Recorder};
@@ -28,9 +29,9 @@ pub struct Registry {
     /// Tap names front to back (`Config::taps_front_to_back`), for the snapshot's
     /// `position`; taps not named here follow in the order they were registered.
     front_to_back: RwLock<Vec<String>>,
-    /// Each tap's error counts at the last reset, so that the snapshot can give the errors
-    /// of its window beside the counters since start. Guarded by `since`'s lock.
-    error_baseline: Mutex<Vec<(String, ErrorCounts)>>,
+    /// Each tap's error counts and head shapes at the last reset, so that the snapshot can
+    /// give those of its window beside the counters since start. Taken under `since`'s lock.
+    error_baseline: Mutex<Vec<(String, ErrorCounts, HeadShapes)>>,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -135,10 +136,14 @@ impl Registry {
             .map(|(registered, t)| {
                 t.drain_pending();
                 let counts = t.collect();
-                let at_reset = baseline
+                let (at_reset, heads_at_reset) = baseline
                     .iter()
-                    .find(|(name, _)| name == t.name())
-                    .map_or([0; ErrorKind::ALL.len()], |(_, e)| *e);
+                    .find(|(name, _, _)| name == t.name())
+                    .map_or(
+                        ([0; ErrorKind::ALL.len()], HeadShapes::default()),
+                        |(_, e, h)| (*e, *h),
+                    );
+                let window_heads = counts.heads.since(&heads_at_reset);
                 let mut window_errors = counts.errors;
                 for (now, then) in window_errors.iter_mut().zip(at_reset) {
                     *now = now.saturating_sub(then);
@@ -151,6 +156,7 @@ impl Registry {
                     tap: t,
                     position: u32::try_from(position).unwrap_or(u32::MAX),
                     window_errors,
+                    window_heads,
                     counts,
                     series: t.hdr_series(),
                 }
@@ -168,7 +174,8 @@ impl Registry {
         let mut baseline = Vec::new();
         for t in self.taps() {
             t.reset_hdr();
-            baseline.push((t.name().to_owned(), t.collect().errors));
+            let counts = t.collect();
+            baseline.push((t.name().to_owned(), counts.errors, counts.heads));
         }
         *lock(&self.error_baseline) = baseline;
         *since = SystemTime::now();
