@@ -204,7 +204,9 @@ fn stacked_bars<DB: DrawingBackend>(
     // One series per phase across all bars, so that the legend names each colour once.
     let mut phases: Vec<String> = Vec::new();
     for (_, segs) in &bars {
-        for (p, _) in segs {
+        // A phase that is 0 in every bar (write of one-write answers) draws nothing and
+        // gets no legend entry.
+        for (p, _) in segs.iter().filter(|(_, v)| *v > 0.0) {
             if !phases.contains(p) {
                 phases.push(p.clone());
             }
