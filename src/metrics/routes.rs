@@ -205,9 +205,11 @@ impl RouteTable {
     }
 
     fn intern(&self, key: &[u8]) -> RouteId {
+        // A path segment `probe` (prefix rule) would repeat the probe's label: fallback.
         if key.is_empty()
             || key.len() > MAX_KEY_BYTES
             || !key.iter().all(|b| (0x21..=0x7e).contains(b))
+            || key == PROBE.as_bytes()
         {
             return RouteId(0);
         }
@@ -284,6 +286,10 @@ fn compile_rules(tap: &str, rules: &[RegexRoute]) -> anyhow::Result<(Rule, Vec<S
         ensure!(
             !r.name.is_empty(),
             "tap {tap:?}: route rule {i} has an empty name"
+        );
+        ensure!(
+            r.name != PROBE,
+            "tap {tap:?}: route rule {i}: the name {PROBE:?} is reserved for the requests of phasescope probe"
         );
         let re = regex::bytes::Regex::new(&r.pattern).with_context(|| {
             format!(
@@ -541,7 +547,22 @@ mod tests {
             assert_eq!(t.name(id), PROBE);
             assert!(usize::from(id.0) < t.capacity());
             assert_ne!(id, t.resolve(b"GET", b"/PING"));
+            assert_ne!(
+                id,
+                t.resolve(b"GET", b"/probe/x"),
+                "a path is never the probe"
+            );
+            assert_ne!(t.name(t.resolve(b"GET", b"/probe/x")), PROBE);
         }
+        let mut cfg = tap(Protocol::Http, RouteRule::Regex);
+        cfg.route_rules = vec![RegexRoute {
+            name: PROBE.into(),
+            pattern: "^/p".into(),
+        }];
+        let e = RouteTable::new(&cfg)
+            .expect_err("probe is reserved")
+            .to_string();
+        assert!(e.contains("reserved"), "{e}");
     }
 
     #[test]
