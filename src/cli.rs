@@ -21,12 +21,13 @@ use crate::config::{ConfigError, Key, Overrides};
     long_about = None,
 )]
 pub struct Cli {
-    /// Config file [default: $PHASESCOPE_CONFIG, else ./config.toml if it exists, else the
-    /// built-in default]
+    /// Config file [default: ./config.toml if it exists, else the built-in default]
+    /// [env: PHASESCOPE_CONFIG]
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
     /// Format of phasescope's own log on standard error [default: log.format, "text"]
+    /// [env: PHASESCOPE_LOG_FORMAT]
     #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
     pub log_format: Option<String>,
 
@@ -38,7 +39,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the taps and the admin server until SIGINT/SIGTERM.
     Run(RunArgs),
-    /// Check a config file and exit: 0 if it is valid, 2 with FILE:LINE:COL if not.
+    /// Check a config file (FILE or --config) and exit: 0 if it is valid, 2 with
+    /// FILE:LINE:COL if not.
     CheckConfig(CheckConfigArgs),
     /// Where the time goes: per tap, one row per phase (count, mean, percentiles, share).
     Report(ReportArgs),
@@ -103,9 +105,32 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct CheckConfigArgs {
-    /// The config file to check
+    /// The config file to check; the global --config names it as well
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
+}
+
+impl CheckConfigArgs {
+    /// The one file to check: FILE or `--config`; both is an error unless they agree, so
+    /// that a file is never silently left unchecked.
+    pub fn file<'a>(
+        &'a self,
+        config: Option<&'a std::path::Path>,
+    ) -> Result<&'a std::path::Path, String> {
+        match (self.file.as_deref(), config) {
+            (Some(file), Some(flag)) if file != flag => Err(format!(
+                "check-config: two files given, {} and --config {}; name one",
+                file.display(),
+                flag.display()
+            )),
+            (Some(file), _) => Ok(file),
+            (None, Some(flag)) => Ok(flag),
+            (None, None) => Err(
+                "check-config: name the file to check: phasescope check-config FILE (or --config FILE)"
+                    .to_owned(),
+            ),
+        }
+    }
 }
 
 /// `phasescope report`.
@@ -141,9 +166,10 @@ pub struct ReportArgs {
 /// `phasescope snapshot`.
 #[derive(Debug, Args)]
 pub struct SnapshotArgs {
-    /// The admin server, http://host:port
+    /// The admin server, http://host:port [default: the admin server of the config, as for
+    /// report]
     #[arg(long, value_name = "URL")]
-    pub from: String,
+    pub from: Option<String>,
 
     /// The file to write
     #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -273,14 +299,85 @@ mod tests {
         assert_eq!(cli.config, Some(PathBuf::from("y.toml")));
     }
 
-    #[test]
-    fn check_config_takes_a_file() {
-        let cli = Cli::try_parse_from(["phasescope", "check-config", "c.toml"]).unwrap();
-        match cli.command {
-            Command::CheckConfig(a) => assert_eq!(a.file, PathBuf::from("c.toml")),
+    fn file_to_check(args: &[&str]) -> Result<PathBuf, String> {
+        let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+        match &cli.command {
+            Command::CheckConfig(a) => a.file(cli.config.as_deref()).map(PathBuf::from),
             other => panic!("{other:?}"),
         }
-        assert!(Cli::try_parse_from(["phasescope", "check-config"]).is_err());
+    }
+
+    #[test]
+    fn check_config_takes_a_file_or_the_global_config() {
+        let c = PathBuf::from("c.toml");
+        assert_eq!(
+            file_to_check(&["phasescope", "check-config", "c.toml"]),
+            Ok(c.clone())
+        );
+        assert_eq!(
+            file_to_check(&["phasescope", "check-config", "--config", "c.toml"]),
+            Ok(c.clone())
+        );
+        assert_eq!(
+            file_to_check(&["phasescope", "--config", "c.toml", "check-config"]),
+            Ok(c.clone())
+        );
+        assert_eq!(
+            file_to_check(&["phasescope", "check-config", "--config", "c.toml", "c.toml"]),
+            Ok(c)
+        );
+        let two = file_to_check(&["phasescope", "check-config", "--config", "a.toml", "b.toml"]);
+        assert!(
+            two.as_ref()
+                .is_err_and(|e| e.contains("a.toml") && e.contains("b.toml")),
+            "{two:?}"
+        );
+        assert!(file_to_check(&["phasescope", "check-config"]).is_err());
+    }
+
+    /// Every flag that a `PHASESCOPE_*` variable also sets says so in `--help`. The
+    /// variables are read by the config code, not by clap, so clap cannot show them by
+    /// itself: the help text carries them, and this walk checks it against [`Key`].
+    #[test]
+    fn every_flag_with_a_variable_shows_it_in_help() {
+        use crate::config::ENV_CONFIG;
+        fn walk(cmd: &clap::Command, path: &str, seen: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                let flag = format!("--{long}");
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                let env = match Key::ALL.iter().find(|k| k.flag() == flag) {
+                    // `run` and the global flags feed the config; another subcommand's
+                    // flag of the same name (demo --admin) is its own.
+                    Some(key) if path == "phasescope run" || arg.is_global_set() => Some(key.env()),
+                    _ if long == "config" => Some(ENV_CONFIG),
+                    _ => None,
+                };
+                match env {
+                    Some(var) => {
+                        assert!(
+                            help.contains(&format!("[env: {var}")),
+                            "{path} {flag}: the help does not show [env: {var}]: {help:?}"
+                        );
+                        seen.push(var.to_owned());
+                    }
+                    None => assert!(
+                        !help.contains("[env: "),
+                        "{path} {flag} claims a variable that does not set it: {help:?}"
+                    ),
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), seen);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut seen = Vec::new();
+        walk(&cmd, "phasescope", &mut seen);
+        for var in Key::ALL.iter().map(|k| k.env()).chain([ENV_CONFIG]) {
+            assert!(seen.iter().any(|s| s == var), "no flag shows {var}");
+        }
     }
 
     #[test]
@@ -340,6 +437,11 @@ mod tests {
         };
         assert!(s.reset);
         assert_eq!(s.output, PathBuf::from("s.json"));
+        let cli = Cli::try_parse_from(["phasescope", "snapshot", "-o", "s.json"]).unwrap();
+        let Command::Snapshot(s) = cli.command else {
+            panic!()
+        };
+        assert_eq!(s.from, None, "--from defaults to the config's admin server");
 
         let cli = Cli::try_parse_from([
             "phasescope",

@@ -18,9 +18,24 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Command::Run(args) => run(&cli, args),
-        Command::CheckConfig(args) => check_config(&args.file),
+        Command::CheckConfig(args) => match args.file(cli.config.as_deref()) {
+            Ok(file) => check_config(file),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
         Command::Report(args) => report(&cli, args),
-        Command::Snapshot(args) => outcome(phasescope::report::commands::snapshot(args)),
+        Command::Snapshot(args) => {
+            let from = match &args.from {
+                Some(from) => from.clone(),
+                None => match default_admin(&cli) {
+                    Ok(admin) => format!("http://{admin}"),
+                    Err(code) => return code,
+                },
+            };
+            outcome(phasescope::report::commands::snapshot(args, &from))
+        }
         Command::Compare(args) => match phasescope::report::commands::compare(args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(EXIT_FAILED),
@@ -39,25 +54,34 @@ fn report(cli: &Cli, args: &ReportArgs) -> ExitCode {
     // The admin address of the config `run` would use, unless told where to read.
     let mut admin = String::new();
     if args.from.is_empty() && args.prometheus.is_none() {
-        match Config::resolve(
-            cli.config.as_deref(),
-            Overrides::default(),
-            std::env::vars_os(),
-        ) {
-            Ok((config, _)) => {
-                let mut addr = config.admin.listen;
-                if addr.ip().is_unspecified() {
-                    addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-                }
-                admin = addr.to_string();
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::from(EXIT_CONFIG);
-            }
+        match default_admin(cli) {
+            Ok(addr) => admin = addr,
+            Err(code) => return code,
         }
     }
     outcome(phasescope::report::commands::report(args, &admin))
+}
+
+/// The admin address (`host:port`) of the config `run` would use: where `report` and
+/// `snapshot` read when no `--from` is given.
+fn default_admin(cli: &Cli) -> Result<String, ExitCode> {
+    match Config::resolve(
+        cli.config.as_deref(),
+        Overrides::default(),
+        std::env::vars_os(),
+    ) {
+        Ok((config, _)) => {
+            let mut addr = config.admin.listen;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            Ok(addr.to_string())
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Err(ExitCode::from(EXIT_CONFIG))
+        }
+    }
 }
 
 fn outcome(result: anyhow::Result<()>) -> ExitCode {

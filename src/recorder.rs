@@ -130,6 +130,9 @@ pub trait Recorder: Send + Sync + 'static {
     fn pushed(&self, _n: u64) {}
     /// A correlated HTTP request found (or did not find) its backend command.
     fn correlated(&self, _matched: bool) {}
+    /// A request head of `bytes` bytes (empty line included) with `fields` header fields
+    /// was read; not called for the probe's own requests.
+    fn request_head(&self, _bytes: usize, _fields: usize) {}
     /// Called on shutdown, after the last exchange: flush whatever is buffered.
     fn flush(&self) {}
 }
@@ -182,6 +185,11 @@ impl Recorder for Fanout {
     }
     fn correlated(&self, matched: bool) {
         self.sinks.iter().for_each(|s| s.correlated(matched));
+    }
+    fn request_head(&self, bytes: usize, fields: usize) {
+        self.sinks
+            .iter()
+            .for_each(|s| s.request_head(bytes, fields));
     }
     fn flush(&self) {
         self.sinks.iter().for_each(|s| s.flush());

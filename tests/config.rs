@@ -564,6 +564,54 @@ fn check_config_accepts_the_shipped_file() {
 }
 
 #[test]
+fn check_config_takes_the_global_config_flag() {
+    let two = temp_file("two.toml", TWO_TAPS);
+    let two = two.to_str().unwrap();
+    for args in [
+        ["check-config", "--config", two],
+        ["--config", two, "check-config"],
+    ] {
+        let out = phasescope(&args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("2 taps (web, redis)"));
+    }
+    // Two different files: an error naming both, never one of them checked silently.
+    let out = phasescope(&["check-config", "--config", "config.toml", two], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("config.toml") && stderr.contains(two),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_host_name_as_listen_address_says_an_ip_is_expected() {
+    let file = temp_file(
+        "named.toml",
+        "[[tap]]\nname = \"web\"\nlisten = \"localhost:8080\"\nupstream = \"127.0.0.1:7379\"\n",
+    );
+    let out = phasescope(&["check-config", file.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("{}:3:", file.display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "\"localhost:8080\" is not an IP address and port such as \"127.0.0.1:8080\""
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("invalid socket address syntax"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn check_config_rejects_a_bad_file_with_its_position() {
     let bad = temp_file(
         "bad.toml",

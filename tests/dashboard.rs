@@ -447,6 +447,15 @@ fn substitute(expr: &str, values: &BTreeMap<&str, String>) -> String {
     out
 }
 
+/// The labels of a series whose value is NaN (Grafana would print "NaN"), if any.
+fn nan_series(data: &Value) -> Option<String> {
+    data["result"]
+        .as_array()?
+        .iter()
+        .find(|s| s["value"][1] == "NaN")
+        .map(|s| s["metric"].to_string())
+}
+
 fn series_count(data: &Value) -> usize {
     data["result"].as_array().map_or(0, Vec::len)
 }
@@ -577,6 +586,9 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
             let q = substitute(&expr, values);
             let data = prometheus.query(&q, at);
             checked += 1;
+            if let Some(nan) = nan_series(&data) {
+                failures.push(format!("{title} / {ref_id}: NaN for {nan}\n  {q}"));
+            }
             if NEED_CORRELATED_SETUP.contains(&title.as_str()) {
                 // Parsed and evaluated; no correlator here, so it may be empty.
                 assert!(data["resultType"].is_string(), "{title}/{ref_id}: {data}");
@@ -640,6 +652,60 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
         .expect("a p50 for upstream_wait")
         .parse::<f64>()
         .unwrap();
+    // Zero is zero: a phase the HDR copy says is 0 at the median (upstream_recv: each
+    // answer arrives in one read) reads 0 from the buckets too, not a value interpolated
+    // inside the first bucket.
+    let zero_phases: Vec<&String> = phases_recorded
+        .iter()
+        .filter(|p| hdr_merged(&snap, p).1 == 0.0)
+        .collect();
+    assert!(
+        zero_phases.iter().any(|p| *p == "upstream_recv"),
+        "upstream_recv is expected to be 0 at the median here: {zero_phases:?}"
+    );
+    for phase in zero_phases {
+        let p50 = data["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["metric"]["phase"] == phase.as_str())
+            .and_then(|s| s["value"][1].as_str())
+            .unwrap_or_else(|| panic!("no PromQL p50 for {phase}: {data}"));
+        assert_eq!(p50, "0", "PromQL p50 of {phase}, which is 0 at the median");
+    }
+
+    // A window with no connects (the load's connections were opened at its start) and,
+    // after the load, no requests: no panel shows NaN; a query without observations has
+    // no value, which the panels show as "none".
+    let quiet = |q: &str| q.replace(&format!("[{RATE_INTERVAL}]"), "[3s]");
+    let connects = quiet(&format!(
+        "sum(rate(phasescope_phase_duration_seconds_count{{phase=\"upstream_connect\"}}[{RATE_INTERVAL}]))"
+    ));
+    assert_eq!(
+        prometheus.scalar(&connects, at + 1.0),
+        Some(0.0),
+        "the 3 s window must hold upstream_connect series without connects"
+    );
+    for (title, ref_id, expr) in targets(&d) {
+        let q = quiet(&substitute(&expr, &assignments[0]));
+        if let Some(nan) = nan_series(&prometheus.query(&q, at + 1.0)) {
+            failures.push(format!(
+                "{title} / {ref_id}: NaN for {nan} in a quiet window\n  {q}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for p in panels(&d) {
+        let shows_values = matches!(p["type"].as_str(), Some("stat" | "timeseries" | "bargauge"));
+        if shows_values {
+            assert_eq!(
+                p["fieldConfig"]["defaults"]["noValue"], "none",
+                "panel {}: an empty query shows \"none\"",
+                p["title"]
+            );
+        }
+    }
+
     let (_, hdr_p50) = hdr_merged(&snap, "upstream_wait");
     let buckets = Buckets::default_layout();
     let bucket = |seconds: f64| buckets.index((seconds * 1e9).round() as u64) as i64;

@@ -424,3 +424,116 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
     );
     eprintln!("screenshot: {}", screenshot.display());
 }
+
+/// The Errors card covers the same window as the other cards (since the last reset) with
+/// the count since start beside it and the clients' share named; the time axes have
+/// distinct labels although the page's polls run back to back under virtual time (their
+/// snapshots milliseconds apart); the taps are shown front to back, in config order here.
+#[test]
+fn errors_cover_the_window_ticks_are_distinct_and_taps_keep_their_order() {
+    let chromium = require_tool("chromium");
+    let upstream = Upstream::start(UPSTREAM_DELAY);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("two.toml");
+    // Config order is the reverse of name order.
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"zeta\"\nlisten = \"127.0.0.1:0\"\nupstream = \"{up}\"\n\n\
+             [[tap]]\nname = \"alpha\"\nlisten = \"127.0.0.1:0\"\nupstream = \"{up}\"\n",
+            up = upstream.addr()
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+    let bad_request = |n: usize| {
+        for _ in 0..n {
+            let answer = support::http_exchange(proxy.addr(), b"NOT HTTP\r\n\r\n");
+            assert!(answer.starts_with(b"HTTP/1.1 400"), "{answer:?}");
+        }
+    };
+    let errors_now = || -> (u64, u64) {
+        let snap: Value = serde_json::from_slice(&proxy.admin_get("/api/snapshot").body).unwrap();
+        let tap = &snap["taps"]["zeta"];
+        (
+            tap["errors"]["bad_request"].as_u64().unwrap_or(0),
+            tap["totals"]["errors"]["bad_request"].as_u64().unwrap_or(0),
+        )
+    };
+    // Three before the window, two in it.
+    bad_request(3);
+    assert!(wait_for(PATIENCE, || errors_now().1 == 3));
+    let reset = support::parse_response(&support::http_exchange(
+        proxy.admin_addr(),
+        b"POST /api/reset HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ));
+    assert_eq!(reset.status, 200);
+    bad_request(2);
+    assert!(
+        wait_for(PATIENCE, || errors_now() == (2, 5)),
+        "{:?}",
+        errors_now()
+    );
+
+    let load = Load::start(proxy.addr(), 1);
+    assert!(wait_for(PATIENCE, || load.answered() >= 20));
+    let screenshot = artifacts().join("live-page-errors.png");
+    let page = load_page(
+        &chromium,
+        &format!("http://{}/", proxy.admin_addr()),
+        &screenshot,
+    );
+    load.stop().unwrap();
+    let dom = &page.dom;
+
+    // Front to back: zeta (first in the config) above alpha.
+    let zeta = dom.find(r#"data-tap="zeta""#).expect("a section for zeta");
+    let alpha = dom
+        .find(r#"data-tap="alpha""#)
+        .expect("a section for alpha");
+    assert!(zeta < alpha, "alpha is shown above zeta");
+
+    let tap = &dom[zeta..alpha];
+    let card = Regex::new(r#"(?s)data-stat="errors"([^>]*)>([^<]*)<.*?class="hint"[^>]*>([^<]*)<"#)
+        .unwrap();
+    let c = card.captures(tap).expect("an errors card");
+    assert_eq!(c[2].trim(), "2", "the window's errors: {}", &c[0]);
+    assert!(
+        !c[1].contains("bad"),
+        "client errors alone do not paint the card red: {}",
+        &c[0]
+    );
+    let hint = &c[3];
+    assert!(
+        hint.contains("2 by clients") && hint.contains("5 since start"),
+        "hint {hint:?}"
+    );
+    let chip = Regex::new(r#"<span class="([^"]*)" data-error="bad_request" data-window="(\d+)" data-since-start="(\d+)""#)
+        .unwrap();
+    let c = chip.captures(tap).expect("a bad_request chip");
+    assert!(
+        c[1].contains("client"),
+        "bad_request is the client's doing: {}",
+        &c[0]
+    );
+    assert_eq!((&c[2], &c[3]), ("2", "5"));
+
+    // Every chart's time axis: at least two labels, none repeated.
+    let ticks = Regex::new(r#"data-x-ticks="([^"]*)""#).unwrap();
+    let mut charts = 0;
+    for t in ticks.captures_iter(tap) {
+        charts += 1;
+        let labels: Vec<&str> = t[1].split('|').filter(|l| !l.is_empty()).collect();
+        assert!(labels.len() >= 2, "too few x-axis labels: {labels:?}");
+        let mut distinct = labels.clone();
+        distinct.dedup();
+        assert_eq!(distinct, labels, "repeated x-axis labels");
+        let set: std::collections::BTreeSet<&str> = labels.iter().copied().collect();
+        assert_eq!(
+            set.len(),
+            labels.len(),
+            "repeated x-axis labels: {labels:?}"
+        );
+    }
+    assert!(charts >= 2, "{charts} charts with a time axis");
+}

@@ -476,7 +476,7 @@ fn configured_buckets_are_the_exposed_bounds() {
     let m = reg
         .tap(&cfg, Arc::new(RouteTable::new(&cfg).unwrap()))
         .unwrap();
-    for ns in [500_000, 1_000_000, 1_000_001, 50_000_000, 2_000_000_000] {
+    for ns in [0, 500_000, 1_000_000, 1_000_001, 50_000_000, 2_000_000_000] {
         m.exchange(&exchange(
             Default::default(),
             "GET",
@@ -486,12 +486,14 @@ fn configured_buckets_are_the_exposed_bounds() {
     }
     let e = Exposition::parse(&reg.encode_prometheus());
     let with = |le| [("tap", "t"), ("phase", "write"), ("le", le)];
+    // A zero bucket comes first, so that a phase that took no time reads 0.
+    assert_eq!(e.value(DURATION_BUCKET, &with("0")), 1.0);
     // Upper bounds are inclusive: exactly 1 ms is in le=0.001.
-    assert_eq!(e.value(DURATION_BUCKET, &with("0.001")), 2.0);
-    assert_eq!(e.value(DURATION_BUCKET, &with("0.01")), 3.0);
-    assert_eq!(e.value(DURATION_BUCKET, &with("0.1")), 4.0);
-    assert_eq!(e.value(DURATION_BUCKET, &with("+Inf")), 5.0);
-    assert_eq!(e.find(DURATION_BUCKET, &[]).len(), 4);
+    assert_eq!(e.value(DURATION_BUCKET, &with("0.001")), 3.0);
+    assert_eq!(e.value(DURATION_BUCKET, &with("0.01")), 4.0);
+    assert_eq!(e.value(DURATION_BUCKET, &with("0.1")), 5.0);
+    assert_eq!(e.value(DURATION_BUCKET, &with("+Inf")), 6.0);
+    assert_eq!(e.find(DURATION_BUCKET, &[]).len(), 5);
 
     let err = Registry::new(&MetricsConfig {
         enabled: true,

@@ -11,6 +11,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use regex::Regex;
 use serde_json::Value;
 
 use amp::AmpServer;
@@ -228,4 +229,115 @@ fn probes_real_webdis() {
     assert_eq!(report["failed"], 0, "{report:#}");
     assert_eq!(report["statuses"]["200"], report["requests"], "{report:#}");
     eprintln!("Webdis: b = {b:.3} ns/byte [{low:.3}, {high:.3}]");
+}
+
+/// Through phasescope: the probe takes the typical request from the tap (`--from`), its
+/// own requests are recorded under the route `probe` and stay out of the head shapes it
+/// reads, and `--repeat` fits each pass on its own.
+#[test]
+fn through_phasescope_the_typical_request_comes_from_the_tap_and_the_probe_stays_apart() {
+    let redis = support::RedisServer::start();
+    let webdis = support::Webdis::start(redis.port());
+    let proxy = support::Proxy::in_front_of(webdis.addr(), &[]);
+    let admin = format!("http://{}", proxy.admin_addr());
+    // The real traffic: 25 heads of one known shape (5 fields).
+    let head = b"GET /GET/k HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: test\r\nAccept: */*\r\nX-One: 1\r\nX-Two: 22\r\n\r\n";
+    let mut conn = support::HttpConn::connect(proxy.addr());
+    for _ in 0..25 {
+        let answer = conn.exchange(head);
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    }
+    let snapshot =
+        || -> Value { serde_json::from_slice(&proxy.admin_get("/api/snapshot").body).unwrap() };
+    assert!(support::wait_for(Duration::from_secs(10), || {
+        snapshot()["taps"]["webdis"]["request_heads"]["count"] == 25
+    }));
+
+    let report = probe_json(
+        &proxy.url("/PING"),
+        &[
+            "--from",
+            &admin,
+            "--repeat",
+            "2",
+            "--samples",
+            "4",
+            "--warmup",
+            "4",
+            "--seed",
+            "5",
+            "--bootstrap",
+            "100",
+            "--grid",
+            "bytes=512,2k;headers=2,6",
+        ],
+    );
+    let typical = &report["typical"];
+    assert_eq!(typical["bytes"], head.len(), "{typical}");
+    assert_eq!(typical["headers"], 5, "{typical}");
+    let source = typical["source"].as_str().unwrap();
+    assert!(source.contains("25 request heads tap webdis"), "{source}");
+    assert_eq!(
+        report["passes"].as_array().map(Vec::len),
+        Some(2),
+        "{report:#}"
+    );
+
+    // The probe's exchanges are under `probe`; the heads the tap counts are still the 25.
+    assert!(support::wait_for(Duration::from_secs(10), || {
+        let snap = snapshot();
+        let probe = snap["taps"]["webdis"]["phases"]["total"]["probe"]["count"]
+            .as_u64()
+            .unwrap_or(0);
+        probe >= report["requests"].as_u64().unwrap()
+    }));
+    let snap = snapshot();
+    let tap = &snap["taps"]["webdis"];
+    assert_eq!(
+        tap["request_heads"]["count"], 25,
+        "{}",
+        tap["request_heads"]
+    );
+    assert_eq!(tap["phases"]["total"]["GET"]["count"], 25);
+    assert!(
+        tap["phases"]["total"]["PING"].is_null(),
+        "the probe's PINGs leaked into PING"
+    );
+}
+
+#[test]
+fn text_output_says_the_intervals_are_within_the_run_and_gives_the_spread_of_repeats() {
+    let upstream = timed_upstream(Duration::from_micros(20), 100);
+    let output = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["probe", "--target", &format!("http://{upstream}/x")])
+        .args([
+            "--samples",
+            "6",
+            "--warmup",
+            "5",
+            "--repeat",
+            "3",
+            "--bootstrap",
+            "100",
+        ])
+        .args(["--grid", "bytes=1k,2k,4k;headers=2,4"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    for needle in [
+        "the intervals are within this run",
+        "3 passes, one after another, each fitted on its own",
+        "typical request (380 bytes, 8 header fields): the defaults",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    let spread = Regex::new(r"b  per header byte   ([0-9.]+) ns to ([0-9.]+) ns").unwrap();
+    let c = spread
+        .captures(&text)
+        .unwrap_or_else(|| panic!("no spread of b in:\n{text}"));
+    let (lo, hi): (f64, f64) = (c[1].parse().unwrap(), c[2].parse().unwrap());
+    // Each pass sees the upstream's 100 ns per byte as a positive slope (how close each
+    // comes is for a quiet machine; a busy one spreads them, which is the point).
+    assert!(lo <= hi && lo > 0.0, "spread of b: {lo} to {hi}\n{text}");
 }

@@ -367,6 +367,121 @@ fn svg_has_a_bar_per_route_and_a_curve_per_phase() {
     }
 }
 
+/// WCAG contrast ratio of `#RRGGBB` against white.
+fn contrast_on_white(hex: &str) -> f64 {
+    let channel = |i: usize| {
+        let c = f64::from(u8::from_str_radix(&hex[i..i + 2], 16).unwrap()) / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    let l = 0.2126 * channel(0) + 0.7152 * channel(2) + 0.0722 * channel(4);
+    1.05 / (l + 0.05)
+}
+
+/// The SVG drawn from the fixture: every phase colour (bars and curves) has at least the
+/// 3:1 contrast WCAG asks of graphics against the white background, the colours are
+/// distinct, each legend sits beside its plot rather than on it, and the grid is light.
+#[test]
+fn svg_phase_colours_are_legible_and_legends_beside_the_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("r.svg");
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &fixture_path(),
+            "--by",
+            "route",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        0,
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let attr = |element: &str, name: &str| -> Option<String> {
+        let at = element.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(element[at..at + element[at..].find('"')?].to_owned())
+    };
+    let num = |element: &str, name: &str| attr(element, name).and_then(|v| v.parse::<f64>().ok());
+    // Data marks: the bars (filled rectangles other than the white background) and the
+    // distribution curves (two pixels wide), with the x extent they cover.
+    let mut colours = std::collections::BTreeSet::new();
+    let mut marks: Vec<(f64, f64, f64)> = Vec::new(); // (x_max, y_min, y_max)
+    for element in text.split('<').map(|e| e.trim_end()) {
+        if element.starts_with("rect ") {
+            let fill = attr(element, "fill").unwrap();
+            if fill == "#FFFFFF" {
+                continue;
+            }
+            let (x, y) = (num(element, "x").unwrap(), num(element, "y").unwrap());
+            let (w, h) = (
+                num(element, "width").unwrap(),
+                num(element, "height").unwrap(),
+            );
+            colours.insert(fill);
+            if h > 12.0 {
+                marks.push((x + w, y, y + h)); // a bar, not a legend swatch
+            }
+        } else if element.starts_with("polyline ")
+            && attr(element, "stroke-width").as_deref() == Some("2")
+        {
+            colours.insert(attr(element, "stroke").unwrap());
+            let points: Vec<(f64, f64)> = attr(element, "points")
+                .unwrap()
+                .split_whitespace()
+                .filter_map(|p| p.split_once(','))
+                .map(|(x, y)| (x.parse().unwrap(), y.parse().unwrap()))
+                .collect();
+            if points.len() > 2 {
+                let x = points.iter().map(|p| p.0).fold(0.0, f64::max);
+                let y0 = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+                let y1 = points.iter().map(|p| p.1).fold(0.0, f64::max);
+                marks.push((x, y0, y1));
+            }
+        } else if element.starts_with("line ") {
+            let opacity = num(element, "opacity").unwrap_or(1.0);
+            assert!(opacity <= 0.15, "a grid line darker than 15 %: <{element}>");
+        }
+    }
+    assert!(colours.len() >= 10, "phase colours: {colours:?}");
+    for c in &colours {
+        let ratio = contrast_on_white(&c[1..]);
+        assert!(
+            ratio >= 3.0,
+            "{c} has contrast {ratio:.2}:1 on white, below 3:1"
+        );
+    }
+    // Legend entries: the texts naming a phase. Each lies right of every mark of its own
+    // plot (same half of the picture, same row of taps).
+    let phase_names: Vec<&str> = phasescope::phase::Phase::ALL
+        .iter()
+        .map(|p| p.name())
+        .collect();
+    let mut legends = 0;
+    for element in text.split("<text").skip(1) {
+        let name = element.split('>').nth(1).unwrap_or("").trim();
+        let name = name.split('<').next().unwrap_or("").trim();
+        if !phase_names.contains(&name) {
+            continue;
+        }
+        legends += 1;
+        let (x, y) = (num(element, "x").unwrap(), num(element, "y").unwrap());
+        let half = |px: f64| px >= 640.0;
+        let row = |py: f64| (py / 460.0).floor();
+        for &(mx, y0, y1) in &marks {
+            let same_plot = half(mx - 1.0) == half(x) && row(y0) == row(y) && row(y1) == row(y);
+            assert!(
+                !same_plot || x > mx,
+                "legend {name} at ({x}, {y}) lies on its plot (a mark reaches x = {mx})"
+            );
+        }
+    }
+    assert!(legends >= 10, "{legends} legend entries");
+}
+
 /// A fake Prometheus: answers each /api/v1/query from `answers` by the metric named in
 /// the query, and records the queries.
 fn fake_prometheus(
@@ -618,6 +733,32 @@ fn live_report_counts_what_went_through_the_proxy_and_snapshot_resets() {
     send(&proxy, &["/PING"], 5);
     assert!(wait_for(Duration::from_secs(10), || live_total(&url).0 == 5));
 
+    // Without --from, snapshot reads the admin server of the config, as report does.
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nlisten = \"{}\"\n\n[[tap]]\nname = \"t\"\nlisten = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:1\"\n",
+            proxy.admin_addr()
+        ),
+    )
+    .unwrap();
+    let default_file = dir.path().join("default.json");
+    let out = phasescope(&[
+        "--config",
+        config.to_str().unwrap(),
+        "snapshot",
+        "-o",
+        default_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (from_default, _) = live_total(default_file.to_str().unwrap());
+    assert_eq!(from_default, 5);
+
     // snapshot reads from an admin server, not from a file.
     let out = phasescope(&[
         "snapshot",
@@ -731,5 +872,28 @@ fn live_report_from_a_real_prometheus() {
     let wait = row(get, "upstream_wait");
     assert!(wait["p50"].as_f64().unwrap() >= 200e-6, "{wait}");
     assert!(wait["p50"].as_f64().unwrap() <= wait["p99"].as_f64().unwrap());
+
+    // A range shorter than two scrapes (1 s of a 1 s interval holds one sample) has no
+    // increase to show: the report says so and what range would work, instead of "no
+    // tap has recorded anything yet". Two samples can land in the window at a boundary:
+    // then the report has data, and another try follows.
+    let mut said = None;
+    for _ in 0..5 {
+        let out = phasescope(&["report", "--prometheus", &base, "--range", "1s"]);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(!stdout.contains("no tap has recorded"), "{stdout}");
+        if !out.status.success() {
+            said = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let said = said.expect("--range 1s never came back empty");
+    assert!(
+        said.contains("--range 1s is shorter than two scrapes")
+            && said.contains("every 1s")
+            && said.contains("try --range 4s"),
+        "{said}"
+    );
     prom.stop(Duration::from_secs(10));
 }

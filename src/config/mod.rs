@@ -49,7 +49,7 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    #[serde(default = "defaults::admin_listen")]
+    #[serde(default = "defaults::admin_listen", deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// When set, `/metrics` and `/api/*` require `Authorization: Bearer <token>`. Prefer
     /// `PHASESCOPE_ADMIN_TOKEN` to writing it in the file.
@@ -96,6 +96,7 @@ pub struct TapConfig {
     pub name: String,
     #[serde(default = "defaults::protocol")]
     pub protocol: Protocol,
+    #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// `host:port` of the server behind the tap; resolved at each connect.
     pub upstream: String,
@@ -291,6 +292,36 @@ impl FromStr for LogFormat {
     }
 }
 
+impl Config {
+    /// The tap names front to back, the order a reader follows a request in: first the
+    /// taps clients reach, in config order; then the taps behind them (the RESP tap a
+    /// `[[correlate]]` puts behind an HTTP tap), in the order of the tap they are behind.
+    pub fn taps_front_to_back(&self) -> Vec<String> {
+        let behind = |name: &str| self.correlate.iter().any(|c| c.resp == name);
+        let mut order: Vec<String> = self
+            .taps
+            .iter()
+            .filter(|t| !behind(&t.name))
+            .map(|t| t.name.clone())
+            .collect();
+        let fronts = order.clone();
+        for front in &fronts {
+            for c in self.correlate.iter().filter(|c| &c.http == front) {
+                if !order.contains(&c.resp) {
+                    order.push(c.resp.clone());
+                }
+            }
+        }
+        // Behind a tap that is itself behind another: last, in config order.
+        for t in &self.taps {
+            if !order.contains(&t.name) {
+                order.push(t.name.clone());
+            }
+        }
+        order
+    }
+}
+
 impl TapConfig {
     /// A tap with every optional key at its default.
     pub fn new(name: &str, protocol: Protocol, listen: SocketAddr, upstream: &str) -> Self {
@@ -307,6 +338,15 @@ impl TapConfig {
             timeouts: Timeouts::default(),
         }
     }
+}
+
+/// A listen address from the file: an IP and port, with the same message as the flags give
+/// (serde's own, "invalid socket address syntax", does not say what is expected). Host
+/// names are refused rather than resolved: a name can resolve to several addresses, and a
+/// listener must bind exactly one.
+fn listen_addr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    overrides::parse_addr(&text).map_err(serde::de::Error::custom)
 }
 
 pub mod defaults {

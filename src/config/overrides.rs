@@ -141,9 +141,9 @@ fn parse_token(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+pub(super) fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     s.trim().parse().map_err(|_| {
-        format!("{s:?} is not an IP address and port such as \"127.0.0.1:8080\" or \"[::1]:8080\"")
+        format!("{s:?} is not an IP address and port such as \"127.0.0.1:8080\" or \"[::1]:8080\" (listen addresses are not resolved from host names)")
     })
 }
 

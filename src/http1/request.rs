@@ -24,7 +24,15 @@ pub struct RequestHead {
     /// The client asks to switch protocols (Connection: upgrade + Upgrade).
     pub upgrade: bool,
     pub expect_continue: bool,
+    /// Header fields in the head, for the tap's head-shape statistics.
+    pub fields: usize,
+    /// The head carries [`PROBE_HEADER`]: `phasescope probe` sent it.
+    pub probe: bool,
 }
+
+/// The field `phasescope probe` marks its requests with, so that a tap in front of the
+/// probed server records them under the route `probe`, apart from the real traffic.
+pub const PROBE_HEADER: &str = "X-Phasescope-Probe";
 
 impl RequestHead {
     pub fn target<'a>(&self, head: &'a [u8]) -> &'a [u8] {
@@ -169,6 +177,11 @@ fn parse_with<'h>(
         keep_alive,
         upgrade: fields.upgrade,
         expect_continue: fields.expect_continue,
+        fields: req.headers.len(),
+        probe: req
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case(PROBE_HEADER)),
     })
 }
 

@@ -7,6 +7,12 @@
 //!
 //! Bounds are kept in integer nanoseconds because that is what the relay measures: a value
 //! lands in a bucket with integer comparisons only, never a float conversion per observation.
+//!
+//! Every layout starts with a bucket at `le="0"`: phases that took no time at all
+//! (`upstream_recv` and `write` of a response read and written in one go) are common, and
+//! without it `histogram_quantile()` interpolates them to somewhere inside the first
+//! bucket (50–99 ns) instead of 0. Prometheus returns 0 for a quantile in a bucket whose
+//! upper bound is 0.
 
 use anyhow::{bail, ensure};
 
@@ -36,9 +42,10 @@ impl Buckets {
             return Ok(Self::default_layout());
         }
         ensure!(
-            seconds.len() <= MAX_BUCKETS,
-            "metrics.buckets has {} bounds; at most {MAX_BUCKETS} are allowed",
-            seconds.len()
+            seconds.len() < MAX_BUCKETS,
+            "metrics.buckets has {} bounds; at most {} are allowed (with the zero bucket, {MAX_BUCKETS})",
+            seconds.len(),
+            MAX_BUCKETS - 1
         );
         let mut ns = Vec::with_capacity(seconds.len());
         for (i, &s) in seconds.iter().enumerate() {
@@ -63,6 +70,13 @@ impl Buckets {
         Ok(Self::from_parts(ns, seconds.to_vec()))
     }
 
+    /// The bounds with the zero bucket first (see the module comment).
+    fn with_zero(mut ns: Vec<u64>, mut seconds: Vec<f64>) -> (Vec<u64>, Vec<f64>) {
+        ns.insert(0, 0);
+        seconds.insert(0, 0.0);
+        (ns, seconds)
+    }
+
     /// 100 ns × √2^i rounded to two significant figures, up to the first bound ≥ 60 s.
     pub fn default_layout() -> Self {
         let mut ns = Vec::new();
@@ -81,6 +95,7 @@ impl Buckets {
     }
 
     fn from_parts(bounds_ns: Vec<u64>, bounds_s: Vec<f64>) -> Self {
+        let (bounds_ns, bounds_s) = Self::with_zero(bounds_ns, bounds_s);
         let mut octave = [0u16; 65];
         for (k, slot) in octave.iter_mut().enumerate() {
             let first = if k == 64 {
@@ -117,11 +132,10 @@ impl Buckets {
     /// `+Inf` bucket) past the last bound.
     #[inline]
     pub fn index(&self, ns: u64) -> usize {
-        let k = if ns == 0 {
-            0
-        } else {
-            63 - ns.leading_zeros() as usize
-        };
+        if ns == 0 {
+            return 0; // the `le="0"` bucket
+        }
+        let k = 63 - ns.leading_zeros() as usize;
         let lo = usize::from(self.octave[k]);
         let hi = usize::from(self.octave[k + 1]).min(self.bounds_ns.len());
         // The default layout has at most three bounds per octave, so this is a couple of
@@ -149,7 +163,10 @@ mod tests {
     #[test]
     fn default_layout_spans_300ns_to_30s_with_bounded_ratio() {
         let b = Buckets::default_layout();
-        let ns = b.bounds_ns();
+        assert_eq!(b.bounds_ns()[0], 0, "the zero bucket comes first");
+        assert_eq!(b.index(0), 0);
+        assert_eq!(b.index(1), 1);
+        let ns = &b.bounds_ns()[1..];
         assert_eq!(ns[0], 100);
         assert!(*ns.last().unwrap() >= 60_000_000_000);
         assert!(ns.len() <= 64, "{} buckets", ns.len());
@@ -163,9 +180,10 @@ mod tests {
             );
         }
         // A 300 ns parse and a 30 s wait each land in a finite bucket no wider than 1.5x.
+        let ns = b.bounds_ns();
         for v in [300u64, 30_000_000_000] {
             let i = b.index(v);
-            assert!(i > 0 && i < ns.len());
+            assert!(i > 1 && i < ns.len());
             assert!(ns[i - 1] < v && v <= ns[i]);
         }
     }
@@ -180,7 +198,7 @@ mod tests {
         for b in &layouts {
             let mut probes = vec![0, 1, 2, 3, 4, u64::MAX, u64::MAX - 1];
             for &x in b.bounds_ns() {
-                probes.extend([x - 1, x, x + 1]);
+                probes.extend([x.saturating_sub(1), x, x + 1]);
             }
             for k in 0..64 {
                 probes.extend([1u64 << k, (1u64 << k) - 1, (1u64 << k) + 1]);
@@ -199,10 +217,10 @@ mod tests {
         assert!(err.contains("positive"), "{err}");
         assert!(Buckets::from_config(&[f64::NAN]).is_err());
         assert!(Buckets::from_config(&[1e-12]).is_err());
-        assert!(Buckets::from_config(&vec![1.0; MAX_BUCKETS + 1]).is_err());
+        assert!(Buckets::from_config(&vec![1.0; MAX_BUCKETS]).is_err());
         let ok = Buckets::from_config(&[0.001, 0.01]).unwrap();
-        assert_eq!(ok.bounds_ns(), &[1_000_000, 10_000_000]);
-        assert_eq!(ok.bounds_seconds(), &[0.001, 0.01]);
-        assert_eq!(ok.slots(), 3);
+        assert_eq!(ok.bounds_ns(), &[0, 1_000_000, 10_000_000]);
+        assert_eq!(ok.bounds_seconds(), &[0.0, 0.001, 0.01]);
+        assert_eq!(ok.slots(), 4);
     }
 }

@@ -10,9 +10,13 @@ use crate::metrics::buckets::Buckets;
 use crate::metrics::exposition;
 use crate::metrics::lock;
 use crate::metrics::routes::RouteTable;
+use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::TapMetrics;
-use crate::recorder::{Discard, Recorder};
+use crate::recorder::{Discard, ErrorKind, Recorder};
+
+/// Error counts by [`ErrorKind::ALL`] index.
+type ErrorCounts = [u64; ErrorKind::ALL.len()];
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
 /// server reads through [`encode_prometheus`](Self::encode_prometheus),
@@ -22,6 +26,12 @@ pub struct Registry {
     enabled: bool,
     buckets: Arc<Buckets>,
     taps: RwLock<Vec<Arc<TapMetrics>>>,
+    /// Tap names front to back (`Config::taps_front_to_back`), for the snapshot's
+    /// `position`; taps not named here follow in the order they were registered.
+    front_to_back: RwLock<Vec<String>>,
+    /// Each tap's error counts and head shapes at the last reset, so that the snapshot can
+    /// give those of its window beside the counters since start. Taken under `since`'s lock.
+    error_baseline: Mutex<Vec<(String, ErrorCounts, HeadShapes)>>,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -34,6 +44,8 @@ impl Registry {
             enabled: config.enabled,
             buckets: Arc::new(buckets),
             taps: RwLock::new(Vec::new()),
+            front_to_back: RwLock::new(Vec::new()),
+            error_baseline: Mutex::new(Vec::new()),
             since: Mutex::new(SystemTime::now()),
         }))
     }
@@ -45,6 +57,14 @@ impl Registry {
 
     pub fn buckets(&self) -> &Buckets {
         &self.buckets
+    }
+
+    /// The order readers show the taps in, front to back.
+    pub fn set_front_to_back(&self, names: Vec<String>) {
+        *self
+            .front_to_back
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = names;
     }
 
     /// Registers a tap and returns its recorder. `routes` must be the table whose ids the
@@ -104,13 +124,40 @@ impl Registry {
         } else {
             Vec::new()
         };
+        let order = self
+            .front_to_back
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let baseline = lock(&self.error_baseline).clone();
         let inputs = taps
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(registered, t)| {
                 t.drain_pending();
+                let counts = t.collect();
+                let (at_reset, heads_at_reset) = baseline
+                    .iter()
+                    .find(|(name, _, _)| name == t.name())
+                    .map_or(
+                        ([0; ErrorKind::ALL.len()], HeadShapes::default()),
+                        |(_, e, h)| (*e, *h),
+                    );
+                let window_heads = counts.heads.since(&heads_at_reset);
+                let mut window_errors = counts.errors;
+                for (now, then) in window_errors.iter_mut().zip(at_reset) {
+                    *now = now.saturating_sub(then);
+                }
+                let position = order
+                    .iter()
+                    .position(|name| name == t.name())
+                    .unwrap_or(order.len() + registered);
                 TapInput {
                     tap: t,
-                    counts: t.collect(),
+                    position: u32::try_from(position).unwrap_or(u32::MAX),
+                    window_errors,
+                    window_heads,
+                    counts,
                     series: t.hdr_series(),
                 }
             })
@@ -124,9 +171,13 @@ impl Registry {
     /// and histograms stay monotonic, as Prometheus expects.
     pub fn reset(&self) -> SystemTime {
         let mut since = lock(&self.since);
+        let mut baseline = Vec::new();
         for t in self.taps() {
             t.reset_hdr();
+            let counts = t.collect();
+            baseline.push((t.name().to_owned(), counts.errors, counts.heads));
         }
+        *lock(&self.error_baseline) = baseline;
         *since = SystemTime::now();
         *since
     }

@@ -32,6 +32,9 @@ pub const ALL: &str = "all";
 pub const ROOT: &str = "root";
 /// Webdis: a `POST`, whose command is in the body, which the proxy does not read.
 pub const POST_BODY: &str = "post_body";
+/// Requests `phasescope probe` sent (they carry its marker field), kept apart from the
+/// traffic whose statistics the probe reads.
+pub const PROBE: &str = "probe";
 
 /// Longest key given its own label; a longer one is `other`. No Redis command comes close,
 /// and a label this long is already unreadable on a dashboard.
@@ -112,10 +115,12 @@ impl RouteTable {
             Rule::Webdis | Rule::Prefix(_) | Rule::Command => tap.max_routes + 1,
             Rule::None | Rule::Regex(_) => labels.len(),
         };
-        let names: Box<[OnceLock<Box<str>>]> = (0..slots).map(|_| OnceLock::new()).collect();
+        // One more, last: the probe's route.
+        let names: Box<[OnceLock<Box<str>>]> = (0..=slots).map(|_| OnceLock::new()).collect();
         for (slot, label) in names.iter().zip(labels) {
             let _ = slot.set(label.into_boxed_str());
         }
+        let _ = names[slots].set(PROBE.into());
         Ok(Self {
             rule,
             max_routes: tap.max_routes,
@@ -164,6 +169,12 @@ impl RouteTable {
         upper_case(key, &mut buf).map_or(RouteId(0), |k| self.intern(k))
     }
 
+    /// The route of requests `phasescope probe` sent (label `probe`).
+    pub fn probe(&self) -> RouteId {
+        // At most MAX_ROUTES_LIMIT + 1 slots, so the last index fits.
+        RouteId((self.names.len() - 1) as u16)
+    }
+
     /// The label value of a route id (the fallback label for an id this table never gave).
     pub fn name(&self, id: RouteId) -> &str {
         self.names
@@ -183,7 +194,8 @@ impl RouteTable {
     pub fn len(&self) -> usize {
         match self.rule {
             Rule::Webdis | Rule::Prefix(_) | Rule::Command => 1 + lock(&self.shared).len(),
-            Rule::None | Rule::Regex(_) => self.names.len(),
+            // The probe's slot is not counted until a probe request used it: see probe().
+            Rule::None | Rule::Regex(_) => self.names.len() - 1,
         }
     }
 
@@ -193,9 +205,11 @@ impl RouteTable {
     }
 
     fn intern(&self, key: &[u8]) -> RouteId {
+        // A path segment `probe` (prefix rule) would repeat the probe's label: fallback.
         if key.is_empty()
             || key.len() > MAX_KEY_BYTES
             || !key.iter().all(|b| (0x21..=0x7e).contains(b))
+            || key == PROBE.as_bytes()
         {
             return RouteId(0);
         }
@@ -272,6 +286,10 @@ fn compile_rules(tap: &str, rules: &[RegexRoute]) -> anyhow::Result<(Rule, Vec<S
         ensure!(
             !r.name.is_empty(),
             "tap {tap:?}: route rule {i} has an empty name"
+        );
+        ensure!(
+            r.name != PROBE,
+            "tap {tap:?}: route rule {i}: the name {PROBE:?} is reserved for the requests of phasescope probe"
         );
         let re = regex::bytes::Regex::new(&r.pattern).with_context(|| {
             format!(
@@ -514,6 +532,37 @@ mod tests {
         }];
         let err = format!("{:#}", RouteTable::with_rules(&cfg, &bad).unwrap_err());
         assert!(err.contains("not a valid regular expression"), "{err}");
+    }
+
+    #[test]
+    fn the_probe_has_a_route_of_its_own_under_every_rule() {
+        for (protocol, rule) in [
+            (Protocol::Http, RouteRule::None),
+            (Protocol::Http, RouteRule::Webdis),
+            (Protocol::Http, RouteRule::Prefix),
+            (Protocol::Resp, RouteRule::None),
+        ] {
+            let t = RouteTable::new(&tap(protocol, rule)).unwrap();
+            let id = t.probe();
+            assert_eq!(t.name(id), PROBE);
+            assert!(usize::from(id.0) < t.capacity());
+            assert_ne!(id, t.resolve(b"GET", b"/PING"));
+            assert_ne!(
+                id,
+                t.resolve(b"GET", b"/probe/x"),
+                "a path is never the probe"
+            );
+            assert_ne!(t.name(t.resolve(b"GET", b"/probe/x")), PROBE);
+        }
+        let mut cfg = tap(Protocol::Http, RouteRule::Regex);
+        cfg.route_rules = vec![RegexRoute {
+            name: PROBE.into(),
+            pattern: "^/p".into(),
+        }];
+        let e = RouteTable::new(&cfg)
+            .expect_err("probe is reserved")
+            .to_string();
+        assert!(e.contains("reserved"), "{e}");
     }
 
     #[test]

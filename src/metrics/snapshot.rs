@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Protocol;
 use crate::metrics::hdr::{HdrSeries, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
+use crate::metrics::shard::HeadShapes;
 use crate::metrics::tap::{TapCounts, TapMetrics, DIRECTIONS, SIDES};
 use crate::recorder::ErrorKind;
 
@@ -68,11 +69,65 @@ impl HdrLayout {
 pub struct TapSnapshot {
     /// `http` or `resp`.
     pub protocol: String,
+    /// Front to back from 0: the taps clients reach first, each followed by the taps behind
+    /// it (a correlated RESP tap after its HTTP tap), config order otherwise. Readers show
+    /// taps in this order. Absent in snapshots of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u32>,
     /// phase name → route label → series. A series appears once it has an observation
     /// since `since`.
     pub phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>>,
+    /// `kind` label → errors since `since`, the window the series cover (`totals.errors`
+    /// counts since the process started). Absent in snapshots of older builds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors: BTreeMap<String, u64>,
+    /// HTTP taps: the shape of the request heads read since `since`, the probe's own
+    /// requests left out. Absent for RESP taps and in snapshots of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_heads: Option<RequestHeads>,
     /// Counters since the process started; a reset does not touch them.
     pub totals: TapTotals,
+}
+
+/// The request heads of a window: their number, mean size and field count, and both
+/// distributions as `[upper_bound, count]` pairs of power-of-two buckets (non-empty ones
+/// only; the last bucket also holds everything above it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestHeads {
+    pub count: u64,
+    /// Mean head size in bytes, request line through the empty line.
+    pub mean_bytes: f64,
+    /// Mean number of header fields.
+    pub mean_fields: f64,
+    pub bytes: Vec<[u64; 2]>,
+    pub fields: Vec<[u64; 2]>,
+}
+
+impl RequestHeads {
+    fn from_shapes(h: &HeadShapes) -> Self {
+        let mean = |sum: u64| {
+            if h.count == 0 {
+                0.0
+            } else {
+                sum as f64 / h.count as f64
+            }
+        };
+        let pairs = |buckets: &[u64]| {
+            buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(i, &n)| [1u64 << i, n])
+                .collect()
+        };
+        Self {
+            count: h.count,
+            mean_bytes: mean(h.bytes),
+            mean_fields: mean(h.fields),
+            bytes: pairs(&h.bytes_buckets),
+            fields: pairs(&h.fields_buckets),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -190,6 +245,11 @@ impl Snapshot {
 
 pub(crate) struct TapInput<'a> {
     pub tap: &'a TapMetrics,
+    pub position: u32,
+    /// Errors since the last reset, by [`ErrorKind::ALL`] index.
+    pub window_errors: [u64; ErrorKind::ALL.len()],
+    /// Request heads since the last reset.
+    pub window_heads: HeadShapes,
     pub counts: TapCounts,
     pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
 }
@@ -246,6 +306,14 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             input.tap.name().to_owned(),
             TapSnapshot {
                 protocol: protocol.to_owned(),
+                position: Some(input.position),
+                errors: ErrorKind::ALL
+                    .iter()
+                    .zip(input.window_errors)
+                    .map(|(k, n)| (k.name().to_owned(), n))
+                    .collect(),
+                request_heads: (input.tap.protocol() == Protocol::Http)
+                    .then(|| RequestHeads::from_shapes(&input.window_heads)),
                 phases,
                 totals,
             },

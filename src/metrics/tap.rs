@@ -11,7 +11,7 @@ use crate::metrics::hdr::{HdrSeries, HdrStore};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
 use crate::metrics::lock;
 use crate::metrics::routes::RouteTable;
-use crate::metrics::shard::{CachePadded, SeriesShard, ThreadShard};
+use crate::metrics::shard::{CachePadded, HeadShapes, SeriesShard, ThreadShard};
 use crate::phase::Phase;
 use crate::recorder::{Direction, ErrorKind, ExchangeRecord, Recorder, RouteId, Side};
 
@@ -40,6 +40,7 @@ pub(crate) struct TapCounts {
     pub pushed: u64,
     /// [matched, unmatched]
     pub correlations: [u64; 2],
+    pub heads: HeadShapes,
 }
 
 pub(crate) const SIDES: [Side; 2] = [Side::Client, Side::Upstream];
@@ -140,6 +141,7 @@ impl TapMetrics {
             add(&mut acc.bytes, &shard.bytes);
             acc.pushed += shard.pushed;
             add(&mut acc.correlations, &shard.correlations);
+            acc.heads.add(&shard.heads);
         }
         acc
     }
@@ -224,6 +226,10 @@ impl Recorder for TapMetrics {
 
     fn correlated(&self, matched: bool) {
         self.shard().correlations[usize::from(!matched)] += 1;
+    }
+
+    fn request_head(&self, bytes: usize, fields: usize) {
+        self.shard().heads.record(bytes, fields);
     }
 
     /// Every count is visible to a scrape as soon as it is recorded; this only moves the

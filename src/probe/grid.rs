@@ -70,11 +70,17 @@ impl Grid {
 /// The smallest head a client could send: request line and `Host`. Its time to first byte
 /// is the floor that every other request stands on.
 pub fn minimal_head(path: &str, authority: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\n\r\n").into_bytes()
+    format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\n{PROBE_HEADER}: 1\r\n\r\n").into_bytes()
 }
 
+/// The marker a phasescope tap recognises the probe's requests by: the first padding
+/// field is named so (its value is padding like the others').
+pub use crate::http1::request::PROBE_HEADER;
+
 /// A `GET` head of exactly `shape.bytes` bytes with exactly `shape.headers` fields: `Host`
-/// and `headers - 1` fields `X-Probe-NNN` whose values share the padding. `None` when the
+/// and `headers - 1` padding fields whose values share the padding, the first named
+/// [`PROBE_HEADER`] (the marker a tap keeps the probe's requests apart by), the others
+/// `X-Probe-NNN`. `None` when the
 /// shape is too small for its fields (or has fewer than [`MIN_HEADERS`]).
 pub fn build_head(path: &str, authority: &str, shape: Shape) -> Option<Vec<u8>> {
     if shape.headers < MIN_HEADERS || shape.headers > MAX_HEADERS {
@@ -82,7 +88,7 @@ pub fn build_head(path: &str, authority: &str, shape: Shape) -> Option<Vec<u8>> 
     }
     let mut head = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\n").into_bytes();
     let pads = shape.headers - 1;
-    let fixed = head.len() + 2 + pads * (PAD_FIELD_MIN - 1);
+    let fixed = head.len() + 2 + pads * (PAD_FIELD_MIN - 1) + PROBE_HEADER.len() - PAD_NAME_LEN;
     let value_bytes = shape.bytes.checked_sub(fixed)?;
     if value_bytes < pads {
         return None;
@@ -90,7 +96,11 @@ pub fn build_head(path: &str, authority: &str, shape: Shape) -> Option<Vec<u8>> 
     let (each, extra) = (value_bytes / pads, value_bytes % pads);
     for i in 0..pads {
         let len = each + usize::from(i < extra);
-        head.extend_from_slice(format!("X-Probe-{i:03}: ").as_bytes());
+        if i == 0 {
+            head.extend_from_slice(format!("{PROBE_HEADER}: ").as_bytes());
+        } else {
+            head.extend_from_slice(format!("X-Probe-{i:03}: ").as_bytes());
+        }
         // Varied letters rather than one repeated byte: nothing downstream gets a free ride
         // from a run of identical bytes.
         head.extend((0..len).map(|k| b'a' + ((k + i) % 26) as u8));
@@ -254,8 +264,24 @@ mod tests {
             }
         )
         .is_none());
+        // Host and the probe's marker.
         let minimal = minimal_head("/", "h");
-        assert_eq!(fields(&minimal), 1);
+        assert_eq!(fields(&minimal), 2);
+    }
+
+    #[test]
+    fn every_head_carries_the_marker() {
+        let marked = |head: &[u8]| {
+            let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+            text.contains(&format!("\r\n{}: ", PROBE_HEADER.to_ascii_lowercase()))
+        };
+        assert!(marked(&minimal_head("/", "h")));
+        for (bytes, headers) in [(512, 2), (512, 6), (16384, 24)] {
+            let head = build_head("/PING", "127.0.0.1:1", Shape { bytes, headers }).unwrap();
+            assert_eq!(head.len(), bytes);
+            assert_eq!(fields(&head), headers);
+            assert!(marked(&head));
+        }
     }
 
     #[test]

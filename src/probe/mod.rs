@@ -16,6 +16,7 @@ pub mod fit;
 pub mod grid;
 mod report;
 pub mod target;
+mod typical;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
@@ -29,7 +30,7 @@ pub use args::ProbeArgs;
 pub use conn::{ExchangeError, ProbeConn, Timed};
 pub use fit::{Cell, Estimate, Fit};
 pub use grid::{Grid, Shape};
-pub use report::{duration as format_ns, CellSummary, Floor, Model, ProbeReport, Typical};
+pub use report::{duration as format_ns, CellSummary, Floor, Model, Pass, ProbeReport, Typical};
 pub use target::Target;
 
 /// Interval the report gives (the bootstrap's central 95 %).
@@ -51,6 +52,10 @@ pub struct ProbeOptions {
     pub warmup: usize,
     /// The request shape the result is applied to.
     pub typical: Shape,
+    /// Where `typical` came from, for the report.
+    pub typical_source: String,
+    /// Passes over the whole grid; with more than one, each is fitted on its own too.
+    pub repeat: usize,
     /// Draw a progress line on standard error.
     pub progress: bool,
 }
@@ -70,6 +75,8 @@ impl ProbeOptions {
                 bytes: 380,
                 headers: 8,
             },
+            typical_source: "the defaults (380 bytes, 8 fields); --from ADMIN_URL takes them from a phasescope tap".into(),
+            repeat: 1,
             progress: false,
         }
     }
@@ -78,7 +85,16 @@ impl ProbeOptions {
 /// `phasescope probe`: runs and prints; exit code 1 when the probe could not complete.
 pub fn command(args: &ProbeArgs) -> ExitCode {
     crate::clock::init();
-    let options = args.options();
+    let options = match args.options_with_tap() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            return ExitCode::from(1);
+        }
+    };
     let json = args.format == "json";
     match run(&options) {
         Ok(report) => {
@@ -111,6 +127,9 @@ pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
     if options.samples == 0 {
         bail!("--samples must be at least 1");
     }
+    if options.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
     let started = Instant::now();
     let target = &options.target;
     let addr = target.resolve()?;
@@ -132,10 +151,16 @@ pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
     heads.push(minimal.clone());
 
     let mut rng = crate::rng::Rng::new(options.seed);
-    let mut plan: Vec<usize> = (0..heads.len())
-        .flat_map(|i| std::iter::repeat_n(i, options.samples))
-        .collect();
-    rng.shuffle(&mut plan);
+    // One shuffled pass over every cell per repeat, the passes one after another: what
+    // drifts between them (the machine's load, its clock) shows as their spread.
+    let mut plan: Vec<(usize, usize)> = Vec::new();
+    for pass in 0..options.repeat {
+        let mut one: Vec<(usize, usize)> = (0..heads.len())
+            .flat_map(|i| std::iter::repeat_n((pass, i), options.samples))
+            .collect();
+        rng.shuffle(&mut one);
+        plan.extend(one);
+    }
 
     let mut session = Session::open(addr)?;
     for i in 0..options.warmup {
@@ -150,11 +175,17 @@ pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
             .with_context(|| format!("warming up against {target}"))?;
     }
 
-    let mut raw: Vec<Vec<Timed>> = vec![Vec::with_capacity(options.samples); heads.len()];
+    let mut raw: Vec<Vec<Timed>> =
+        vec![Vec::with_capacity(options.samples * options.repeat); heads.len()];
+    let mut by_pass: Vec<Vec<Vec<Timed>>> =
+        vec![vec![Vec::with_capacity(options.samples); heads.len()]; options.repeat];
     let mut progress = Progress::new(options.progress, plan.len());
-    for (done, &i) in plan.iter().enumerate() {
+    for (done, &(pass, i)) in plan.iter().enumerate() {
         if let Some(timed) = session.exchange(&heads[i])? {
             raw[i].push(timed);
+            if options.repeat > 1 {
+                by_pass[pass][i].push(timed);
+            }
         }
         progress.update(done + 1);
     }
@@ -180,6 +211,27 @@ pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
         })
         .collect();
     let fitted = fit::fit(&cells, options.bootstrap, &mut rng)?;
+    let mut passes = Vec::new();
+    if options.repeat > 1 {
+        for pass in &by_pass {
+            let cells: Vec<Cell> = shapes
+                .iter()
+                .zip(pass)
+                .map(|(shape, timed)| Cell {
+                    bytes: shape.bytes as f64,
+                    headers: shape.headers as f64,
+                    ttfb_ns: server_times(timed),
+                })
+                .collect();
+            // Point estimates only: the spread between passes is the interval here.
+            let f = fit::fit(&cells, 0, &mut rng)?;
+            passes.push(Pass {
+                a_ns: f.a.value,
+                b_ns_per_byte: f.b.map(|e| e.value),
+                c_ns_per_header: f.c.map(|e| e.value),
+            });
+        }
+    }
     let typical = options.typical;
     let size_cost = fitted.derive(|_, b, c| b * typical.bytes as f64 + c * typical.headers as f64);
     let ttfb = fitted.derive(|a, b, c| a + b * typical.bytes as f64 + c * typical.headers as f64);
@@ -241,9 +293,11 @@ pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
             bootstrap_replicates: fitted.replicates,
         },
         floor,
+        passes,
         typical: Typical {
             bytes: typical.bytes,
             headers: typical.headers,
+            source: options.typical_source.clone(),
             size_cost_ns: size_cost,
             ttfb_ns: ttfb,
             share,

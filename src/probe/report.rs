@@ -31,6 +31,8 @@ pub struct ProbeReport {
     pub statuses: BTreeMap<u16, usize>,
     pub elapsed_s: f64,
     pub model: Model,
+    /// With `--repeat N`: each pass over the grid fitted on its own (empty otherwise).
+    pub passes: Vec<Pass>,
     pub floor: Floor,
     pub typical: Typical,
     pub cells: Vec<CellSummary>,
@@ -47,6 +49,14 @@ pub struct Model {
     pub residual_ns: f64,
     pub confidence: f64,
     pub bootstrap_replicates: usize,
+}
+
+/// One pass of `--repeat`, fitted on its own (point estimates).
+#[derive(Debug, Clone, Serialize)]
+pub struct Pass {
+    pub a_ns: f64,
+    pub b_ns_per_byte: Option<f64>,
+    pub c_ns_per_header: Option<f64>,
 }
 
 /// What a request costs before any server work: the network and the kernel.
@@ -68,6 +78,8 @@ pub struct Floor {
 pub struct Typical {
     pub bytes: usize,
     pub headers: usize,
+    /// Where `bytes` and `headers` came from: a tap's mean, the flags, or the defaults.
+    pub source: String,
     /// `b·bytes + c·headers`: the part of time to first byte that grows with the request.
     pub size_cost_ns: Estimate,
     /// `a + b·bytes + c·headers`.
@@ -170,6 +182,38 @@ impl ProbeReport {
             "  residual of the cell medians around the plane: {} (RMS)",
             duration(m.residual_ns)
         );
+        let _ = writeln!(
+            out,
+            "  the intervals are within this run: they hold the noise of these samples, not what\n  \
+             changes between runs minutes apart (load, clock speed); --repeat N shows that spread"
+        );
+        if !self.passes.is_empty() {
+            let spread = |values: Vec<f64>, fmt: fn(f64) -> String| {
+                let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                format!("{} to {}", fmt(lo), fmt(hi))
+            };
+            let _ = writeln!(
+                out,
+                "
+{} passes, one after another, each fitted on its own: spread between passes",
+                self.passes.len()
+            );
+            let b: Vec<f64> = self.passes.iter().filter_map(|p| p.b_ns_per_byte).collect();
+            if !b.is_empty() {
+                let _ = writeln!(out, "  b  per header byte   {}", spread(b, ns_small));
+            }
+            let c: Vec<f64> = self
+                .passes
+                .iter()
+                .filter_map(|p| p.c_ns_per_header)
+                .collect();
+            if !c.is_empty() {
+                let _ = writeln!(out, "  c  per header field  {}", spread(c, ns_small));
+            }
+            let a: Vec<f64> = self.passes.iter().map(|p| p.a_ns).collect();
+            let _ = writeln!(out, "  a  fixed             {}", spread(a, duration));
+        }
 
         let f = &self.floor;
         let _ = writeln!(out, "\nfloor");
@@ -204,8 +248,8 @@ impl ProbeReport {
         let t = &self.typical;
         let _ = writeln!(
             out,
-            "\ntypical request ({} bytes, {} header fields)",
-            t.bytes, t.headers
+            "\ntypical request ({} bytes, {} header fields): {}",
+            t.bytes, t.headers, t.source
         );
         let no_trend = [m.b_ns_per_byte, m.c_ns_per_header]
             .iter()

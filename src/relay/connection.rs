@@ -231,6 +231,12 @@ impl HttpConnection {
             };
             correlate::webdis::command_key(head.method, target, body)
         });
+        // The probe's requests get a route of their own and stay out of the head shapes
+        // the probe reads back (docs/probe.md).
+        if head.probe {
+            return self.tap.routes.probe();
+        }
+        self.tap.recorder.request_head(head.len, head.fields);
         self.tap
             .routes
             .resolve(head.method.as_str().as_bytes(), target)

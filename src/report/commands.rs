@@ -39,9 +39,9 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
     print(&text)
 }
 
-/// `phasescope snapshot`.
-pub fn snapshot(args: &SnapshotArgs) -> anyhow::Result<()> {
-    let saved = snapshot_cmd::save(&args.from, &args.output, args.reset)?;
+/// `phasescope snapshot`, reading the admin server `from` (`--from`, else the config's).
+pub fn snapshot(args: &SnapshotArgs, from: &str) -> anyhow::Result<()> {
+    let saved = snapshot_cmd::save(from, &args.output, args.reset)?;
     let mut line = format!(
         "saved {} ({} tap{}, {} exchanges from {} to {}) to {}",
         saved.url,

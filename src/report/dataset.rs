@@ -35,6 +35,8 @@ pub struct Dataset {
 pub struct TapData {
     /// `http` or `resp`, when the source says.
     pub protocol: Option<String>,
+    /// Front to back (the snapshot's `position`), when the source says.
+    pub position: Option<u32>,
     /// phase name → route → series.
     pub phases: BTreeMap<String, BTreeMap<String, Series>>,
 }
@@ -262,6 +264,22 @@ impl TapData {
 }
 
 impl Dataset {
+    /// The taps in the order a reader follows a request: by the sources' `position` (the
+    /// taps clients reach first, each followed by the taps behind it). A source that does
+    /// not say (Prometheus, snapshots of older builds) gets HTTP taps before RESP taps, as
+    /// a RESP tap usually sits behind an HTTP server; then by name.
+    pub fn taps_front_to_back(&self) -> Vec<(&String, &TapData)> {
+        let mut taps: Vec<(&String, &TapData)> = self.taps.iter().collect();
+        taps.sort_by_key(|(name, t)| {
+            (
+                t.position.unwrap_or(u32::MAX),
+                t.protocol.as_deref() == Some("resp"),
+                *name,
+            )
+        });
+        taps
+    }
+
     /// Merges snapshots: per tap, phase and route, counts and sums add and histograms
     /// merge; percentiles are then taken from the merged histograms.
     pub fn from_snapshots(snapshots: &[Snapshot], sources: Vec<String>) -> anyhow::Result<Dataset> {
@@ -278,6 +296,9 @@ impl Dataset {
             for (tap_name, tap) in &snap.taps {
                 let data = taps.entry(tap_name.clone()).or_default();
                 data.protocol.get_or_insert_with(|| tap.protocol.clone());
+                if data.position.is_none() {
+                    data.position = tap.position;
+                }
                 for (phase, routes) in &tap.phases {
                     for (route, s) in routes {
                         let series = Series::from_snapshot(s, &snap.hdr)

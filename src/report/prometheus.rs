@@ -52,11 +52,112 @@ pub fn load(base: &str, range: Duration) -> anyhow::Result<Dataset> {
             .with_context(|| format!("Prometheus query {q}"))
     });
     let mut ds = build(buckets?, sums?, counts?)?;
+    if ds.taps.is_empty() {
+        explain_empty(&base, &prefix, range, at)?;
+    }
     ds.sources = vec![format!(
         "Prometheus {base}, last {}",
         humantime::format_duration(range)
     )];
     Ok(ds)
+}
+
+/// How far back [`explain_empty`] looks for the proxy's samples.
+const LOOKBACK: Duration = Duration::from_secs(15 * 60);
+
+/// Nothing in the range: say why when Prometheus can tell. `increase()` needs two samples
+/// of a series inside the range, so a range shorter than two scrapes is empty even though
+/// the proxy is scraped and busy; an error then says what range would work.
+fn explain_empty(base: &Url, prefix: &str, range: Duration, at: f64) -> anyhow::Result<()> {
+    let lookback = range.max(LOOKBACK);
+    let q = format!(
+        "{METRIC}_count{{phase=\"total\"}}[{}]",
+        promql_range(lookback)?
+    );
+    let url = base.with_path(&format!(
+        "{prefix}/api/v1/query?query={}&time={at:.3}",
+        encode(&q)
+    ));
+    let times = http::get(&url)
+        .and_then(|body| parse_matrix_times(&body))
+        .with_context(|| format!("Prometheus query {q}"))?;
+    ensure!(
+        !times.is_empty(),
+        "Prometheus at {base} has no {METRIC} series in the last {}: is it scraping the \
+         proxy's /metrics?",
+        humantime::format_duration(lookback)
+    );
+    let Some(interval) = scrape_interval(&times) else {
+        bail!(
+            "Prometheus at {base} has scraped the proxy only once in the last {}: \
+             increase() needs two scrapes inside --range; wait for the next scrape",
+            humantime::format_duration(lookback)
+        );
+    };
+    if range.as_secs_f64() < 2.0 * interval {
+        // Prometheus's own advice for rate() and increase(): four scrape intervals.
+        let works = Duration::from_secs(((4.0 * interval).round() as u64).max(2));
+        bail!(
+            "--range {} is shorter than two scrapes (Prometheus scrapes the proxy every {}): \
+             increase() needs two samples inside the range; try --range {}",
+            humantime::format_duration(range),
+            humantime::format_duration(Duration::from_secs_f64(interval.round())),
+            humantime::format_duration(works)
+        );
+    }
+    Ok(())
+}
+
+/// The sample timestamps of each series of a range-vector answer.
+fn parse_matrix_times(body: &[u8]) -> anyhow::Result<Vec<Vec<f64>>> {
+    #[derive(Deserialize)]
+    struct MatrixAnswer {
+        status: String,
+        #[serde(default)]
+        error: Option<String>,
+        #[serde(default)]
+        data: Option<MatrixData>,
+    }
+    #[derive(Deserialize)]
+    struct MatrixData {
+        result: Vec<MatrixSeries>,
+    }
+    #[derive(Deserialize)]
+    struct MatrixSeries {
+        #[serde(default)]
+        values: Vec<(f64, String)>,
+    }
+    let answer: MatrixAnswer =
+        serde_json::from_slice(body).context("not a Prometheus API answer")?;
+    if answer.status != "success" {
+        bail!(
+            "Prometheus answered {}: {}",
+            answer.status,
+            answer.error.unwrap_or_default()
+        );
+    }
+    let data = answer.data.context("the answer has no data")?;
+    Ok(data
+        .result
+        .into_iter()
+        .map(|s| s.values.into_iter().map(|(t, _)| t).collect())
+        .filter(|t: &Vec<f64>| !t.is_empty())
+        .collect())
+}
+
+/// The typical time between two scrapes: the median gap between consecutive samples of
+/// the same series; `None` with fewer than two samples in every series.
+fn scrape_interval(times: &[Vec<f64>]) -> Option<f64> {
+    let mut gaps: Vec<f64> = times
+        .iter()
+        .flat_map(|t| t.windows(2).map(|w| w[1] - w[0]))
+        .filter(|g| *g > 0.0)
+        .collect();
+    if gaps.is_empty() {
+        return None;
+    }
+    gaps.sort_by(f64::total_cmp);
+    Some(gaps[gaps.len() / 2])
 }
 
 /// One sample of an instant-vector answer.
@@ -223,6 +324,18 @@ fn encode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scrape_interval_is_the_median_gap_between_samples() {
+        assert_eq!(scrape_interval(&[vec![10.0]]), None);
+        assert_eq!(
+            scrape_interval(&[vec![0.0, 15.0, 30.0, 60.0], vec![5.0, 20.0]]),
+            Some(15.0)
+        );
+        let answer = br#"{"status":"success","data":{"resultType":"matrix","result":[
+            {"metric":{"tap":"w"},"values":[[100.5,"1"],[101.5,"3"]]}]}}"#;
+        assert_eq!(parse_matrix_times(answer).unwrap(), [vec![100.5, 101.5]]);
+    }
 
     fn sample(labels: &[(&str, &str)], value: f64) -> Sample {
         Sample {

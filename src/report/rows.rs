@@ -64,7 +64,7 @@ impl Report {
     /// Builds the report; `by_route` adds a section per route.
     pub fn build(ds: &Dataset, by_route: bool) -> anyhow::Result<Report> {
         let mut taps = Vec::new();
-        for (name, tap) in &ds.taps {
+        for (name, tap) in ds.taps_front_to_back() {
             let all = section(tap, None)?;
             let routes = if by_route {
                 tap.routes()

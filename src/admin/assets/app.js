@@ -47,6 +47,11 @@
     unattributed: "#c3c8d0",
   };
 
+  /* Error kinds that are the clients' doing (docs/metrics.md): a load generator closing its
+   * connections at the end of a run leaves client_reset, which says nothing about the
+   * server. The Errors card keeps them apart from the rest. */
+  const CLIENT_ERRORS = new Set(["bad_request", "header_too_large", "client_timeout", "client_reset"]);
+
   /* Shown as a tooltip on each phase; the short form of docs/phases.md. */
   const ABOUT = {
     client_recv: "first request byte → head complete: the client and the network delivering the head",
@@ -284,14 +289,31 @@
 
   const haveCharts = typeof window.uPlot === "function";
 
+  /* x-axis steps, seconds: whole seconds and round minutes and hours. */
+  const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400];
+
+  /* A label equal to the one before it is left blank, so no two ticks read the same. */
+  function distinctLabels(labels) {
+    return labels.map((l, i) => (i > 0 && l === labels[i - 1] ? "" : l));
+  }
+
   function axes(valueFmt) {
     const stroke = cssVar("--muted");
     const grid = { stroke: cssVar("--grid"), width: 1 };
     const ticks = { stroke: cssVar("--border"), width: 1, size: 4 };
     return [
       {
+        // Ticks on whole seconds only, at least 60 px apart: with sub-second steps (a
+        // short history, a fast refresh) every label read the same HH:MM:SS.
         stroke, grid, ticks, font: "11px system-ui, sans-serif",
-        values: (u, splits) => splits.map(fmtClock),
+        space: 60,
+        incrs: TIME_INCRS,
+        values: (u, splits) => {
+          const labels = distinctLabels(splits.map(fmtClock));
+          // The labels drawn on the canvas, readable by tests and assistive tools.
+          if (u.root && u.root.parentElement) u.root.parentElement.dataset.xTicks = labels.join("|");
+          return labels;
+        },
       },
       {
         stroke, grid, ticks, size: 62, font: "11px system-ui, sans-serif",
@@ -332,7 +354,8 @@
         axes: axes(opts.fmt),
         legend: { show: opts.legend !== false, live: false },
         cursor: { drag: { x: false, y: false }, points: { show: !this.stacked } },
-        scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.08 : 1] } },
+        // At least the last minute, so that a short history still has whole-second ticks.
+        scales: { x: { time: true, range: (u, lo, hi) => (hi == null ? [lo, hi] : [Math.min(lo, hi - 60), hi]) }, y: { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.08 : 1] } },
         padding: [8, 8, 0, 0],
       }, [[]], container);
       this.observer = new ResizeObserver(() => {
@@ -420,7 +443,7 @@
               h("thead", null, th("route", "requests", "req/s", "mean", "p50", "p99", "where the time goes")),
               this.routeBody)),
           h("div", { class: "side" },
-            h("div", { class: "panel" }, h("h3", null, "Errors", h("span", { class: "sub", text: "since start, by kind" })), this.errors),
+            h("div", { class: "panel" }, h("h3", null, "Errors", h("span", { class: "sub", text: "in the window / since start, by kind" })), this.errors),
             h("div", { class: "panel" }, h("h3", null, "Traffic", h("span", { class: "sub", text: "since start" })), this.traffic))));
       parent.append(this.root);
 
@@ -566,9 +589,19 @@
       c.mean.value.textContent = total ? fmtDur(total.mean) : "–";
       c.p99.value.textContent = total ? fmtDur(total.p99) : "–";
       c.p99.hint.textContent = total ? `p50 ${fmtDur(total.p50)} · max ${fmtDur(total.max)}` : "\u00a0";
-      c.errors.value.textContent = fmtInt(errors);
-      c.errors.value.classList.toggle("bad", errors > 0);
-      c.errors.hint.textContent = errRate === null ? "since start" : `${fmtRate(errRate)} / s now · since start`;
+      // The window's errors, as every other card covers the window; since start beside.
+      const inWindow = tap.errors || tap.totals.errors || {};
+      let byClients = 0, byOthers = 0;
+      for (const [k, v] of Object.entries(inWindow)) {
+        if (CLIENT_ERRORS.has(k)) byClients += v; else byOthers += v;
+      }
+      c.errors.value.textContent = fmtInt(byClients + byOthers);
+      c.errors.value.classList.toggle("bad", byOthers > 0);
+      const parts = [];
+      if (byClients > 0) parts.push(`${fmtInt(byClients)} by clients`);
+      parts.push(`${fmtInt(errors)} since start`);
+      if (errRate !== null) parts.push(`${fmtRate(errRate)} / s now`);
+      c.errors.hint.textContent = parts.join(" · ");
       const open = tap.totals.connections_open || {};
       c.connections.value.textContent = fmtInt(open.client || 0);
       c.connections.hint.textContent = `client · ${fmtInt(open.upstream || 0)} upstream`;
@@ -658,10 +691,19 @@
     }
 
     renderErrors(tap) {
-      const kinds = Object.entries(tap.totals.errors || {});
-      kinds.sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
-      this.errors.replaceChildren(...kinds.map(([k, v]) =>
-        h("span", { class: v > 0 ? "err nonzero" : "err", "data-error": k }, k, h("b", { text: fmtInt(v) }))));
+      const total = tap.totals.errors || {};
+      const inWindow = tap.errors || total;
+      const kinds = Object.keys(total).map((k) => [k, inWindow[k] || 0, total[k]]);
+      kinds.sort((a, b) => b[1] - a[1] || b[2] - a[2] || a[0].localeCompare(b[0]));
+      this.errors.replaceChildren(...kinds.map(([k, v, all]) => {
+        const client = CLIENT_ERRORS.has(k);
+        const cls = ["err", v > 0 ? "nonzero" : null, client ? "client" : null].filter(Boolean).join(" ");
+        return h("span", {
+          class: cls, "data-error": k, "data-window": String(v), "data-since-start": String(all),
+          title: `${k}: ${fmtInt(v)} in this window, ${fmtInt(all)} since start${client ? " — the client's doing" : ""}`,
+        }, k, client ? h("i", { text: "client" }) : null, h("b", { text: fmtInt(v) }),
+        h("small", { text: `/ ${fmtInt(all)}` }));
+      }));
     }
 
     renderTraffic(tap, bytesRate) {
@@ -722,7 +764,11 @@
   function render(snap) {
     const span = snap.taken_at_unix - snap.since_unix;
     meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
-    const names = Object.keys(snap.taps || {});
+    // Front to back (the snapshot's `position`): the tap clients reach first on top.
+    const taps = snap.taps || {};
+    const pos = (n) => (taps[n].position === undefined ? Infinity : taps[n].position);
+    const names = Object.keys(taps).sort((a, b) => pos(a) - pos(b)
+      || (taps[a].protocol === "resp") - (taps[b].protocol === "resp") || a.localeCompare(b));
     if (!snap.metrics_enabled) {
       placeholder.textContent = "Metrics are disabled (--no-metrics): nothing is recorded.";
     } else if (!names.length) {
@@ -737,6 +783,9 @@
       if (!view) { view = new TapView(name, main); views.set(name, view); }
       view.update(snap.taps[name], snap);
     }
+    // A tap that appeared later was appended last: put the sections back in order.
+    const shown = [...main.querySelectorAll(":scope > section.tap")].map((e) => e.dataset.tap);
+    if (shown.join("\n") !== names.join("\n")) for (const name of names) main.append(views.get(name).root);
   }
 
   // With an admin token configured, the API wants it as a bearer token. It comes from
