@@ -11,7 +11,7 @@ use crate::metrics::exposition;
 use crate::metrics::lock;
 use crate::metrics::routes::RouteTable;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
-use crate::metrics::tap::TapMetrics;
+use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, Recorder};
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
@@ -87,13 +87,30 @@ impl Registry {
     /// The Prometheus text exposition (format 0.0.4). Adds the shards up one at a time,
     /// then formats with no lock held.
     pub fn encode_prometheus(&self) -> String {
-        let taps = if self.enabled {
+        let taps = self.enabled_taps();
+        exposition::encode(&collect(&taps, Collect::Counts), &self.buckets)
+    }
+
+    /// The exposition in `format`: text as [`encode_prometheus`](Self::encode_prometheus),
+    /// or the protobuf one with native histograms (derived from the HDR copies, which are
+    /// added up too).
+    pub fn encode(&self, format: exposition::Format) -> Vec<u8> {
+        match format {
+            exposition::Format::Text => self.encode_prometheus().into_bytes(),
+            exposition::Format::Protobuf => {
+                let taps = self.enabled_taps();
+                exposition::encode_protobuf(&collect(&taps, Collect::WithHdr), &self.buckets)
+            }
+        }
+    }
+
+    /// Every tap, or none under `--no-metrics`.
+    fn enabled_taps(&self) -> Vec<Arc<TapMetrics>> {
+        if self.enabled {
             self.taps()
         } else {
             Vec::new()
-        };
-        let counts: Vec<_> = taps.iter().map(|t| (&**t, t.collect())).collect();
-        exposition::encode(&counts, &self.buckets)
+        }
     }
 
     /// Exact percentiles of every series since the last reset, with the histograms.
@@ -107,11 +124,11 @@ impl Registry {
         let inputs = taps
             .iter()
             .map(|t| {
-                t.drain_pending();
+                let counts = t.collect(Collect::WithHdr);
                 TapInput {
                     tap: t,
-                    counts: t.collect(),
-                    series: t.hdr_series(),
+                    series: t.hdr_series(&counts),
+                    counts,
                 }
             })
             .collect();
@@ -130,6 +147,10 @@ impl Registry {
         *since = SystemTime::now();
         *since
     }
+}
+
+fn collect(taps: &[Arc<TapMetrics>], what: Collect) -> Vec<(&TapMetrics, TapCounts)> {
+    taps.iter().map(|t| (&**t, t.collect(what))).collect()
 }
 
 impl std::fmt::Debug for Registry {
