@@ -119,7 +119,6 @@ pub(crate) fn encode_protobuf(taps: &[(&TapMetrics, TapCounts)], buckets: &Bucke
         .map(|(_, _, _, s)| s.hdr.as_ref().map(native::from_hdr).unwrap_or_default());
     let mut out = Vec::new();
     for f in families(taps, buckets) {
-        let is_histogram = f.get_field_type() == MetricType::HISTOGRAM;
         let family = proto::MetricFamily {
             name: Some(f.name().to_owned()),
             help: Some(f.help().to_owned()),
@@ -151,7 +150,7 @@ pub(crate) fn encode_protobuf(taps: &[(&TapMetrics, TapCounts)], buckets: &Bucke
                                 value: Some(m.get_counter().get_value()),
                             });
                         }
-                        MetricType::HISTOGRAM if is_histogram => {
+                        MetricType::HISTOGRAM => {
                             let native = natives.next().unwrap_or_default();
                             pm.histogram = Some(histogram_message(m.get_histogram(), native));
                         }
