@@ -348,6 +348,39 @@ def idle_memory(name, upstream_port, workdir, threads, count, maxconn):
         srv.stop()
 
 
+def burst_memory(name, slow_port, workdir, threads, count, maxconn):
+    """RSS per connection 5 s after `count` requests were in flight at once (in front of an
+    upstream that holds every answer a second) and the connections went idle."""
+    srv = start_target(name, slow_port, workdir, threads, maxconn)
+    try:
+        time.sleep(0.5)
+        before = srv.rss_kib()
+        client = subprocess.Popen([CLIENT, "--connect", f"127.0.0.1:{srv.port}", "--burst", str(count)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  preexec_fn=die_with_parent)
+        if not client.stdout.readline().startswith("sent"):
+            client.kill()
+            raise RuntimeError(f"{name}: the burst's requests were not all sent")
+        time.sleep(0.5)
+        in_flight = srv.rss_kib()
+        line = client.stdout.readline()
+        if not line.startswith("ready"):
+            client.kill()
+            raise RuntimeError(f"{name}: the burst did not all get an answer: {line!r}")
+        time.sleep(5)
+        after = srv.rss_kib()
+        client.stdin.close()
+        client.wait(30)
+        per_conn = (after - before) * 1024 / count
+        log(f"  {name:26} rss {before} KiB -> {in_flight} KiB in flight -> {after} KiB 5 s after "
+            f"a burst of {count}: {per_conn:.0f} B per connection")
+        return {"target": name, "connections": count, "rss_before_kib": before,
+                "rss_in_flight_kib": in_flight, "rss_after_kib": after,
+                "bytes_per_connection": per_conn}
+    finally:
+        srv.stop()
+
+
 # ---------------------------------------------------------------------------------------
 # Instructions per request
 # ---------------------------------------------------------------------------------------
@@ -532,6 +565,16 @@ def main():
                 log(f"memory with {idle} idle keep-alive connections")
                 for n in names[1:]:
                     results["memory"].append(idle_memory(n, up_port, workdir, threads, idle, maxconn))
+                burst = min(idle, 5000)
+                log(f"memory 5 s after a burst of {burst} requests in flight at once")
+                slow_port = free_port()
+                slow = Server("slow-upstream", [FIXED_UPSTREAM, "--listen", f"127.0.0.1:{slow_port}",
+                                                "--threads", "1", "--delay-ms", "1000"], workdir, port=slow_port)
+                try:
+                    results["memory_burst"] = [burst_memory(n, slow_port, workdir, threads, burst, maxconn)
+                                               for n in names[1:]]
+                finally:
+                    slow.stop()
             if "callgrind" not in args.skip:
                 log(f"instructions per request, {requests} requests on one connection under callgrind")
                 profiled = ["phasescope"] if args.quick else ["phasescope", "haproxy-http", "haproxy-tcp"]

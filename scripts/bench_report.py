@@ -121,8 +121,13 @@ def summarize(results):
         for c in (50, 200):
             v = r_of((u, "phasescope", "haproxy-tcp", c, "rps"))
             if v is not None:
-                check(f"stretch: throughput ÷ HAProxy tcp, {u}, -c {c}", v, "≥ 0.90", v >= 0.9,
+                check(f"throughput ÷ HAProxy tcp, {u}, -c {c}", v, "≥ 1.00", v >= 1.0,
                       rng(ratios[(u, "phasescope", "haproxy-tcp", c, "rps")]))
+    for u in upstreams:
+        v = r_of((u, "phasescope", "haproxy-tcp", 50, "cpu"))
+        if v is not None:
+            check(f"CPU per request ÷ HAProxy tcp, {u}, -c 50", v, "≤ 0.90", v <= 0.9,
+                  rng(ratios[(u, "phasescope", "haproxy-tcp", 50, "cpu")]))
     for u in upstreams:
         for c in (50, 200):
             v = r_of((u, "phasescope", "haproxy-http", c, "cpu"))
@@ -133,17 +138,26 @@ def summarize(results):
         for c in (50, 200):
             v = r_of((u, "phasescope", "phasescope-no-metrics", c, "rps"))
             if v is not None:
-                check(f"metrics on ÷ --no-metrics, {u}, -c {c}", v, "≥ 0.97", v >= 0.97,
+                check(f"metrics on ÷ --no-metrics, {u}, -c {c}", v, "≥ 0.99", v >= 0.99,
                       rng(ratios[(u, "phasescope", "phasescope-no-metrics", c, "rps")]))
     lat = latency.get(("fixed", "phasescope"))
     if lat and lat["p50"]["median"] is not None:
         v = lat["p50"]["median"]
-        check("added p50 latency at -c 1, fixed upstream (µs)", v, "≤ 25", v <= 25, rng(lat["p50"], 1))
+        check("added p50 latency at -c 1, fixed upstream (µs)", v, "≤ 20", v <= 20, rng(lat["p50"], 1))
     for m in results.get("memory", []):
         if m["target"] == "phasescope":
             v = m["bytes_per_connection"]
-            check("memory per idle keep-alive connection (bytes)", v, "≤ 4096", v <= 4096,
+            check("memory per idle keep-alive connection (bytes)", v, "≤ 2048", v <= 2048,
                   f"{m['connections']} connections")
+    for m in results.get("memory_burst", []):
+        if m["target"] == "phasescope":
+            v = m["bytes_per_connection"]
+            check("the same, 5 s after a burst of requests all in flight (bytes)", v, "≤ 2048",
+                  v <= 2048, f"{m['connections']} connections")
+    for i in results.get("instructions", []):
+        if i["target"] == "phasescope":
+            check("callgrind instructions per request, fixed upstream", i["total"], "≤ 9,000",
+                  i["total"] <= 9000)
     return {"stats": stats, "ratios": ratios, "latency": latency, "checks": checks,
             "upstreams": upstreams, "targets": targets, "conns": conns}
 
@@ -381,6 +395,19 @@ def markdown(results, s):
             a(f"| {LABELS[mm['target']]} | {mm['rss_before_kib']:,} | {mm['rss_after_kib']:,} | "
               f"{mm['bytes_per_connection']:,.0f} |")
         a("")
+    if results.get("memory_burst"):
+        n = results["memory_burst"][0]["connections"]
+        a(f"After a burst: `bench-client --burst {n}` opens {n:,} connections through a fresh proxy in "
+          "front of an upstream that holds every answer 1 s (`fixed-upstream --delay-ms 1000`), sends "
+          "one request on each as fast as it can, so that all are in flight at once, reads every "
+          "answer and holds the connections idle; RSS before, 0.5 s into the wait, and 5 s after the "
+          "last answer.\n")
+        a("| proxy | RSS before (KiB) | in flight (KiB) | 5 s after (KiB) | bytes per idle connection |")
+        a("|---|---|---|---|---|")
+        for mm in results["memory_burst"]:
+            a(f"| {LABELS[mm['target']]} | {mm['rss_before_kib']:,} | {mm['rss_in_flight_kib']:,} | "
+              f"{mm['rss_after_kib']:,} | {mm['bytes_per_connection']:,.0f} |")
+        a("")
 
     if results.get("instructions"):
         a("## Instructions per proxied request\n")
@@ -417,6 +444,7 @@ def markdown(results, s):
     a(metrics_cost(results, s))
     a(LAYOUT_TEXT.format(layout=layout_figures(s)))
     a(CHANGES_TEXT)
+    a(ROUND2_TEXT)
     a("## Reproducing\n")
     a("```sh")
     a(f"{results['command'].strip()}        # this run")
@@ -436,6 +464,7 @@ def markdown(results, s):
     a("nginx -p DIR -c DIR/nginx.conf            # daemon off, worker_processes = CPUs, upstream keepalive")
     a(f"wrk -t1 -c1 -d{st['seconds']}s --latency http://127.0.0.1:PORT/PATH          # and -t2 -c50, -t2 -c200")
     a("bench-client --connect 127.0.0.1:PORT --hold N                 # memory")
+    a("fixed-upstream --listen 127.0.0.1:SLOW --delay-ms 1000; bench-client --connect 127.0.0.1:PORT --burst N   # memory after a burst")
     a("valgrind --tool=callgrind phasescope run ...; bench-client --sequential K   # instructions")
     a("```\n")
     # The templates live with the driver; imported here, late, to keep the two files one-way.
@@ -488,9 +517,9 @@ def metrics_cost(results, s):
             f"request costs {min(budget):.0f}–{max(budget):.0f} µs of CPU in all here (wrk, "
             f"upstream, proxy, kernel: {nproc} CPUs ÷ req/s), so a recorder that costs "
             f"{lo:.2f}–{hi:.2f} µs more takes {share_lo:.1f}–{share_hi:.1f} % of the throughput; "
-            "the 0.97 goal allows 3 %. Where the recorder's instructions go, by self cost: the "
+            "the 0.99 goal allows 1 %. Where the recorder's instructions go, by self cost: the "
             "per-phase bucket and sum updates (`TapMetrics::exchange`), the HDR histograms "
-            "(`hdrhistogram::record_n_inner` and the batch flush), and three shard locks per "
+            "(`hdrhistogram::record_n_inner`, one per phase into the worker's own copy), and three shard locks per "
             "exchange (`bytes` twice, `exchange` once).\n")
     lines.append(sharing(results))
     return "\n".join(lines) + "\n"
@@ -527,13 +556,10 @@ def sharing(results):
            f"| 1 | {f(med(cpu['phasescope-1w']), 2)} | {f(med(cpu['phasescope-1w-no-metrics']), 2)} | "
            f"{one:+.2f} ({one_rng[0]:+.2f} to {one_rng[1]:+.2f}) |",
            ""]
-    suspect = ("Each (route, phase) HDR histogram is one object shared by every worker (values "
-               "are buffered 32 at a time per worker, then recorded under the histogram's lock), "
-               "so its counts move between the cores' caches; the per-worker shards keep only the "
-               "counters apart. A per-worker HDR histogram, merged when a snapshot is taken as the "
-               "bucket counts already are, and the byte counts taken from the exchange record "
-               "instead of two more locked calls, are the two changes to the recorder that would "
-               "cut its cost.")
+    suspect = ("Every worker records into its own shard, HDR copies included (merged when a "
+               "snapshot is taken), so no recorder state is written by two cores; what two "
+               "cores still share is the machine's caches and memory bandwidth. The byte counts "
+               "are still two more locked calls per exchange (`Recorder::bytes`, from the relay).")
     if one_rng[1] < many_rng[0]:
         out.append("With one worker, recording costs less in every round than with several: much "
                    "of its CPU is not its instructions but cache lines moving between cores. "
@@ -614,6 +640,72 @@ Measured with callgrind (instructions per proxied request, keep-alive, fixed ups
 
 The whole request cost 21,700 instructions and 6.2 system calls before these changes (same
 measurement, same machine).
+"""
+
+# Measured by hand on 2026-12-01 (the commands are in the text); kept here so that a run of
+# the script keeps them in docs/BENCHMARKS.md.
+ROUND2_TEXT = """## Round 2: per-worker HDR copies, memory after a burst
+
+Measured 2026-12-01 on the same machine while other builds and test suites ran on it
+(load average 8–11): throughput and CPU time spread by ±20 % between alternated rounds
+then (`scripts/bench-proxies.sh --only fixed --skip throughput --skip memory --skip
+callgrind --no-write` gave metrics ÷ `--no-metrics` ratios of 0.81–1.19 over 4 rounds),
+so only figures that do not depend on the load are given here.
+
+**Recording.** Each worker now keeps its own HDR copy of every series in its shard,
+recorded in place; a snapshot adds the copies up, and a reset subtracts a baseline
+instead of emptying them (docs/metrics.md). Before, each series had one HDR histogram
+shared by every worker, fed 32 values at a time under its lock, so its counts moved
+between cores. Instructions per recorded exchange of nine phases, one thread
+(`valgrind --tool=callgrind target/release/deps/recorder-… --bench --profile-time 2
+record_exchange/1_thread`, inclusive cost of `TapMetrics::exchange` ÷ its calls):
+
+| recorder | instructions per exchange |
+|---|---|
+| one shared HDR histogram per series, 32-value batches (before) | 1,520 |
+| an HDR copy per worker, recorded in place (after) | 1,400 |
+
+In the whole proxied request (`scripts/bench-proxies.sh --only fixed --skip throughput
+--skip memory --skip recorder --skip layout --no-write`, callgrind, 5,000 keep-alive
+requests): 12,634 → 12,472 instructions, recording 2,125 → 1,967 (relay 6,873, framing
+3,240, timeline 392; HAProxy mode tcp 6,231, mode http 27,177 in the same run).
+The instructions are not the point (40 % of what is left is `hdrhistogram::record_n_inner`,
+about 60 per phase); the cache lines are: no recorder state is written by two cores any
+more. `cargo bench --bench recorder` at this load did not separate the two (1 thread
+183–284 ns, 2 threads 453–1,246 ns per exchange for either version).
+
+**Native histograms** cost nothing per exchange: they are derived from the HDR copies
+when a scraper asks for protobuf.
+
+**Memory after a burst.** `bench-client --burst 5000` through a proxy (2 workers) in front
+of `fixed-upstream --delay-ms 1000`: 5,000 connections, one request on each sent at
+once, every answer held 1 s, then the connections stay idle. RSS of the proxy, KiB, and
+the bytes per connection it keeps 5 s after the last answer; "one by one" is `bench-client
+--hold 5000` in front of an upstream that answers at once, with the same binary:
+
+| relay buffers | before | in flight | 5 s after | per connection after the burst | one by one |
+|---|---|---|---|---|---|
+| glibc heap, per-thread pool of 256 (before) | 7,172 | 63,924 | 64,688 | 11,779 B | 3,363 B |
+| glibc heap, pool trimmed every second + `malloc_trim(0)` | 7,248 | 63,960 | 43,824 | 7,491 B | 3,363 B |
+| mimalloc as global allocator, pool trimmed every second | 13,532 | 71,128 | 34,136 | 4,220 B | 3,779 B |
+| **mapped pages of their own (`mmap`), pool trimmed every second (kept)** | 7,272 | 44,084 | 24,836 | 3,597 B | 3,356 B |
+
+From the heap, the burst's 8 KiB buffers lie between the long-lived state of the
+connections opened during it, and freeing them leaves holes the allocator keeps
+resident; `malloc_trim` returns only the whole pages inside them. mimalloc segregates
+sizes and returns memory on its own, but starts 6 MB higher and costs more per connection
+opened one by one. Buffers mapped as two pages of their own go back to the system whole
+when unmapped, and are resident only once touched (a request that fits in one page costs
+one, hence the lower in-flight figure). The pool keeps up to 1,024 buffers per worker, so
+a steady load does not map and unmap per request; each second, the buffers that went
+unused for the whole second are unmapped. The CPU of the burst (proxy utime + stime over
+the measurement) was 0.36–0.39 s for each variant except mimalloc (0.30 s), within this
+load's noise.
+
+What is left after a burst is the idle connection's own state, 3.4–3.6 KB: the task
+(under 2 KiB, `relay::listener` test), its two sockets' registrations with the runtime,
+its timer entry, and the allocator's overhead; bringing that under 2 KiB is the relay-core work (issue 14).
+
 """
 
 

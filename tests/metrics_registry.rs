@@ -429,6 +429,16 @@ fn reset_empties_snapshots_but_not_prometheus_counters() {
     let s = &later.taps["t"].phases["total"]["INCR"];
     assert_eq!(s.count, 3, "only what came after the reset");
     assert_eq!(s.min, 1e-6);
+    assert_eq!(
+        s.max, 1.002e-6,
+        "the max since the reset, not the 1.099 µs before"
+    );
+    assert!(
+        (s.sum - 3.003e-6).abs() < 1e-15,
+        "sum since the reset: {}",
+        s.sum
+    );
+    assert_eq!(s.histogram.iter().map(|p| p[1]).sum::<u64>(), 3);
     let e = Exposition::parse(&reg.encode_prometheus());
     assert_eq!(e.value(DURATION_COUNT, &with), 103.0);
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{
-    HeaderValue, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
-    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY,
+    CONTENT_TYPE, VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -33,12 +33,19 @@ pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&
     }
     match path {
         "/metrics" if read => {
+            // Protobuf (with native histograms) only for a scraper that asks for it.
+            let format =
+                exposition::negotiate(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
             blocking(move || {
-                reply(
+                let mut r = reply(
                     StatusCode::OK,
-                    exposition::CONTENT_TYPE,
-                    registry.encode_prometheus(),
-                )
+                    format.content_type(),
+                    registry.encode(format),
+                );
+                // The answer depends on Accept: a cache must not give one scraper's to another.
+                r.headers_mut()
+                    .insert(VARY, HeaderValue::from_static("Accept"));
+                r
             })
             .await
         }

@@ -5,6 +5,11 @@
 //! connection has had its answer, then holds them until standard input closes (or the
 //! process is killed). The caller raises `ulimit -n` to fit N.
 //!
+//! Memory after a burst: `bench-client --connect 127.0.0.1:PORT --burst N` opens N
+//! connections, then sends one request on each as fast as it can (all in flight at once
+//! in front of a slow upstream), reads every answer, prints `ready N`, and holds the
+//! connections idle like `--hold`.
+//!
 //! An exact request count, for the instruction-count profile:
 //! `bench-client --connect 127.0.0.1:PORT --sequential K` makes K requests one after
 //! another on one keep-alive connection and exits.
@@ -22,12 +27,17 @@ fn main() -> anyhow::Result<()> {
     let mut connect: Option<SocketAddr> = None;
     let mut count = 1000usize;
     let mut sequential = None;
+    let mut burst = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args.next().context("every option takes a value")?;
         match arg.as_str() {
             "--connect" => connect = Some(value.parse().context("--connect ADDR")?),
             "--hold" => count = value.parse().context("--hold N")?,
+            "--burst" => {
+                count = value.parse().context("--burst N")?;
+                burst = true;
+            }
             "--sequential" => sequential = Some(value.parse().context("--sequential K")?),
             other => anyhow::bail!("unknown option {other}"),
         }
@@ -37,9 +47,25 @@ fn main() -> anyhow::Result<()> {
         return in_sequence(addr, k);
     }
     let mut held = Vec::with_capacity(count);
-    for i in 0..count {
-        let stream = exchange(addr).with_context(|| format!("connection {i} of {count}"))?;
-        held.push(stream);
+    if burst {
+        for i in 0..count {
+            held.push(self::connect(addr).with_context(|| format!("connection {i} of {count}"))?);
+        }
+        for (i, stream) in held.iter_mut().enumerate() {
+            stream
+                .write_all(REQUEST)
+                .with_context(|| format!("request {i} of {count}"))?;
+        }
+        println!("sent {count}");
+        std::io::stdout().flush()?;
+        for (i, stream) in held.iter_mut().enumerate() {
+            read_answer(stream).with_context(|| format!("answer {i} of {count}"))?;
+        }
+    } else {
+        for i in 0..count {
+            let stream = exchange(addr).with_context(|| format!("connection {i} of {count}"))?;
+            held.push(stream);
+        }
     }
     println!("ready {}", held.len());
     std::io::stdout().flush()?;
@@ -79,6 +105,11 @@ fn exchange(addr: SocketAddr) -> anyhow::Result<TcpStream> {
 /// Sends one request and reads its whole answer.
 fn answer(stream: &mut TcpStream) -> anyhow::Result<()> {
     stream.write_all(REQUEST)?;
+    read_answer(stream)
+}
+
+/// Reads one whole answer (a `Content-Length` body).
+fn read_answer(stream: &mut TcpStream) -> anyhow::Result<()> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 512];
     loop {

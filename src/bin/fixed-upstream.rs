@@ -6,13 +6,21 @@
 //! per thread, each with its own `SO_REUSEPORT` listener, so the kernel spreads
 //! connections and no task ever migrates. Request bodies are not expected (the load
 //! generators send `GET`); a head ends at the empty line.
+//!
+//! `--delay-ms D` holds each answer D ms, so that a burst of requests is all in flight
+//! through the proxy at once (the memory-after-a-burst measurement).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use memchr::memmem;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// `--delay-ms`: how long each answer is held.
+static DELAY_MS: AtomicU64 = AtomicU64::new(0);
 
 const RESPONSE: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nContent-Type: text/plain\r\n\r\nHello, world!";
@@ -26,6 +34,9 @@ fn main() -> anyhow::Result<()> {
         match arg.as_str() {
             "--listen" => listen = Some(value.parse().context("--listen ADDR")?),
             "--threads" => threads = value.parse().context("--threads N")?,
+            "--delay-ms" => {
+                DELAY_MS.store(value.parse().context("--delay-ms D")?, Ordering::Relaxed)
+            }
             other => anyhow::bail!("unknown option {other}"),
         }
     }
@@ -62,6 +73,7 @@ fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
 fn serve(listener: std::net::TcpListener) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()?;
     runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
@@ -103,6 +115,10 @@ async fn connection(mut stream: TcpStream) {
         }
         buf.copy_within(consumed..filled, 0);
         filled -= consumed;
+        let delay = DELAY_MS.load(Ordering::Relaxed);
+        if delay > 0 && !out.is_empty() {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         if !out.is_empty() && stream.write_all(&out).await.is_err() {
             return;
         }

@@ -1,8 +1,11 @@
-//! The Prometheus text exposition, built from counts already added up (no lock held).
+//! The Prometheus expositions, built from counts already added up (no lock held).
 //!
 //! The counts live in per-thread shards rather than in prometheus crate collectors, so the
 //! families are assembled here as the crate's plain data model and written by its
-//! `TextEncoder`. Names and labels are the contract in DESIGN.md "Metrics contract".
+//! `TextEncoder`. A scraper that asks for protobuf (content negotiation on `Accept`, see
+//! [`negotiate`]) gets the same families as `io.prometheus.client` messages instead, each
+//! phase histogram with its native buckets as well as its classic ones. Names and labels
+//! are the contract in docs/metrics.md.
 
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
@@ -11,8 +14,11 @@ use prometheus::TextEncoder;
 
 use crate::metrics::buckets::Buckets;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
-use crate::metrics::tap::{TapCounts, TapMetrics, DIRECTIONS, SIDES};
-use crate::recorder::ErrorKind;
+use crate::metrics::native::{self, NativeBuckets};
+use crate::metrics::proto;
+use crate::metrics::tap::{SeriesCounts, TapCounts, TapMetrics, DIRECTIONS, SIDES};
+use crate::phase::Phase;
+use crate::recorder::{ErrorKind, RouteId};
 
 pub const PHASE_DURATION: &str = "phasescope_phase_duration_seconds";
 pub const REQUESTS: &str = "phasescope_requests_total";
@@ -24,11 +30,177 @@ pub const BUILD_INFO: &str = "phasescope_build_info";
 pub const PUSHED: &str = "phasescope_pushed_messages_total";
 pub const CORRELATIONS: &str = "phasescope_correlations_total";
 
-/// `Content-Type` of the exposition.
+/// `Content-Type` of the text exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// `Content-Type` of the protobuf exposition: length-delimited `MetricFamily` messages.
+pub const PROTOBUF_CONTENT_TYPE: &str =
+    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
 
-/// The exposition of `taps` (each with its counts); with `taps` empty, only build_info.
+/// The two expositions `/metrics` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Text 0.0.4, classic buckets: every scraper reads it.
+    Text,
+    /// Delimited protobuf, classic and native buckets: what Prometheus asks for when its
+    /// native histograms are on.
+    Protobuf,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => CONTENT_TYPE,
+            Format::Protobuf => PROTOBUF_CONTENT_TYPE,
+        }
+    }
+}
+
+/// Chooses the exposition for an `Accept` header: protobuf when the scraper lists
+/// `application/vnd.google.protobuf` with `proto=io.prometheus.client.MetricFamily` and
+/// `encoding=delimited` at a quality no lower than any text type it accepts, else text
+/// (also for no header, or one that does not parse). OpenMetrics text is not served; a
+/// scraper that prefers it falls back to the text 0.0.4 it also lists.
+pub fn negotiate(accept: Option<&str>) -> Format {
+    let Some(accept) = accept else {
+        return Format::Text;
+    };
+    let mut protobuf_q = 0.0f32;
+    let mut text_q = 0.0f32;
+    for range in accept.split(',') {
+        let Ok(m) = range.trim().parse::<mime::Mime>() else {
+            continue;
+        };
+        let q = m
+            .get_param("q")
+            .and_then(|q| q.as_str().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        let is = |name: &str, value: &str| {
+            m.get_param(name)
+                .is_some_and(|v| v.as_str().eq_ignore_ascii_case(value))
+        };
+        if m.type_() == mime::APPLICATION
+            && m.subtype() == "vnd.google.protobuf"
+            && is("proto", "io.prometheus.client.MetricFamily")
+            && is("encoding", "delimited")
+        {
+            protobuf_q = protobuf_q.max(q);
+        } else if m.type_() == mime::TEXT || m.type_() == mime::STAR {
+            text_q = text_q.max(q);
+        } else if m.type_() == mime::APPLICATION && m.subtype() == "openmetrics-text" {
+            // Not served, but a scraper that ranks it above protobuf wants text.
+            text_q = text_q.max(q);
+        }
+    }
+    if protobuf_q > 0.0 && protobuf_q >= text_q {
+        Format::Protobuf
+    } else {
+        Format::Text
+    }
+}
+
+/// The text exposition of `taps` (each with its counts); with `taps` empty, only build_info.
 pub(crate) fn encode(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> String {
+    let mut out = String::new();
+    if let Err(e) = TextEncoder::new().encode_utf8(&families(taps, buckets), &mut out) {
+        // Only possible for an empty family, which `families` never adds.
+        tracing::error!(error = %e, "encoding the Prometheus exposition failed");
+    }
+    out
+}
+
+/// The protobuf exposition: the families of [`encode`], each phase histogram with its
+/// native buckets too (`taps` collected with their HDR copies), as length-delimited
+/// `io.prometheus.client.MetricFamily` messages.
+pub(crate) fn encode_protobuf(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<u8> {
+    use prost::Message;
+    // In the order phase_histograms() emits the series.
+    let mut natives = phase_series(taps)
+        .into_iter()
+        .map(|(_, _, _, s)| s.hdr.as_ref().map(native::from_hdr).unwrap_or_default());
+    let mut out = Vec::new();
+    for f in families(taps, buckets) {
+        let family = proto::MetricFamily {
+            name: Some(f.name().to_owned()),
+            help: Some(f.help().to_owned()),
+            r#type: Some(match f.get_field_type() {
+                MetricType::COUNTER => proto::MetricType::Counter,
+                MetricType::GAUGE => proto::MetricType::Gauge,
+                MetricType::HISTOGRAM => proto::MetricType::Histogram,
+                MetricType::SUMMARY => proto::MetricType::Summary,
+                MetricType::UNTYPED => proto::MetricType::Untyped,
+            } as i32),
+            metric: f
+                .get_metric()
+                .iter()
+                .map(|m| {
+                    let mut pm = proto::Metric {
+                        label: m
+                            .get_label()
+                            .iter()
+                            .map(|l| proto::LabelPair {
+                                name: Some(l.name().to_owned()),
+                                value: Some(l.value().to_owned()),
+                            })
+                            .collect(),
+                        ..Default::default()
+                    };
+                    match f.get_field_type() {
+                        MetricType::COUNTER => {
+                            pm.counter = Some(proto::Counter {
+                                value: Some(m.get_counter().get_value()),
+                            });
+                        }
+                        MetricType::HISTOGRAM => {
+                            let native = natives.next().unwrap_or_default();
+                            pm.histogram = Some(histogram_message(m.get_histogram(), native));
+                        }
+                        _ => {
+                            pm.gauge = Some(proto::Gauge {
+                                value: Some(m.get_gauge().get_value()),
+                            });
+                        }
+                    }
+                    pm
+                })
+                .collect(),
+        };
+        if let Err(e) = family.encode_length_delimited(&mut out) {
+            // A Vec grows as needed, so encoding cannot run out of room.
+            tracing::error!(error = %e, "encoding the protobuf exposition failed");
+        }
+    }
+    out
+}
+
+fn histogram_message(h: &Histogram, native: NativeBuckets) -> proto::Histogram {
+    proto::Histogram {
+        sample_count: Some(h.get_sample_count()),
+        sample_sum: Some(h.get_sample_sum()),
+        bucket: h
+            .get_bucket()
+            .iter()
+            .map(|b| proto::Bucket {
+                cumulative_count: Some(b.cumulative_count()),
+                upper_bound: Some(b.upper_bound()),
+            })
+            .collect(),
+        schema: Some(native::SCHEMA),
+        zero_threshold: Some(native::ZERO_THRESHOLD),
+        zero_count: Some(native.zero_count),
+        positive_span: native
+            .spans
+            .iter()
+            .map(|&(offset, length)| proto::BucketSpan {
+                offset: Some(offset),
+                length: Some(length),
+            })
+            .collect(),
+        positive_delta: native.deltas,
+    }
+}
+
+/// Every family of the exposition, in order; a family with no metric is left out.
+fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricFamily> {
     let mut families = Vec::with_capacity(7);
     let mut push = |name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>| {
         if !metrics.is_empty() {
@@ -141,21 +313,30 @@ pub(crate) fn encode(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> St
         )],
     );
 
-    let mut out = String::new();
-    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut out) {
-        // Only possible for an empty family, which `push` never adds.
-        tracing::error!(error = %e, "encoding the Prometheus exposition failed");
+    families
+}
+
+/// Every phase series of every tap, in exposition order: by tap, then phase, then route.
+fn phase_series<'a>(
+    taps: &'a [(&'a TapMetrics, TapCounts)],
+) -> Vec<(&'a TapMetrics, RouteId, Phase, &'a SeriesCounts)> {
+    let mut out = Vec::new();
+    for (tap, counts) in taps {
+        let routes = tap.routes();
+        let mut series: Vec<_> = counts.series.iter().collect();
+        series.sort_by(|a, b| (a.0 .1, routes.name(a.0 .0)).cmp(&(b.0 .1, routes.name(b.0 .0))));
+        out.extend(series.into_iter().map(|(&(r, p), s)| (*tap, r, p, s)));
     }
     out
 }
 
 fn phase_histograms(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<Metric> {
     let mut out = Vec::new();
-    for (tap, counts) in taps {
+    for (tap, route, phase, series) in phase_series(taps) {
         let routes = tap.routes();
-        let mut series: Vec<_> = counts.series.iter().collect();
-        series.sort_by(|a, b| (a.0 .1, routes.name(a.0 .0)).cmp(&(b.0 .1, routes.name(b.0 .0))));
-        for ((route, phase), (counts, sum_ns)) in series {
+        {
+            let counts = &series.buckets;
+            let sum_ns = &series.sum_ns;
             let mut cumulative = 0u64;
             let bucket_list = buckets
                 .bounds_seconds()
@@ -176,7 +357,7 @@ fn phase_histograms(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec
             let mut m = Metric::from_label(labels(&[
                 ("tap", tap.name()),
                 ("phase", phase.name()),
-                ("route", routes.name(*route)),
+                ("route", routes.name(route)),
             ]));
             m.set_histogram(h);
             out.push(m);
@@ -255,4 +436,44 @@ fn sample(kind: MetricType, pairs: &[(&str, &str)], value: f64) -> Metric {
         m.set_gauge(g);
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What Prometheus 2.42 sends: without native histograms, and with
+    /// `--enable-feature=native-histograms`.
+    const PROMETHEUS_CLASSIC: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    const PROMETHEUS_NATIVE: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+    #[test]
+    fn protobuf_only_for_a_scraper_that_prefers_it() {
+        assert_eq!(negotiate(Some(PROMETHEUS_NATIVE)), Format::Protobuf);
+        assert_eq!(negotiate(Some(PROMETHEUS_CLASSIC)), Format::Text);
+        assert_eq!(negotiate(None), Format::Text);
+        assert_eq!(negotiate(Some("")), Format::Text);
+        assert_eq!(negotiate(Some("*/*")), Format::Text);
+        assert_eq!(negotiate(Some("garbage;;;,,")), Format::Text);
+        assert_eq!(
+            negotiate(Some(
+                "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+            )),
+            Format::Protobuf
+        );
+        // Another message, another encoding, or refused outright: not what is served.
+        for accept in [
+            "application/vnd.google.protobuf;proto=other.Message;encoding=delimited",
+            "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text",
+            "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0",
+            "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.2,text/plain;q=0.9",
+        ] {
+            assert_eq!(negotiate(Some(accept)), Format::Text, "{accept}");
+        }
+        assert_eq!(Format::Text.content_type(), CONTENT_TYPE);
+        assert!(Format::Protobuf
+            .content_type()
+            .parse::<mime::Mime>()
+            .is_ok());
+    }
 }

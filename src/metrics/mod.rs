@@ -10,6 +10,8 @@ pub mod buckets;
 pub mod exposition;
 mod hdr;
 pub mod labels;
+pub mod native;
+mod proto;
 mod registry;
 pub mod routes;
 mod shard;

@@ -12,7 +12,7 @@ use crate::metrics::lock;
 use crate::metrics::routes::RouteTable;
 use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
-use crate::metrics::tap::TapMetrics;
+use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, ErrorKind, Recorder};
 
 /// Error counts by [`ErrorKind::ALL`] index.
@@ -107,13 +107,30 @@ impl Registry {
     /// The Prometheus text exposition (format 0.0.4). Adds the shards up one at a time,
     /// then formats with no lock held.
     pub fn encode_prometheus(&self) -> String {
-        let taps = if self.enabled {
+        let taps = self.enabled_taps();
+        exposition::encode(&collect(&taps, Collect::Counts), &self.buckets)
+    }
+
+    /// The exposition in `format`: text as [`encode_prometheus`](Self::encode_prometheus),
+    /// or the protobuf one with native histograms (derived from the HDR copies, which are
+    /// added up too).
+    pub fn encode(&self, format: exposition::Format) -> Vec<u8> {
+        match format {
+            exposition::Format::Text => self.encode_prometheus().into_bytes(),
+            exposition::Format::Protobuf => {
+                let taps = self.enabled_taps();
+                exposition::encode_protobuf(&collect(&taps, Collect::WithHdr), &self.buckets)
+            }
+        }
+    }
+
+    /// Every tap, or none under `--no-metrics`.
+    fn enabled_taps(&self) -> Vec<Arc<TapMetrics>> {
+        if self.enabled {
             self.taps()
         } else {
             Vec::new()
-        };
-        let counts: Vec<_> = taps.iter().map(|t| (&**t, t.collect())).collect();
-        exposition::encode(&counts, &self.buckets)
+        }
     }
 
     /// Exact percentiles of every series since the last reset, with the histograms.
@@ -134,8 +151,7 @@ impl Registry {
             .iter()
             .enumerate()
             .map(|(registered, t)| {
-                t.drain_pending();
-                let counts = t.collect();
+                let counts = t.collect(Collect::WithHdr);
                 let (at_reset, heads_at_reset) = baseline
                     .iter()
                     .find(|(name, _, _)| name == t.name())
@@ -157,8 +173,8 @@ impl Registry {
                     position: u32::try_from(position).unwrap_or(u32::MAX),
                     window_errors,
                     window_heads,
+                    series: t.hdr_series(&counts),
                     counts,
-                    series: t.hdr_series(),
                 }
             })
             .collect();
@@ -174,13 +190,17 @@ impl Registry {
         let mut baseline = Vec::new();
         for t in self.taps() {
             t.reset_hdr();
-            let counts = t.collect();
+            let counts = t.collect(Collect::Counts);
             baseline.push((t.name().to_owned(), counts.errors, counts.heads));
         }
         *lock(&self.error_baseline) = baseline;
         *since = SystemTime::now();
         *since
     }
+}
+
+fn collect(taps: &[Arc<TapMetrics>], what: Collect) -> Vec<(&TapMetrics, TapCounts)> {
+    taps.iter().map(|t| (&**t, t.collect(what))).collect()
 }
 
 impl std::fmt::Debug for Registry {

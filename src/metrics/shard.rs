@@ -4,19 +4,14 @@
 //! observation on a shared prometheus Histogram, measured). Each thread therefore counts
 //! into its own shard, plain integers behind a mutex that only its owner takes on the hot
 //! path: an uncontended lock is one compare-and-swap on a line the owner already holds.
-//! A scrape takes each shard's lock for the few microseconds it needs to add the counts up,
-//! and formats outside every lock.
+//! A scrape takes each shard's lock once per route, for the few microseconds it needs to
+//! add that route's counts (and HDR copies) up, and formats outside every lock.
 
-use std::sync::Arc;
+use hdrhistogram::Histogram;
 
-use crate::metrics::hdr::HdrCell;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
-use crate::metrics::lock;
 use crate::phase::Phase;
 use crate::recorder::{ErrorKind, RouteId};
-
-/// Values buffered per series before they go into the shared HDR histogram in one batch.
-pub const PENDING: usize = 32;
 
 /// Keeps each thread's shard on cache lines of its own (adjacent-line prefetch included),
 /// whatever the allocator puts next to it.
@@ -114,24 +109,6 @@ impl ThreadShard {
         }
         self.routes[i].get_or_insert_with(|| Box::new(RouteShard::new()))
     }
-
-    /// Moves every buffered HDR value into the shared histograms.
-    pub fn flush_pending(&mut self) {
-        self.series_mut().for_each(SeriesShard::flush);
-    }
-
-    /// Drops every buffered HDR value (a reset happened).
-    pub fn discard_pending(&mut self) {
-        self.series_mut().for_each(|s| s.pending_len = 0);
-    }
-
-    fn series_mut(&mut self) -> impl Iterator<Item = &mut SeriesShard> {
-        self.routes
-            .iter_mut()
-            .flatten()
-            .flat_map(|r| r.phases.iter_mut().flatten())
-            .map(|b| &mut **b)
-    }
 }
 
 pub struct RouteShard {
@@ -154,20 +131,24 @@ impl RouteShard {
 pub struct SeriesShard {
     /// Per-bucket (not cumulative) counts, the last one being `+Inf`.
     pub buckets: Box<[u64]>,
+    /// Since the process started, like the buckets.
     pub sum_ns: u128,
-    pending: [u64; PENDING],
-    pending_len: usize,
-    hdr: Arc<HdrCell>,
+    /// This thread's HDR copy, since the process started (a reset subtracts a baseline
+    /// instead of emptying it, so that the native histograms derived from it only grow).
+    pub hdr: Histogram<u64>,
+    /// Exact extremes since the last reset (`u64::MAX` and 0 when none).
+    pub min_ns: u64,
+    pub max_ns: u64,
 }
 
 impl SeriesShard {
-    pub fn new(slots: usize, hdr: Arc<HdrCell>) -> Self {
+    pub fn new(slots: usize, hdr: &Histogram<u64>) -> Self {
         Self {
             buckets: vec![0; slots].into_boxed_slice(),
             sum_ns: 0,
-            pending: [0; PENDING],
-            pending_len: 0,
-            hdr,
+            hdr: hdr.clone(),
+            min_ns: u64::MAX,
+            max_ns: 0,
         }
     }
 
@@ -175,49 +156,45 @@ impl SeriesShard {
     pub fn observe(&mut self, bucket: usize, ns: u64) {
         self.buckets[bucket] += 1;
         self.sum_ns += u128::from(ns);
-        self.pending[self.pending_len] = ns;
-        self.pending_len += 1;
-        if self.pending_len == PENDING {
-            self.flush();
-        }
+        self.hdr.saturating_record(ns);
+        self.min_ns = self.min_ns.min(ns);
+        self.max_ns = self.max_ns.max(ns);
     }
 
-    pub fn flush(&mut self) {
-        if self.pending_len > 0 {
-            lock(&self.hdr).record(&self.pending[..self.pending_len]);
-            self.pending_len = 0;
-        }
+    /// Starts a new window for the exact minimum and maximum (a reset).
+    pub fn restart_extremes(&mut self) {
+        self.min_ns = u64::MAX;
+        self.max_ns = 0;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::hdr::HdrStore;
+    use crate::metrics::hdr::{template, HIGHEST_NS};
 
     #[test]
-    fn hdr_values_arrive_in_batches_and_on_flush() {
-        let store = HdrStore::new().unwrap();
+    fn a_series_records_buckets_hdr_and_extremes_and_restarts_its_extremes() {
+        let template = template().unwrap();
         let mut shard = ThreadShard::default();
-        let cell = store.cell(RouteId(3), Phase::Total);
         let route = shard.route(RouteId(3));
         let series = route.phases[Phase::Total.index()]
-            .get_or_insert_with(|| Box::new(SeriesShard::new(4, Arc::clone(&cell))));
-        for i in 0..PENDING as u64 + 1 {
-            series.observe(1, i);
+            .get_or_insert_with(|| Box::new(SeriesShard::new(4, &template)));
+        for ns in [300, 1_000, 0, HIGHEST_NS * 2] {
+            series.observe(1, ns);
         }
-        assert_eq!(series.buckets[1], PENDING as u64 + 1);
-        assert_eq!(lock(&cell).count(), PENDING as u64, "one full batch");
-        shard.flush_pending();
-        assert_eq!(lock(&cell).count(), PENDING as u64 + 1);
+        assert_eq!(series.buckets[1], 4);
+        assert_eq!(series.hdr.len(), 4);
+        assert_eq!(series.sum_ns, 1_300 + u128::from(HIGHEST_NS) * 2);
+        assert_eq!((series.min_ns, series.max_ns), (0, HIGHEST_NS * 2));
+        let p50 = series.hdr.value_at_quantile(0.5);
+        assert!((300..=303).contains(&p50), "{p50}");
 
-        let series = shard.route(RouteId(3)).phases[Phase::Total.index()]
-            .as_mut()
-            .unwrap();
+        series.restart_extremes();
+        assert_eq!((series.min_ns, series.max_ns), (u64::MAX, 0));
+        assert_eq!(series.hdr.len(), 4, "the HDR copy is never emptied");
         series.observe(0, 7);
-        shard.discard_pending();
-        shard.flush_pending();
-        assert_eq!(lock(&cell).count(), PENDING as u64 + 1, "discarded");
+        assert_eq!((series.min_ns, series.max_ns), (7, 7));
         assert_eq!(shard.routes.len(), 4);
     }
 }

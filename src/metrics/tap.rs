@@ -3,11 +3,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use hdrhistogram::Histogram;
 use thread_local::ThreadLocal;
 
 use crate::config::{Protocol, TapConfig};
 use crate::metrics::buckets::Buckets;
-use crate::metrics::hdr::{HdrSeries, HdrStore};
+use crate::metrics::hdr::{self, HdrSeries};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
 use crate::metrics::lock;
 use crate::metrics::routes::RouteTable;
@@ -24,14 +25,49 @@ pub struct TapMetrics {
     routes: Arc<RouteTable>,
     buckets: Arc<Buckets>,
     shards: ThreadLocal<CachePadded<Mutex<ThreadShard>>>,
-    hdr: HdrStore,
+    /// The empty HDR histogram each new series clones.
+    hdr_template: Histogram<u64>,
+    /// What the HDR copies held at the last reset, subtracted from every snapshot.
+    baseline: Mutex<HashMap<(RouteId, Phase), Baseline>>,
+}
+
+/// One series' HDR histogram and sum as they were at the last reset.
+#[derive(Debug)]
+struct Baseline {
+    hist: Histogram<u64>,
+    sum_ns: u128,
+}
+
+/// What [`TapMetrics::collect`] copies besides the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Collect {
+    /// Counters and classic buckets only (the text exposition).
+    Counts,
+    /// Also the HDR copies, added up over the threads (snapshots, native histograms).
+    WithHdr,
+    /// As `WithHdr`, and start a new window for each thread's exact min and max, in the
+    /// same lock that copies its histograms (a reset).
+    Reset,
+}
+
+/// One (route, phase) series added up over the threads.
+#[derive(Debug)]
+pub(crate) struct SeriesCounts {
+    /// Per-bucket (not cumulative) counts, the last one `+Inf`.
+    pub buckets: Vec<u64>,
+    /// Since the process started.
+    pub sum_ns: u128,
+    /// The merged HDR copies since the process started, with `Collect::WithHdr`.
+    pub hdr: Option<Histogram<u64>>,
+    /// Exact extremes since the last reset.
+    pub min_ns: u64,
+    pub max_ns: u64,
 }
 
 /// A tap's counts added up over all threads at one scrape.
 #[derive(Debug, Default)]
 pub(crate) struct TapCounts {
-    /// (route, phase) → per-bucket counts and the sum in ns.
-    pub series: HashMap<(RouteId, Phase), (Vec<u64>, u128)>,
+    pub series: HashMap<(RouteId, Phase), SeriesCounts>,
     pub requests: HashMap<RouteId, [[u64; STATUS_CLASSES.len()]; METHODS.len()]>,
     pub errors: [u64; ErrorKind::ALL.len()],
     pub opened: [u64; 2],
@@ -77,7 +113,8 @@ impl TapMetrics {
             routes,
             buckets,
             shards: ThreadLocal::new(),
-            hdr: HdrStore::new()?,
+            hdr_template: hdr::template()?,
+            baseline: Mutex::new(HashMap::new()),
         })
     }
 
@@ -105,13 +142,27 @@ impl TapMetrics {
         )
     }
 
-    /// Adds up every thread's counts. Holds one shard lock at a time, briefly.
-    pub(crate) fn collect(&self) -> TapCounts {
+    /// Adds up every thread's counts. Takes each thread's lock once per route, so that a
+    /// worker waits at most for one route's copy, never for a whole scrape.
+    pub(crate) fn collect(&self, what: Collect) -> TapCounts {
         let mut acc = TapCounts::default();
         for shard in self.shards.iter() {
-            let shard = lock(&shard.0);
-            for (r, route) in shard.routes.iter().enumerate() {
-                let Some(route) = route else { continue };
+            let routes = {
+                let shard = lock(&shard.0);
+                add(&mut acc.errors, &shard.errors);
+                add(&mut acc.opened, &shard.opened);
+                add(&mut acc.closed, &shard.closed);
+                add(&mut acc.bytes, &shard.bytes);
+                acc.pushed += shard.pushed;
+                add(&mut acc.correlations, &shard.correlations);
+                acc.heads.add(&shard.heads);
+                shard.routes.len()
+            };
+            for r in 0..routes {
+                let mut shard = lock(&shard.0);
+                let Some(Some(route)) = shard.routes.get_mut(r) else {
+                    continue;
+                };
                 // Route ids are u16, so r fits.
                 let id = RouteId(r as u16);
                 let req = acc
@@ -123,53 +174,93 @@ impl TapMetrics {
                         *a += n;
                     }
                 }
-                for (phase, series) in Phase::ALL.iter().zip(&route.phases) {
+                for (phase, series) in Phase::ALL.iter().zip(route.phases.iter_mut()) {
                     let Some(series) = series else { continue };
-                    let (buckets, sum) = acc
+                    let s = acc
                         .series
                         .entry((id, *phase))
-                        .or_insert_with(|| (vec![0; series.buckets.len()], 0));
-                    for (a, n) in buckets.iter_mut().zip(series.buckets.iter()) {
+                        .or_insert_with(|| SeriesCounts {
+                            buckets: vec![0; series.buckets.len()],
+                            sum_ns: 0,
+                            hdr: None,
+                            min_ns: u64::MAX,
+                            max_ns: 0,
+                        });
+                    for (a, n) in s.buckets.iter_mut().zip(series.buckets.iter()) {
                         *a += n;
                     }
-                    *sum += series.sum_ns;
+                    s.sum_ns += series.sum_ns;
+                    s.min_ns = s.min_ns.min(series.min_ns);
+                    s.max_ns = s.max_ns.max(series.max_ns);
+                    if what != Collect::Counts {
+                        match &mut s.hdr {
+                            None => s.hdr = Some(series.hdr.clone()),
+                            Some(h) => {
+                                if let Err(e) = h.add(&series.hdr) {
+                                    // Same layout everywhere, so this cannot happen.
+                                    tracing::error!(error = %e, "merging HDR copies failed");
+                                }
+                            }
+                        }
+                    }
+                }
+                if what == Collect::Reset {
+                    route
+                        .phases
+                        .iter_mut()
+                        .flatten()
+                        .for_each(|s| s.restart_extremes());
                 }
             }
-            add(&mut acc.errors, &shard.errors);
-            add(&mut acc.opened, &shard.opened);
-            add(&mut acc.closed, &shard.closed);
-            add(&mut acc.bytes, &shard.bytes);
-            acc.pushed += shard.pushed;
-            add(&mut acc.correlations, &shard.correlations);
-            acc.heads.add(&shard.heads);
         }
         acc
     }
 
-    /// Moves every thread's buffered HDR values into the shared histograms.
-    pub(crate) fn drain_pending(&self) {
-        for shard in self.shards.iter() {
-            lock(&shard.0).flush_pending();
+    /// Every series since the last reset, from counts collected `WithHdr`: the merged HDR
+    /// copies minus the baseline the reset took.
+    pub(crate) fn hdr_series(&self, counts: &TapCounts) -> Vec<(RouteId, Phase, HdrSeries)> {
+        let baseline = lock(&self.baseline);
+        let mut out = Vec::with_capacity(counts.series.len());
+        for (&(route, phase), s) in &counts.series {
+            let Some(hist) = &s.hdr else { continue };
+            let mut hist = hist.clone();
+            let mut sum_ns = s.sum_ns;
+            if let Some(b) = baseline.get(&(route, phase)) {
+                if let Err(e) = hist.subtract(&b.hist) {
+                    // Copies only grow, so the baseline is always below them.
+                    tracing::error!(error = %e, "subtracting the reset baseline failed");
+                }
+                sum_ns = sum_ns.saturating_sub(b.sum_ns);
+            }
+            out.push((
+                route,
+                phase,
+                HdrSeries {
+                    hist,
+                    sum_ns,
+                    min_ns: s.min_ns,
+                    max_ns: s.max_ns,
+                },
+            ));
         }
+        out
     }
 
-    /// Copies of every HDR series (call [`drain_pending`](Self::drain_pending) first). Each
-    /// series is locked only for its copy; the statistics are computed outside.
-    pub(crate) fn hdr_series(&self) -> Vec<(RouteId, Phase, HdrSeries)> {
-        self.hdr
-            .cells()
-            .into_iter()
-            .map(|((route, phase), cell)| (route, phase, lock(&cell).clone()))
-            .collect()
-    }
-
-    /// Empties the HDR copies. An exchange recorded while this runs may land on either side.
+    /// Starts a new snapshot window: what the HDR copies hold now becomes the baseline. An
+    /// exchange recorded while this runs may land on either side.
     pub(crate) fn reset_hdr(&self) {
-        for shard in self.shards.iter() {
-            lock(&shard.0).discard_pending();
-        }
-        for (_, cell) in self.hdr.cells() {
-            lock(&cell).reset();
+        let counts = self.collect(Collect::Reset);
+        let mut baseline = lock(&self.baseline);
+        for (key, s) in counts.series {
+            if let Some(hist) = s.hdr {
+                baseline.insert(
+                    key,
+                    Baseline {
+                        hist,
+                        sum_ns: s.sum_ns,
+                    },
+                );
+            }
         }
     }
 }
@@ -195,10 +286,7 @@ impl Recorder for TapMetrics {
         rs.requests[method][status] += 1;
         for (phase, ns) in record.phases.iter() {
             let series = rs.phases[phase.index()].get_or_insert_with(|| {
-                Box::new(SeriesShard::new(
-                    self.buckets.slots(),
-                    self.hdr.cell(route, phase),
-                ))
+                Box::new(SeriesShard::new(self.buckets.slots(), &self.hdr_template))
             });
             series.observe(self.buckets.index(ns), ns);
         }
@@ -230,12 +318,6 @@ impl Recorder for TapMetrics {
 
     fn request_head(&self, bytes: usize, fields: usize) {
         self.shard().heads.record(bytes, fields);
-    }
-
-    /// Every count is visible to a scrape as soon as it is recorded; this only moves the
-    /// buffered HDR values so that the shared histograms are complete on their own.
-    fn flush(&self) {
-        self.drain_pending();
     }
 }
 

@@ -11,45 +11,192 @@
 //! still in cache, and no allocator call is made per request. Freeing to the allocator
 //! instead would not lower the memory either: the allocator keeps freed 8 KiB blocks
 //! resident, scattered between the connections' long-lived state.
+//!
+//! So that memory follows the load, the buffers of the pooled size are pages of their own,
+//! mapped from the system (`mmap`) rather than taken from the allocator's heap, and each
+//! worker calls [`trim`] once a second: pooled buffers that stayed unused for the whole
+//! second are unmapped. From the heap, the buffers of a burst end up interleaved with the
+//! long-lived state of the connections opened during it, and freeing them leaves holes
+//! the allocator keeps resident (with glibc, 7.5 KB per connection stayed after a burst of
+//! 5,000 against 3.4 KB for connections opened one by one, `malloc_trim` included; see
+//! docs/BENCHMARKS.md). Unmapped pages go back to the system whole, at once.
 
 use std::cell::RefCell;
 
 /// Capacity of a buffer when it is first needed.
 pub const INITIAL: usize = 8 * 1024;
-/// Buffers each thread keeps for reuse (2 MiB); past that, given-back buffers are freed.
-const POOL_MAX: usize = 256;
+/// Buffers each thread keeps for reuse (8 MiB); past that, given-back buffers are
+/// unmapped at once. Large enough that a steady load of many connections per worker does
+/// not map and unmap a buffer per request: [`trim`] returns what goes unused.
+const POOL_MAX: usize = 1024;
+/// How often each worker calls [`trim`].
+pub const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-thread_local! {
-    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+#[derive(Default)]
+struct Pool {
+    buffers: Vec<Pages>,
+    /// The fewest buffers the pool held since the last trim: that many went unused.
+    low: usize,
 }
 
-/// A buffer of `INITIAL` bytes, from the pool when it has one.
-fn take() -> Vec<u8> {
-    POOL.with(|pool| pool.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0; INITIAL])
+thread_local! {
+    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
+}
+
+/// A buffer of `INITIAL` bytes, from the pool when it has one, else newly mapped (or from
+/// the heap if the system refuses a mapping).
+fn take() -> Block {
+    let pooled = POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let b = pool.buffers.pop();
+        pool.low = pool.low.min(pool.buffers.len());
+        b
+    });
+    match pooled.or_else(Pages::map) {
+        Some(p) => Block::Pages(p),
+        None => Block::Heap(vec![0; INITIAL].into_boxed_slice()),
+    }
 }
 
 #[cfg(test)]
 fn pooled() -> usize {
-    POOL.with(|pool| pool.borrow().len())
+    POOL.with(|pool| pool.borrow().buffers.len())
 }
 
-/// Keeps a buffer of the pooled size for reuse; frees any other.
-fn give(data: Vec<u8>) {
-    if data.len() != INITIAL {
-        return;
+/// Keeps mapped pages for reuse while the pool has room; frees anything else.
+fn give(block: Block) {
+    if let Block::Pages(p) = block {
+        POOL.with(|pool| {
+            let mut pool = pool.borrow_mut();
+            if pool.buffers.len() < POOL_MAX {
+                pool.buffers.push(p);
+            }
+        });
     }
-    POOL.with(|pool| {
+}
+
+/// Unmaps the pooled buffers this thread did not use since the last call. Each worker
+/// calls it every [`TRIM_EVERY`]; returns the bytes given back.
+pub fn trim() -> usize {
+    let dropped = POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
-        if pool.len() < POOL_MAX {
-            pool.push(data);
-        }
+        let keep = pool.buffers.len() - pool.low.min(pool.buffers.len());
+        let dropped: Vec<Pages> = pool.buffers.drain(keep..).collect();
+        pool.low = pool.buffers.len();
+        dropped
     });
+    dropped.len() * INITIAL
+}
+
+/// `INITIAL` bytes of anonymous memory mapped for one buffer: zero-filled, resident only
+/// once touched, and returned to the system whole when dropped.
+struct Pages(std::ptr::NonNull<u8>);
+
+// SAFETY: the mapping is owned by one `Pages` and only reached through it.
+unsafe impl Send for Pages {}
+
+impl Pages {
+    fn map() -> Option<Pages> {
+        // SAFETY: a fresh private anonymous mapping touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                INITIAL,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        std::ptr::NonNull::new(p.cast()).map(Pages)
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is INITIAL bytes, readable, and lives as long as self.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr(), INITIAL) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, writable, and borrowed mutably through self only.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), INITIAL) }
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`, which nothing else refers to.
+        unsafe {
+            libc::munmap(self.0.as_ptr().cast(), INITIAL);
+        }
+    }
+}
+
+/// What a buffer's bytes live in.
+#[derive(Default)]
+enum Block {
+    #[default]
+    None,
+    /// The pooled size, mapped pages.
+    Pages(Pages),
+    /// Smaller (a tap with a lower limit) or grown past `INITIAL`: from the heap. A boxed
+    /// slice rather than a Vec keeps a `Buf` at 40 bytes, in every connection's state.
+    Heap(Box<[u8]>),
+}
+
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Block({} bytes)", self.len())
+    }
+}
+
+impl Block {
+    #[inline]
+    fn len(&self) -> usize {
+        match self {
+            Block::None => 0,
+            Block::Pages(_) => INITIAL,
+            Block::Heap(v) => v.len(),
+        }
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Block::None => &[],
+            Block::Pages(p) => p.as_slice(),
+            Block::Heap(v) => v,
+        }
+    }
+
+    #[inline]
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Block::None => &mut [],
+            Block::Pages(p) => p.as_mut_slice(),
+            Block::Heap(v) => v,
+        }
+    }
+
+    /// Grows to `len` bytes, keeping the content (mapped pages move to the heap).
+    fn grow(&mut self, len: usize) {
+        let mut v = vec![0; len];
+        let old = self.as_slice();
+        v[..old.len()].copy_from_slice(old);
+        *self = Block::Heap(v.into_boxed_slice());
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct Buf {
-    data: Vec<u8>,
+    data: Block,
     start: usize,
     end: usize,
 }
@@ -57,7 +204,7 @@ pub struct Buf {
 impl Buf {
     pub const fn new() -> Self {
         Self {
-            data: Vec::new(),
+            data: Block::None,
             start: 0,
             end: 0,
         }
@@ -66,7 +213,7 @@ impl Buf {
     /// The bytes read and not yet consumed.
     #[inline]
     pub fn filled(&self) -> &[u8] {
-        &self.data[self.start..self.end]
+        &self.data.as_slice()[self.start..self.end]
     }
 
     #[inline]
@@ -98,21 +245,23 @@ impl Buf {
             self.data = if limit >= INITIAL {
                 take()
             } else {
-                vec![0; limit.max(1)]
+                Block::Heap(vec![0; limit.max(1)].into_boxed_slice())
             };
         }
         if self.end == self.data.len() && self.start > 0 {
-            self.data.copy_within(self.start..self.end, 0);
+            self.data
+                .as_mut_slice()
+                .copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
         if self.end == self.data.len() && self.data.len() < limit {
             let grown = (self.data.len() * 2).min(limit);
-            self.data.resize(grown, 0);
+            self.data.grow(grown);
         }
         let room = limit.saturating_sub(self.len());
         let stop = self.data.len().min(self.end + room);
-        &mut self.data[self.end..stop]
+        &mut self.data.as_mut_slice()[self.end..stop]
     }
 
     /// Marks `n` bytes of the spare room as filled.
@@ -168,6 +317,48 @@ mod tests {
         assert!(!b.is_allocated());
     }
 
+    /// Every connection holds two of these, idle or not; idle, they hold nothing else
+    /// (the listener's test keeps the whole task state under its budget).
+    #[test]
+    fn an_idle_buffer_is_40_bytes_and_holds_no_memory() {
+        assert!(
+            std::mem::size_of::<Buf>() <= 40,
+            "{}",
+            std::mem::size_of::<Buf>()
+        );
+        let mut b = Buf::new();
+        b.spare(INITIAL)[..2].copy_from_slice(b"hi");
+        b.commit(2);
+        b.consume(2);
+        b.release();
+        assert!(!b.is_allocated());
+    }
+
+    #[test]
+    fn buffers_unused_for_a_whole_trim_interval_are_freed() {
+        // A burst: many buffers in use at once, all given back; the pool keeps POOL_MAX.
+        let mut bufs: Vec<Buf> = (0..POOL_MAX + 10).map(|_| Buf::new()).collect();
+        for b in &mut bufs {
+            b.spare(INITIAL);
+        }
+        trim(); // the interval starts with the pool drained
+        for b in &mut bufs {
+            b.release();
+        }
+        assert_eq!(pooled(), POOL_MAX, "the pool is bounded");
+        // Within the interval of the burst nothing pooled is freed: all were in use.
+        trim();
+        assert_eq!(pooled(), POOL_MAX);
+        // One buffer taken and given back: the rest stayed unused for a whole interval.
+        bufs[0].spare(INITIAL);
+        bufs[0].release();
+        assert_eq!(trim(), (POOL_MAX - 1) * INITIAL);
+        assert_eq!(pooled(), 1);
+        assert_eq!(trim(), INITIAL);
+        assert_eq!(pooled(), 0);
+        assert_eq!(trim(), 0);
+    }
+
     #[test]
     fn given_back_buffers_are_reused_and_grown_ones_freed() {
         let base = pooled();
@@ -190,7 +381,7 @@ mod tests {
         );
         assert_eq!(pooled(), base);
         assert!(b.filled().is_empty());
-        // Fill it past its first size: it grows, and is freed rather than pooled.
+        // Fill it past its first size: it grows (onto the heap), and is freed, not pooled.
         while b.len() <= INITIAL {
             let n = b.spare(4 * INITIAL).len();
             b.commit(n);

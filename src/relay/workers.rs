@@ -63,7 +63,10 @@ impl Workers {
                 .name(format!("phasescope-worker-{i}"))
                 .spawn(move || {
                     runtime.block_on(async move {
-                        let _ = done_rx.wait_for(|done| *done).await;
+                        tokio::select! {
+                            _ = done_rx.wait_for(|done| *done) => {}
+                            () = trim_buffers() => {}
+                        }
                     });
                 })
                 .context("cannot start a worker thread")?;
@@ -114,6 +117,17 @@ impl Workers {
             }
         }
         best
+    }
+}
+
+/// Gives this worker's unused pooled buffers back, once a second, so that the memory a
+/// burst took returns when it is over (`buffer::trim`).
+async fn trim_buffers() {
+    let mut tick = tokio::time::interval(super::buffer::TRIM_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        super::buffer::trim();
     }
 }
 
