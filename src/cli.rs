@@ -53,6 +53,9 @@ pub enum Command {
     /// A first run with nothing to install: an embedded upstream, the proxy in front of it,
     /// some load, the per-phase report, and the live page until Ctrl-C.
     Demo(crate::demo::DemoArgs),
+    /// A/B benchmark of two running servers through an embedded proxy: interleaved runs,
+    /// then compare's verdict with its power
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Overrides of the config for `run`. `--listen`, `--upstream` and `--protocol` apply to
@@ -185,7 +188,7 @@ pub struct CompareArgs {
 
     /// Run-to-run variation assumed for a side with a single run, PCT % (one run cannot
     /// show it)
-    #[arg(long, value_name = "PCT", default_value_t = 5.0)]
+    #[arg(long, value_name = "PCT", default_value_t = 10.0)]
     pub drift: f64,
 
     /// Compare only this tap (repeatable); its total and request rate become the primary

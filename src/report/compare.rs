@@ -10,7 +10,7 @@
 //!   interval is made of run-to-run variation, the noise of a rerun;
 //! - one run on a side: a bootstrap from the histograms gives the sampling noise inside
 //!   the runs, and a run-to-run drift that one run cannot show is added as an assumed
-//!   coefficient of variation (`--drift`, 5 %): one run alone is `different` only for a
+//!   coefficient of variation (`--drift`, 10 %): one run alone is `different` only for a
 //!   change far beyond what reruns drift by;
 //! - the primary rows (the front tap's `total` and request rate, per route) share α by
 //!   Bonferroni; the other rows explain and are controlled by Benjamini–Hochberg.
@@ -72,7 +72,7 @@ impl Default for Options {
             alpha: 0.05,
             threshold: 0.02,
             detect: 0.01,
-            drift: 0.05,
+            drift: 0.10,
             resamples: 1000,
             max_draws: 10_000,
             seed: 1,
