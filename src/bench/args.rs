@@ -69,3 +69,59 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn bench_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "bench",
+            "--a",
+            "127.0.0.1:7379",
+            "--b",
+            "127.0.0.1:7380",
+            "--path",
+            "/PING",
+            "--path",
+            "/GET/k",
+            "--duration",
+            "2s",
+            "--rate",
+            "1000",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!(b.path, ["/PING", "/GET/k"]);
+        assert_eq!((b.runs, b.connections, b.threads), (10, 50, 2));
+        assert_eq!(b.duration.as_secs(), 2);
+        assert_eq!(b.warmup.as_secs(), 2);
+        assert_eq!(b.rate, Some(1000.0));
+        assert!(
+            Cli::try_parse_from(["phasescope", "bench", "--a", "x:1"]).is_err(),
+            "--b is required"
+        );
+        assert!(
+            Cli::try_parse_from([
+                "phasescope",
+                "bench",
+                "--a",
+                "x:1",
+                "--b",
+                "y:1",
+                "--rate",
+                "5",
+                "--load",
+                "wrk"
+            ])
+            .is_err(),
+            "--rate and --load exclude each other"
+        );
+    }
+}

@@ -31,7 +31,7 @@ const HEADERS: [&str; 11] = [
     "change [interval]",
     "cv A / B",
     "mde",
-    "runs for detect",
+    "runs to detect",
     "verdict",
 ];
 
@@ -129,8 +129,8 @@ fn header_lines(c: &Comparison) -> Vec<String> {
         format!("B: {}", side(&c.b)),
         method.to_owned(),
         format!(
-            "same: inside ±{:.1} %; different: beyond it; change = B/A − 1; runs for detect: \
-             runs a side to detect {:.1} %",
+            "same: inside ±{:.1} %; different: beyond it; change = B/A − 1; runs to detect: \
+             runs a side to detect {:.1} % (80 % power)",
             c.threshold * 100.0,
             c.detect * 100.0
         ),
