@@ -485,9 +485,12 @@ fn live_a_20_percent_slower_upstream_is_never_same_or_faster() {
 
     // One run per side: resampling sees the wait, the assumed drift keeps it cautious.
     let one = compare_json(&[&a[0]], &[&b[0]], &[]);
-    let change = row(&one, "total")["change"].as_f64().unwrap();
-    // one pair of runs drifts (the first run of a process is often slower): only the
-    // sign is sure
-    assert!(change > 0.05, "{change}");
-    assert_ne!(verdict_of(&one, "total"), "same", "{one:#}");
+    // One pair of runs drifts (the first run of a process is often slower, a busy
+    // machine stalls one): the assumed drift keeps a 20 % change from one pair
+    // `unknown` or, when the pair is clean, `different` (slower); never `same` or faster.
+    let one_total = verdict_of(&one, "total");
+    assert!(
+        one_total == "unknown" || one_total == "different slower",
+        "{one:#}"
+    );
 }

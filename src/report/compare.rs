@@ -720,6 +720,12 @@ fn failures(rows: &[Row], limit: f64, phases: &[String]) -> Vec<String> {
     out
 }
 
+/// A fraction as a percentage without needless decimals: 0.01 → "1", 0.005 → "0.5".
+fn percent(fraction: f64) -> String {
+    let s = format!("{:.2}", fraction * 100.0);
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
 /// A primary row's outcome in words, with the power of the experiment.
 pub fn statement(r: &Row, opts: &Options) -> String {
     let name = format!("{}/{} {} {}", r.tap, r.route, r.phase, r.statistic.as_str());
@@ -730,7 +736,7 @@ pub fn statement(r: &Row, opts: &Options) -> String {
         );
     };
     let pct = |v: f64| format!("{:+.1} %", v * 100.0);
-    let t = opts.threshold * 100.0;
+    let t = percent(opts.threshold);
     let runs = format!(
         "{} run{} a side",
         r.runs_a.min(r.runs_b),
@@ -750,27 +756,27 @@ pub fn statement(r: &Row, opts: &Options) -> String {
     };
     match (r.verdict, r.direction) {
         (Outcome::Same, _) => format!(
-            "{name}: same: no difference of {t:.0} % or more ({} [{}, {}], ±{:.1} %)",
+            "{name}: same: no difference of {t} % or more ({} [{}, {}], ±{:.1} %)",
             pct(change),
             pct(low),
             pct(high),
             (high - low) * 50.0
         ),
         (Outcome::Different, Some(dir)) => format!(
-            "{name}: different: {} by {} [{}, {}], beyond the {t:.0} % threshold",
+            "{name}: different: {} by {} [{}, {}], beyond the {t} % threshold",
             dir.as_str(),
             pct(change),
             pct(low),
             pct(high)
         ),
         _ => format!(
-            "{name}: unknown: {} [{}, {}]; {runs} detect {:.1} % or more; to detect {:.0} % you \
+            "{name}: unknown: {} [{}, {}]; {runs} detect {:.1} % or more; to detect {} % you \
              need {need}{assumed}",
             pct(change),
             pct(low),
             pct(high),
             r.mde.unwrap_or(f64::NAN) * 100.0,
-            opts.detect * 100.0
+            percent(opts.detect)
         ),
     }
 }

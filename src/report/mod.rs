@@ -11,7 +11,6 @@ pub mod commands;
 pub mod compare;
 pub mod compare_table;
 pub mod dataset;
-pub mod distributions;
 pub mod headline;
 pub mod http;
 pub mod multiplicity;
@@ -24,7 +23,6 @@ pub mod svg;
 pub mod table;
 pub mod units;
 pub mod verdict;
-pub mod welch;
 
 pub use compare::{compare, Comparison, Direction, Options as CompareOptions, Statistic};
 pub use dataset::Dataset;
