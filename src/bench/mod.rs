@@ -34,6 +34,8 @@ const GRACE: Duration = Duration::from_secs(2);
 /// The proxy records an exchange just after its last byte reached the client: a moment
 /// for the last ones before the snapshot.
 const SETTLE: Duration = Duration::from_millis(50);
+/// At most this long for the last exchanges to be recorded.
+const SETTLE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// `phasescope bench`.
 pub fn command(args: &BenchArgs) -> ExitCode {
@@ -172,8 +174,7 @@ async fn experiment(
             }
         };
         bar.abort();
-        tokio::time::sleep(SETTLE).await;
-        let snap = registry.snapshot();
+        let snap = settled(registry, side, generated.as_ref()).await;
         let record = RunRecord::new(i + 1, side, &snap, generated);
         progress::done(
             i + 1,
@@ -234,6 +235,26 @@ async fn experiment(
         rerun,
         comparison,
     })
+}
+
+/// The snapshot once the proxy has recorded every exchange the generator saw answered
+/// (it records an exchange just after its last byte went out, and a starved worker may
+/// be late), within a deadline; with an external load, after a short pause.
+async fn settled(
+    registry: &Registry,
+    side: order::Side,
+    generated: Option<&load::Outcome>,
+) -> Snapshot {
+    let deadline = tokio::time::Instant::now() + SETTLE_DEADLINE;
+    tokio::time::sleep(SETTLE).await;
+    loop {
+        let snap = registry.snapshot();
+        let complete = generated.is_none_or(|g| recorded(&snap, side.tap()) >= g.requests);
+        if complete || tokio::time::Instant::now() >= deadline {
+            return snap;
+        }
+        tokio::time::sleep(SETTLE).await;
+    }
 }
 
 /// A warm-up: the built-in generator or the external command, unrecorded.
