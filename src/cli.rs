@@ -46,7 +46,7 @@ pub enum Command {
     Report(ReportArgs),
     /// Save a running proxy's snapshot to a file, optionally resetting it for the next run.
     Snapshot(SnapshotArgs),
-    /// Compare runs A with runs B: per phase, faster, slower, or no detectable difference.
+    /// Compare runs A with runs B: per phase, same, different (slower, faster) or unknown.
     /// Exit 1 when --fail-if-slower trips, 2 when the inputs cannot be read.
     Compare(CompareArgs),
     /// Estimate an upstream's request-parsing cost from how its time to first byte grows
@@ -55,6 +55,9 @@ pub enum Command {
     /// A first run with nothing to install: an embedded upstream, the proxy in front of it,
     /// some load, the per-phase report, and the live page until Ctrl-C.
     Demo(crate::demo::DemoArgs),
+    /// A/B benchmark of two running servers through an embedded proxy: interleaved runs,
+    /// then compare's verdict with its power
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Overrides of the config for `run`. `--listen`, `--upstream` and `--protocol` apply to
@@ -191,20 +194,51 @@ pub struct CompareArgs {
     #[arg(long, value_name = "B.json", required = true, num_args = 1..)]
     pub vs: Vec<PathBuf>,
 
-    /// Exit 1 when a checked phase is slower, with confidence, by more than PCT percent
-    /// (its whole interval above +PCT %) in mean, p50 or p99
+    /// Exit 1 when a primary row (the front tap's total and request rate) is slower, with
+    /// confidence, by more than PCT percent (its whole interval past +PCT %)
     #[arg(long, value_name = "PCT")]
     pub fail_if_slower: Option<f64>,
 
-    /// The phases --fail-if-slower checks; repeat for several, "all" for every phase
-    #[arg(long, value_name = "PHASE", default_value = "total")]
+    /// Phases --fail-if-slower also checks besides the primary rows; repeat for several,
+    /// "all" for every phase
+    #[arg(long, value_name = "PHASE")]
     pub fail_phase: Vec<String>,
+
+    /// `same` when the interval lies inside ±PCT %, `different` when beyond it
+    #[arg(long, value_name = "PCT", default_value_t = 2.0)]
+    pub threshold: f64,
+
+    /// The change the power statement is about: runs a side needed to detect PCT %
+    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
+    pub detect: f64,
+
+    /// Run-to-run variation assumed for a side with a single run, PCT % (one run cannot
+    /// show it)
+    #[arg(long, value_name = "PCT", default_value_t = 10.0)]
+    pub drift: f64,
+
+    /// Compare only this tap (repeatable); its total and request rate become the primary
+    /// question [default: every tap; the client-facing ones are primary]
+    #[arg(long, value_name = "TAP")]
+    pub tap: Vec<String>,
+
+    /// Compare B's tap NAME with A's --tap (an A/B bench: --tap a --vs-tap b)
+    #[arg(long, value_name = "NAME", requires = "tap")]
+    pub vs_tap: Option<String>,
+
+    /// The primary phase (repeatable) [default: total]
+    #[arg(long, value_name = "PHASE")]
+    pub phase: Vec<String>,
+
+    /// Compare only this route (repeatable) [default: every route]
+    #[arg(long, value_name = "ROUTE")]
+    pub route: Vec<String>,
 
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
 
-    /// Chance that any verdict of the table is wrong (split over its intervals)
+    /// Error rate of the primary question; false-discovery rate of the other rows
     #[arg(long, value_name = "ALPHA", default_value_t = 0.05)]
     pub alpha: f64,
 
@@ -461,7 +495,8 @@ mod tests {
         assert_eq!(c.a.len(), 2);
         assert_eq!(c.vs.len(), 2);
         assert_eq!(c.fail_if_slower, Some(5.0));
-        assert_eq!(c.fail_phase, ["total"]);
+        assert!(c.fail_phase.is_empty());
+        assert_eq!(c.threshold, 2.0);
         assert!(
             Cli::try_parse_from(["phasescope", "compare", "a.json"]).is_err(),
             "--vs is required"

@@ -8,6 +8,7 @@
 pub mod accesslog;
 pub mod admin;
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

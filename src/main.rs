@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         },
         Command::Probe(args) => phasescope::probe::command(args),
         Command::Demo(args) => phasescope::demo::command(args),
+        Command::Bench(args) => phasescope::bench::command(args),
     }
 }
 

@@ -1,7 +1,8 @@
-//! `phasescope compare`: the same distribution gives "no detectable difference" (and does
-//! so at about the advertised rate), a slower upstream gives "slower" for upstream_wait and
-//! not for parse, both on synthetic runs recorded through the metrics registry and on
-//! real runs through the proxy.
+//! `phasescope compare`: the three outcomes and the JSON contract on synthetic runs recorded
+//! through the metrics registry and on real runs through the proxy: the same distribution
+//! is never `different`, a slower upstream is `different` (slower) in upstream_wait and
+//! total and not in parse, the front tap is the question. tests/compare_power.rs measures
+//! the rates over many trials.
 
 mod report_support;
 mod support;
@@ -12,15 +13,25 @@ use std::time::Duration;
 use phasescope::config::Protocol;
 use phasescope::metrics::Snapshot;
 use phasescope::phase::Phase;
-use phasescope::report::{compare, CompareOptions, Verdict};
+use phasescope::report::{compare, CompareOptions, Outcome, Statistic};
 use report_support::{
     phasescope, phasescope_ok, synthetic, write_snapshot, PhaseSpec, SlowUpstream, TapSpec,
 };
 use serde_json::Value;
 use support::{wait_for, HttpConn, Proxy};
 
-/// One synthetic run: `n` exchanges of route GET, upstream_wait around `wait_us`.
+/// One synthetic run: `n` exchanges of route GET, upstream_wait around `wait_us`. Its
+/// window is what `n` exchanges take on 4 connections, so that its request rate follows
+/// its latency as a closed loop's does (the registry's own window is the few
+/// milliseconds it took to record them).
 fn run(seed: u64, n: usize, wait_us: f64) -> Snapshot {
+    let mut snap = recorded(seed, n, wait_us);
+    let total = snap.taps["web"].phases["total"]["GET"].sum;
+    snap.taken_at_unix = snap.since_unix + total / 4.0;
+    snap
+}
+
+fn recorded(seed: u64, n: usize, wait_us: f64) -> Snapshot {
     let phases: [PhaseSpec; 4] = [
         (Phase::ClientRecv, 3_000.0, 0.3),
         (Phase::Parse, 500.0, 0.25),
@@ -43,23 +54,26 @@ fn save(dir: &Path, name: &str, snap: &Snapshot) -> String {
     p.display().to_string()
 }
 
-fn verdicts(c: &phasescope::report::Comparison) -> Vec<(String, Verdict)> {
-    c.rows
-        .iter()
-        .map(|r| (r.phase.clone(), r.verdict))
-        .collect()
+/// The row of `phase`'s mean.
+fn row<'a>(v: &'a Value, phase: &str) -> &'a Value {
+    row_of(v, phase, "mean")
 }
 
-fn verdict_of(v: &Value, phase: &str) -> String {
+fn row_of<'a>(v: &'a Value, phase: &str, stat: &str) -> &'a Value {
     v["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["phase"] == phase)
-        .unwrap_or_else(|| panic!("no {phase} row in {v}"))["verdict"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+        .find(|r| r["phase"] == phase && r["statistic"] == stat)
+        .unwrap_or_else(|| panic!("no {phase} {stat} row in {v:#}"))
+}
+
+fn verdict_of(v: &Value, phase: &str) -> String {
+    let r = row(v, phase);
+    match r["direction"].as_str() {
+        Some(d) => format!("{} {d}", r["verdict"].as_str().unwrap()),
+        None => r["verdict"].as_str().unwrap().to_owned(),
+    }
 }
 
 fn strs(v: &[String]) -> Vec<&str> {
@@ -76,87 +90,88 @@ fn compare_json(a: &[&str], b: &[&str], extra: &[&str]) -> Value {
     serde_json::from_str(&phasescope_ok(&args, 0)).unwrap()
 }
 
+/// Every row carries the contract docs/compare.md states.
+fn check_contract(v: &Value) {
+    for r in v["rows"].as_array().unwrap() {
+        let verdict = r["verdict"].as_str().unwrap();
+        assert!(["same", "different", "unknown"].contains(&verdict), "{r}");
+        match r["direction"].as_str() {
+            Some(d) => {
+                assert_eq!(verdict, "different", "{r}");
+                assert!(["slower", "faster"].contains(&d), "{r}");
+            }
+            None => assert!(r["direction"].is_null() && verdict != "different", "{r}"),
+        }
+        assert!(r["primary"].is_boolean(), "{r}");
+        for key in ["change", "interval", "mde", "runs_needed"] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+        if let (Some(c), Some(i)) = (r["change"].as_f64(), r["interval"].as_array()) {
+            let (lo, hi) = (i[0].as_f64().unwrap(), i[1].as_f64().unwrap());
+            assert!(lo <= c && c <= hi, "{r}");
+            assert!(r["mde"].as_f64().unwrap() >= 0.0, "{r}");
+        }
+    }
+}
+
 #[test]
-fn two_runs_from_the_same_distribution_show_no_detectable_difference() {
+fn two_single_runs_from_the_same_distribution_are_not_different() {
     let dir = tempfile::tempdir().unwrap();
     let a = save(dir.path(), "a.json", &run(11, 3000, 100.0));
     let b = save(dir.path(), "b.json", &run(12, 3000, 100.0));
     let v = compare_json(&[&a], &[&b], &[]);
+    check_contract(&v);
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(
-        rows.len(),
-        5,
-        "client_recv, parse, upstream_wait, write, total"
-    );
+    // client_recv, parse, upstream_wait, write: mean; total: mean, p50, p99, rate
+    assert_eq!(rows.len(), 8, "{v:#}");
     for r in rows {
-        assert_eq!(r["verdict"], "no_detectable_difference", "{r}");
+        assert_ne!(r["verdict"], "different", "{r}");
         assert_eq!(r["method"], "resampling");
-        // the interval is reported and brackets the estimate
-        let m = &r["mean"];
-        assert!(m["low"].as_f64().unwrap() <= m["change"].as_f64().unwrap());
-        assert!(m["change"].as_f64().unwrap() <= m["high"].as_f64().unwrap());
+        // one run cannot show its drift: the assumed one is used, and said so
+        assert_eq!(r["cv_assumed"], true);
+        assert!((r["cv_a"].as_f64().unwrap() - 0.10).abs() < 1e-12);
     }
-    assert_eq!(v["intervals"], 15);
+    // the primary rows: total's mean and rate of the one (HTTP, front) tap
+    let primary: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["primary"] == true)
+        .map(|r| r["statistic"].as_str().unwrap())
+        .collect();
+    assert_eq!(primary, ["mean", "rate"]);
+    // With a 10 % assumed drift and one run a side, 1 % needs many runs.
+    let needed = row(&v, "total")["runs_needed"].as_u64().unwrap();
+    assert!(needed > 100, "{needed}");
     // Reproducible: the seed fixes the intervals.
     assert_eq!(compare_json(&[&a], &[&b], &[]), v);
-}
-
-/// The claim behind the verdicts: with the same distribution on both sides, a table
-/// shows any difference at all in at most α of the comparisons (here 5 %). Forty pairs
-/// of small runs; a broken method (no Bonferroni, a too-narrow bootstrap) flags far more.
-#[test]
-fn false_alarms_stay_rare_over_many_identical_pairs() {
-    let opts = CompareOptions {
-        resamples: 300,
-        ..CompareOptions::default()
-    };
-    let mut alarms = 0;
-    for pair in 0..40u64 {
-        let a = [run(1000 + 2 * pair, 400, 100.0)];
-        let b = [run(1001 + 2 * pair, 400, 100.0)];
-        let c = compare(&a, &b, vec!["a".into()], vec!["b".into()], &opts).unwrap();
-        if c.rows
-            .iter()
-            .any(|r| r.verdict != Verdict::NoDetectableDifference)
-        {
-            alarms += 1;
-        }
-    }
-    // Expected ≤ 2 of 40; 5 would already be improbable (binomial tail < 1 %).
-    assert!(
-        alarms <= 4,
-        "{alarms} of 40 identical pairs flagged a difference"
-    );
+    // the summary says it in words
+    let text = phasescope_ok(&["compare", &a, "--vs", &b], 0);
+    assert!(text.contains("to detect 1 % you need about"), "{text}");
+    assert!(text.contains("ASSUMED"), "the method is stated:\n{text}");
 }
 
 #[test]
-fn a_slower_upstream_is_slower_in_upstream_wait_and_total_not_in_parse() {
+fn a_single_run_is_different_only_far_beyond_the_drift() {
     let dir = tempfile::tempdir().unwrap();
     let a = save(dir.path(), "a.json", &run(21, 2000, 100.0));
-    let b = save(dir.path(), "b.json", &run(22, 2000, 120.0));
-    let v = compare_json(&[&a], &[&b], &[]);
-    assert_eq!(verdict_of(&v, "upstream_wait"), "slower");
-    assert_eq!(verdict_of(&v, "total"), "slower");
-    assert_eq!(verdict_of(&v, "parse"), "no_detectable_difference");
-    let wait = v["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["phase"] == "upstream_wait")
-        .unwrap();
-    let change = wait["mean"]["change"].as_f64().unwrap();
+    let b20 = save(dir.path(), "b.json", &run(22, 2000, 120.0));
+    let b2x = save(dir.path(), "c.json", &run(23, 2000, 200.0));
+    // +20 % from one run a side is within what an assumed 10 % drift a run allows for
+    let v = compare_json(&[&a], &[&b20], &[]);
+    check_contract(&v);
+    let change = row(&v, "upstream_wait")["change"].as_f64().unwrap();
     assert!((0.12..0.28).contains(&change), "about +20 %: {change}");
-    // The other way round it is faster.
-    let back = compare_json(&[&b], &[&a], &[]);
-    assert_eq!(verdict_of(&back, "upstream_wait"), "faster");
-
-    // Text output names the verdicts.
-    let text = phasescope_ok(&["compare", &a, "--vs", &b], 0);
-    assert!(
-        text.contains("slower") && text.contains("no detectable difference"),
-        "{text}"
-    );
-    assert!(text.contains("bootstrap"), "the method is stated:\n{text}");
+    assert_ne!(verdict_of(&v, "total"), "same");
+    // 2× is far beyond it
+    let v = compare_json(&[&a], &[&b2x], &[]);
+    assert_eq!(verdict_of(&v, "upstream_wait"), "different slower");
+    assert_eq!(verdict_of(&v, "total"), "different slower");
+    assert_eq!(row_of(&v, "total", "rate")["direction"], "slower");
+    assert_ne!(verdict_of(&v, "parse"), "different slower");
+    let back = compare_json(&[&b2x], &[&a], &[]);
+    assert_eq!(verdict_of(&back, "total"), "different faster");
+    // a smaller assumed drift makes one run bolder
+    let v = compare_json(&[&a], &[&b20], &["--drift", "1"]);
+    assert_eq!(verdict_of(&v, "total"), "different slower", "{v:#}");
 }
 
 #[test]
@@ -168,22 +183,105 @@ fn several_runs_per_side_use_between_run_variation() {
             .map(|&s| save(dir.path(), &format!("{prefix}{s}.json"), &run(s, 800, wait)))
             .collect()
     };
-    let a = names("a", &[31, 32, 33], 100.0);
-    let same = names("s", &[34, 35, 36], 100.0);
-    let slow = names("b", &[37, 38, 39], 120.0);
+    let a = names("a", &[31, 32, 33, 34], 100.0);
+    let same = names("s", &[35, 36, 37, 38], 100.0);
+    let slow = names("b", &[39, 40, 41, 42], 120.0);
     let v = compare_json(&strs(&a), &strs(&same), &[]);
+    check_contract(&v);
     for r in v["rows"].as_array().unwrap() {
-        assert_eq!(r["method"], "runs", "{r}");
-        assert_eq!(r["verdict"], "no_detectable_difference", "{r}");
+        assert_ne!(r["verdict"], "different", "{r}");
+        assert_eq!(r["cv_assumed"], false, "{r}");
+        if r["statistic"] != "rate" && r["note"].is_null() {
+            assert_eq!(r["method"], "runs", "{r}");
+        }
         assert_eq!(
             (r["runs_a"].as_u64(), r["runs_b"].as_u64()),
-            (Some(3), Some(3))
+            (Some(4), Some(4))
         );
     }
     let v = compare_json(&strs(&a), &strs(&slow), &[]);
-    assert_eq!(verdict_of(&v, "upstream_wait"), "slower");
-    assert_eq!(verdict_of(&v, "parse"), "no_detectable_difference");
+    assert_eq!(verdict_of(&v, "upstream_wait"), "different slower");
+    assert_eq!(verdict_of(&v, "total"), "different slower");
+    assert_ne!(verdict_of(&v, "parse"), "different slower");
     assert!(v["notes"][0].as_str().unwrap().contains("Welch"));
+}
+
+#[test]
+fn same_needs_a_narrow_interval() {
+    // Many exchanges and many identical runs: the interval closes in on 0, inside ±2 %.
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<String> = (0..12)
+        .map(|i| save(dir.path(), &format!("r{i}.json"), &run(70 + i, 3000, 100.0)))
+        .collect();
+    let v = compare_json(&strs(&files[..6]), &strs(&files[6..]), &[]);
+    check_contract(&v);
+    let total = row(&v, "total");
+    assert_eq!(total["verdict"], "same", "{total}");
+    let text = phasescope_ok(
+        &["compare"]
+            .into_iter()
+            .chain(strs(&files[..6]))
+            .chain(["--vs"])
+            .chain(strs(&files[6..]))
+            .collect::<Vec<_>>(),
+        0,
+    );
+    assert!(text.contains("no difference of 2 % or more"), "{text}");
+    // a threshold far below the noise turns it into unknown
+    let v = compare_json(
+        &strs(&files[..6]),
+        &strs(&files[6..]),
+        &["--threshold", "0.01"],
+    );
+    assert_eq!(row(&v, "total")["verdict"], "unknown");
+}
+
+#[test]
+fn the_question_is_the_front_tap_and_the_inner_tap_explains() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = report_support::fixture_snapshot();
+    let mut b = report_support::fixture_snapshot();
+    for s in [&mut a, &mut b] {
+        s.taps
+            .get_mut("webdis")
+            .unwrap()
+            .totals
+            .correlations
+            .matched = 10;
+    }
+    let (a, b) = (
+        save(dir.path(), "a.json", &a),
+        save(dir.path(), "b.json", &b),
+    );
+    let v = compare_json(&[&a], &[&b], &[]);
+    check_contract(&v);
+    for r in v["rows"].as_array().unwrap() {
+        let primary = r["tap"] == "webdis"
+            && r["phase"] == "total"
+            && (r["statistic"] == "mean" || r["statistic"] == "rate");
+        assert_eq!(r["primary"], primary, "{r}");
+    }
+    // --tap and --route choose what is compared; --phase what is primary
+    let v = compare_json(
+        &[&a],
+        &[&b],
+        &["--tap", "redis", "--route", "GET", "--phase", "total"],
+    );
+    let rows = v["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter()
+            .all(|r| r["tap"] == "redis" && r["route"] == "GET"),
+        "{v:#}"
+    );
+    assert!(rows.iter().any(|r| r["primary"] == true));
+    // --vs-tap compares B's tap with A's under A's name
+    let v = compare_json(&[&a], &[&b], &["--tap", "webdis", "--vs-tap", "redis"]);
+    assert!(v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["tap"] == "webdis"));
 }
 
 #[test]
@@ -206,12 +304,16 @@ fn in_process_and_binary_agree_and_missing_series_are_named() {
         &CompareOptions::default(),
     )
     .unwrap();
-    let v = verdicts(&c);
-    assert!(v.contains(&("queue".to_owned(), Verdict::OnlyInB)), "{v:?}");
-    // Bonferroni's k: 5 series × mean and p50; the absent series does not count, nor do
-    // p99s of 500 exchanges (too few beyond the 99th percentile).
-    assert_eq!(c.intervals, 10);
-    assert!(c.rows.iter().all(|r| r.p99.is_none()));
+    let queue = c.rows.iter().find(|r| r.phase == "queue").unwrap();
+    assert_eq!(queue.verdict, Outcome::Unknown);
+    assert_eq!(queue.note.as_deref(), Some("only in B"));
+    // p99 from 500 exchanges: too few beyond it
+    let p99 = c
+        .rows
+        .iter()
+        .find(|r| r.statistic == Statistic::P99)
+        .unwrap();
+    assert!(p99.interval.is_none() && p99.note.is_some());
     // Too few exchanges on a side: no verdict either way.
     let tiny = compare(
         &[run(1, 10, 100.0)],
@@ -224,22 +326,22 @@ fn in_process_and_binary_agree_and_missing_series_are_named() {
     assert!(tiny
         .rows
         .iter()
-        .all(|r| r.verdict == Verdict::NoDetectableDifference && r.note.is_some()));
+        .all(|r| r.verdict == Outcome::Unknown && r.note.is_some()));
 }
 
 #[test]
-fn fail_if_slower_sets_the_exit_code() {
+fn fail_if_slower_looks_at_the_primary_rows() {
     let dir = tempfile::tempdir().unwrap();
     let a = save(dir.path(), "a.json", &run(51, 2000, 100.0));
-    let b = save(dir.path(), "b.json", &run(52, 2000, 120.0));
+    let b = save(dir.path(), "b.json", &run(52, 2000, 200.0));
     let same = save(dir.path(), "s.json", &run(53, 2000, 100.0));
-    // total is ~18 % slower here: over a 5 % limit, under a 50 % one.
+    // total is ~90 % slower here: over a 5 % limit, under a 200 % one.
     let out = phasescope(&["compare", &a, "--vs", &b, "--fail-if-slower", "5"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL: web/GET/total"));
-    phasescope_ok(&["compare", &a, "--vs", &b, "--fail-if-slower", "50"], 0);
+    phasescope_ok(&["compare", &a, "--vs", &b, "--fail-if-slower", "200"], 0);
     phasescope_ok(&["compare", &a, "--vs", &same, "--fail-if-slower", "1"], 0);
-    // Only the phases asked for are checked.
+    // With another primary phase, total is not checked.
     phasescope_ok(
         &[
             "compare",
@@ -248,22 +350,11 @@ fn fail_if_slower_sets_the_exit_code() {
             &b,
             "--fail-if-slower",
             "5",
-            "--fail-phase",
+            "--phase",
             "parse",
         ],
         0,
     );
-    let out = phasescope(&[
-        "compare",
-        &a,
-        "--vs",
-        &b,
-        "--fail-if-slower",
-        "5",
-        "--fail-phase",
-        "all",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
     // Unreadable input is 2, never mistaken for a regression.
     let out = phasescope(&["compare", "/no/such.json", "--vs", &b]);
     assert_eq!(out.status.code(), Some(2));
@@ -276,22 +367,29 @@ fn every_compare_format_parses() {
     let b = save(dir.path(), "b.json", &run(62, 500, 120.0));
     let csv = phasescope_ok(&["compare", &a, "--vs", &b, "--format", "csv"], 0);
     let mut lines = csv.lines();
-    let header = lines.next().unwrap().split(',').count();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let mut n = 0;
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
-        assert_eq!(f.len(), header, "{l}");
-        for v in &f[8..18] {
-            v.parse::<f64>().unwrap_or_else(|_| panic!("{v} in {l}"));
+        assert_eq!(f.len(), header.len(), "{l}");
+        assert!(
+            ["same", "different", "unknown"].contains(&f[col("verdict")]),
+            "{l}"
+        );
+        if f[col("statistic")] != "p99" {
+            for name in ["change", "low", "high", "mde"] {
+                let v = f[col(name)];
+                v.parse::<f64>()
+                    .unwrap_or_else(|_| panic!("{name} {v} in {l}"));
+            }
         }
-        // p99 is not compared from 500 exchanges: its fields are empty
-        assert!(f[18..23].iter().all(|v| v.is_empty()), "{l}");
         n += 1;
     }
-    assert_eq!(n, 5);
+    assert_eq!(n, 8);
     let md = phasescope_ok(&["compare", &a, "--vs", &b, "--format", "markdown"], 0);
     let table: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
-    assert_eq!(table.len(), 2 + 5);
+    assert_eq!(table.len(), 2 + 8);
     let cols = table[0].matches(" | ").count();
     assert!(table[1].chars().all(|c| "|-:".contains(c)));
     for r in &table[2..] {
@@ -342,16 +440,16 @@ fn live_run(proxy: &Proxy, requests: u64, out: &Path) {
 }
 
 #[test]
-fn live_a_20_percent_slower_upstream_is_slower_in_upstream_wait_not_in_parse() {
+fn live_a_20_percent_slower_upstream_is_never_same_or_faster() {
     let upstream = SlowUpstream::start(Duration::from_millis(10));
     let proxy = Proxy::in_front_of(upstream.addr, &[]);
     let dir = tempfile::tempdir().unwrap();
     // Warm up, then start clean.
     live_run(&proxy, 10, &dir.path().join("warmup.json"));
-    // A B B A A B: a drift over time (a warming cache, a neighbour's load) falls on both.
+    // A B B A A B B A: a drift over time (a warming cache, a neighbour's load) falls on both.
     let mut a: Vec<PathBuf> = Vec::new();
     let mut b: Vec<PathBuf> = Vec::new();
-    for (i, side) in "ABBAAB".chars().enumerate() {
+    for (i, side) in "ABBAABBA".chars().enumerate() {
         let slow = side == 'B';
         upstream.set_delay(Duration::from_millis(if slow { 12 } else { 10 }));
         let file = dir.path().join(format!("{i}-{side}.json"));
@@ -371,19 +469,28 @@ fn live_a_20_percent_slower_upstream_is_slower_in_upstream_wait_not_in_parse() {
 
     // Several runs per side: between-run variation.
     let v = compare_json(&strs(&a), &strs(&b), &[]);
-    assert_eq!(verdict_of(&v, "upstream_wait"), "slower", "{v:#}");
-    assert_ne!(verdict_of(&v, "parse"), "slower", "{v:#}");
-    let wait = v["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["phase"] == "upstream_wait")
-        .unwrap();
-    let change = wait["mean"]["change"].as_f64().unwrap();
-    // 12 ms against 10 ms of sleep, plus the same small overhead on both sides
-    assert!((0.1..0.3).contains(&change), "{change}");
+    check_contract(&v);
+    // On a quiet machine this is `different` (slower) with +20 %; on a busy one a run
+    // stalled for 100 ms moves its mean by tens of % and the verdict is `unknown`. Never
+    // `same` or faster, and the median, robust to a stall, moves up.
+    let total = verdict_of(&v, "total");
+    assert!(total == "different slower" || total == "unknown", "{v:#}");
+    let p50 = row_of(&v, "total", "p50")["change"].as_f64().unwrap();
+    assert!(p50 > 0.05, "{v:#}");
+    if total == "different slower" {
+        let change = row(&v, "upstream_wait")["change"].as_f64().unwrap();
+        // 12 ms against 10 ms of sleep, plus the same small overhead on both sides
+        assert!((0.1..0.3).contains(&change), "{change}");
+    }
 
-    // One run per side: resampling from the histograms still sees the wait.
+    // One run per side: resampling sees the wait, the assumed drift keeps it cautious.
     let one = compare_json(&[&a[0]], &[&b[0]], &[]);
-    assert_eq!(verdict_of(&one, "upstream_wait"), "slower", "{one:#}");
+    // One pair of runs drifts (the first run of a process is often slower, a busy
+    // machine stalls one): the assumed drift keeps a 20 % change from one pair
+    // `unknown` or, when the pair is clean, `different` (slower); never `same` or faster.
+    let one_total = verdict_of(&one, "total");
+    assert!(
+        one_total == "unknown" || one_total == "different slower",
+        "{one:#}"
+    );
 }

@@ -72,6 +72,17 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
         seed: args.seed,
         fail_if_slower: args.fail_if_slower.map(|pct| pct / 100.0),
         fail_phases: args.fail_phase.clone(),
+        threshold: args.threshold / 100.0,
+        detect: args.detect / 100.0,
+        drift: args.drift / 100.0,
+        taps: args.tap.clone(),
+        vs_tap: args.vs_tap.clone(),
+        phases: if args.phase.is_empty() {
+            Options::default().phases
+        } else {
+            args.phase.clone()
+        },
+        routes: args.route.clone(),
         ..Options::default()
     };
     let c = run_compare(&a, &b, names(&args.a), names(&args.vs), &opts)?;

@@ -1,63 +1,89 @@
-//! `phasescope compare`: did a change make a difference bigger than the noise?
+//! `phasescope compare`: is B the same as A, different, or is it too early to say?
 //!
-//! For every (tap, phase, route) present on both sides, the change of the mean, p50 and
-//! p99 from A to B with a confidence interval, and a verdict. docs/compare.md states the
-//! method; in short:
+//! For every compared statistic (the mean of each phase; p50, p99 of the primary phases;
+//! the request rate) one row with the change B/A − 1, its interval, each side's run-to-run
+//! variation, the minimum detectable effect and the runs needed to detect `--detect`, and
+//! one of three outcomes ([`Outcome`]): `same` (the interval lies inside ±threshold),
+//! `different` (it lies beyond it), `unknown`. docs/compare.md states the method; in short:
 //!
-//! - several runs on each side: each run gives one value per statistic; Welch's t
-//!   interval on their logarithms measures the change against run-to-run variation;
-//! - one run on a side: bootstrap from the recorded histograms (a bounded number of draws
-//!   per replicate, seeded), which sees only the sampling noise inside the runs;
-//! - Bonferroni: each interval has confidence 1 − α/k for the k intervals in the table,
-//!   so that the whole table is right with probability at least 1 − α.
+//! - several runs on each side: one value per run; Welch's t on their logarithms, so the
+//!   interval is made of run-to-run variation, the noise of a rerun;
+//! - one run on a side: a bootstrap from the histograms gives the sampling noise inside
+//!   the runs, and a run-to-run drift that one run cannot show is added as an assumed
+//!   coefficient of variation (`--drift`, 10 %): one run alone is `different` only for a
+//!   change far beyond what reruns drift by;
+//! - the primary rows (the front tap's `total` and request rate, per route) share α by
+//!   Bonferroni; the other rows explain and are controlled by Benjamini–Hochberg.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use anyhow::ensure;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::bootstrap::{self, ln_seconds, Sampler, STATISTICS};
+use super::bootstrap::{self, ln_seconds, std_dev, Sampler};
 use super::dataset::phase_order;
-use super::distributions::normal_quantile;
-use super::welch;
+use super::multiplicity::benjamini_hochberg;
+use super::selection::{front_taps, select};
+use super::verdict::{runs_needed, LogChange, Outcome};
 use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
 use crate::rng::{self, Rng};
 
 /// How to compare.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Family-wise error rate: the chance that any verdict in the table is wrong.
+    /// Error rate of the primary question (shared by its rows), and the false-discovery
+    /// rate of the explanatory rows.
     pub alpha: f64,
+    /// `same` inside ±threshold, `different` beyond it (a fraction: 0.02 for 2 %).
+    pub threshold: f64,
+    /// The change the power statement is about (`runs_needed`), a fraction.
+    pub detect: f64,
+    /// Run-to-run coefficient of variation assumed for a side with one run, a fraction.
+    pub drift: f64,
     /// Bootstrap replicates per series.
     pub resamples: usize,
     /// Draws per replicate, at most (a run's count when smaller).
     pub max_draws: u64,
     pub seed: u64,
-    /// Fewer exchanges than this on a side (one-run mode): no verdict.
+    /// Fewer exchanges than this on a side (one-run mode): no interval.
     pub min_count: u64,
     /// One-run mode compares a percentile only with at least this many values beyond it
-    /// on each side (p99: 100 × this many exchanges): the bootstrap of a percentile that
-    /// only a handful of values decide is too narrow.
+    /// on each side (p99: 100 × this many exchanges).
     pub min_tail: u64,
     /// `--fail-if-slower`: as a fraction (0.05 for 5 %).
     pub fail_if_slower: Option<f64>,
-    /// Phases `--fail-if-slower` looks at; `all` for every phase.
+    /// Phases `--fail-if-slower` looks at besides the primary rows' (`all`: every row);
+    /// empty: the primary rows only.
     pub fail_phases: Vec<String>,
+    /// Taps compared (all when empty); the primary taps when given.
+    pub taps: Vec<String>,
+    /// B's tap compared as A's single `taps` entry (an A/B bench: tap `b` against `a`).
+    pub vs_tap: Option<String>,
+    /// The primary phases (`total`).
+    pub phases: Vec<String>,
+    /// Routes compared (all when empty).
+    pub routes: Vec<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             alpha: 0.05,
+            threshold: 0.02,
+            detect: 0.01,
+            drift: 0.10,
             resamples: 1000,
             max_draws: 10_000,
             seed: 1,
             min_count: 30,
             min_tail: 20,
             fail_if_slower: None,
-            fail_phases: vec!["total".to_owned()],
+            fail_phases: Vec::new(),
+            taps: Vec::new(),
+            vs_tap: None,
+            phases: vec!["total".to_owned()],
+            routes: Vec::new(),
         }
     }
 }
@@ -67,57 +93,46 @@ impl Default for Options {
 pub enum Method {
     /// Welch's t on per-run values.
     Runs,
-    /// Bootstrap from the histograms.
+    /// Bootstrap from the histograms plus the assumed drift.
     Resampling,
     /// Not compared (absent on a side, or too few exchanges).
     None,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What a row compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Faster,
-    Slower,
-    NoDetectableDifference,
-    /// One statistic faster, another slower (e.g. a better median, a worse tail).
-    Mixed,
-    OnlyInA,
-    OnlyInB,
+pub enum Statistic {
+    Mean,
+    P50,
+    P99,
+    /// Requests per second of the run (`total`'s count over the snapshot's window).
+    Rate,
 }
 
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Verdict::Faster => "faster",
-            Verdict::Slower => "slower",
-            Verdict::NoDetectableDifference => "no detectable difference",
-            Verdict::Mixed => "mixed",
-            Verdict::OnlyInA => "only in A",
-            Verdict::OnlyInB => "only in B",
-        })
+impl Statistic {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Statistic::Mean => "mean",
+            Statistic::P50 => "p50",
+            Statistic::P99 => "p99",
+            Statistic::Rate => "req/s",
+        }
     }
 }
 
-/// The change of one statistic, B relative to A: `change` = B/A − 1, and the interval of
-/// that ratio, at the table's per-interval confidence.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Change {
-    /// Seconds, over all runs of the side merged.
-    pub a: f64,
-    pub b: f64,
-    pub change: f64,
-    pub low: f64,
-    pub high: f64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Slower,
+    Faster,
 }
 
-impl Change {
-    fn direction(&self) -> Option<Verdict> {
-        if self.low > 0.0 {
-            Some(Verdict::Slower)
-        } else if self.high < 0.0 {
-            Some(Verdict::Faster)
-        } else {
-            None
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Slower => "slower",
+            Direction::Faster => "faster",
         }
     }
 }
@@ -125,19 +140,41 @@ impl Change {
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub tap: String,
-    pub phase: String,
     pub route: String,
+    pub phase: String,
+    pub statistic: Statistic,
+    /// Part of the question (tested at α), or an explanation (Benjamini–Hochberg).
+    pub primary: bool,
     pub count_a: u64,
     pub count_b: u64,
     /// Runs on each side in which the series appears.
     pub runs_a: usize,
     pub runs_b: usize,
     pub method: Method,
-    /// mean, p50, p99, when compared.
-    pub mean: Option<Change>,
-    pub p50: Option<Change>,
-    pub p99: Option<Change>,
-    pub verdict: Verdict,
+    /// The statistic of each side (seconds; requests per second for `rate`): all runs
+    /// merged, or for `rate` the geometric mean of the runs.
+    pub a: Option<f64>,
+    pub b: Option<f64>,
+    /// B/A − 1.
+    pub change: Option<f64>,
+    /// The interval of B/A − 1 at `confidence`.
+    pub interval: Option<[f64; 2]>,
+    pub confidence: Option<f64>,
+    /// Run-to-run coefficient of variation of each side: the standard deviation of the
+    /// log of the per-run values; with one run, the assumed `drift` (`cv_assumed`).
+    pub cv_a: Option<f64>,
+    pub cv_b: Option<f64>,
+    pub cv_assumed: bool,
+    /// The smallest change this experiment detects (an interval excluding 0) with 80 %
+    /// power, a fraction.
+    pub mde: Option<f64>,
+    /// Runs a side to detect a change of `detect` with 80 % power; null beyond 10 000.
+    pub runs_needed: Option<u64>,
+    /// Two-sided p-value of "the change is beyond the threshold".
+    pub p: Option<f64>,
+    pub verdict: Outcome,
+    /// `slower`/`faster` for a `different` row, else null. A higher rate is faster.
+    pub direction: Option<Direction>,
     pub note: Option<String>,
 }
 
@@ -145,31 +182,36 @@ pub struct Row {
 pub struct Comparison {
     pub a: Vec<String>,
     pub b: Vec<String>,
-    /// The chance that the table is right everywhere, at least.
-    pub family_confidence: f64,
-    /// The confidence of each interval (Bonferroni).
-    pub interval_confidence: f64,
-    /// Intervals in the table.
-    pub intervals: usize,
+    pub alpha: f64,
+    pub threshold: f64,
+    pub detect: f64,
+    pub drift: f64,
+    /// Confidence of each primary row's interval (Bonferroni over the primary rows).
+    pub primary_confidence: f64,
+    /// Primary rows with an interval.
+    pub primary_rows: usize,
     pub resamples: usize,
     pub max_draws: u64,
     pub seed: u64,
     pub rows: Vec<Row>,
-    /// Why `--fail-if-slower` failed, one line per offending statistic.
+    /// The primary rows' outcomes in words.
+    pub summary: Vec<String>,
+    /// Why `--fail-if-slower` failed, one line per offending row.
     pub failures: Vec<String>,
     pub notes: Vec<String>,
 }
 
 type Key = (String, String, String);
+type Runs<'a> = Vec<(&'a SeriesSnapshot, &'a Snapshot)>;
 
 /// Per (tap, phase, route), the series of each run that has it.
-fn index(runs: &[Snapshot]) -> BTreeMap<Key, Vec<(&SeriesSnapshot, &Snapshot)>> {
-    let mut out: BTreeMap<Key, Vec<_>> = BTreeMap::new();
+fn index<'a>(runs: &'a [Snapshot], routes: &[String]) -> BTreeMap<Key, Runs<'a>> {
+    let mut out: BTreeMap<Key, Runs<'a>> = BTreeMap::new();
     for snap in runs {
         for (tap, t) in &snap.taps {
-            for (phase, routes) in &t.phases {
-                for (route, s) in routes {
-                    if s.count > 0 {
+            for (phase, by_route) in &t.phases {
+                for (route, s) in by_route {
+                    if s.count > 0 && (routes.is_empty() || routes.contains(route)) {
                         out.entry((tap.clone(), phase.clone(), route.clone()))
                             .or_default()
                             .push((s, snap));
@@ -181,9 +223,7 @@ fn index(runs: &[Snapshot]) -> BTreeMap<Key, Vec<(&SeriesSnapshot, &Snapshot)>> 
     out
 }
 
-fn merged(
-    series: &[(&SeriesSnapshot, &Snapshot)],
-) -> anyhow::Result<(Histogram<u64>, u64, f64, f64, f64)> {
+fn merged(series: &Runs<'_>) -> anyhow::Result<(Histogram<u64>, u64, f64, f64, f64)> {
     let layout = series
         .first()
         .map(|(_, snap)| snap.hdr)
@@ -200,11 +240,115 @@ fn merged(
     Ok((h, count, sum, min, max))
 }
 
-/// Merged mean, p50, p99 of one side, in seconds, computed as `/api/snapshot` does.
-fn side_stats(h: &Histogram<u64>, count: u64, sum: f64, min: f64, max: f64) -> [f64; 3] {
+/// The request rate of one run: exchanges over the snapshot's window.
+fn rate(s: &SeriesSnapshot, snap: &Snapshot) -> Option<f64> {
+    let window = snap.taken_at_unix - snap.since_unix;
+    (window > 0.0).then(|| s.count as f64 / window)
+}
+
+/// One run's value of `stat`.
+fn per_run(stat: Statistic, s: &SeriesSnapshot, snap: &Snapshot) -> Option<f64> {
+    match stat {
+        Statistic::Mean => Some(s.mean),
+        Statistic::P50 => Some(s.p50),
+        Statistic::P99 => Some(s.p99),
+        Statistic::Rate => rate(s, snap),
+    }
+}
+
+/// One side of a row: the runs' log values and the merged value.
+struct Side {
+    logs: Vec<f64>,
+    value: f64,
+    count: u64,
+}
+
+fn side(stat: Statistic, runs: &Runs<'_>) -> anyhow::Result<Option<Side>> {
+    let logs: Option<Vec<f64>> = runs
+        .iter()
+        .map(|(s, snap)| per_run(stat, s, snap).map(ln_seconds))
+        .collect();
+    let Some(logs) = logs else {
+        return Ok(None);
+    };
+    let (h, count, sum, min, max) = merged(runs)?;
     let (lo, hi) = ((min * 1e9).round() as u64, (max * 1e9).round() as u64);
     let q = |q: f64| h.value_at_quantile(q).clamp(lo.min(hi), hi) as f64 / 1e9;
-    [sum / count.max(1) as f64, q(0.5), q(0.99)]
+    let value = match stat {
+        Statistic::Mean => sum / count.max(1) as f64,
+        Statistic::P50 => q(0.5),
+        Statistic::P99 => q(0.99),
+        Statistic::Rate => (logs.iter().sum::<f64>() / logs.len() as f64).exp(),
+    };
+    Ok(Some(Side { logs, value, count }))
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+/// What one row measured before the outcome is decided.
+struct Measured {
+    change: LogChange,
+    cv: [f64; 2],
+    cv_assumed: bool,
+}
+
+/// Welch's t on the per-run logs.
+fn between_runs(a: &Side, b: &Side) -> Measured {
+    let (na, nb) = (a.logs.len() as f64, b.logs.len() as f64);
+    let (sa, sb) = (std_dev(&a.logs), std_dev(&b.logs));
+    let (va, vb) = (sa * sa / na, sb * sb / nb);
+    let se = (va + vb).sqrt();
+    let df = if se == 0.0 {
+        f64::INFINITY
+    } else {
+        (va + vb).powi(2) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0))
+    };
+    Measured {
+        change: LogChange {
+            estimate: mean(&b.logs) - mean(&a.logs),
+            se,
+            df,
+        },
+        cv: [sa, sb],
+        cv_assumed: false,
+    }
+}
+
+/// Bootstrap standard error (0 for the rate) plus the drift one run cannot show.
+fn within_run(a: &Side, b: &Side, boot_se: f64, drift: f64) -> Measured {
+    let cv = |s: &Side| {
+        if s.logs.len() >= 2 {
+            std_dev(&s.logs)
+        } else {
+            drift
+        }
+    };
+    let (ca, cb) = (cv(a), cv(b));
+    let drift_var = ca * ca / a.logs.len() as f64 + cb * cb / b.logs.len() as f64;
+    Measured {
+        change: LogChange {
+            estimate: ln_seconds(b.value) - ln_seconds(a.value),
+            se: (boot_se * boot_se + drift_var).sqrt(),
+            df: f64::INFINITY,
+        },
+        cv: [ca, cb],
+        cv_assumed: true,
+    }
+}
+
+/// A row before multiplicity: its key, what it measured (if anything) and why not.
+struct Draft {
+    key: Key,
+    stat: Statistic,
+    primary: bool,
+    runs: [usize; 2],
+    counts: [u64; 2],
+    values: [Option<f64>; 2],
+    method: Method,
+    measured: Option<Measured>,
+    note: Option<String>,
 }
 
 /// Compares runs `a` against runs `b` (names for the header in `a_names`, `b_names`).
@@ -223,268 +367,416 @@ pub fn compare(
         opts.alpha > 0.0 && opts.alpha < 1.0,
         "alpha must lie between 0 and 1"
     );
+    ensure!(
+        opts.threshold > 0.0 && opts.threshold < 1.0,
+        "the threshold must lie between 0 and 100 %"
+    );
+    ensure!(opts.detect > 0.0, "--detect must be above 0");
+    ensure!(opts.drift >= 0.0, "--drift must not be negative");
     ensure!(opts.resamples >= 50, "at least 50 resamples");
-    let ia = index(a);
-    let ib = index(b);
+    let (a, b) = match &opts.vs_tap {
+        Some(vs) => {
+            ensure!(
+                opts.taps.len() == 1,
+                "--vs-tap compares B's tap with one tap of A: give exactly one --tap"
+            );
+            (
+                select(a, &opts.taps, None),
+                select(b, &[], Some((vs, &opts.taps[0]))),
+            )
+        }
+        None => (select(a, &opts.taps, None), select(b, &opts.taps, None)),
+    };
+    let primary_taps: BTreeSet<String> = if opts.taps.is_empty() {
+        let mut both = a.clone();
+        both.extend(b.iter().cloned());
+        front_taps(&both)
+    } else {
+        opts.taps.iter().cloned().collect()
+    };
+    let ia = index(&a, &opts.routes);
+    let ib = index(&b, &opts.routes);
     let mut keys: Vec<&Key> = ia
         .keys()
         .chain(ib.keys())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    keys.sort_by_key(|(tap, phase, route)| (tap.clone(), phase_order(phase), route.clone()));
+    keys.sort_by_key(|(tap, phase, route)| (tap.clone(), route.clone(), phase_order(phase)));
 
-    // First pass: what gets compared, and how; that fixes k for Bonferroni.
-    struct Plan<'a> {
-        key: &'a Key,
-        method: Method,
-        /// Which of mean, p50, p99 get an interval.
-        stats: [bool; 3],
-        verdict: Option<Verdict>,
-        note: Option<String>,
-    }
-    let mut plans = Vec::new();
+    let mut drafts = Vec::new();
     for key in keys {
-        let (sa, sb) = (ia.get(key), ib.get(key));
-        let count = |s: Option<&Vec<(&SeriesSnapshot, &Snapshot)>>| {
-            s.map_or(0, |v| v.iter().map(|(x, _)| x.count).sum::<u64>())
-        };
-        let (ca, cb) = (count(sa), count(sb));
-        let plan = match (sa, sb) {
-            (Some(_), None) => Plan {
-                key,
+        let (tap, phase, route) = key;
+        let is_primary_phase = opts.phases.contains(phase);
+        let primary = is_primary_phase && primary_taps.contains(tap);
+        let mut stats = vec![Statistic::Mean];
+        if is_primary_phase {
+            stats.extend([Statistic::P50, Statistic::P99]);
+        }
+        if phase == "total" {
+            stats.push(Statistic::Rate);
+        }
+        let empty = Vec::new();
+        let ra = ia.get(key).unwrap_or(&empty);
+        let rb = ib.get(key).unwrap_or(&empty);
+        let counts = [ra, rb].map(|r| r.iter().map(|(s, _)| s.count).sum::<u64>());
+        let several = ra.len() >= 2 && rb.len() >= 2;
+        // The bootstrap is computed once per series, for all its statistics.
+        let mut boot: Option<[f64; 3]> = None;
+        for stat in stats {
+            let primary = primary && matches!(stat, Statistic::Mean | Statistic::Rate);
+            let mut d = Draft {
+                key: key.clone(),
+                stat,
+                primary,
+                runs: [ra.len(), rb.len()],
+                counts,
+                values: [None, None],
                 method: Method::None,
-                stats: [false; 3],
-                verdict: Some(Verdict::OnlyInA),
+                measured: None,
                 note: None,
-            },
-            (None, Some(_)) => Plan {
-                key,
-                method: Method::None,
-                stats: [false; 3],
-                verdict: Some(Verdict::OnlyInB),
-                note: None,
-            },
-            (Some(ra), Some(rb)) if ra.len() >= 2 && rb.len() >= 2 => Plan {
-                key,
-                method: Method::Runs,
-                stats: [true; 3],
-                verdict: None,
-                note: None,
-            },
-            _ if ca < opts.min_count || cb < opts.min_count => Plan {
-                key,
-                method: Method::None,
-                stats: [false; 3],
-                verdict: Some(Verdict::NoDetectableDifference),
-                note: Some(format!(
-                    "too few exchanges: fewer than {} on a side",
-                    opts.min_count
-                )),
-            },
-            _ => {
-                let n = ca.min(cb) as f64;
-                let tail = opts.min_tail as f64;
-                Plan {
-                    key,
-                    method: Method::Resampling,
-                    stats: [true, n * 0.5 >= tail, n * 0.01 >= tail],
-                    verdict: None,
-                    note: None,
-                }
-            }
-        };
-        plans.push(plan);
-    }
-    let skipped = plans
-        .iter()
-        .filter(|p| p.method == Method::Resampling && !p.stats.iter().all(|s| *s))
-        .count();
-    let intervals: usize = plans
-        .iter()
-        .map(|p| p.stats.iter().filter(|s| **s).count())
-        .sum();
-    let interval_confidence = 1.0 - opts.alpha / intervals.max(1) as f64;
-    let z = normal_quantile(1.0 - (1.0 - interval_confidence) / 2.0);
-
-    let mut rows = Vec::new();
-    for plan in plans {
-        let (tap, phase, route) = plan.key;
-        let sa = ia.get(plan.key).map(Vec::as_slice).unwrap_or_default();
-        let sb = ib.get(plan.key).map(Vec::as_slice).unwrap_or_default();
-        let (ha, ca, suma, mina, maxa) = merged(sa)?;
-        let (hb, cb, sumb, minb, maxb) = merged(sb)?;
-        let va = side_stats(&ha, ca, suma, mina, maxa);
-        let vb = side_stats(&hb, cb, sumb, minb, maxb);
-        let changes: Option<[Change; 3]> = match plan.method {
-            Method::None => None,
-            Method::Runs => {
-                let per_run = |runs: &[(&SeriesSnapshot, &Snapshot)]| -> [Vec<f64>; 3] {
-                    [
-                        runs.iter().map(|(s, _)| ln_seconds(s.mean)).collect(),
-                        runs.iter().map(|(s, _)| ln_seconds(s.p50)).collect(),
-                        runs.iter().map(|(s, _)| ln_seconds(s.p99)).collect(),
-                    ]
-                };
-                let (la, lb) = (per_run(sa), per_run(sb));
-                let mut out = [Change {
-                    a: 0.0,
-                    b: 0.0,
-                    change: 0.0,
-                    low: 0.0,
-                    high: 0.0,
-                }; 3];
-                for i in 0..3 {
-                    let w = welch::interval(&la[i], &lb[i], interval_confidence)
-                        .ok_or_else(|| anyhow::anyhow!("Welch needs two runs a side"))?;
-                    out[i] = Change {
-                        a: va[i],
-                        b: vb[i],
-                        change: w.estimate.exp_m1(),
-                        low: w.low.exp_m1(),
-                        high: w.high.exp_m1(),
-                    };
-                }
-                Some(out)
-            }
-            Method::Resampling => {
-                let (Some(pa), Some(pb)) = (Sampler::new(&ha), Sampler::new(&hb)) else {
-                    anyhow::bail!("{tap}/{phase}/{route}: an empty histogram with a count");
-                };
-                let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route]));
-                let se =
-                    bootstrap::log_ratio_se(&pa, &pb, opts.resamples, opts.max_draws, &mut rng);
-                let mut out = [Change {
-                    a: 0.0,
-                    b: 0.0,
-                    change: 0.0,
-                    low: 0.0,
-                    high: 0.0,
-                }; 3];
-                for i in 0..3 {
-                    let d = ln_seconds(vb[i]) - ln_seconds(va[i]);
-                    out[i] = Change {
-                        a: va[i],
-                        b: vb[i],
-                        change: d.exp_m1(),
-                        low: (d - z * se[i]).exp_m1(),
-                        high: (d + z * se[i]).exp_m1(),
-                    };
-                }
-                Some(out)
-            }
-        };
-        let verdict = plan.verdict.unwrap_or_else(|| {
-            let dirs: Vec<Verdict> = changes
-                .iter()
-                .flatten()
-                .zip(plan.stats)
-                .filter(|(_, compared)| *compared)
-                .filter_map(|(c, _)| c.direction())
-                .collect();
-            let slower = dirs.contains(&Verdict::Slower);
-            let faster = dirs.contains(&Verdict::Faster);
-            match (slower, faster) {
-                (true, true) => Verdict::Mixed,
-                (true, false) => Verdict::Slower,
-                (false, true) => Verdict::Faster,
-                (false, false) => Verdict::NoDetectableDifference,
-            }
-        });
-        let pick = |i: usize| changes.filter(|_| plan.stats[i]).map(|c| c[i]);
-        rows.push(Row {
-            tap: tap.clone(),
-            phase: phase.clone(),
-            route: route.clone(),
-            count_a: ca,
-            count_b: cb,
-            runs_a: sa.len(),
-            runs_b: sb.len(),
-            method: plan.method,
-            mean: pick(0),
-            p50: pick(1),
-            p99: pick(2),
-            verdict,
-            note: plan.note,
-        });
-    }
-
-    let mut failures = Vec::new();
-    if let Some(limit) = opts.fail_if_slower {
-        let all = opts.fail_phases.iter().any(|p| p == "all");
-        for r in &rows {
-            if !all && !opts.fail_phases.contains(&r.phase) {
+            };
+            if ra.is_empty() || rb.is_empty() {
+                d.note = Some(
+                    if ra.is_empty() {
+                        "only in B"
+                    } else {
+                        "only in A"
+                    }
+                    .to_owned(),
+                );
+                drafts.push(d);
                 continue;
             }
-            for (name, c) in STATISTICS.iter().zip([r.mean, r.p50, r.p99]) {
-                if let Some(c) = c.filter(|c| c.low > limit) {
-                    failures.push(format!(
-                        "{}/{}/{}: {name} slower by {:+.1} % (interval {:+.1} % to {:+.1} %), more than the {:.1} % allowed",
-                        r.tap, r.route, r.phase,
-                        c.change * 100.0, c.low * 100.0, c.high * 100.0, limit * 100.0
-                    ));
-                }
+            let (Some(sa), Some(sb)) = (side(stat, ra)?, side(stat, rb)?) else {
+                d.note = Some("a snapshot without a time window".to_owned());
+                drafts.push(d);
+                continue;
+            };
+            d.values = [Some(sa.value), Some(sb.value)];
+            let tail = opts.min_tail as f64;
+            // A percentile decided by a handful of values is heavy-tailed noise, per run
+            // as much as per bootstrap: compare it only with enough values beyond it.
+            let beyond = match stat {
+                Statistic::P50 => Some(0.5),
+                Statistic::P99 => Some(0.01),
+                _ => None,
+            };
+            let smallest_run = ra.iter().chain(rb.iter()).map(|(s, _)| s.count).min();
+            let thin =
+                matches!((beyond, smallest_run), (Some(q), Some(n)) if (n as f64) * q < tail);
+            if several && thin {
+                d.note = Some(format!(
+                    "too few exchanges beyond the percentile in a run (needs {} beyond it)",
+                    opts.min_tail
+                ));
+                drafts.push(d);
+                continue;
             }
+            if several {
+                d.method = Method::Runs;
+                d.measured = Some(between_runs(&sa, &sb));
+                drafts.push(d);
+                continue;
+            }
+            let n = sa.count.min(sb.count);
+            let enough = match stat {
+                Statistic::Mean | Statistic::Rate => n >= opts.min_count,
+                Statistic::P50 => n >= opts.min_count && n as f64 * 0.5 >= tail,
+                Statistic::P99 => n >= opts.min_count && n as f64 * 0.01 >= tail,
+            };
+            if !enough {
+                d.note = Some(match stat {
+                    Statistic::P50 | Statistic::P99 if n >= opts.min_count => format!(
+                        "too few exchanges beyond the percentile (needs {} beyond it on each side)",
+                        opts.min_tail
+                    ),
+                    _ => format!("too few exchanges: fewer than {} on a side", opts.min_count),
+                });
+                drafts.push(d);
+                continue;
+            }
+            let boot_se = match stat {
+                Statistic::Rate => 0.0,
+                _ => {
+                    if boot.is_none() {
+                        let (ha, ..) = merged(ra)?;
+                        let (hb, ..) = merged(rb)?;
+                        let (Some(pa), Some(pb)) = (Sampler::new(&ha), Sampler::new(&hb)) else {
+                            anyhow::bail!("{tap}/{phase}/{route}: an empty histogram with a count");
+                        };
+                        let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route]));
+                        boot = Some(bootstrap::log_ratio_se(
+                            &pa,
+                            &pb,
+                            opts.resamples,
+                            opts.max_draws,
+                            &mut rng,
+                        ));
+                    }
+                    let i = match stat {
+                        Statistic::Mean => 0,
+                        Statistic::P50 => 1,
+                        _ => 2,
+                    };
+                    boot.map_or(0.0, |b| b[i])
+                }
+            };
+            d.method = Method::Resampling;
+            d.measured = Some(within_run(&sa, &sb, boot_se, opts.drift));
+            drafts.push(d);
         }
     }
 
-    let mut notes = Vec::new();
-    let methods: BTreeSet<Method> = rows
+    // Multiplicity: Bonferroni over the primary rows, Benjamini–Hochberg over the others.
+    let primary_rows = drafts
         .iter()
-        .map(|r| r.method)
-        .filter(|m| *m != Method::None)
+        .filter(|d| d.primary && d.measured.is_some())
+        .count();
+    let primary_confidence = 1.0 - opts.alpha / primary_rows.max(1) as f64;
+    // A statistic without any spread (a phase that takes 0 ns in every run) is no test:
+    // it is not counted in the false-discovery family.
+    let explanatory: Vec<usize> = (0..drafts.len())
+        .filter(|&i| {
+            !drafts[i].primary
+                && drafts[i]
+                    .measured
+                    .as_ref()
+                    .is_some_and(|m| m.change.se > 0.0)
+        })
         .collect();
+    let p_expl: Vec<f64> = explanatory
+        .iter()
+        .filter_map(|&i| drafts[i].measured.as_ref())
+        .map(|m| m.change.p_beyond(opts.threshold))
+        .collect();
+    let rejected = benjamini_hochberg(&p_expl, opts.alpha);
+    let mut discovered = vec![false; drafts.len()];
+    for (&i, r) in explanatory.iter().zip(rejected) {
+        discovered[i] = r;
+    }
+
+    let mut rows = Vec::new();
+    for (i, d) in drafts.into_iter().enumerate() {
+        let (tap, phase, route) = d.key;
+        let mut row = Row {
+            tap,
+            route,
+            phase,
+            statistic: d.stat,
+            primary: d.primary,
+            count_a: d.counts[0],
+            count_b: d.counts[1],
+            runs_a: d.runs[0],
+            runs_b: d.runs[1],
+            method: d.method,
+            a: d.values[0],
+            b: d.values[1],
+            change: None,
+            interval: None,
+            confidence: None,
+            cv_a: None,
+            cv_b: None,
+            cv_assumed: false,
+            mde: None,
+            runs_needed: None,
+            p: None,
+            verdict: Outcome::Unknown,
+            direction: None,
+            note: d.note,
+        };
+        if let Some(m) = d.measured {
+            let confidence = if d.primary {
+                primary_confidence
+            } else {
+                1.0 - opts.alpha
+            };
+            let (low, high) = m.change.interval(confidence);
+            let mut verdict = m.change.outcome(confidence, opts.threshold);
+            if verdict == Outcome::Different && !d.primary && !discovered[i] && m.change.se > 0.0 {
+                verdict = Outcome::Unknown;
+                row.note = Some("beyond the threshold alone, not after Benjamini–Hochberg".into());
+            }
+            let change = m.change.change();
+            row.direction = (verdict == Outcome::Different).then(|| {
+                let up = change > 0.0;
+                match (up, d.stat == Statistic::Rate) {
+                    (true, false) | (false, true) => Direction::Slower,
+                    _ => Direction::Faster,
+                }
+            });
+            row.change = Some(change);
+            row.interval = Some([low, high]);
+            row.confidence = Some(confidence);
+            row.cv_a = Some(m.cv[0]);
+            row.cv_b = Some(m.cv[1]);
+            row.cv_assumed = m.cv_assumed;
+            row.mde = Some(m.change.mde(confidence));
+            row.runs_needed = runs_needed(m.cv[0], m.cv[1], opts.detect, confidence);
+            row.p = Some(m.change.p_beyond(opts.threshold));
+            row.verdict = verdict;
+        }
+        rows.push(row);
+    }
+
+    let failures = opts
+        .fail_if_slower
+        .map(|limit| failures(&rows, limit, &opts.fail_phases))
+        .unwrap_or_default();
+    let summary = rows
+        .iter()
+        .filter(|r| r.primary)
+        .map(|r| statement(r, opts))
+        .collect();
+
+    let mut notes = Vec::new();
+    let methods: BTreeSet<Method> = rows.iter().map(|r| r.method).collect();
     if methods.contains(&Method::Runs) {
         notes.push(format!(
-            "several runs per side: one mean, p50 and p99 per run; Welch's t interval on their \
-             logarithms, so the interval covers run-to-run variation ({} vs {} runs)",
+            "several runs per side ({} vs {}): one value per run; Welch's t interval on their \
+             logarithms, so the interval is made of run-to-run variation",
             a.len(),
             b.len()
         ));
     }
     if methods.contains(&Method::Resampling) {
         notes.push(format!(
-            "one run on a side: bootstrap from the recorded histograms, {} replicates of at most \
-             {} draws per side (runs with more exchanges are resampled at {} draws, which widens \
-             the interval: the safe side), seed {}; a percentile is compared only with at least \
-             {} values beyond it on each side (p99: {} exchanges); this sees the sampling noise \
-             inside the runs only, not differences between runs (warm-up, other load, CPU \
-             frequency): compare several runs per side for that",
+            "one run on a side: a bootstrap from the histograms ({} replicates of at most {} \
+             draws, seed {}) measures the noise inside the runs; one run cannot show how much \
+             reruns drift, so a run-to-run variation of {:.1} % a run is assumed (--drift): \
+             take several runs a side to measure it",
             opts.resamples,
             opts.max_draws,
-            opts.max_draws,
             opts.seed,
-            opts.min_tail,
-            opts.min_tail * 100
-        ));
-    }
-    if skipped > 0 {
-        notes.push(format!(
-            "{skipped} series had too few exchanges for a percentile interval (p50 needs {}, \
-             p99 {} on each side): shown as -",
-            opts.min_tail * 2,
-            opts.min_tail * 100
+            opts.drift * 100.0
         ));
     }
     notes.push(format!(
-        "each interval is {:.3} % (Bonferroni: {:.0} % for all {} together); a verdict is \
-         'slower' or 'faster' only when a whole interval lies on one side of 0",
-        interval_confidence * 100.0,
-        (1.0 - opts.alpha) * 100.0,
-        intervals
+        "same: the interval lies inside ±{t:.1} %; different: it lies entirely beyond ±{t:.1} %; \
+         unknown: neither. Primary rows (the client-facing tap's {phases} and request rate) \
+         share α = {alpha}: each interval is {pc:.2} % (Bonferroni over {n}); the other rows \
+         explain, each at {ec:.0} %, and are different only under Benjamini–Hochberg at q = \
+         {alpha}. mde: the change detectable with 80 % power at these runs",
+        t = opts.threshold * 100.0,
+        phases = opts.phases.join(", "),
+        alpha = opts.alpha,
+        pc = primary_confidence * 100.0,
+        n = primary_rows,
+        ec = (1.0 - opts.alpha) * 100.0,
     ));
 
     Ok(Comparison {
         a: a_names,
         b: b_names,
-        family_confidence: 1.0 - opts.alpha,
-        interval_confidence,
-        intervals,
+        alpha: opts.alpha,
+        threshold: opts.threshold,
+        detect: opts.detect,
+        drift: opts.drift,
+        primary_confidence,
+        primary_rows,
         resamples: opts.resamples,
         max_draws: opts.max_draws,
         seed: opts.seed,
         rows,
+        summary,
         failures,
         notes,
     })
+}
+
+/// `--fail-if-slower`: rows slower, with confidence, by more than `limit`.
+fn failures(rows: &[Row], limit: f64, phases: &[String]) -> Vec<String> {
+    let all = phases.iter().any(|p| p == "all");
+    let mut out = Vec::new();
+    for r in rows {
+        let checked = if phases.is_empty() {
+            r.primary
+        } else {
+            r.primary || all || phases.contains(&r.phase)
+        };
+        let (Some([low, high]), Some(change)) = (r.interval, r.change) else {
+            continue;
+        };
+        // The bound nearer no change must lie past the limit; explanatory rows must also
+        // have survived the false-discovery control.
+        let beyond = match r.statistic {
+            Statistic::Rate => high < -limit,
+            _ => low > limit,
+        };
+        if checked && beyond && (r.primary || r.verdict == Outcome::Different) {
+            out.push(format!(
+                "{}/{}/{} {}: slower by {} (interval {:+.1} % to {:+.1} %), more than the {:.1} % allowed",
+                r.tap,
+                r.route,
+                r.phase,
+                r.statistic.as_str(),
+                super::units::change(change),
+                low * 100.0,
+                high * 100.0,
+                limit * 100.0
+            ));
+        }
+    }
+    out
+}
+
+/// A fraction as a percentage without needless decimals: 0.01 → "1", 0.005 → "0.5".
+fn percent(fraction: f64) -> String {
+    let s = format!("{:.2}", fraction * 100.0);
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// A primary row's outcome in words, with the power of the experiment.
+pub fn statement(r: &Row, opts: &Options) -> String {
+    let name = format!("{}/{} {} {}", r.tap, r.route, r.phase, r.statistic.as_str());
+    let (Some(change), Some([low, high])) = (r.change, r.interval) else {
+        return format!(
+            "{name}: unknown: {}",
+            r.note.as_deref().unwrap_or("not compared")
+        );
+    };
+    let pct = |v: f64| format!("{:+.1} %", v * 100.0);
+    let t = percent(opts.threshold);
+    let runs = format!(
+        "{} run{} a side",
+        r.runs_a.min(r.runs_b),
+        if r.runs_a.min(r.runs_b) == 1 { "" } else { "s" }
+    );
+    let need = match r.runs_needed {
+        Some(n) => format!("about {n} runs a side"),
+        None => format!("more than {} runs a side", super::verdict::MAX_RUNS),
+    };
+    let assumed = if r.cv_assumed {
+        format!(
+            " (at an assumed run-to-run variation of {:.1} %)",
+            opts.drift * 100.0
+        )
+    } else {
+        String::new()
+    };
+    match (r.verdict, r.direction) {
+        (Outcome::Same, _) => format!(
+            "{name}: same: no difference of {t} % or more ({} [{}, {}], ±{:.1} %)",
+            pct(change),
+            pct(low),
+            pct(high),
+            (high - low) * 50.0
+        ),
+        (Outcome::Different, Some(dir)) => format!(
+            "{name}: different: {} by {} [{}, {}], beyond the {t} % threshold",
+            dir.as_str(),
+            pct(change),
+            pct(low),
+            pct(high)
+        ),
+        _ => format!(
+            "{name}: unknown: {} [{}, {}]; {runs} detect {:.1} % or more; to detect {} % you \
+             need {need}{assumed}",
+            pct(change),
+            pct(low),
+            pct(high),
+            r.mde.unwrap_or(f64::NAN) * 100.0,
+            percent(opts.detect)
+        ),
+    }
 }

@@ -2,9 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::compare::{Change, Comparison, Method, Row, Verdict};
+use super::compare::{Comparison, Method, Row, Statistic};
 use super::table::{csv_field, Format};
 use super::units;
+use super::verdict::Outcome;
 
 /// The comparison in `format`; `colour` applies to [`Format::Table`] only.
 pub fn render(c: &Comparison, format: Format, colour: bool) -> anyhow::Result<String> {
@@ -20,75 +21,88 @@ pub fn render(c: &Comparison, format: Format, colour: bool) -> anyhow::Result<St
     })
 }
 
-const HEADERS: [&str; 9] = [
+const HEADERS: [&str; 11] = [
     "tap",
     "route",
     "phase",
-    "n A",
-    "n B",
-    "mean A → B",
-    "Δ mean [interval]",
-    "Δ p50 [interval]",
-    "Δ p99 [interval]",
+    "stat",
+    "runs",
+    "A → B",
+    "change [interval]",
+    "cv A / B",
+    "mde",
+    "runs to detect",
+    "verdict",
 ];
 
-fn delta(c: Option<Change>) -> String {
-    // An interval bound past +999 % says "anything": print it as such, not as digits.
-    let bound = |v: f64| {
-        if v * 100.0 > 999.0 {
-            ">+999".to_owned()
-        } else {
-            format!("{:+.1}", v * 100.0)
-        }
-    };
-    match c {
-        None => "-".to_owned(),
-        Some(c) => format!(
-            "{} [{}, {}]",
-            units::change(c.change),
-            bound(c.low),
-            bound(c.high)
-        ),
+/// A percentage bound; past ±999 % it says "anything", not digits.
+fn bound(v: f64) -> String {
+    if v * 100.0 > 999.0 {
+        ">+999".to_owned()
+    } else {
+        format!("{:+.1}", v * 100.0)
     }
 }
 
-/// One line on how the intervals were made, for the header.
-fn method_line(c: &Comparison) -> &'static str {
-    let runs = c.rows.iter().any(|r| r.method == Method::Runs);
-    let resampling = c.rows.iter().any(|r| r.method == Method::Resampling);
-    match (runs, resampling) {
-        (true, false) => "method: several runs per side, intervals from the variation between runs",
-        (false, true) => {
-            "method: one run per side, intervals from resampling the histograms: \
-                          run-to-run variation is NOT included (see the notes)"
-        }
-        (true, true) => "method: between runs where each side has several, resampling elsewhere",
-        (false, false) => "method: nothing to compare",
+fn value(stat: Statistic, v: Option<f64>) -> String {
+    match (stat, v) {
+        (_, None) => "-".to_owned(),
+        (Statistic::Rate, Some(v)) => format!("{}/s", units::three_digits(v)),
+        (_, Some(v)) => units::duration(v),
     }
+}
+
+fn verdict_cell(r: &Row) -> String {
+    let mut v = match r.direction {
+        Some(d) => format!("{} ({})", r.verdict, d.as_str()),
+        None => r.verdict.to_string(),
+    };
+    if let Some(n) = &r.note {
+        v.push_str(&format!(" — {n}"));
+    }
+    v
 }
 
 fn cells(r: &Row) -> Vec<String> {
-    let means = match r.mean {
-        Some(m) => format!("{} → {}", units::duration(m.a), units::duration(m.b)),
-        None => "-".to_owned(),
+    let pct = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.1} %", v * 100.0));
+    let change = match (r.change, r.interval) {
+        (Some(c), Some([lo, hi])) => {
+            format!("{} [{}, {}]", units::change(c), bound(lo), bound(hi))
+        }
+        _ => "-".to_owned(),
     };
-    let mut v = vec![
+    let cv = match (r.cv_a, r.cv_b) {
+        (Some(a), Some(b)) if r.cv_assumed => format!(
+            "{:.1} / {:.1} %{}",
+            a * 100.0,
+            b * 100.0,
+            if r.runs_a < 2 || r.runs_b < 2 {
+                " (assumed)"
+            } else {
+                ""
+            }
+        ),
+        (Some(a), Some(b)) => format!("{:.1} / {:.1} %", a * 100.0, b * 100.0),
+        _ => "-".to_owned(),
+    };
+    let needed = match (r.runs_needed, r.change) {
+        (Some(n), _) => n.to_string(),
+        (None, Some(_)) => ">10000".to_owned(),
+        (None, None) => "-".to_owned(),
+    };
+    vec![
         r.tap.clone(),
         r.route.clone(),
         r.phase.clone(),
-        r.count_a.to_string(),
-        r.count_b.to_string(),
-        means,
-        delta(r.mean),
-        delta(r.p50),
-        delta(r.p99),
-    ];
-    let mut verdict = r.verdict.to_string();
-    if let Some(n) = &r.note {
-        verdict.push_str(&format!(" ({n})"));
-    }
-    v.push(verdict);
-    v
+        r.statistic.as_str().to_owned(),
+        format!("{} / {}", r.runs_a, r.runs_b),
+        format!("{} → {}", value(r.statistic, r.a), value(r.statistic, r.b)),
+        change,
+        cv,
+        pct(r.mde),
+        needed,
+        verdict_cell(r),
+    ]
 }
 
 fn header_lines(c: &Comparison) -> Vec<String> {
@@ -100,10 +114,26 @@ fn header_lines(c: &Comparison) -> Vec<String> {
             if names.len() == 1 { "" } else { "s" }
         )
     };
+    let runs = c.rows.iter().any(|r| r.method == Method::Runs);
+    let resampling = c.rows.iter().any(|r| r.method == Method::Resampling);
+    let method = match (runs, resampling) {
+        (true, false) => "method: several runs a side, intervals from the variation between runs",
+        (false, true) => {
+            "method: one run on a side: resampling plus an ASSUMED run-to-run drift (see the notes)"
+        }
+        (true, true) => "method: between runs where each side has several, resampling elsewhere",
+        (false, false) => "method: nothing to compare",
+    };
     vec![
         format!("A: {}", side(&c.a)),
         format!("B: {}", side(&c.b)),
-        method_line(c).to_owned(),
+        method.to_owned(),
+        format!(
+            "same: inside ±{:.1} %; different: beyond it; change = B/A − 1; runs to detect: \
+             runs a side to detect {:.1} % (80 % power)",
+            c.threshold * 100.0,
+            c.detect * 100.0
+        ),
     ]
 }
 
@@ -112,11 +142,8 @@ fn text(c: &Comparison, colour: bool) -> String {
     for l in header_lines(c) {
         let _ = writeln!(out, "{l}");
     }
-    let _ = writeln!(out, "Δ = B relative to A; intervals in %\n");
-    let mut headers: Vec<String> = HEADERS.iter().map(|s| (*s).to_owned()).collect();
-    headers.push("verdict".to_owned());
     let table: Vec<Vec<String>> = c.rows.iter().map(cells).collect();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
     for r in &table {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -125,11 +152,11 @@ fn text(c: &Comparison, colour: bool) -> String {
     let line = |cells: &[String]| {
         let mut l = String::new();
         for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            let pad = " ".repeat(w - cell.chars().count());
+            let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
             // Text columns left-aligned, numbers right-aligned, the verdict last and free.
             if i == cells.len() - 1 {
                 let _ = write!(l, "  {cell}");
-            } else if i < 3 {
+            } else if i < 4 {
                 let _ = write!(l, "{}{cell}{pad}", if i == 0 { "" } else { "  " });
             } else {
                 let _ = write!(l, "  {pad}{cell}");
@@ -137,23 +164,56 @@ fn text(c: &Comparison, colour: bool) -> String {
         }
         l
     };
-    let bold = |s: String| {
-        if colour {
-            format!("\x1b[1m{s}\x1b[0m")
-        } else {
-            s
+    let headers: Vec<String> = HEADERS.iter().map(|s| (*s).to_owned()).collect();
+    let paint = |r: &Row, l: String| match (colour, r.verdict, r.direction) {
+        (true, Outcome::Different, Some(super::compare::Direction::Slower)) => {
+            format!("\x1b[31m{l}\x1b[0m")
         }
+        (true, Outcome::Different, _) => format!("\x1b[32m{l}\x1b[0m"),
+        (true, Outcome::Unknown, _) => format!("\x1b[33m{l}\x1b[0m"),
+        _ => l,
     };
-    let _ = writeln!(out, "{}", bold(line(&headers)));
-    for (r, cells) in c.rows.iter().zip(&table) {
-        let l = line(cells);
-        let l = match (colour, r.verdict) {
-            (true, Verdict::Slower) => format!("\x1b[31m{l}\x1b[0m"),
-            (true, Verdict::Faster) => format!("\x1b[32m{l}\x1b[0m"),
-            (true, Verdict::Mixed) => format!("\x1b[33m{l}\x1b[0m"),
-            _ => l,
-        };
-        let _ = writeln!(out, "{l}");
+    for (primary, title) in [
+        (
+            true,
+            format!(
+                "\nprimary: the question, α = {} over {} rows",
+                c.alpha, c.primary_rows
+            ),
+        ),
+        (
+            false,
+            format!(
+                "\nexplanation: where the time went (Benjamini–Hochberg, q = {})",
+                c.alpha
+            ),
+        ),
+    ] {
+        if !c.rows.iter().any(|r| r.primary == primary) {
+            continue;
+        }
+        let _ = writeln!(out, "{title}");
+        let h = line(&headers);
+        let _ = writeln!(
+            out,
+            "{}",
+            if colour {
+                format!("\x1b[1m{h}\x1b[0m")
+            } else {
+                h
+            }
+        );
+        for (r, cells) in c.rows.iter().zip(&table) {
+            if r.primary == primary {
+                let _ = writeln!(out, "{}", paint(r, line(cells)));
+            }
+        }
+    }
+    if !c.summary.is_empty() {
+        let _ = writeln!(out);
+        for s in &c.summary {
+            let _ = writeln!(out, "{s}");
+        }
     }
     for n in &c.notes {
         let _ = writeln!(out, "\nnote: {n}");
@@ -170,16 +230,23 @@ fn markdown(c: &Comparison) -> String {
     for l in header_lines(c) {
         let _ = writeln!(out, "{}  ", esc(&l));
     }
-    let _ = writeln!(out, "Δ = B relative to A; intervals in %\n");
-    let _ = writeln!(out, "| {} | verdict |", HEADERS.join(" | "));
+    let _ = writeln!(out, "\n| primary | {} |", HEADERS.join(" | "));
     let _ = writeln!(
         out,
-        "|---|---|---|{}---|",
-        "---:|".repeat(HEADERS.len() - 3)
+        "|---|---|---|---|---|{}---|",
+        "---:|".repeat(HEADERS.len() - 5)
     );
     for r in &c.rows {
         let cells: Vec<String> = cells(r).iter().map(|s| esc(s)).collect();
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
+        let _ = writeln!(
+            out,
+            "| {} | {} |",
+            if r.primary { "yes" } else { "" },
+            cells.join(" | ")
+        );
+    }
+    for s in &c.summary {
+        let _ = writeln!(out, "\n- {}", esc(s));
     }
     for n in &c.notes {
         let _ = writeln!(out, "\n> note: {}", esc(n));
@@ -191,39 +258,49 @@ fn markdown(c: &Comparison) -> String {
 }
 
 /// The CSV header of a comparison.
-pub const CSV_HEADER: &str = "tap,route,phase,count_a,count_b,runs_a,runs_b,method,\
-mean_a_s,mean_b_s,mean_change,mean_low,mean_high,\
-p50_a_s,p50_b_s,p50_change,p50_low,p50_high,\
-p99_a_s,p99_b_s,p99_change,p99_low,p99_high,verdict";
+pub const CSV_HEADER: &str = "tap,route,phase,statistic,primary,count_a,count_b,runs_a,runs_b,\
+method,a,b,change,low,high,confidence,cv_a,cv_b,cv_assumed,mde,runs_needed,p,verdict,direction";
 
 fn csv(c: &Comparison) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
+    let num = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
     for r in &c.rows {
-        let method = serde_json::to_value(r.method)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let mut fields = vec![
+        let fields = vec![
             csv_field(&r.tap),
             csv_field(&r.route),
             csv_field(&r.phase),
+            name(&r.statistic),
+            r.primary.to_string(),
             r.count_a.to_string(),
             r.count_b.to_string(),
             r.runs_a.to_string(),
             r.runs_b.to_string(),
-            method,
+            name(&r.method),
+            num(r.a),
+            num(r.b),
+            num(r.change),
+            num(r.interval.map(|i| i[0])),
+            num(r.interval.map(|i| i[1])),
+            num(r.confidence),
+            num(r.cv_a),
+            num(r.cv_b),
+            r.cv_assumed.to_string(),
+            num(r.mde),
+            r.runs_needed.map_or(String::new(), |n| n.to_string()),
+            num(r.p),
+            r.verdict.to_string(),
+            r.direction.map_or(String::new(), |d| d.as_str().to_owned()),
         ];
-        for ch in [r.mean, r.p50, r.p99] {
-            match ch {
-                Some(ch) => {
-                    fields.extend([ch.a, ch.b, ch.change, ch.low, ch.high].map(|v| v.to_string()))
-                }
-                None => fields.extend(std::iter::repeat_n(String::new(), 5)),
-            }
-        }
-        fields.push(csv_field(&r.verdict.to_string()));
         let _ = writeln!(out, "{}", fields.join(","));
     }
     out
+}
+
+/// An enum's name as the JSON output spells it.
+fn name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }

@@ -511,7 +511,21 @@ impl Webdis {
         Webdis::start_with_port(redis_port, || http_port)
     }
 
-    fn start_with_port(redis_port: u16, mut pick_port: impl FnMut() -> u16) -> Webdis {
+    /// Like [`Webdis::start`], with config keys overridden (e.g. `{"threads": 1}` or
+    /// `{"verbosity": 8}`).
+    pub fn start_configured(redis_port: u16, overrides: serde_json::Value) -> Webdis {
+        Webdis::start_inner(redis_port, free_port, overrides)
+    }
+
+    fn start_with_port(redis_port: u16, pick_port: impl FnMut() -> u16) -> Webdis {
+        Webdis::start_inner(redis_port, pick_port, serde_json::json!({}))
+    }
+
+    fn start_inner(
+        redis_port: u16,
+        mut pick_port: impl FnMut() -> u16,
+        overrides: serde_json::Value,
+    ) -> Webdis {
         let binary = require_tool("webdis");
         let dir = tempfile::Builder::new()
             .prefix("webdis-")
@@ -521,7 +535,7 @@ impl Webdis {
             "webdis",
             |attempt| {
                 let port = pick_port();
-                let config = serde_json::json!({
+                let mut config = serde_json::json!({
                     "redis_host": "127.0.0.1",
                     "redis_port": redis_port,
                     "http_host": "127.0.0.1",
@@ -534,6 +548,11 @@ impl Webdis {
                     "verbosity": 3,
                     "logfile": dir.path().join(format!("webdis-{attempt}.log")),
                 });
+                if let (Some(c), Some(o)) = (config.as_object_mut(), overrides.as_object()) {
+                    for (k, v) in o {
+                        c.insert(k.clone(), v.clone());
+                    }
+                }
                 let config_path = dir.path().join(format!("webdis-{attempt}.json"));
                 fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
                 let mut command = Command::new(&binary);

@@ -1,0 +1,127 @@
+//! The command line of `phasescope bench`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// host:port of server A (say, the current build)
+    #[arg(long = "a", value_name = "ADDR")]
+    pub a: String,
+
+    /// host:port of server B (say, the build with the change)
+    #[arg(long = "b", value_name = "ADDR")]
+    pub b: String,
+
+    /// Request path, repeatable; requests go round-robin over them [default: /]
+    #[arg(long, value_name = "PATH")]
+    pub path: Vec<String>,
+
+    /// Runs per side, interleaved A B B A …
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub runs: usize,
+
+    /// Length of each run
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+
+    /// Keep-alive client connections
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub connections: usize,
+
+    /// Load on each side before the first run, not measured
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+
+    /// Threads of the built-in load generator (its connections are spread over them)
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub threads: usize,
+
+    /// Open loop at R requests/s (latency counted from each request's due time, like
+    /// wrk2) instead of closed loop
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+
+    /// Write each run's snapshot to DIR (run-01-a.json …) so that compare can rerun on them
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<PathBuf>,
+
+    /// Drive the load with this command instead; {url}, {duration} (seconds) and
+    /// {connections} are filled in, e.g. 'wrk -t2 -c{connections} -d{duration}s {url}'
+    #[arg(long, value_name = "CMD", conflicts_with = "rate")]
+    pub load: Option<String>,
+
+    /// `same` inside ±PCT %, `different` beyond
+    #[arg(long, value_name = "PCT", default_value_t = 2.0)]
+    pub threshold: f64,
+
+    /// The change the power statement is about
+    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
+    pub detect: f64,
+
+    /// Error rate of the primary question
+    #[arg(long, value_name = "ALPHA", default_value_t = 0.05)]
+    pub alpha: f64,
+
+    /// Output format
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: crate::report::Format,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn bench_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "bench",
+            "--a",
+            "127.0.0.1:7379",
+            "--b",
+            "127.0.0.1:7380",
+            "--path",
+            "/PING",
+            "--path",
+            "/GET/k",
+            "--duration",
+            "2s",
+            "--rate",
+            "1000",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!(b.path, ["/PING", "/GET/k"]);
+        assert_eq!((b.runs, b.connections, b.threads), (10, 50, 2));
+        assert_eq!(b.duration.as_secs(), 2);
+        assert_eq!(b.warmup.as_secs(), 2);
+        assert_eq!(b.rate, Some(1000.0));
+        assert!(
+            Cli::try_parse_from(["phasescope", "bench", "--a", "x:1"]).is_err(),
+            "--b is required"
+        );
+        assert!(
+            Cli::try_parse_from([
+                "phasescope",
+                "bench",
+                "--a",
+                "x:1",
+                "--b",
+                "y:1",
+                "--rate",
+                "5",
+                "--load",
+                "wrk"
+            ])
+            .is_err(),
+            "--rate and --load exclude each other"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! `phasescope bench`: the whole A/B experiment in one command. An embedded proxy with two
+//! taps, `a` and `b`, in front of the two servers; a load generator (built in, or
+//! `--load CMD`); warm-up, then runs interleaved A B B A …, each on a clean snapshot; then
+//! `compare` of tap `a`'s runs against tap `b`'s (docs/compare.md).
+//!
+//! The proxy is the real one ([`crate::app::start`], as `run` and `demo` use), so the
+//! phases of a bench are those a deployment records.
+
+mod args;
+mod client;
+mod external;
+pub mod load;
+pub mod order;
+mod progress;
+mod report;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use tokio::sync::watch;
+
+use crate::config::{Config, Protocol, RouteRule, TapConfig};
+use crate::metrics::{Registry, Snapshot};
+use crate::report::{compare, CompareOptions};
+
+pub use args::BenchArgs;
+pub use report::{BenchReport, RunRecord};
+
+/// How long exchanges in flight may finish when the bench stops.
+const GRACE: Duration = Duration::from_secs(2);
+/// The proxy records an exchange just after its last byte reached the client: a moment
+/// for the last ones before the snapshot.
+const SETTLE: Duration = Duration::from_millis(50);
+/// At most this long for the last exchanges to be recorded.
+const SETTLE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// `phasescope bench`.
+pub fn command(args: &BenchArgs) -> ExitCode {
+    let outcome = run(args).and_then(|r| {
+        let text = report::render(&r, args.format)?;
+        print!("{text}");
+        Ok(())
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs the experiment on its own runtime.
+pub fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    ensure!(args.runs >= 1, "--runs must be at least 1");
+    ensure!(
+        args.connections >= 1 && args.connections <= 10_000,
+        "--connections must lie between 1 and 10000"
+    );
+    ensure!(!args.duration.is_zero(), "--duration must be above 0");
+    if let Some(rate) = args.rate {
+        ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
+    }
+    crate::clock::init();
+    if std::env::var_os("RUST_LOG").is_some() {
+        crate::logging::init(crate::config::LogFormat::Text);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("phasescope-bench")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(bench(args))
+}
+
+fn paths(args: &BenchArgs) -> Vec<String> {
+    if args.path.is_empty() {
+        vec!["/".to_owned()]
+    } else {
+        args.path.clone()
+    }
+}
+
+async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    let config = bench_config(&args.a, &args.b)?;
+    for (name, addr) in [("--a", &args.a), ("--b", &args.b)] {
+        reachable(addr)
+            .await
+            .with_context(|| format!("{name} {addr}: the server does not accept connections"))?;
+    }
+    let registry = Registry::new(&config.metrics)?;
+    let taps = crate::app::start(&config, &registry).await?;
+    let mut listen = Vec::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    for tap in taps {
+        listen.push(tap.local_addr().context("reading a tap's address")?);
+        tasks.push(tokio::spawn(tap.run(stop_rx.clone(), GRACE)));
+    }
+    let [a_addr, b_addr] = listen[..] else {
+        anyhow::bail!("the bench config must have two taps");
+    };
+    if let Some(dir) = &args.keep {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let paths = paths(args);
+    let result = experiment(args, &registry, &paths, a_addr, b_addr).await;
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    result
+}
+
+async fn experiment(
+    args: &BenchArgs,
+    registry: &Registry,
+    paths: &[String],
+    a_addr: SocketAddr,
+    b_addr: SocketAddr,
+) -> anyhow::Result<BenchReport> {
+    let addr = |side: order::Side| match side {
+        order::Side::A => a_addr,
+        order::Side::B => b_addr,
+    };
+    let host = |side: order::Side| match side {
+        order::Side::A => args.a.clone(),
+        order::Side::B => args.b.clone(),
+    };
+    let plan = |side: order::Side, duration: Duration| load::Plan {
+        connections: args.connections,
+        duration,
+        rate: args.rate,
+        requests: Arc::new(
+            paths
+                .iter()
+                .map(|p| load::request(&host(side), p))
+                .collect(),
+        ),
+    };
+    if !args.warmup.is_zero() {
+        for side in [order::Side::A, order::Side::B] {
+            drive(args, addr(side), &plan(side, args.warmup), paths).await?;
+        }
+    }
+    let sequence = order::interleaved(args.runs);
+    let total = sequence.len();
+    let mut runs = Vec::new();
+    let (mut a_snaps, mut b_snaps, mut a_names, mut b_names) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, side) in sequence.into_iter().enumerate() {
+        registry.reset();
+        let counters = Arc::new(load::Counters::default());
+        let bar = tokio::spawn(progress::bar(
+            Arc::clone(&counters),
+            i + 1,
+            total,
+            side,
+            args.duration,
+        ));
+        let generated = match &args.load {
+            None => Some(generate(args, addr(side), plan(side, args.duration), &counters).await?),
+            Some(template) => {
+                let url = format!("http://{}{}", addr(side), paths[0]);
+                let cmd = external::fill(template, &url, args.duration, args.connections);
+                external::run(&cmd, args.duration).await?;
+                None
+            }
+        };
+        bar.abort();
+        let snap = settled(registry, side, generated.as_ref()).await;
+        let record = RunRecord::new(i + 1, side, &snap, generated);
+        progress::done(
+            i + 1,
+            total,
+            side,
+            record.requests,
+            record.seconds,
+            record.errors,
+        );
+        let name = format!("run-{:02}-{}.json", i + 1, side.tap());
+        if let Some(dir) = &args.keep {
+            let path = dir.join(&name);
+            let text = serde_json::to_string_pretty(&snap)? + "\n";
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+        runs.push(record);
+        match side {
+            order::Side::A => {
+                a_snaps.push(snap);
+                a_names.push(name);
+            }
+            order::Side::B => {
+                b_snaps.push(snap);
+                b_names.push(name);
+            }
+        }
+    }
+    let opts = CompareOptions {
+        alpha: args.alpha,
+        threshold: args.threshold / 100.0,
+        detect: args.detect / 100.0,
+        taps: vec!["a".to_owned()],
+        vs_tap: Some("b".to_owned()),
+        ..CompareOptions::default()
+    };
+    let comparison = compare(&a_snaps, &b_snaps, a_names, b_names, &opts)?;
+    let rerun = args.keep.as_ref().map(|dir| {
+        format!(
+            "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b",
+            d = dir.display()
+        )
+    });
+    Ok(BenchReport {
+        a: args.a.clone(),
+        b: args.b.clone(),
+        paths: paths.to_vec(),
+        connections: args.connections,
+        duration: args.duration.as_secs_f64(),
+        rate: args.rate,
+        load: args.load.clone().unwrap_or_else(|| {
+            if args.rate.is_some() {
+                "open loop".to_owned()
+            } else {
+                "closed loop".to_owned()
+            }
+        }),
+        runs,
+        rerun,
+        comparison,
+    })
+}
+
+/// The snapshot once the proxy has recorded every exchange the generator saw answered
+/// (it records an exchange just after its last byte went out, and a starved worker may
+/// be late), within a deadline; with an external load, after a short pause.
+async fn settled(
+    registry: &Registry,
+    side: order::Side,
+    generated: Option<&load::Outcome>,
+) -> Snapshot {
+    let deadline = tokio::time::Instant::now() + SETTLE_DEADLINE;
+    tokio::time::sleep(SETTLE).await;
+    loop {
+        let snap = registry.snapshot();
+        let complete = generated.is_none_or(|g| recorded(&snap, side.tap()) >= g.requests);
+        if complete || tokio::time::Instant::now() >= deadline {
+            return snap;
+        }
+        tokio::time::sleep(SETTLE).await;
+    }
+}
+
+/// A warm-up: the built-in generator or the external command, unrecorded.
+async fn drive(
+    args: &BenchArgs,
+    target: SocketAddr,
+    plan: &load::Plan,
+    paths: &[String],
+) -> anyhow::Result<()> {
+    match &args.load {
+        None => {
+            generate(
+                args,
+                target,
+                plan.clone(),
+                &Arc::new(load::Counters::default()),
+            )
+            .await?;
+        }
+        Some(template) => {
+            let url = format!("http://{target}{}", paths[0]);
+            external::run(
+                &external::fill(template, &url, plan.duration, args.connections),
+                plan.duration,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The built-in generator on its own threads, awaited without blocking the proxy.
+async fn generate(
+    args: &BenchArgs,
+    target: SocketAddr,
+    plan: load::Plan,
+    counters: &Arc<load::Counters>,
+) -> anyhow::Result<load::Outcome> {
+    let counters = Arc::clone(counters);
+    let threads = args.threads;
+    tokio::task::spawn_blocking(move || load::drive_on_threads(target, &plan, &counters, threads))
+        .await
+        .context("the load generator")?
+}
+
+async fn reachable(addr: &str) -> anyhow::Result<()> {
+    tokio::time::timeout(
+        client::CONNECT_TIMEOUT,
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .context("connect timed out")?
+    .context("connect failed")?;
+    Ok(())
+}
+
+/// Two HTTP taps on free loopback ports, `a` in front of `a`, `b` in front of `b`; routes
+/// by the first path segment (Webdis's command: `/GET/k` is route GET).
+fn bench_config(a: &str, b: &str) -> anyhow::Result<Config> {
+    let mut config = Config::builtin().context("the built-in config")?;
+    let tap = |name: &str, upstream: &str| {
+        let mut t = TapConfig::new(
+            name,
+            Protocol::Http,
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            upstream,
+        );
+        t.routes = RouteRule::Webdis;
+        t
+    };
+    config.taps = vec![tap("a", a), tap("b", b)];
+    config.correlate.clear();
+    config.log.access_log = None;
+    config.log.slow_log = None;
+    config.shutdown_grace = GRACE;
+    Ok(config)
+}
+
+/// Exchanges the proxy recorded on `tap` in this snapshot (all routes).
+fn recorded(snap: &Snapshot, tap: &str) -> u64 {
+    snap.taps
+        .get(tap)
+        .and_then(|t| t.phases.get("total"))
+        .map_or(0, |routes| routes.values().map(|s| s.count).sum())
+}

@@ -1,0 +1,45 @@
+//! The order of the runs: A B B A A B B A … so that a drift over the experiment (a
+//! warming page cache, a neighbour starting a job, CPU frequency settling) falls on both
+//! sides alike instead of on whichever ran last.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    /// The tap that carries this side's traffic.
+    pub fn tap(self) -> &'static str {
+        match self {
+            Side::A => "a",
+            Side::B => "b",
+        }
+    }
+}
+
+/// `runs` runs of each side, interleaved A B B A.
+pub fn interleaved(runs: usize) -> Vec<Side> {
+    (0..runs)
+        .flat_map(|i| {
+            if i % 2 == 0 {
+                [Side::A, Side::B]
+            } else {
+                [Side::B, Side::A]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abba() {
+        use Side::{A, B};
+        assert_eq!(interleaved(3), [A, B, B, A, A, B]);
+        assert_eq!(interleaved(0), []);
+    }
+}

@@ -1,0 +1,99 @@
+//! What a bench prints: each run's request rate, then the comparison (the same rows,
+//! summary and notes as `phasescope compare`), in text or JSON (docs/compare.md).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::load::Outcome;
+use super::order::Side;
+use crate::metrics::Snapshot;
+use crate::report::{compare_table, Comparison, Format};
+
+/// One run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRecord {
+    pub index: usize,
+    pub side: Side,
+    /// Exchanges the proxy recorded on the side's tap.
+    pub requests: u64,
+    /// The snapshot's window (from the reset to the snapshot).
+    pub seconds: f64,
+    pub requests_per_s: f64,
+    /// Failed connects and exchanges of the built-in generator (0 with `--load`).
+    pub errors: u64,
+    /// What the built-in generator saw (null with `--load`).
+    pub generator: Option<Outcome>,
+}
+
+impl RunRecord {
+    pub fn new(index: usize, side: Side, snap: &Snapshot, generator: Option<Outcome>) -> Self {
+        let requests = super::recorded(snap, side.tap());
+        let seconds = (snap.taken_at_unix - snap.since_unix).max(0.0);
+        RunRecord {
+            index,
+            side,
+            requests,
+            seconds,
+            requests_per_s: requests as f64 / seconds.max(1e-9),
+            errors: generator.as_ref().map_or(0, |g| g.errors),
+            generator,
+        }
+    }
+}
+
+/// The bench's result: the comparison's fields, plus the setup and the runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub a: String,
+    pub b: String,
+    pub paths: Vec<String>,
+    pub connections: usize,
+    /// Seconds per run.
+    pub duration: f64,
+    pub rate: Option<f64>,
+    /// `closed loop`, `open loop`, or the external command.
+    pub load: String,
+    pub runs: Vec<RunRecord>,
+    /// The command that reruns the comparison on the kept snapshots.
+    pub rerun: Option<String>,
+    #[serde(flatten)]
+    pub comparison: Comparison,
+}
+
+pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
+    if format == Format::Json {
+        return Ok(serde_json::to_string_pretty(r)? + "\n");
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "bench: A {} vs B {}, {} ({} connections, {} s a run), paths {}",
+        r.a,
+        r.b,
+        r.load,
+        r.connections,
+        r.duration,
+        r.paths.join(" ")
+    );
+    for side in [Side::A, Side::B] {
+        let rates: Vec<String> = r
+            .runs
+            .iter()
+            .filter(|x| x.side == side)
+            .map(|x| format!("{:.0}", x.requests_per_s))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {} requests/s per run: {}",
+            side.tap(),
+            rates.join(" ")
+        );
+    }
+    let _ = writeln!(out);
+    out.push_str(&compare_table::render(&r.comparison, format, false)?);
+    if let Some(cmd) = &r.rerun {
+        let _ = writeln!(out, "\nrerun the comparison: {cmd}");
+    }
+    Ok(out)
+}

@@ -1,0 +1,347 @@
+//! `phasescope bench` against real servers: two identical Webdis are never `different` on
+//! the primary question; Webdis with one thread instead of two under 50 connections is
+//! `different` (slower) in `total`; the built-in load generator keeps up with wrk on the
+//! fixed-response upstream; `--keep` snapshots rerun through `compare`; `--load` drives
+//! an external tool.
+//!
+//! Runs are short (a second or two) so that the suite stays quick on two cores; the
+//! assertions are about verdicts, which the method keeps cautious when runs are noisy.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{accepts, free_port, loopback, require_tool, wait_for, RedisServer, Webdis};
+
+/// Holds an exclusive lock for the measuring tests of this file: nextest runs each test
+/// in its own process, and two benches at once on two cores would measure each other.
+struct Serial(#[allow(dead_code)] std::fs::File);
+
+fn serial() -> Serial {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join("phasescope-bench-tests.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: flock on a descriptor this process owns; released when the file closes.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {}", path.display());
+    Serial(file)
+}
+
+/// `phasescope bench ARGS --format json`, which must succeed.
+fn bench(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .arg("bench")
+        .args(args)
+        .args(["--format", "json"])
+        .env_remove("PHASESCOPE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bench output is not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn primary(v: &Value) -> Vec<&Value> {
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["primary"] == true)
+        .collect()
+}
+
+fn rows<'a>(v: &'a Value, phase: &str, stat: &str) -> Vec<&'a Value> {
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["phase"] == phase && r["statistic"] == stat)
+        .collect()
+}
+
+fn mean_rate(v: &Value, side: &str) -> f64 {
+    let rates: Vec<f64> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["side"] == side)
+        .map(|r| r["requests_per_s"].as_f64().unwrap())
+        .collect();
+    rates.iter().sum::<f64>() / rates.len() as f64
+}
+
+/// The fixed-response upstream on a free port.
+struct Fixed(Child, u16);
+
+impl Fixed {
+    fn start() -> Fixed {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_fixed-upstream"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for(Duration::from_secs(10), || accepts(loopback(port))),
+            "fixed-upstream never listened"
+        );
+        Fixed(child, port)
+    }
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.1)
+    }
+}
+
+impl Drop for Fixed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn two_identical_webdis_are_never_different_on_the_primary() {
+    let _serial = serial();
+    let redis = RedisServer::start();
+    let a = Webdis::start(redis.port());
+    let b = Webdis::start(redis.port());
+    let (a, b) = (a.addr().to_string(), b.addr().to_string());
+    let v = bench(&[
+        "--a",
+        &a,
+        "--b",
+        &b,
+        "--path",
+        "/PING",
+        "--path",
+        "/GET/k",
+        "--runs",
+        "4",
+        "--duration",
+        "1s",
+        "--warmup",
+        "1s",
+        "--connections",
+        "20",
+    ]);
+    let p = primary(&v);
+    // two routes × (mean, rate)
+    assert_eq!(p.len(), 4, "{v:#}");
+    for r in &p {
+        assert_ne!(r["verdict"], "different", "{r:#}");
+        assert!(r["mde"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(v["runs"].as_array().unwrap().len(), 8);
+    assert!(mean_rate(&v, "a") > 100.0, "{v:#}");
+    println!("identical Webdis: {:#}", v["summary"]);
+}
+
+#[test]
+fn webdis_with_one_thread_is_slower_than_with_two() {
+    let _serial = serial();
+    let redis = RedisServer::start();
+    // A 32 KiB value: formatting it as JSON is Webdis's own CPU work, which its threads
+    // share, while the proxy only relays the bytes (so that even an unoptimized build
+    // of the proxy is not the bottleneck).
+    let value = "x".repeat(32 * 1024);
+    redis.command(&["SET", "big", &value]);
+    let two = Webdis::start_configured(redis.port(), serde_json::json!({"threads": 2}));
+    let one = Webdis::start_configured(redis.port(), serde_json::json!({"threads": 1}));
+    let (two, one) = (two.addr().to_string(), one.addr().to_string());
+    let v = bench(&[
+        "--a",
+        &two,
+        "--b",
+        &one,
+        "--path",
+        "/GET/big",
+        "--runs",
+        "8",
+        "--duration",
+        "1500ms",
+        "--warmup",
+        "1s",
+        "--connections",
+        "50",
+    ]);
+    let total = rows(&v, "total", "mean");
+    assert_eq!(total.len(), 1, "{v:#}");
+    println!("threads 2 vs 1: {:#}", v["summary"]);
+    let t = total[0];
+    assert_ne!(t["verdict"], "same", "{t:#}");
+    assert!(t["change"].as_f64().unwrap() > 0.0, "{t:#}");
+    // On a machine quiet enough that runs repeat within 10 %, one thread instead of two
+    // is `different` (slower). On a machine shared with other work (run-to-run
+    // variation measured above that) the honest answer can be `unknown`: then the test
+    // holds the tool to saying so, with a positive change.
+    let cv = t["cv_a"].as_f64().unwrap().max(t["cv_b"].as_f64().unwrap());
+    if cv < 0.10 {
+        assert_eq!(t["verdict"], "different", "{t:#}");
+    }
+    if t["verdict"] == "different" {
+        assert_eq!(t["direction"], "slower", "{t:#}");
+    } else {
+        println!(
+            "runs vary by {:.0} %: unknown is the honest verdict here",
+            cv * 100.0
+        );
+    }
+}
+
+#[test]
+fn the_built_in_load_keeps_up_with_wrk() {
+    let _serial = serial();
+    let wrk = require_tool("wrk");
+    let upstream = Fixed::start();
+    let addr = upstream.addr();
+    // The same embedded proxy and upstream, the same 50 connections; only the load
+    // generator differs. Both rates are what the proxy recorded.
+    let args = |extra: &[&str]| {
+        let mut a: Vec<String> = [
+            "--a",
+            &addr,
+            "--b",
+            &addr,
+            "--runs",
+            "2",
+            "--duration",
+            "1s",
+            "--warmup",
+            "300ms",
+            "--connections",
+            "50",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        a.extend(extra.iter().map(|s| (*s).to_owned()));
+        a
+    };
+    let run = |extra: &[&str]| {
+        let a = args(extra);
+        let v = bench(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        (mean_rate(&v, "a") + mean_rate(&v, "b")) / 2.0
+    };
+    let load = format!(
+        "{} -t2 -c{{connections}} -d{{duration}}s {{url}}",
+        wrk.display()
+    );
+    // Pairs of neighbouring measurements, in alternating order (built-in first, then
+    // wrk first): a drift of the machine falls on both, and the median of the pairs'
+    // ratios is not moved by one pair that other work disturbed.
+    let mut ratios = Vec::new();
+    for pair in 0..4 {
+        let (builtin, with_wrk) = if pair % 2 == 0 {
+            let b = run(&[]);
+            (b, run(&["--load", &load]))
+        } else {
+            let w = run(&["--load", &load]);
+            (run(&[]), w)
+        };
+        println!("pair {pair}: built-in {builtin:.0}/s, wrk {with_wrk:.0}/s");
+        ratios.push(builtin / with_wrk);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let ratio = (ratios[1] + ratios[2]) / 2.0;
+    println!(
+        "built-in against wrk through the same proxy: median ratio {ratio:.2} of {ratios:.2?}"
+    );
+    assert!(ratio >= 0.8, "{ratios:?}");
+}
+
+#[test]
+fn kept_snapshots_rerun_through_compare() {
+    let upstream = Fixed::start();
+    let addr = upstream.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().to_str().unwrap();
+    let v = bench(&[
+        "--a",
+        &addr,
+        "--b",
+        &addr,
+        "--runs",
+        "2",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "0s",
+        "--connections",
+        "4",
+        "--keep",
+        keep,
+        "--rate",
+        "500",
+    ]);
+    let files = |side: &str| -> Vec<String> {
+        let mut f: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path().display().to_string())
+            .filter(|p| p.ends_with(&format!("-{side}.json")))
+            .collect();
+        f.sort();
+        f
+    };
+    let (a, b) = (files("a"), files("b"));
+    assert_eq!((a.len(), b.len()), (2, 2), "{a:?} {b:?}");
+    let mut args = vec!["compare".to_owned()];
+    args.extend(a);
+    args.push("--vs".into());
+    args.extend(b);
+    args.extend(["--tap", "a", "--vs-tap", "b", "--format", "json"].map(String::from));
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again["rows"], v["rows"], "the rerun gives the same rows");
+    // open loop at 500/s over 0.3 s: about 150 requests a run, not thousands
+    for r in v["runs"].as_array().unwrap() {
+        let n = r["requests"].as_u64().unwrap();
+        assert!((50..=300).contains(&n), "{r}");
+        assert!(r["generator"]["due_p99"].as_f64().is_some(), "{r}");
+    }
+    assert!(v["rerun"].as_str().unwrap().contains("--vs-tap b"));
+}
+
+#[test]
+fn a_server_that_is_not_there_is_a_clear_error() {
+    let port = free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "bench",
+            "--a",
+            &format!("127.0.0.1:{port}"),
+            "--b",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--a") && err.contains("does not accept"),
+        "{err}"
+    );
+}
