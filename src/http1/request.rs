@@ -167,7 +167,8 @@ fn parse_with<'h>(
         target: (start, start + path.len()),
         body,
         keep_alive,
-        upgrade: fields.upgrade,
+        // RFC 9110 §7.8: a server MUST ignore Upgrade in an HTTP/1.0 request.
+        upgrade: fields.upgrade && version == Version::Http11,
         expect_continue: fields.expect_continue,
     })
 }
