@@ -207,12 +207,13 @@ async fn slowloris_gets_408_while_a_normal_client_is_served() {
     let mut crawlers = Vec::new();
     let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
     for _ in 0..CRAWLERS {
+        // The head timeout of a connection's first request runs from the accept.
+        let began = Instant::now();
         let s = TcpStream::connect(p.addr).await.unwrap();
         let first_answer = first_answer.clone();
         let started_tx = started_tx.clone();
         crawlers.push(tokio::spawn(async move {
             let (mut r, mut w) = s.into_split();
-            let began = Instant::now();
             let writer = tokio::spawn(async move {
                 let head = b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: ";
                 for (i, b) in head.iter().chain(std::iter::repeat(&b'a')).enumerate() {

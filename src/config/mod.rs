@@ -158,6 +158,10 @@ pub struct Timeouts {
     /// A keep-alive connection with no request in progress is closed after this long.
     #[serde(default = "defaults::idle_timeout", with = "humantime_serde")]
     pub idle: Duration,
+    /// Once the request is under way, no byte moving in either direction for this long
+    /// (outside the wait for the response head) aborts both sides.
+    #[serde(default = "defaults::transfer_timeout", with = "humantime_serde")]
+    pub transfer: Duration,
 }
 
 impl Default for Timeouts {
@@ -167,6 +171,7 @@ impl Default for Timeouts {
             connect: defaults::connect_timeout(),
             response: defaults::response_timeout(),
             idle: defaults::idle_timeout(),
+            transfer: defaults::transfer_timeout(),
         }
     }
 }
@@ -347,6 +352,9 @@ pub mod defaults {
     }
     pub fn idle_timeout() -> Duration {
         Duration::from_secs(300)
+    }
+    pub fn transfer_timeout() -> Duration {
+        Duration::from_secs(60)
     }
     pub fn slow_threshold() -> Duration {
         Duration::from_millis(100)

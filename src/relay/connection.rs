@@ -64,6 +64,14 @@ enum Failure {
     /// Close both sides without an answer (part of a response was already forwarded, or
     /// the client is gone).
     Abort(ErrorKind),
+    /// A stall past the transfer deadline after part of the response was forwarded:
+    /// closed like `Abort`, and the exchange recorded as far as it got.
+    Cut {
+        kind: ErrorKind,
+        status: u16,
+        request_bytes: u64,
+        response_bytes: u64,
+    },
 }
 
 /// What a completed relay leaves behind.
@@ -135,7 +143,7 @@ impl HttpConnection {
         let rec = self.tap.recorder.clone();
         match outcome {
             Ok(()) => {}
-            Err(Failure::Abort(kind)) => {
+            Err(Failure::Abort(kind) | Failure::Cut { kind, .. }) => {
                 rec.error(kind);
                 tracing::debug!(tap = %self.tap.config.name, kind = kind.name(), "connection aborted");
             }
@@ -280,7 +288,8 @@ impl HttpConnection {
 
     /// Step 1: waits for the next complete request head. Between requests the connection
     /// is idle: it holds no buffers, the idle timeout applies, and an upstream that closes
-    /// ends the client's connection too. Once a head has begun, the head timeout applies.
+    /// ends the client's connection too. Once a head has begun, the head timeout applies,
+    /// and to the first request of a connection from the accept.
     async fn await_head(&mut self, stop: &mut Stop<'_>) -> Result<HeadReady, Failure> {
         let limits = &self.tap.config.limits;
         let (max_head, max_headers) = (limits.max_head_bytes, limits.max_headers);
@@ -303,8 +312,17 @@ impl HttpConnection {
                 return Ok(HeadReady::Closed);
             }
             let idle = !self.next.started();
-            let deadline = if idle {
+            // A new connection is not idle between requests: its first request is owed
+            // from the accept, within the head timeout (as nginx's client_header_timeout),
+            // so that connections that never send a byte do not stay for `idle`.
+            let first = self.prev_end == 0;
+            let deadline = if idle && first {
+                self.timer.deadline(idle_since, head_timeout)
+            } else if idle {
                 self.timer.deadline(idle_since, idle_timeout)
+            } else if first {
+                self.timer
+                    .deadline(idle_since.min(self.next.t_first), head_timeout)
             } else {
                 self.timer.deadline(self.next.t_first, head_timeout)
             };
@@ -368,6 +386,11 @@ impl HttpConnection {
                     // The timer may have fired for an earlier deadline than this wait's;
                     // then the loop arms it again.
                     if Instant::now() >= deadline {
+                        if idle && first {
+                            // Nothing to answer: no request began. Counted, since it
+                            // is the client that held the connection.
+                            return Err(Failure::Abort(ErrorKind::ClientTimeout));
+                        }
                         if idle {
                             return Ok(HeadReady::Closed);
                         }
@@ -444,7 +467,8 @@ impl HttpConnection {
         let mut final_response_from: Option<u64> = None;
         // The ticks the response and body deadlines run from.
         let mut resp_since: Option<Tick> = None;
-        let mut body_since = ex.t_up_ready;
+        // The last time a byte moved either way: the transfer deadline runs from it.
+        let mut moved_at = ex.t_up_ready;
         let mut early_end = false;
         // A final response arrived before the request body was complete: the upstream
         // connection is not reused, and the rest of the body is never sent (docs/security.md).
@@ -476,19 +500,27 @@ impl HttpConnection {
                 && cbuf.len() < max_head;
             let read_client = read_body || read_ahead;
             let read_up = to_client == 0 && !resp.done;
-            // The client stalling in its body, or the upstream in its answer.
+            // Every wait has a deadline: the response timeout while the upstream owes
+            // the response head, else the transfer timeout since the last byte moved,
+            // blamed on the side that is holding things up.
             let deadline = match resp_since {
                 Some(t) if !resp.head_done() => Some((
                     timer.deadline(t, cfg.timeouts.response),
                     Answer::GatewayTimeout,
                     ErrorKind::UpstreamTimeout,
                 )),
-                _ if read_body => Some((
-                    timer.deadline(body_since, cfg.timeouts.idle),
-                    Answer::RequestTimeout,
-                    ErrorKind::ClientTimeout,
-                )),
-                _ => None,
+                _ => {
+                    let (answer, kind) = if to_client > 0 || (to_up == 0 && read_body) {
+                        (Answer::RequestTimeout, ErrorKind::ClientTimeout)
+                    } else {
+                        (Answer::GatewayTimeout, ErrorKind::UpstreamTimeout)
+                    };
+                    Some((
+                        timer.deadline(moved_at, cfg.timeouts.transfer),
+                        answer,
+                        kind,
+                    ))
+                }
             };
             if let Some((at, _, _)) = deadline {
                 timer.arm(at);
@@ -531,6 +563,7 @@ impl HttpConnection {
                     }
                     match up.try_write(&cbuf.filled()[..to_up]) {
                         Ok(n) => {
+                            moved_at = clock::now();
                             cbuf.consume(n);
                             to_up -= n;
                             request_bytes += n as u64;
@@ -553,6 +586,7 @@ impl HttpConnection {
                     match client.try_write(&ubuf.filled()[..to_client]) {
                         Ok(n) => {
                             let t = clock::now();
+                            moved_at = t;
                             if ex.t_write_first == 0
                                 && final_response_from
                                     .is_some_and(|from| response_bytes + n as u64 > from)
@@ -581,7 +615,7 @@ impl HttpConnection {
                             let t = clock::now();
                             cbuf.commit(n);
                             if read_body {
-                                body_since = t;
+                                moved_at = t;
                                 let p = body.advance(cbuf.filled()).map_err(|_| {
                                     answer_or_abort(
                                         Answer::BadRequest,
@@ -626,6 +660,7 @@ impl HttpConnection {
                         }
                         Ok(n) => {
                             let t = clock::now();
+                            moved_at = t;
                             ubuf.commit(n);
                             let before = to_client;
                             to_client +=
@@ -671,11 +706,18 @@ impl HttpConnection {
                     // the loop arms it again.
                     if let Some((at, answer, kind)) = deadline {
                         if Instant::now() >= at {
-                            return Err(answer_or_abort(
-                                answer,
+                            let forwarded = response_bytes + to_client as u64;
+                            if forwarded == 0 {
+                                return Err(Failure::Answer(answer, kind));
+                            }
+                            // Part of the response is out: the exchange is cut, and
+                            // recorded with what was measured.
+                            return Err(Failure::Cut {
                                 kind,
-                                response_bytes + to_client as u64,
-                            ));
+                                status: resp.status,
+                                request_bytes,
+                                response_bytes,
+                            });
                         }
                     }
                 }
@@ -763,6 +805,15 @@ impl HttpConnection {
         head: &RequestHead,
         failure: Failure,
     ) {
+        if let Failure::Cut {
+            status,
+            request_bytes,
+            response_bytes,
+            ..
+        } = failure
+        {
+            self.record(ex, route, head, status, request_bytes, response_bytes);
+        }
         if let Failure::Answer(answer, _) = failure {
             let t = clock::now();
             ex.t_write_first = t;
