@@ -218,6 +218,46 @@ fn request_cases() -> Vec<Case> {
         rej("trailer_is_a_request_line", 400, chunked(b"0\r\nGET /x HTTP/1.1\r\n\r\n"),
             "§7.1.2: trailers are field lines; a reader without trailer support would see a request"),
         fwd("chunked_last_chunk_ext", chunked(b"0;a=b\r\n\r\n"), "§7.1.1: the last chunk may carry extensions"),
+        // --- chunk-line and trailer terminators (TERM.EXT, EXT.TERM, TRAIL.TERM) --------
+        // One reader ends a chunk line, extension or trailer at a bare LF or CR, another
+        // reads on: the chunk sizes after it differ, and a request hides in the body.
+        rej("term_ext_bare_lf_in_ext", 400, chunked(b"2;a\nxx\r\n45\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: a\r\nX: \r\n0\r\n\r\n"),
+            "§7.1.1: an extension ends at CRLF; a reader ending it at the LF reads `xx` as data (TERM.EXT)"),
+        rej("ext_term_bare_cr_in_ext", 400, chunked(b"2;a\rxx\r\n0\r\n\r\n"),
+            "§7.1.1, §2.2: a bare CR in an extension (EXT.TERM)"),
+        rej("chunk_size_bare_cr", 400, chunked(b"2\rxx\r\n0\r\n\r\n"),
+            "§7.1, §2.2: a size line ended by a bare CR"),
+        rej("chunk_ext_bare_lf_after_value", 400, chunked(b"2;a=b\nxx\r\n0\r\n\r\n"),
+            "§7.1.1: as term_ext_bare_lf_in_ext, after a value"),
+        rej("chunk_data_bare_cr", 400, chunked(b"2\r\nxx\r0\r\n\r\n"),
+            "§7.1: chunk-data is followed by CRLF, not a bare CR"),
+        rej("trail_term_bare_lf_end", 400, chunked(b"0\r\n\nGET /admin HTTP/1.1\r\nHost: a\r\n\r\n"),
+            "§7.1.2: the trailer section ends with CRLF; a reader taking the bare LF as its end sees the next bytes as a request (TRAIL.TERM)"),
+        rej("trail_term_bare_cr_in_trailer", 400, chunked(b"0\r\nX-T: a\rb\r\n\r\n"),
+            "§7.1.2, §2.2: a bare CR in a trailer field"),
+        rej("trail_term_last_chunk_bare_lf", 400, chunked(b"0\n\r\n"),
+            "§7.1: the last-chunk line ends in CRLF"),
+        rej("trailer_without_colon", 400, chunked(b"0\r\nX-T\r\n\r\n"),
+            "§7.1.2: trailer lines are field lines"),
+        rej("trailer_obs_fold", 400, chunked(b"0\r\nX-T: a\r\n b\r\n\r\n"),
+            "§5.2: obs-fold is refused in trailers as in heads"),
+        fwd("trailer_plain", chunked(b"0\r\nX-T: a\r\n\r\n"),
+            "§7.1.2: an ordinary trailer field"),
+        // --- Expect --------------------------------------------------------------------
+        // Framing never depends on Expect: the body is the body whatever the upstream
+        // answers (an early final response is the relay's business, tests/relay_desync.rs).
+        fwd("expect_100_continue_with_body", post("Expect: 100-continue\r\nContent-Length: 5\r\n", "hello"),
+            "RFC 9110 §10.1.1: the body follows whether or not a 100 came"),
+        fwd("expect_mixed_case", post("Expect: 100-Continue\r\nContent-Length: 5\r\n", "hello"),
+            "RFC 9110 §10.1.1: the expectation is case-insensitive; framing is unchanged"),
+        fwd("expect_unknown", post("Expect: y 100-continue\r\nContent-Length: 5\r\n", "hello"),
+            "RFC 9110 §10.1.1: an unknown expectation is the upstream's to refuse (417); framing is unchanged"),
+        fwd("expect_on_get_without_body", get_with("Expect: 100-continue\r\n"),
+            "RFC 9110 §10.1.1: no content: nothing to wait for, nothing to frame"),
+        rej("expect_with_cl_and_te", 400, post("Expect: 100-continue\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"),
+            "§6.1: Expect does not soften CL with TE"),
+        rej("expect_obs_fold", 400, post("Expect:\r\n 100-continue\r\nContent-Length: 5\r\n", "hello"),
+            "§5.2: an obs-folded Expect (read by some as 100-continue, by others as empty)"),
         // --- line endings, control bytes, field syntax ----------------------------------
         rej("bare_lf_request_line", 400, b"GET / HTTP/1.1\nHost: a\r\n\r\n".to_vec(),
             "§2.2: bare LF refused in requests (see te_hidden_by_bare_lf)"),
@@ -663,4 +703,168 @@ async fn response_corpus() {
             .collect(),
     )
     .await;
+}
+
+// --- 0.CL with early-response gadgets ----------------------------------------------------
+//
+// An upstream that answers before reading the body (a redirect, a static file, a 417)
+// and then reads the rest of the connection as requests: a body that hides a request
+// becomes one, and its answer the answer to the client's next request (a 0.CL desync
+// built from an early-response gadget). Whatever the body hides and whenever it
+// arrives, the client must never receive the hidden request's answer, and its next
+// request is either answered by a clean upstream connection or its connection closes.
+
+const EARLY: &[u8] = b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n";
+const SMUGGLED: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled";
+const HIDDEN: &str = "GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+
+struct Gadget {
+    name: &'static str,
+    head: String,
+    body: Vec<u8>,
+    /// The early answer the upstream gives.
+    answer: &'static [u8],
+}
+
+fn gadget_cases() -> Vec<Gadget> {
+    let cl = |method: &str, extra: &str| Gadget {
+        name: "",
+        head: format!(
+            "{method} /static HTTP/1.1\r\nHost: a\r\n{extra}Content-Length: {}\r\n\r\n",
+            HIDDEN.len()
+        ),
+        body: HIDDEN.as_bytes().to_vec(),
+        answer: EARLY,
+    };
+    let chunk = format!("{:x}\r\n{HIDDEN}\r\n0\r\n\r\n", HIDDEN.len());
+    vec![
+        Gadget {
+            name: "get_with_cl_hiding_a_request",
+            ..cl("GET", "")
+        },
+        Gadget {
+            name: "post_with_cl_hiding_a_request",
+            ..cl("POST", "")
+        },
+        Gadget {
+            name: "options_with_cl_hiding_a_request",
+            ..cl("OPTIONS", "")
+        },
+        Gadget {
+            name: "expect_417_with_cl_hiding_a_request",
+            answer: b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n",
+            ..cl("PUT", "Expect: 100-continue\r\n")
+        },
+        Gadget {
+            name: "chunked_hiding_a_request",
+            head: "POST /static HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n".into(),
+            body: chunk.into_bytes(),
+            answer: EARLY,
+        },
+    ]
+}
+
+async fn run_gadget(g: Gadget, body_with_head: bool) -> Result<(), String> {
+    let answer = g.answer;
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (up, received) = upstream(move |mut c| {
+        let first = first.swap(false, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            c.read_head().await;
+            if !first {
+                c.write(OK).await;
+                c.read_at_least(usize::MAX).await;
+                return;
+            }
+            c.write(answer).await;
+            // Everything after is read as requests: every head end in what arrives gets
+            // an answer, the hidden request's first.
+            let mut answered = 1;
+            loop {
+                while fake::occurrences(&c.buf, b"\r\n\r\n") > answered {
+                    c.write(SMUGGLED).await;
+                    answered += 1;
+                }
+                let have = c.buf.len();
+                if c.read_at_least(have + 1).await == have {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let p = fake::proxy(up).await;
+    let mut s = TcpStream::connect(p.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut got = if body_with_head {
+        // The whole request reached the upstream before its answer: nothing tells that
+        // answer from an honest one. The hidden request's answer comes while no request
+        // is in flight, and must be dropped. (Had the client pipelined its next request
+        // right behind, that answer could not be told from the next one's: see
+        // docs/security.md, "the limit of the guarantee".)
+        let _ = s.write_all(&[g.head.as_bytes(), &g.body].concat()).await;
+        let got = read_n(&mut s, answer.len()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = s.write_all(PROBE).await;
+        got
+    } else {
+        // The body, and the next request right behind it, only once the answer is in.
+        let _ = s.write_all(g.head.as_bytes()).await;
+        let got = read_n(&mut s, answer.len()).await;
+        let _ = s.write_all(&[&g.body, PROBE].concat()).await;
+        got
+    };
+    got.extend(read_until_close_or_idle(&mut s).await);
+    let ok = got == answer || got == [answer, OK].concat();
+    if !ok {
+        return Err(format!(
+            "the client got {} (expected the early answer, then OK or the close)",
+            show(&got)
+        ));
+    }
+    let all = received.all();
+    if all.len() > 1 && all[1] != PROBE {
+        return Err(format!(
+            "a second upstream connection carried {}",
+            show(&all[1])
+        ));
+    }
+    Ok(())
+}
+
+/// Reads until the peer closes or is quiet for half a second.
+async fn read_until_close_or_idle(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_millis(500), s.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return out,
+            Ok(Ok(n)) => out.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_response_gadgets_corpus() {
+    let mut cases = Vec::new();
+    for body_with_head in [true, false] {
+        for g in gadget_cases() {
+            let name = format!(
+                "{}_{}",
+                g.name,
+                if body_with_head {
+                    "one_write"
+                } else {
+                    "body_after_answer"
+                }
+            );
+            cases.push((
+                name,
+                "the early answer must not make a hidden request the next one's answer".into(),
+                move || run_gadget(g, body_with_head),
+            ));
+        }
+    }
+    run_all(cases).await;
 }
