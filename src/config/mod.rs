@@ -146,7 +146,8 @@ impl Default for Limits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Timeouts {
-    /// From a request's first byte to its complete head; past it the client gets 408.
+    /// From a request's first byte (a connection's first request: from the accept) to its
+    /// complete head; past it the client gets 408.
     #[serde(default = "defaults::head_timeout", with = "humantime_serde")]
     pub head: Duration,
     /// Connecting to the upstream; past it the client gets 502.
