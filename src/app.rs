@@ -30,7 +30,7 @@ pub enum Layout {
     WorkStealing,
 }
 
-/// Runs until SIGINT/SIGTERM, then drains in-flight exchanges for `config.shutdown_grace`.
+/// Runs until SIGINT/SIGTERM/SIGHUP, then drains in-flight exchanges for `config.shutdown_grace`.
 pub fn run(config: Config) -> anyhow::Result<()> {
     crate::clock::init();
     let workers = match std::env::var(ENV_WORKERS) {
@@ -191,19 +191,31 @@ pub async fn bind_tap(tap: &TapConfig, recorder: Arc<dyn Recorder>) -> anyhow::R
     Tap::bind(TapContext::new(tap.clone(), recorder, routes)).await
 }
 
+/// SIGINT, SIGTERM and SIGHUP all drain and stop. SIGHUP is not a reload: the metrics,
+/// snapshots and comparisons of a run describe one configuration, and a reload that
+/// changed routes or buckets halfway would mix two in the same histograms. What SIGHUP
+/// must not do is what its default action did, kill the process with requests in flight
+/// (a closed terminal, or `kill -HUP` out of habit). To apply a new config, restart
+/// (docs/deploy.md).
 async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(mut term), Ok(mut hup)) => {
                 tokio::select! {
                     _ = ctrl_c => {}
                     _ = term.recv() => {}
+                    _ = hup.recv() => {
+                        tracing::info!("SIGHUP: draining and stopping as for SIGTERM (phasescope does not reload its config; restart it to apply a new one)");
+                    }
                 }
             }
-            Err(_) => {
+            _ => {
                 let _ = ctrl_c.await;
             }
         }

@@ -57,6 +57,7 @@ fn shipped_config_has_the_documented_values() {
     assert_eq!(t.timeouts.connect, Duration::from_secs(3));
     assert_eq!(t.timeouts.response, Duration::from_secs(60));
     assert_eq!(t.timeouts.idle, Duration::from_secs(300));
+    assert_eq!(t.timeouts.transfer, Duration::from_secs(60));
     assert!(c.correlate.is_empty());
     assert_eq!(c.log.format, LogFormat::Text);
     assert_eq!(c.log.access_log, None);
@@ -260,7 +261,7 @@ fn limits_and_routes_have_minimums() {
 
 #[test]
 fn durations_must_be_positive() {
-    for key in ["head", "connect", "response", "idle"] {
+    for key in ["head", "connect", "response", "idle", "transfer"] {
         let text = format!("{TAP_A}[tap.timeouts]\n{key} = \"0s\"\n");
         fails_at(&text, 6, &format!("timeouts.{key} is zero"));
     }

@@ -294,7 +294,7 @@ enum Decoded {
 }
 
 /// A plain decoder of RFC 9112 §7.1 with this project's decisions (no BWS after the
-/// size or around `;` and `=`, at most 16 size digits, trailers must be field lines).
+/// size or around `;` and `=`, at most 16 size digits and below 2^63, trailers must be field lines).
 /// The length limits are not modelled: the generators stay well below them.
 struct Reference<'a> {
     b: &'a [u8],
@@ -364,6 +364,9 @@ impl Reference<'_> {
                 return Err(Stop::Invalid);
             }
             size = size << 4 | u64::from(d);
+            if size > i64::MAX as u64 {
+                return Err(Stop::Invalid);
+            }
             self.i += 1;
         }
         if digits == 0 {

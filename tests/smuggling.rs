@@ -171,6 +171,10 @@ fn request_cases() -> Vec<Case> {
             "RFC 9110 §8.6: one number"),
         rej("cl_overflow", 400, post("Content-Length: 99999999999999999999\r\n", "hello"),
             "RFC 9110 §8.6: a length that overflows must not wrap to a small one"),
+        rej("cl_2_pow_63", 400, post("Content-Length: 9223372036854775808\r\n", "hello"),
+            "RFC 9110 §8.6: fits u64 but not i64; upstreams keeping a signed length overflow (HAProxy and nginx refuse it)"),
+        rej("cl_u64_max", 400, post("Content-Length: 18446744073709551615\r\n", "hello"),
+            "as above: every size ≥ 2^63 is refused"),
         rej("cl_empty", 400, post("Content-Length: \r\n", "hello"),
             "§6.3 item 5: an invalid length is unrecoverable"),
         rej("cl_underscore_lookalike", 400, post("Content_Length: 5\r\n", "hello"),
@@ -185,6 +189,10 @@ fn request_cases() -> Vec<Case> {
         fwd("chunked_upper_hex", chunked(b"A\r\n0123456789\r\n0\r\n\r\n"), "§7.1: HEXDIG is case-insensitive"),
         rej("chunk_size_overflow", 400, chunked(b"10000000000000000\r\nx\r\n0\r\n\r\n"),
             "§7.1: a size past 64 bits must not wrap; more than 16 digits is refused"),
+        rej("chunk_size_2_pow_63", 400, chunked(b"8000000000000005\r\nhello\r\n0\r\n\r\n"),
+            "§7.1: 16 digits but ≥ 2^63: a reader keeping a signed size sees a negative one (HAProxy and nginx refuse it)"),
+        rej("chunk_size_u64_max", 400, chunked(b"ffffffffffffffff\r\nhello\r\n0\r\n\r\n"),
+            "§7.1: as above"),
         rej("chunk_size_minus", 400, chunked(b"-5\r\nhello\r\n0\r\n\r\n"), "§7.1: 1*HEXDIG, no sign"),
         rej("chunk_size_plus", 400, chunked(b"+5\r\nhello\r\n0\r\n\r\n"), "§7.1: no sign"),
         rej("chunk_size_0x", 400, chunked(b"0x5\r\nhello\r\n0\r\n\r\n"),
@@ -210,6 +218,46 @@ fn request_cases() -> Vec<Case> {
         rej("trailer_is_a_request_line", 400, chunked(b"0\r\nGET /x HTTP/1.1\r\n\r\n"),
             "§7.1.2: trailers are field lines; a reader without trailer support would see a request"),
         fwd("chunked_last_chunk_ext", chunked(b"0;a=b\r\n\r\n"), "§7.1.1: the last chunk may carry extensions"),
+        // --- chunk-line and trailer terminators (TERM.EXT, EXT.TERM, TRAIL.TERM) --------
+        // One reader ends a chunk line, extension or trailer at a bare LF or CR, another
+        // reads on: the chunk sizes after it differ, and a request hides in the body.
+        rej("term_ext_bare_lf_in_ext", 400, chunked(b"2;a\nxx\r\n45\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: a\r\nX: \r\n0\r\n\r\n"),
+            "§7.1.1: an extension ends at CRLF; a reader ending it at the LF reads `xx` as data (TERM.EXT)"),
+        rej("ext_term_bare_cr_in_ext", 400, chunked(b"2;a\rxx\r\n0\r\n\r\n"),
+            "§7.1.1, §2.2: a bare CR in an extension (EXT.TERM)"),
+        rej("chunk_size_bare_cr", 400, chunked(b"2\rxx\r\n0\r\n\r\n"),
+            "§7.1, §2.2: a size line ended by a bare CR"),
+        rej("chunk_ext_bare_lf_after_value", 400, chunked(b"2;a=b\nxx\r\n0\r\n\r\n"),
+            "§7.1.1: as term_ext_bare_lf_in_ext, after a value"),
+        rej("chunk_data_bare_cr", 400, chunked(b"2\r\nxx\r0\r\n\r\n"),
+            "§7.1: chunk-data is followed by CRLF, not a bare CR"),
+        rej("trail_term_bare_lf_end", 400, chunked(b"0\r\n\nGET /admin HTTP/1.1\r\nHost: a\r\n\r\n"),
+            "§7.1.2: the trailer section ends with CRLF; a reader taking the bare LF as its end sees the next bytes as a request (TRAIL.TERM)"),
+        rej("trail_term_bare_cr_in_trailer", 400, chunked(b"0\r\nX-T: a\rb\r\n\r\n"),
+            "§7.1.2, §2.2: a bare CR in a trailer field"),
+        rej("trail_term_last_chunk_bare_lf", 400, chunked(b"0\n\r\n"),
+            "§7.1: the last-chunk line ends in CRLF"),
+        rej("trailer_without_colon", 400, chunked(b"0\r\nX-T\r\n\r\n"),
+            "§7.1.2: trailer lines are field lines"),
+        rej("trailer_obs_fold", 400, chunked(b"0\r\nX-T: a\r\n b\r\n\r\n"),
+            "§5.2: obs-fold is refused in trailers as in heads"),
+        fwd("trailer_plain", chunked(b"0\r\nX-T: a\r\n\r\n"),
+            "§7.1.2: an ordinary trailer field"),
+        // --- Expect --------------------------------------------------------------------
+        // Framing never depends on Expect: the body is the body whatever the upstream
+        // answers (an early final response is the relay's business, tests/relay_desync.rs).
+        fwd("expect_100_continue_with_body", post("Expect: 100-continue\r\nContent-Length: 5\r\n", "hello"),
+            "RFC 9110 §10.1.1: the body follows whether or not a 100 came"),
+        fwd("expect_mixed_case", post("Expect: 100-Continue\r\nContent-Length: 5\r\n", "hello"),
+            "RFC 9110 §10.1.1: the expectation is case-insensitive; framing is unchanged"),
+        fwd("expect_unknown", post("Expect: y 100-continue\r\nContent-Length: 5\r\n", "hello"),
+            "RFC 9110 §10.1.1: an unknown expectation is the upstream's to refuse (417); framing is unchanged"),
+        fwd("expect_on_get_without_body", get_with("Expect: 100-continue\r\n"),
+            "RFC 9110 §10.1.1: no content: nothing to wait for, nothing to frame"),
+        rej("expect_with_cl_and_te", 400, post("Expect: 100-continue\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"),
+            "§6.1: Expect does not soften CL with TE"),
+        rej("expect_obs_fold", 400, post("Expect:\r\n 100-continue\r\nContent-Length: 5\r\n", "hello"),
+            "§5.2: an obs-folded Expect (read by some as 100-continue, by others as empty)"),
         // --- line endings, control bytes, field syntax ----------------------------------
         rej("bare_lf_request_line", 400, b"GET / HTTP/1.1\nHost: a\r\n\r\n".to_vec(),
             "§2.2: bare LF refused in requests (see te_hidden_by_bare_lf)"),
@@ -239,6 +287,12 @@ fn request_cases() -> Vec<Case> {
         fwd("one_leading_crlf", b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
             "§2.2: a server SHOULD ignore at least one empty line before the request line"),
         // --- request targets -----------------------------------------------------------
+        rej("absolute_form_userinfo", 400, b"GET http://a@evil.example/ HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+            "RFC 9110 §4.2.4: a sender MUST NOT generate userinfo in an http(s) URI, and a recipient SHOULD treat it as an error: readers disagree on which host is meant"),
+        rej("absolute_form_userinfo_password", 400, b"GET https://user:pw@a.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n".to_vec(),
+            "RFC 9110 §4.2.4: as above"),
+        fwd("absolute_form_at_in_path", b"GET http://a.example/x@y HTTP/1.1\r\nHost: a.example\r\n\r\n".to_vec(),
+            "RFC 3986 §3.2: an `@` after the authority is part of the path, not userinfo"),
         fwd("absolute_form", b"GET http://a.example/x?y HTTP/1.1\r\nHost: a.example\r\n\r\n".to_vec(),
             "§3.2.2: a server MUST accept absolute-form"),
         fwd("asterisk_form_options", b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.4: asterisk-form with OPTIONS"),
@@ -498,6 +552,16 @@ fn response_cases() -> Vec<RespCase> {
         bad("http2_frame", b"\x00\x00\x12\x04\x00\x00\x00\x00\x00", "§4: not HTTP/1.x; refused at the first byte, not at the response timeout"),
         bad("redis_reply", b"-ERR unknown command 'GET'\r\n", "§4: a RESP server behind an HTTP tap; refused at once"),
         bad("cl_negative", b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "RFC 9110 §8.6; §6.3 item 5: 502"),
+        bad("cl_2_pow_63", b"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\nok",
+            "RFC 9110 §8.6: a size ≥ 2^63 overflows a signed length in the client: 502"),
+        bad("chunk_size_2_pow_63", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000005\r\nhello\r\n",
+            "§7.1: as above, for a chunk size"),
+        bad("bare_cr_line_ends", b"HTTP/1.1 200 OK\rContent-Length: 2\r\rok",
+            "§2.2: a bare CR is invalid; refused when seen, not at the response timeout (no LF ever comes)"),
+        bad("bare_cr_in_value", b"HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 2\r\n\r\nok",
+            "§2.2: a bare CR inside a field value"),
+        bad("bare_cr_in_status_line", b"HTTP/1.1 200\rOK\r\nContent-Length: 2\r\n\r\nok",
+            "§2.2: a bare CR in the status line"),
         bad("cl_list_different", b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\nok", "§6.3 item 5: invalid length: 502"),
         bad("cl_duplicate_different", b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nok", "§6.3 item 5"),
         bad("cl_and_te", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
@@ -639,4 +703,168 @@ async fn response_corpus() {
             .collect(),
     )
     .await;
+}
+
+// --- 0.CL with early-response gadgets ----------------------------------------------------
+//
+// An upstream that answers before reading the body (a redirect, a static file, a 417)
+// and then reads the rest of the connection as requests: a body that hides a request
+// becomes one, and its answer the answer to the client's next request (a 0.CL desync
+// built from an early-response gadget). Whatever the body hides and whenever it
+// arrives, the client must never receive the hidden request's answer, and its next
+// request is either answered by a clean upstream connection or its connection closes.
+
+const EARLY: &[u8] = b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n";
+const SMUGGLED: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled";
+const HIDDEN: &str = "GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+
+struct Gadget {
+    name: &'static str,
+    head: String,
+    body: Vec<u8>,
+    /// The early answer the upstream gives.
+    answer: &'static [u8],
+}
+
+fn gadget_cases() -> Vec<Gadget> {
+    let cl = |method: &str, extra: &str| Gadget {
+        name: "",
+        head: format!(
+            "{method} /static HTTP/1.1\r\nHost: a\r\n{extra}Content-Length: {}\r\n\r\n",
+            HIDDEN.len()
+        ),
+        body: HIDDEN.as_bytes().to_vec(),
+        answer: EARLY,
+    };
+    let chunk = format!("{:x}\r\n{HIDDEN}\r\n0\r\n\r\n", HIDDEN.len());
+    vec![
+        Gadget {
+            name: "get_with_cl_hiding_a_request",
+            ..cl("GET", "")
+        },
+        Gadget {
+            name: "post_with_cl_hiding_a_request",
+            ..cl("POST", "")
+        },
+        Gadget {
+            name: "options_with_cl_hiding_a_request",
+            ..cl("OPTIONS", "")
+        },
+        Gadget {
+            name: "expect_417_with_cl_hiding_a_request",
+            answer: b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n",
+            ..cl("PUT", "Expect: 100-continue\r\n")
+        },
+        Gadget {
+            name: "chunked_hiding_a_request",
+            head: "POST /static HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n".into(),
+            body: chunk.into_bytes(),
+            answer: EARLY,
+        },
+    ]
+}
+
+async fn run_gadget(g: Gadget, body_with_head: bool) -> Result<(), String> {
+    let answer = g.answer;
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (up, received) = upstream(move |mut c| {
+        let first = first.swap(false, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            c.read_head().await;
+            if !first {
+                c.write(OK).await;
+                c.read_at_least(usize::MAX).await;
+                return;
+            }
+            c.write(answer).await;
+            // Everything after is read as requests: every head end in what arrives gets
+            // an answer, the hidden request's first.
+            let mut answered = 1;
+            loop {
+                while fake::occurrences(&c.buf, b"\r\n\r\n") > answered {
+                    c.write(SMUGGLED).await;
+                    answered += 1;
+                }
+                let have = c.buf.len();
+                if c.read_at_least(have + 1).await == have {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let p = fake::proxy(up).await;
+    let mut s = TcpStream::connect(p.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut got = if body_with_head {
+        // The whole request reached the upstream before its answer: nothing tells that
+        // answer from an honest one. The hidden request's answer comes while no request
+        // is in flight, and must be dropped. (Had the client pipelined its next request
+        // right behind, that answer could not be told from the next one's: see
+        // docs/security.md, "the limit of the guarantee".)
+        let _ = s.write_all(&[g.head.as_bytes(), &g.body].concat()).await;
+        let got = read_n(&mut s, answer.len()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = s.write_all(PROBE).await;
+        got
+    } else {
+        // The body, and the next request right behind it, only once the answer is in.
+        let _ = s.write_all(g.head.as_bytes()).await;
+        let got = read_n(&mut s, answer.len()).await;
+        let _ = s.write_all(&[&g.body, PROBE].concat()).await;
+        got
+    };
+    got.extend(read_until_close_or_idle(&mut s).await);
+    let ok = got == answer || got == [answer, OK].concat();
+    if !ok {
+        return Err(format!(
+            "the client got {} (expected the early answer, then OK or the close)",
+            show(&got)
+        ));
+    }
+    let all = received.all();
+    if all.len() > 1 && all[1] != PROBE {
+        return Err(format!(
+            "a second upstream connection carried {}",
+            show(&all[1])
+        ));
+    }
+    Ok(())
+}
+
+/// Reads until the peer closes or is quiet for half a second.
+async fn read_until_close_or_idle(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_millis(500), s.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return out,
+            Ok(Ok(n)) => out.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_response_gadgets_corpus() {
+    let mut cases = Vec::new();
+    for body_with_head in [true, false] {
+        for g in gadget_cases() {
+            let name = format!(
+                "{}_{}",
+                g.name,
+                if body_with_head {
+                    "one_write"
+                } else {
+                    "body_after_answer"
+                }
+            );
+            cases.push((
+                name,
+                "the early answer must not make a hidden request the next one's answer".into(),
+                move || run_gadget(g, body_with_head),
+            ));
+        }
+    }
+    run_all(cases).await;
 }

@@ -1,5 +1,6 @@
 //! The chunked body framer: no panic, the same outcome however the body is split across
-//! reads, and never a claim to have consumed bytes it was not given.
+//! reads, never a claim to have consumed bytes it was not given, and no chunk size of
+//! 2^63 or more.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -35,4 +36,14 @@ fuzz_target!(|input: &[u8]| {
     let bytewise = frame(data, 1);
     assert_eq!(whole, pieces);
     assert_eq!(whole, bytewise);
+    // Every chunk size fits a signed 64-bit reader: a size line of 2^63 or more is
+    // refused, any smaller one accepted (the input's first 8 bytes as the size).
+    if let Some(raw) = data.get(..8) {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(raw);
+        let size = u64::from_le_bytes(v);
+        let line = format!("{size:x}\r\n");
+        let framed = BodyFramer::new(BodyKind::Chunked).advance(line.as_bytes());
+        assert_eq!(framed.is_err(), size > i64::MAX as u64, "{line:?}: {framed:?}");
+    }
 });

@@ -1,5 +1,5 @@
 //! The response head scanner and parser: no panic, the same decision whole or in pieces,
-//! never more lenient than httparse.
+//! never more lenient than httparse, no bare CR and no length of 2^63 or more let through.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -35,6 +35,12 @@ fuzz_target!(|input: &[u8]| {
         return;
     };
     let head = &data[..n];
+    // A head the scanner lets through has no bare CR (RFC 9112 §2.2).
+    for (i, &b) in head.iter().enumerate() {
+        if b == b'\r' {
+            assert_eq!(head.get(i + 1), Some(&b'\n'), "a bare CR passed the scanner");
+        }
+    }
     let Ok(parsed) = response::parse(head, method) else {
         return;
     };
@@ -48,5 +54,9 @@ fuzz_target!(|input: &[u8]| {
     }
     if parsed.body == BodyKind::Close {
         assert!(!parsed.keep_alive);
+    }
+    // No length a signed 64-bit reader would overflow on.
+    if let BodyKind::Length(len) = parsed.body {
+        assert!(len <= i64::MAX as u64, "a Content-Length of 2^63 or more passed");
     }
 });

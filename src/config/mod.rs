@@ -147,7 +147,8 @@ impl Default for Limits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Timeouts {
-    /// From a request's first byte to its complete head; past it the client gets 408.
+    /// From a request's first byte (a connection's first request: from the accept) to its
+    /// complete head; past it the client gets 408.
     #[serde(default = "defaults::head_timeout", with = "humantime_serde")]
     pub head: Duration,
     /// Connecting to the upstream; past it the client gets 502.
@@ -159,6 +160,10 @@ pub struct Timeouts {
     /// A keep-alive connection with no request in progress is closed after this long.
     #[serde(default = "defaults::idle_timeout", with = "humantime_serde")]
     pub idle: Duration,
+    /// Once the request is under way, no byte moving in either direction for this long
+    /// (outside the wait for the response head) aborts both sides.
+    #[serde(default = "defaults::transfer_timeout", with = "humantime_serde")]
+    pub transfer: Duration,
 }
 
 impl Default for Timeouts {
@@ -168,6 +173,7 @@ impl Default for Timeouts {
             connect: defaults::connect_timeout(),
             response: defaults::response_timeout(),
             idle: defaults::idle_timeout(),
+            transfer: defaults::transfer_timeout(),
         }
     }
 }
@@ -387,6 +393,9 @@ pub mod defaults {
     }
     pub fn idle_timeout() -> Duration {
         Duration::from_secs(300)
+    }
+    pub fn transfer_timeout() -> Duration {
+        Duration::from_secs(60)
     }
     pub fn slow_threshold() -> Duration {
         Duration::from_millis(100)

@@ -156,6 +156,7 @@ fn check_tap(i: usize, tap: &TapConfig) -> Result<(), Problem> {
         (t.connect, "connect"),
         (t.response, "response"),
         (t.idle, "idle"),
+        (t.transfer, "transfer"),
     ] {
         positive(
             value,

@@ -10,6 +10,10 @@ use super::BodyKind;
 const MAX_CHUNK_LINE: u32 = 4096;
 /// Largest trailer section accepted.
 const MAX_TRAILERS: u32 = 64 * 1024;
+/// Largest body or chunk size accepted: `i64::MAX`. Sizes of 2^63 and more fit our u64
+/// but overflow the signed lengths many HTTP implementations keep (HAProxy and nginx
+/// refuse them too).
+pub const MAX_SIZE: u64 = i64::MAX as u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
@@ -200,8 +204,14 @@ fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyEr
                         if digits >= 16 {
                             return Err(BodyError::ChunkSizeOverflow);
                         }
+                        // A size of 2^63 or more is refused as well: many readers
+                        // keep the size signed and see a negative one.
+                        let size = size << 4 | d;
+                        if size > MAX_SIZE {
+                            return Err(BodyError::ChunkSizeOverflow);
+                        }
                         *st = Chunked::Size {
-                            size: size << 4 | d,
+                            size,
                             digits: digits + 1,
                         };
                     }
@@ -369,6 +379,13 @@ mod tests {
             frame(BodyKind::Chunked, b"11111111111111111\r\n", 1),
             Err(BodyError::ChunkSizeOverflow)
         );
+        for huge in [&b"8000000000000005\r\n"[..], b"ffffffffffffffff\r\n"] {
+            assert_eq!(
+                frame(BodyKind::Chunked, huge, 1),
+                Err(BodyError::ChunkSizeOverflow)
+            );
+        }
+        assert!(frame(BodyKind::Chunked, b"7fffffffffffffff\r\n", 1).is_ok());
         assert_eq!(
             frame(BodyKind::Chunked, b"1\r\nab\r\n", 1),
             Err(BodyError::BadChunkEnd)

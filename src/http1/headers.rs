@@ -83,13 +83,18 @@ impl FramingFields {
 }
 
 /// Only `1*DIGIT`, with optional surrounding whitespace: no signs, no lists, no hex, and
-/// no value that overflows (RFC 9110 §8.6).
+/// no value that overflows (RFC 9110 §8.6), nor one of 2^63 or more.
 fn parse_content_length(value: &[u8]) -> Result<u64, FramingError> {
     let v = trim(value);
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return Err(FramingError::InvalidContentLength);
     }
-    Ok(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+    let n = v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    // 19 digits fit a u64, but a length of 2^63 or more overflows a signed one.
+    if n > super::body::MAX_SIZE {
+        return Err(FramingError::InvalidContentLength);
+    }
+    Ok(n)
 }
 
 /// What a Transfer-Encoding value lists. Each coding must be a bare token: parameters

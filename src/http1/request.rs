@@ -175,7 +175,8 @@ fn parse_with<'h>(
         target: (start, start + path.len()),
         body,
         keep_alive,
-        upgrade: fields.upgrade,
+        // RFC 9110 §7.8: a server MUST ignore Upgrade in an HTTP/1.0 request.
+        upgrade: fields.upgrade && version == Version::Http11,
         expect_continue: fields.expect_continue,
         fields: req.headers.len(),
         probe: req
@@ -204,7 +205,8 @@ fn reject_bare_lf(head: &[u8]) -> Result<(), RequestError> {
 /// agreed meaning, so an upstream could route it anywhere.
 fn check_target_form(method: Method, target: &[u8]) -> Result<(), RequestError> {
     let ok = match (method, target) {
-        (Method::Connect, t) => !t.is_empty() && t[0] != b'/' && t != b"*",
+        // authority-form is `host:port`, with no userinfo (§3.2.3).
+        (Method::Connect, t) => !t.is_empty() && t[0] != b'/' && t != b"*" && !t.contains(&b'@'),
         (Method::Options, b"*") => true,
         (_, [b'/', ..]) => true,
         (_, t) => is_absolute_form(t),
@@ -218,7 +220,8 @@ fn check_target_form(method: Method, target: &[u8]) -> Result<(), RequestError> 
 
 /// An `http://` or `https://` URI (any case). RFC 3986 would allow any scheme, but then
 /// `example.com:80` parses as the scheme `example.com`; HTTP servers serve only the http
-/// and https schemes (RFC 9110 §4.2), so nothing else is forwarded.
+/// and https schemes (RFC 9110 §4.2), so nothing else is forwarded. The authority must
+/// be present and carry no userinfo.
 fn is_absolute_form(t: &[u8]) -> bool {
     let scheme_end = if t.len() >= 7 && t[..7].eq_ignore_ascii_case(b"http://") {
         4
@@ -227,7 +230,14 @@ fn is_absolute_form(t: &[u8]) -> bool {
     } else {
         return false;
     };
-    t.len() > scheme_end + 3
+    let rest = &t[scheme_end + 3..];
+    // RFC 9110 §4.2.4: userinfo in an http(s) URI is deprecated and a recipient SHOULD
+    // treat it as an error; `http://a@evil/` names `evil` to one reader and `a` to another.
+    let authority = rest
+        .iter()
+        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+        .map_or(rest, |end| &rest[..end]);
+    !authority.is_empty() && !authority.contains(&b'@')
 }
 
 /// Checks on the framing fields' raw bytes, which httparse's trimmed view hides:
@@ -399,6 +409,30 @@ mod tests {
             "\r\nGET / HTTP/1.1\r\n\r\n",
         ] {
             assert!(p(raw).is_ok(), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn targets_with_userinfo_are_refused() {
+        for raw in [
+            "GET http://a@evil.example/ HTTP/1.1\r\n\r\n",
+            "GET https://u:p@a.example HTTP/1.1\r\n\r\n",
+            "GET http://a@b?x HTTP/1.1\r\n\r\n",
+            "GET http:///x HTTP/1.1\r\n\r\n",
+            "CONNECT u@a.example:443 HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(p(raw).unwrap_err(), RequestError::BadTarget, "{raw:?}");
+        }
+        // An `@` in the path or query is not userinfo.
+        assert!(p("GET http://a.example/x@y?z@w HTTP/1.1\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn sizes_from_2_pow_63_are_refused() {
+        assert!(p("POST / HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\n").is_ok());
+        for n in ["9223372036854775808", "18446744073709551615"] {
+            let raw = format!("POST / HTTP/1.1\r\nContent-Length: {n}\r\n\r\n");
+            assert!(p(&raw).is_err(), "{n}");
         }
     }
 

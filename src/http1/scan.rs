@@ -136,38 +136,64 @@ impl RequestScanner {
 
 /// The response side's scanner: finds the end of the head like [`HeadScanner`], and
 /// refuses at once a response that does not begin with `HTTP/` (RFC 9112 §4: the
-/// status line starts with the HTTP-version). Without it an upstream that speaks
-/// something else (a Redis server behind an HTTP tap answers `-ERR ...\r\n`) would
-/// leave the client waiting for the response timeout instead of getting its 502.
+/// status line starts with the HTTP-version), or whose head holds a CR that is not
+/// followed by LF (§2.2: a bare CR is invalid). Without it an upstream that speaks
+/// something else (a Redis server behind an HTTP tap answers `-ERR ...\r\n`), or ends
+/// its lines in bare CRs, would leave the client waiting for the response timeout
+/// instead of getting its 502.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ResponseScanner {
     head: HeadScanner,
+    /// Bytes of the head already checked for bare CRs.
+    cr_checked: usize,
 }
 
-/// The response does not start with a status line.
+/// Why a response head is refused before it is complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the upstream's answer does not start with HTTP/")]
-pub struct NotHttp;
+pub enum NotHttp {
+    #[error("the upstream's answer does not start with HTTP/")]
+    Start,
+    #[error("a bare CR in the upstream's response head")]
+    BareCr,
+}
 
 impl ResponseScanner {
     pub const fn new() -> Self {
         Self {
             head: HeadScanner::new(),
+            cr_checked: 0,
         }
     }
 
-    /// Same contract as [`HeadScanner::find_end`], failing early on a wrong start.
+    /// Same contract as [`HeadScanner::find_end`], failing early on a wrong start or a
+    /// bare CR. Only the head's own bytes are checked: what follows it is body.
     pub fn find_end(&mut self, buf: &[u8]) -> Result<Option<usize>, NotHttp> {
         const START: &[u8] = b"HTTP/";
         let n = buf.len().min(START.len());
         if buf[..n] != START[..n] {
-            return Err(NotHttp);
+            return Err(NotHttp::Start);
         }
-        Ok(self.head.find_end(buf))
+        let end = self.head.find_end(buf);
+        let upto = end.unwrap_or(buf.len());
+        let from = self.cr_checked.min(upto);
+        for i in memchr_iter(b'\r', &buf[from..upto]).map(|i| from + i) {
+            match buf.get(i + 1) {
+                Some(b'\n') => {}
+                Some(_) => return Err(NotHttp::BareCr),
+                // The LF may come with the next read: check this CR again then.
+                None => {
+                    self.cr_checked = i;
+                    return Ok(end);
+                }
+            }
+        }
+        self.cr_checked = upto;
+        Ok(end)
     }
 
     pub fn reset(&mut self) {
         self.head.reset();
+        self.cr_checked = 0;
     }
 }
 
@@ -236,8 +262,29 @@ mod tests {
         let mut s = ResponseScanner::new();
         assert_eq!(s.find_end(b"HT"), Ok(None));
         assert_eq!(s.find_end(b"HTTP/1.1 200 OK\r\n\r\n"), Ok(Some(19)));
-        assert_eq!(ResponseScanner::new().find_end(b"-ERR"), Err(NotHttp));
-        assert_eq!(ResponseScanner::new().find_end(b"HTTX/"), Err(NotHttp));
+        assert_eq!(
+            ResponseScanner::new().find_end(b"-ERR"),
+            Err(NotHttp::Start)
+        );
+        assert_eq!(
+            ResponseScanner::new().find_end(b"HTTX/"),
+            Err(NotHttp::Start)
+        );
+    }
+
+    #[test]
+    fn bare_cr_in_a_response_head_fails_at_once() {
+        let mut s = ResponseScanner::new();
+        assert_eq!(s.find_end(b"HTTP/1.1 200 OK\r"), Ok(None));
+        assert_eq!(s.find_end(b"HTTP/1.1 200 OK\rX"), Err(NotHttp::BareCr));
+        let mut s = ResponseScanner::new();
+        assert_eq!(
+            s.find_end(b"HTTP/1.1 200 OK\r\nA: b\rc\r\n"),
+            Err(NotHttp::BareCr)
+        );
+        // A CR in the body after the head is not the head's business.
+        let mut s = ResponseScanner::new();
+        assert_eq!(s.find_end(b"HTTP/1.1 200 OK\r\n\r\n\rX"), Ok(Some(19)));
     }
 
     #[test]

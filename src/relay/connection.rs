@@ -41,7 +41,7 @@ use crate::clock::{self, Tick};
 use crate::correlate;
 use crate::http1::{
     response, Answer, BodyError, BodyFramer, BodyKind, Method, RequestHead, ResponseHead,
-    ResponseScanner,
+    ResponseScanner, Version,
 };
 use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
 
@@ -64,6 +64,14 @@ enum Failure {
     /// Close both sides without an answer (part of a response was already forwarded, or
     /// the client is gone).
     Abort(ErrorKind),
+    /// A stall past the transfer deadline after part of the response was forwarded:
+    /// closed like `Abort`, and the exchange recorded as far as it got.
+    Cut {
+        kind: ErrorKind,
+        status: u16,
+        request_bytes: u64,
+        response_bytes: u64,
+    },
 }
 
 /// What a completed relay leaves behind.
@@ -71,6 +79,13 @@ struct Relayed {
     status: u16,
     /// Both sides may carry on with another exchange.
     keep_alive: bool,
+    /// The upstream connection may carry the next request.
+    upstream_reusable: bool,
+    /// Bytes the upstream sent past the end of the response.
+    excess: usize,
+    /// The exchange ended with the request body incomplete: the client's connection
+    /// closes, after a linger so that the response is not lost to a reset.
+    early_end: bool,
     /// The connection became a tunnel after this response.
     tunnel: bool,
     request_bytes: u64,
@@ -128,7 +143,7 @@ impl HttpConnection {
         let rec = self.tap.recorder.clone();
         match outcome {
             Ok(()) => {}
-            Err(Failure::Abort(kind)) => {
+            Err(Failure::Abort(kind) | Failure::Cut { kind, .. }) => {
                 rec.error(kind);
                 tracing::debug!(tap = %self.tap.config.name, kind = kind.name(), "connection aborted");
             }
@@ -205,6 +220,15 @@ impl HttpConnection {
                 Box::pin(self.tunnel()).await;
                 return Ok(());
             }
+            if relayed.excess > 0 {
+                self.unsolicited(relayed.excess);
+            } else if !relayed.upstream_reusable {
+                self.close_upstream();
+            }
+            if relayed.early_end {
+                Box::pin(self.linger()).await;
+                return Ok(());
+            }
             if !relayed.keep_alive || stop.requested() {
                 return Ok(());
             }
@@ -242,6 +266,27 @@ impl HttpConnection {
             .resolve(head.method.as_str().as_bytes(), target)
     }
 
+    /// The upstream sent bytes that answer no request (while none was in flight, or past
+    /// the framed end of a response). The client asked nothing, so it gets nothing: the
+    /// upstream connection is dropped, counted, and the next request opens a new one.
+    fn unsolicited(&mut self, bytes: usize) {
+        tracing::warn!(
+            tap = %self.tap.config.name,
+            bytes,
+            "upstream sent a response nobody asked for; reconnecting"
+        );
+        self.tap.recorder.error(ErrorKind::UnsolicitedResponse);
+        self.close_upstream();
+    }
+
+    /// Drops the upstream connection; the next request opens a new one.
+    fn close_upstream(&mut self) {
+        if self.upstream.take().is_some() {
+            self.tap.recorder.connection_closed(Side::Upstream);
+        }
+        self.ubuf = Buf::new();
+    }
+
     fn bad_body(&self, e: BodyError) -> Failure {
         tracing::debug!(tap = %self.tap.config.name, error = %e, "bad request body");
         Failure::Answer(Answer::BadRequest, ErrorKind::BadRequest)
@@ -249,7 +294,8 @@ impl HttpConnection {
 
     /// Step 1: waits for the next complete request head. Between requests the connection
     /// is idle: it holds no buffers, the idle timeout applies, and an upstream that closes
-    /// ends the client's connection too. Once a head has begun, the head timeout applies.
+    /// ends the client's connection too. Once a head has begun, the head timeout applies,
+    /// and to the first request of a connection from the accept.
     async fn await_head(&mut self, stop: &mut Stop<'_>) -> Result<HeadReady, Failure> {
         let limits = &self.tap.config.limits;
         let (max_head, max_headers) = (limits.max_head_bytes, limits.max_headers);
@@ -272,8 +318,17 @@ impl HttpConnection {
                 return Ok(HeadReady::Closed);
             }
             let idle = !self.next.started();
-            let deadline = if idle {
+            // A new connection is not idle between requests: its first request is owed
+            // from the accept, within the head timeout (as nginx's client_header_timeout),
+            // so that connections that never send a byte do not stay for `idle`.
+            let first = self.prev_end == 0;
+            let deadline = if idle && first {
+                self.timer.deadline(idle_since, head_timeout)
+            } else if idle {
                 self.timer.deadline(idle_since, idle_timeout)
+            } else if first {
+                self.timer
+                    .deadline(idle_since.min(self.next.t_first), head_timeout)
             } else {
                 self.timer.deadline(self.next.t_first, head_timeout)
             };
@@ -283,10 +338,12 @@ impl HttpConnection {
                 if let Poll::Ready(r) = client.poll_read_ready(cx) {
                     return Poll::Ready(IdleEvent::Client(r));
                 }
+                // No request is in flight, whether or not the next head has begun: any
+                // byte from the upstream now answers nothing.
+                if let Some(Poll::Ready(_)) = upstream.map(|up| up.poll_read_ready(cx)) {
+                    return Poll::Ready(IdleEvent::Upstream);
+                }
                 if idle {
-                    if let Some(Poll::Ready(_)) = upstream.map(|up| up.poll_read_ready(cx)) {
-                        return Poll::Ready(IdleEvent::Upstream);
-                    }
                     stop.register(cx);
                     if stop.requested() {
                         return Poll::Ready(IdleEvent::Stop);
@@ -318,23 +375,16 @@ impl HttpConnection {
                             // The upstream closed between requests (Amphp does after 15 s
                             // idle): the client's side closes too, as it would have without
                             // the proxy.
-                            Ok(0) | Err(_) => return Ok(HeadReady::Closed),
+                            Ok(0) | Err(_) if idle => return Ok(HeadReady::Closed),
+                            // The same while the client's next head is arriving: that
+                            // request goes on a new connection.
+                            Ok(0) | Err(_) => self.close_upstream(),
                             // A response nobody asked for (Webdis 0.1.9 sometimes writes a
                             // late answer meant for a closed connection whose descriptor it
                             // reused). The client asked nothing, so it gets nothing: the
                             // upstream connection is dropped, counted, and the next request
                             // opens a new one.
-                            Ok(n) => {
-                                tracing::warn!(
-                                    tap = %self.tap.config.name,
-                                    bytes = n,
-                                    "upstream sent a response nobody asked for; reconnecting"
-                                );
-                                self.tap.recorder.error(ErrorKind::UnsolicitedResponse);
-                                self.upstream = None;
-                                self.tap.recorder.connection_closed(Side::Upstream);
-                                self.ubuf = Buf::new();
-                            }
+                            Ok(n) => self.unsolicited(n),
                         }
                     }
                 }
@@ -342,6 +392,11 @@ impl HttpConnection {
                     // The timer may have fired for an earlier deadline than this wait's;
                     // then the loop arms it again.
                     if Instant::now() >= deadline {
+                        if idle && first {
+                            // Nothing to answer: no request began. Counted, since it
+                            // is the client that held the connection.
+                            return Err(Failure::Abort(ErrorKind::ClientTimeout));
+                        }
                         if idle {
                             return Ok(HeadReady::Closed);
                         }
@@ -370,6 +425,15 @@ impl HttpConnection {
             self.upstream = Some(stream);
             ex.wait = Wait::Connect;
             ex.t_up_ready = clock::now();
+        } else if let Some(bytes) = self.upstream.as_ref().and_then(pending_bytes) {
+            // Bytes waiting on an upstream connection with no request in flight (a late
+            // or doubled response): whatever they are, they must not become the answer
+            // to this request.
+            match bytes {
+                0 => self.close_upstream(),
+                n => self.unsolicited(n),
+            }
+            return Box::pin(self.upstream_ready(ex)).await;
         } else if self.prev_end > ex.t_head {
             ex.wait = Wait::Queue;
             ex.t_up_ready = self.prev_end;
@@ -402,22 +466,27 @@ impl HttpConnection {
         let (max_head, max_headers) = (cfg.limits.max_head_bytes, cfg.limits.max_headers);
 
         let mut req_done = body.is_done();
-        let mut resp = ResponseProgress::new(head.method);
+        let mut resp = ResponseProgress::new(head);
         let mut to_client = 0usize;
         let mut request_bytes = 0u64;
         let mut response_bytes = 0u64;
         let mut final_response_from: Option<u64> = None;
         // The ticks the response and body deadlines run from.
         let mut resp_since: Option<Tick> = None;
-        let mut body_since = ex.t_up_ready;
+        // The last time a byte moved either way: the transfer deadline runs from it.
+        let mut moved_at = ex.t_up_ready;
         let mut early_end = false;
+        // A final response arrived before the request body was complete: the upstream
+        // connection is not reused, and the rest of the body is never sent (docs/security.md).
+        let mut early = false;
 
         loop {
             if req_done && to_up == 0 && resp.done && to_client == 0 {
                 break;
             }
-            // The upstream answered and will not read the rest of the body: stop.
-            if resp.done && to_client == 0 && !resp.keep_alive() {
+            // The upstream answered and will not read the rest of the body (or answered
+            // before it, so the rest is not sent): stop.
+            if resp.done && to_client == 0 && (early || !resp.keep_alive()) {
                 early_end = !(req_done && to_up == 0);
                 break;
             }
@@ -426,7 +495,10 @@ impl HttpConnection {
                 next.begin(clock::now());
                 let _ = next.advance(cbuf.filled(), max_head, max_headers);
             }
-            let read_body = !req_done && to_up == 0;
+            // After an early answer to `Expect: 100-continue`, what the client sends next
+            // may be its body or its next request (RFC 9110 §10.1.1 allows both): it is
+            // not read, and the connection closes once the answer is out.
+            let read_body = !req_done && to_up == 0 && !(early && head.expect_continue);
             let read_ahead = req_done
                 && to_up == 0
                 && !next.is_ready()
@@ -434,19 +506,27 @@ impl HttpConnection {
                 && cbuf.len() < max_head;
             let read_client = read_body || read_ahead;
             let read_up = to_client == 0 && !resp.done;
-            // The client stalling in its body, or the upstream in its answer.
+            // Every wait has a deadline: the response timeout while the upstream owes
+            // the response head, else the transfer timeout since the last byte moved,
+            // blamed on the side that is holding things up.
             let deadline = match resp_since {
                 Some(t) if !resp.head_done() => Some((
                     timer.deadline(t, cfg.timeouts.response),
                     Answer::GatewayTimeout,
                     ErrorKind::UpstreamTimeout,
                 )),
-                _ if read_body => Some((
-                    timer.deadline(body_since, cfg.timeouts.idle),
-                    Answer::RequestTimeout,
-                    ErrorKind::ClientTimeout,
-                )),
-                _ => None,
+                _ => {
+                    let (answer, kind) = if to_client > 0 || (to_up == 0 && read_body) {
+                        (Answer::RequestTimeout, ErrorKind::ClientTimeout)
+                    } else {
+                        (Answer::GatewayTimeout, ErrorKind::UpstreamTimeout)
+                    };
+                    Some((
+                        timer.deadline(moved_at, cfg.timeouts.transfer),
+                        answer,
+                        kind,
+                    ))
+                }
             };
             if let Some((at, _, _)) = deadline {
                 timer.arm(at);
@@ -489,6 +569,7 @@ impl HttpConnection {
                     }
                     match up.try_write(&cbuf.filled()[..to_up]) {
                         Ok(n) => {
+                            moved_at = clock::now();
                             cbuf.consume(n);
                             to_up -= n;
                             request_bytes += n as u64;
@@ -511,6 +592,7 @@ impl HttpConnection {
                     match client.try_write(&ubuf.filled()[..to_client]) {
                         Ok(n) => {
                             let t = clock::now();
+                            moved_at = t;
                             if ex.t_write_first == 0
                                 && final_response_from
                                     .is_some_and(|from| response_bytes + n as u64 > from)
@@ -539,7 +621,7 @@ impl HttpConnection {
                             let t = clock::now();
                             cbuf.commit(n);
                             if read_body {
-                                body_since = t;
+                                moved_at = t;
                                 let p = body.advance(cbuf.filled()).map_err(|_| {
                                     answer_or_abort(
                                         Answer::BadRequest,
@@ -547,8 +629,13 @@ impl HttpConnection {
                                         response_bytes + to_client as u64,
                                     )
                                 })?;
-                                to_up = p.consumed;
                                 req_done = p.done;
+                                if early {
+                                    // Framed, and dropped: the client can carry on.
+                                    cbuf.consume(p.consumed);
+                                } else {
+                                    to_up = p.consumed;
+                                }
                             } else {
                                 next.begin(t);
                                 let _ = next.advance(cbuf.filled(), max_head, max_headers);
@@ -579,6 +666,7 @@ impl HttpConnection {
                         }
                         Ok(n) => {
                             let t = clock::now();
+                            moved_at = t;
                             ubuf.commit(n);
                             let before = to_client;
                             to_client +=
@@ -586,6 +674,14 @@ impl HttpConnection {
                                     .map_err(|kind| {
                                         answer_or_abort(Answer::BadGateway, kind, response_bytes)
                                     })?;
+                            // RFC 9110 §15.2: an HTTP/1.0 client does not know 1xx
+                            // responses; a proxy drops them. They lead the batch (the
+                            // upstream is only read with nothing left to write).
+                            if head.version == Version::Http10 && resp.interim_in_batch > 0 {
+                                ubuf.consume(resp.interim_in_batch);
+                                to_client -= resp.interim_in_batch;
+                                resp.interim_in_batch = 0;
+                            }
                             if final_response_from.is_none() && resp.head_done() {
                                 // The response began: its backend command is now complete.
                                 if let (Some(c), Some(key)) = (&self.tap.correlator, self.corr_key)
@@ -594,6 +690,11 @@ impl HttpConnection {
                                 }
                                 final_response_from =
                                     Some(response_bytes + resp.final_offset(before) as u64);
+                                if !(req_done && to_up == 0) {
+                                    early = true;
+                                    cbuf.consume(to_up);
+                                    to_up = 0;
+                                }
                             }
                             if resp.head_done() {
                                 resp_since = None;
@@ -611,22 +712,32 @@ impl HttpConnection {
                     // the loop arms it again.
                     if let Some((at, answer, kind)) = deadline {
                         if Instant::now() >= at {
-                            return Err(answer_or_abort(
-                                answer,
+                            let forwarded = response_bytes + to_client as u64;
+                            if forwarded == 0 {
+                                return Err(Failure::Answer(answer, kind));
+                            }
+                            // Part of the response is out: the exchange is cut, and
+                            // recorded with what was measured.
+                            return Err(Failure::Cut {
                                 kind,
-                                response_bytes + to_client as u64,
-                            ));
+                                status: resp.status,
+                                request_bytes,
+                                response_bytes,
+                            });
                         }
                     }
                 }
             }
         }
-        // A response the upstream sent without being asked cannot be paired: the
-        // connection cannot carry on.
-        let stray = !ubuf.is_empty() && !resp.tunnel;
+        // Bytes past the framed end of the response answer nothing that was asked: that
+        // upstream connection cannot carry on (the client's can, on a new one).
+        let excess = if resp.tunnel { 0 } else { ubuf.len() };
         Ok(Relayed {
             status: resp.status,
-            keep_alive: head.keep_alive && resp.keep_alive() && !early_end && !stray,
+            keep_alive: head.keep_alive && resp.keep_alive() && !early_end,
+            upstream_reusable: !early && excess == 0 && resp.keep_alive(),
+            excess,
+            early_end,
             tunnel: resp.tunnel,
             request_bytes,
             response_bytes,
@@ -700,6 +811,15 @@ impl HttpConnection {
         head: &RequestHead,
         failure: Failure,
     ) {
+        if let Failure::Cut {
+            status,
+            request_bytes,
+            response_bytes,
+            ..
+        } = failure
+        {
+            self.record(ex, route, head, status, request_bytes, response_bytes);
+        }
         if let Failure::Answer(answer, _) = failure {
             let t = clock::now();
             ex.t_write_first = t;
@@ -719,7 +839,7 @@ impl HttpConnection {
     /// Writes a proxy-made answer, closes our side, and drains what the client still
     /// sends for a moment so that a reset does not destroy the answer in flight.
     async fn answer(&mut self, answer: Answer) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let write = async {
             self.client.write_all(answer.bytes()).await?;
             self.client.shutdown().await
@@ -727,6 +847,21 @@ impl HttpConnection {
         if timeout(ANSWER_WRITE, write).await.is_err() {
             return;
         }
+        self.drain().await;
+    }
+
+    /// Closes our side of the client connection after a complete response, and drains
+    /// what the client still sends for a moment so that a reset does not destroy the
+    /// response in flight.
+    async fn linger(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        if timeout(ANSWER_WRITE, self.client.shutdown()).await.is_ok() {
+            self.drain().await;
+        }
+    }
+
+    async fn drain(&mut self) {
+        use tokio::io::AsyncReadExt;
         let mut sink = [0u8; 1024];
         let drain = async {
             while let Ok(n) = self.client.read(&mut sink).await {
@@ -778,6 +913,20 @@ fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Looks, without waiting, for bytes (or the end) already waiting on an idle upstream
+/// connection: `Some(0)` when it closed, `Some(n)` with bytes waiting. A real `recv` with
+/// `MSG_PEEK`, not the runtime's readiness flags: a pipelined request is forwarded
+/// without a turn of the event loop in between, so bytes that arrived since the last
+/// turn are not flagged yet.
+fn pending_bytes(stream: &TcpStream) -> Option<usize> {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+    match socket2::SockRef::from(stream).peek(&mut probe) {
+        Ok(n) => Some(n),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        Err(_) => Some(0),
+    }
+}
+
 /// A proxy-made answer is only possible while the client has seen no byte of the
 /// response; after that, the connection can only be cut.
 fn answer_or_abort(answer: Answer, kind: ErrorKind, forwarded: u64) -> Failure {
@@ -795,6 +944,8 @@ fn upstream_lost(forwarded: u64) -> Failure {
 /// Where the response to the current request has got to.
 struct ResponseProgress {
     method: Method,
+    /// The request asked to switch protocols: only then may a 101 answer it.
+    upgrade_asked: bool,
     scanner: ResponseScanner,
     /// The tick of the read that brought the first byte of the head being scanned.
     head_first: Tick,
@@ -809,9 +960,10 @@ struct ResponseProgress {
 }
 
 impl ResponseProgress {
-    fn new(method: Method) -> Self {
+    fn new(head: &RequestHead) -> Self {
         Self {
-            method,
+            method: head.method,
+            upgrade_asked: head.upgrade,
             scanner: ResponseScanner::new(),
             head_first: 0,
             parse_ns: 0,
@@ -868,6 +1020,13 @@ impl ResponseProgress {
                     }
                     Some(Ok(h)) => h,
                 };
+                // RFC 9110 §15.2.2: a 101 only answers a request that asked to upgrade.
+                // Any other would turn the connection into a blind tunnel in which no
+                // later request is checked.
+                if head.status == 101 && !self.upgrade_asked {
+                    tracing::debug!("101 to a request that did not ask to upgrade");
+                    return Err(ErrorKind::BadResponse);
+                }
                 used += head.len;
                 self.scanner.reset();
                 if head.is_interim() {

@@ -68,6 +68,7 @@ impl Tap {
         } = self;
         let max = ctx.config.limits.max_connections;
         let slots = Arc::new(Semaphore::new(max));
+        let mut backoff = Backoff::default();
         loop {
             // At the limit, stop accepting: new clients wait in the listen backlog and
             // the connections already established are unaffected.
@@ -85,7 +86,7 @@ impl Tap {
             let (stream, peer) = match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    accept_error(&ctx.config.name, &e).await;
+                    accept_error(&ctx.config.name, &e, &mut backoff).await;
                     continue;
                 }
             };
@@ -146,13 +147,47 @@ async fn serve(
     ctx.recorder.connection_closed(Side::Client);
 }
 
+/// How long accepting pauses after a failure for lack of resources.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// At most one warning about such failures per this interval, with the count since the
+/// last one: out of descriptors, the back-off alone would log ten lines a second.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Failures to accept for lack of resources, for the rate-limited warning.
+#[derive(Debug, Default)]
+struct Backoff {
+    last_warned: Option<tokio::time::Instant>,
+    since_warned: u64,
+}
+
+impl Backoff {
+    /// Counts a failure; `Some(failures since the last warning)` when this one is logged.
+    fn count(&mut self, now: tokio::time::Instant) -> Option<u64> {
+        self.since_warned += 1;
+        match self.last_warned {
+            Some(at) if now.duration_since(at) < ACCEPT_WARN_EVERY => None,
+            _ => {
+                self.last_warned = Some(now);
+                Some(std::mem::take(&mut self.since_warned))
+            }
+        }
+    }
+}
+
 /// Out of file descriptors (or memory), accepting again at once would spin: back off.
 /// Other errors concern one connection only.
-async fn accept_error(tap: &str, e: &io::Error) {
+async fn accept_error(tap: &str, e: &io::Error, backoff: &mut Backoff) {
     let resource = matches!(e.raw_os_error(), Some(23 | 24 | 105 | 12));
     if resource {
-        tracing::warn!(tap, error = %e, "accept failed for lack of resources; pausing 100 ms");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(failures) = backoff.count(tokio::time::Instant::now()) {
+            tracing::warn!(
+                tap,
+                error = %e,
+                failures,
+                "accept failed for lack of resources; pausing 100 ms per failure (at most one warning per 10 s, with the count of failures since the last)"
+            );
+        }
+        tokio::time::sleep(ACCEPT_PAUSE).await;
     } else {
         tracing::debug!(tap, error = %e, "accept failed");
     }
@@ -164,6 +199,19 @@ mod tests {
     use crate::config::TapConfig;
     use crate::metrics::RouteTable;
     use crate::recorder::Discard;
+
+    #[test]
+    fn resource_warnings_are_one_per_interval_with_a_count() {
+        let mut b = Backoff::default();
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(b.count(t0), Some(1));
+        for i in 1..100 {
+            assert_eq!(b.count(t0 + ACCEPT_PAUSE * i), None);
+        }
+        // The next line, an interval later, counts every failure since the last one.
+        assert_eq!(b.count(t0 + ACCEPT_WARN_EVERY), Some(100));
+        assert_eq!(b.count(t0 + ACCEPT_WARN_EVERY + ACCEPT_PAUSE), None);
+    }
 
     /// An idle keep-alive connection costs its task's state, its two sockets'
     /// registrations and its timer: the budget is 4 KiB in all (`docs/BENCHMARKS.md`),

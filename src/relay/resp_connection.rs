@@ -27,6 +27,7 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use super::buffer::Buf;
+use super::timer::Timer;
 use super::TapContext;
 use crate::clock::{self, nanos_between, Tick};
 use crate::correlate::{self, key::CommandKey};
@@ -123,6 +124,25 @@ pub(super) struct RespConnection {
     replied: VecDeque<Replied>,
     mode: Mode,
     resp3: bool,
+    /// The last read or write that moved a byte, either way, and the last read from the
+    /// upstream: the idle, transfer and reply deadlines run from them.
+    last_moved: Tick,
+    last_up_read: Tick,
+    timer: Timer,
+}
+
+/// Which of the connection's deadlines is due first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// Nothing in flight, in paired mode: `timeouts.idle`.
+    Idle,
+    /// A command has begun and is not complete: `timeouts.head` from its first byte.
+    Command,
+    /// The oldest command was sent and its reply is not complete: `timeouts.response`
+    /// from its send or the reply's last byte.
+    Reply,
+    /// Bytes are waiting to be written and none moved: `timeouts.transfer`.
+    Transfer,
 }
 
 impl RespConnection {
@@ -151,6 +171,62 @@ impl RespConnection {
             replied: VecDeque::new(),
             mode: Mode::Paired,
             resp3: false,
+            last_moved: clock::now(),
+            last_up_read: 0,
+            timer: Timer::new(),
+        }
+    }
+
+    /// The deadline that applies now, if any. Subscribers and MONITOR wait for messages
+    /// for as long as they like (Redis's own `timeout` spares them too); a command being
+    /// streamed through, larger than the buffer, is under the transfer deadline.
+    fn due(&self, to_up: usize, to_client: usize) -> Option<(tokio::time::Instant, Due)> {
+        let t = &self.tap.config.timeouts;
+        let mut best: Option<(tokio::time::Instant, Due)> = None;
+        let mut consider = |since: Tick, after: std::time::Duration, due: Due| {
+            let at = self.timer.deadline(since, after);
+            if best.is_none_or(|(b, _)| at < b) {
+                best = Some((at, due));
+            }
+        };
+        if to_up > 0 || to_client > 0 || self.cmd_streaming.is_some() {
+            consider(self.last_moved, t.transfer, Due::Transfer);
+        }
+        if self.cmd_first != 0 && self.cmd_streaming.is_none() {
+            consider(self.cmd_first, t.head, Due::Command);
+        }
+        if self.mode == Mode::Paired {
+            match self.pending.front() {
+                Some(p) if p.t_sent != 0 => {
+                    consider(p.t_sent.max(self.last_up_read), t.response, Due::Reply)
+                }
+                Some(_) => {}
+                None if to_up == 0 && to_client == 0 && self.cmd_first == 0 => {
+                    consider(self.last_moved, t.idle, Due::Idle)
+                }
+                None => {}
+            }
+        }
+        best
+    }
+
+    /// A deadline passed: how the connection ends.
+    fn expired(
+        &self,
+        due: Due,
+        to_client: usize,
+    ) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+        match due {
+            Due::Idle => Ok(()),
+            Due::Command => Err(Some((ErrorKind::ClientTimeout, None))),
+            // An error reply for the oldest command, unless part of a reply is out.
+            Due::Reply => {
+                let clean = to_client == 0 && !self.replies.in_message();
+                let reply = clean.then(|| "-ERR phasescope: upstream timed out\r\n".to_owned());
+                Err(Some((ErrorKind::UpstreamTimeout, reply)))
+            }
+            Due::Transfer if to_client > 0 => Err(Some((ErrorKind::ClientTimeout, None))),
+            Due::Transfer => Err(Some((ErrorKind::UpstreamTimeout, None))),
         }
     }
 
@@ -198,7 +274,12 @@ impl RespConnection {
                 && (self.cmd_streaming.is_none() || to_up == 0);
             let read_up = to_client == 0;
             let idle = self.pending.is_empty() && to_up == 0 && to_client == 0;
+            let due = self.due(to_up, to_client);
+            if let Some((at, _)) = due {
+                self.timer.arm(at);
+            }
             let up = self.upstream.as_ref();
+            let timer = &mut self.timer;
             tokio::select! {
                 biased;
                 r = async { up?.writable().await.ok() }, if to_up > 0 && up.is_some() => {
@@ -224,6 +305,15 @@ impl RespConnection {
                     }
                 }
                 _ = shutdown.changed(), if idle => return Ok(()),
+                () = std::future::poll_fn(|cx| timer.poll_fired(cx)), if due.is_some() => {
+                    // It may have fired for an earlier deadline; then the loop arms it again.
+                    if let Some((at, which)) = due {
+                        if tokio::time::Instant::now() >= at {
+                            tracing::debug!(tap = %self.tap.config.name, due = ?which, "resp deadline passed");
+                            return self.expired(which, to_client);
+                        }
+                    }
+                }
             }
         }
     }
@@ -250,6 +340,7 @@ impl RespConnection {
             Err(_) => return Err(Some((ErrorKind::ClientReset, None))),
         };
         let t = clock::now();
+        self.last_moved = t;
         self.cbuf.commit(n);
         self.up_read += n as u64;
         self.frame_commands(t)?;
@@ -396,6 +487,7 @@ impl RespConnection {
         match up.try_write(&self.cbuf.filled()[..to_up]) {
             Ok(n) => {
                 let t = clock::now();
+                self.last_moved = t;
                 self.cbuf.consume(n);
                 self.up_written += n as u64;
                 for p in self.pending.iter_mut().filter(|p| p.t_sent == 0) {
@@ -430,6 +522,8 @@ impl RespConnection {
             }
         };
         let t = clock::now();
+        self.last_moved = t;
+        self.last_up_read = t;
         self.ubuf.commit(n);
         let fresh_from = self.ubuf.len() - n;
         self.down_read += n as u64;
@@ -528,6 +622,7 @@ impl RespConnection {
         match self.client.try_write(&self.ubuf.filled()[..to_client]) {
             Ok(n) => {
                 let t = clock::now();
+                self.last_moved = t;
                 self.ubuf.consume(n);
                 self.down_written += n as u64;
                 if self.reply_write_first == 0

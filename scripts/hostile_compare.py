@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""The hostile-input cases of docs/security.md against HAProxy and nginx, side by side.
+
+    cargo build --release && python3 scripts/hostile_compare.py
+
+Runs one scripted upstream and, in front of it, phasescope (target/release), HAProxy
+(mode http) and nginx (proxy_pass, HTTP/1.1 upstream keep-alive), configured as
+scripts/bench_proxies.py configures them but with 3 s timeouts so the stall cases end.
+For each case prints what the client received and, where it matters, whether a request
+hidden from the proxy reached the upstream. It measures behaviour, not speed.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PHASESCOPE = ROOT / "target" / "release" / "phasescope"
+TIMEOUT = 3
+
+HAPROXY_CFG = """global
+  maxconn 1000
+defaults
+  mode http
+  timeout connect {t}s
+  timeout client {t}s
+  timeout server {t}s
+frontend fe
+  bind 127.0.0.1:{port}
+  default_backend be
+backend be
+  server s1 127.0.0.1:{upstream}
+"""
+
+NGINX_CFG = """daemon off;
+master_process on;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  client_header_timeout {t}s;
+  client_body_timeout {t}s;
+  send_timeout {t}s;
+  upstream up {{ server 127.0.0.1:{upstream}; keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_read_timeout {t}s;
+      proxy_send_timeout {t}s;
+    }}
+  }}
+}}
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the scripted upstream ---------------------------------------------------------------
+
+class Upstream:
+    """Runs `self.script(conn, received)` on each connection; `received` logs its bytes."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.script = None
+        self.received = []
+        self.conns = []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", self.port))
+        self.sock.listen(64)
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            conn, _ = self.sock.accept()
+            log = bytearray()
+            self.received.append(log)
+            self.conns.append(conn)
+            threading.Thread(target=self.run, args=(conn, log, self.script), daemon=True).start()
+
+    def run(self, conn, log, script):
+        try:
+            script(Conn(conn, log))
+        except OSError:
+            pass
+
+    def reset(self, script):
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+        self.conns, self.received, self.script = [], [], script
+
+
+class Conn:
+    def __init__(self, sock, log):
+        self.sock, self.log, self.buf = sock, log, bytearray()
+        sock.settimeout(10)
+
+    def read_head(self):
+        n = self.buf.count(b"\r\n\r\n")
+        while self.buf.count(b"\r\n\r\n") <= n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return False
+            self.buf += chunk
+            self.log += chunk
+        return True
+
+    def drain(self):
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return
+            self.buf += chunk
+            self.log += chunk
+
+    def send(self, b):
+        self.sock.sendall(b)
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def answer(resp):
+    def script(c):
+        if c.read_head():
+            c.send(resp)
+        c.drain()
+    return script
+
+
+def serve_ok(c):
+    while c.read_head():
+        c.send(OK)
+
+
+# --- the client side ---------------------------------------------------------------------
+
+def client(port, steps, limit=TIMEOUT + 3):
+    """Runs steps (bytes to send, or a float to wait) then reads until close or `limit`.
+    Returns (bytes received, seconds until the close or None)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    got = bytearray()
+    start = time.monotonic()
+    for step in steps:
+        if isinstance(step, float):
+            end = time.monotonic() + step
+            while time.monotonic() < end:
+                s.settimeout(max(0.01, end - time.monotonic()))
+                try:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        return bytes(got), time.monotonic() - start
+                    got += chunk
+                except socket.timeout:
+                    pass
+                except OSError:
+                    return bytes(got), time.monotonic() - start
+        else:
+            try:
+                s.sendall(step)
+            except OSError:
+                pass
+    end = start + limit
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            s.close()
+            return bytes(got), None
+        s.settimeout(left)
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            return bytes(got), time.monotonic() - start
+        if not chunk:
+            return bytes(got), time.monotonic() - start
+        got += chunk
+
+
+def summary(got, closed):
+    lines = []
+    at = 0
+    text = got
+    while True:
+        i = text.find(b"HTTP/1.", at)
+        if i < 0:
+            break
+        lines.append(text[i:text.find(b"\r\n", i) if text.find(b"\r\n", i) > 0 else i + 20]
+                     .decode("latin1"))
+        at = i + 1
+    status = " + ".join(l[9:12] for l in lines) if lines else "nothing"
+    extra = ""
+    for word in (b"evil", b"secret", b"smuggled"):
+        if word in got:
+            extra += f", got {word.decode()!r}"
+    when = f"closed after {closed:.1f} s" if closed is not None else f"open after {TIMEOUT + 3} s"
+    return f"{status}{extra}; {when}"
+
+
+# --- the cases ---------------------------------------------------------------------------
+
+HEAD_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"
+EVIL = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil"
+GET = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+NEXT = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
+HIDDEN = b"GET /admin HTTP/1.1\r\nHost: a\r\nX-Pad: 12\r\n\r\n"
+
+
+def excess(c):
+    if c.read_head():
+        c.send(HEAD_ANSWER + EVIL)
+    serve_ok(c)
+
+
+def early(c):
+    c.read_head()
+    c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+    while c.read_head():
+        c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret" if b"/admin" in c.buf else OK)
+
+
+def stall(c):
+    c.read_head()
+    c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nfirst ten.")
+    c.drain()
+
+
+CASES = [
+    ("4 bare CR in response head", answer(b"HTTP/1.1 200 OK\rContent-Length: 2\r\rok"), [GET]),
+    ("5 request Content-Length 2^63", serve_ok,
+     [b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9223372036854775808\r\n\r\nhello"]),
+    ("5 request chunk size 2^63", serve_ok,
+     [b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000005\r\nhello\r\n"]),
+    ("5 response Content-Length 2^63",
+     answer(b"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\nok"), [GET]),
+    ("5 response chunk size 2^63",
+     answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000005\r\nhello\r\n"), [GET]),
+    ("6 absolute-form with userinfo", serve_ok,
+     [b"GET http://a@evil.example/ HTTP/1.1\r\nHost: a\r\n\r\n"]),
+    ("7 1xx to an HTTP/1.0 client",
+     answer(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"),
+     [b"POST /p HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi"]),
+    ("1 unrequested 101",
+     answer(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"),
+     [GET, 0.3, b"DELETE /everything HTTP/1.1\r\nHost: a\r\n\r\n"]),
+    ("2 excess after a HEAD answer (pipelined)", excess,
+     [b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n" + NEXT]),
+    ("3 early answer, body hides a request", early,
+     [b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 43\r\n\r\n", 0.3, HIDDEN + NEXT]),
+    ("8 upstream stalls after head + part of body", stall, [GET]),
+    ("9 connection that never sends a byte", serve_ok, []),
+]
+
+
+def main():
+    if not PHASESCOPE.exists():
+        sys.exit(f"{PHASESCOPE} is missing: cargo build --release")
+    up = Upstream()
+    d = Path(tempfile.mkdtemp(prefix="hostile-"))
+    procs = {}
+    ports = {"phasescope": free_port(), "haproxy": free_port(), "nginx": free_port()}
+    cfg = d / "phasescope.toml"
+    cfg.write_text(f"""[admin]
+listen = "127.0.0.1:{free_port()}"
+[[tap]]
+name = "t"
+listen = "127.0.0.1:{ports['phasescope']}"
+upstream = "127.0.0.1:{up.port}"
+[tap.timeouts]
+head = "{TIMEOUT}s"
+response = "{TIMEOUT}s"
+transfer = "{TIMEOUT}s"
+""")
+    procs["phasescope"] = subprocess.Popen([PHASESCOPE, "--config", cfg, "run"],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    hcfg = d / "haproxy.cfg"
+    hcfg.write_text(HAPROXY_CFG.format(t=TIMEOUT, port=ports["haproxy"], upstream=up.port))
+    procs["haproxy"] = subprocess.Popen([shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", hcfg],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nd = d / "nginx"
+    nd.mkdir()
+    ncfg = nd / "nginx.conf"
+    ncfg.write_text(NGINX_CFG.format(t=TIMEOUT, dir=nd, port=ports["nginx"], upstream=up.port))
+    procs["nginx"] = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-p", nd, "-e",
+                                       nd / "nginx-error.log", "-c", ncfg],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    try:
+        print(f"| case | phasescope | HAProxy {version('haproxy')} | nginx {version('nginx')} |")
+        print("|---|---|---|---|")
+        for name, script, steps in CASES:
+            row = []
+            for proxy in ("phasescope", "haproxy", "nginx"):
+                up.reset(script)
+                got, closed = client(ports[proxy], steps)
+                time.sleep(0.2)
+                hidden = [r for r in up.received if b"DELETE /everything" in r or b"GET /admin" in r]
+                note = "; the hidden request reached the upstream" if hidden else ""
+                row.append(summary(got, closed) + note)
+            print(f"| {name} | " + " | ".join(row) + " |", flush=True)
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.wait(timeout=10)
+
+
+def version(tool):
+    out = subprocess.run([shutil.which(tool) or tool, "-v"], capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    for word in text.split():
+        if word[0].isdigit() or "/" in word and word.split("/")[-1][:1].isdigit():
+            return word.split("/")[-1]
+    return "?"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+//! Signals against the real binary: SIGHUP drains in-flight work like SIGTERM (it used to
+//! kill the process, its default action, and every request in flight got nothing).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{wait_for, Proxy};
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+/// How long the upstream takes to answer: the signal arrives well inside it.
+const SLOW: Duration = Duration::from_millis(600);
+const IN_FLIGHT: usize = 5;
+
+/// An upstream that answers every request `SLOW` after its head arrived.
+fn slow_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    buf.drain(..end);
+                    thread::sleep(SLOW);
+                    if conn.write_all(OK).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn drains_on(signal: libc::c_int) {
+    let mut proxy = Proxy::in_front_of(slow_upstream(), &[]);
+    let addr = proxy.addr();
+    let clients: Vec<_> = (0..IN_FLIGHT)
+        .map(|_| {
+            thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+                    .unwrap();
+                let mut got = Vec::new();
+                let _ = s.read_to_end(&mut got);
+                got
+            })
+        })
+        .collect();
+    // Every request is in flight (the upstream holds it for SLOW) when the signal comes.
+    thread::sleep(SLOW / 3);
+    let signalled = Instant::now();
+    proxy.process().signal(signal);
+    for c in clients {
+        let got = c.join().unwrap();
+        assert_eq!(
+            got,
+            OK,
+            "an in-flight request got {:?}\n{}",
+            String::from_utf8_lossy(&got),
+            proxy.log_tail()
+        );
+    }
+    assert!(
+        wait_for(Duration::from_secs(10), || proxy
+            .process()
+            .exited()
+            .is_some()),
+        "still running after the drain\n{}",
+        proxy.log_tail()
+    );
+    let status = proxy.process().exited().unwrap();
+    assert!(status.success(), "{status:?}\n{}", proxy.log_tail());
+    assert!(signalled.elapsed() < Duration::from_secs(8));
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "still accepting after the drain"
+    );
+}
+
+#[test]
+fn sighup_drains_in_flight_requests_like_sigterm() {
+    drains_on(libc::SIGHUP);
+}
+
+#[test]
+fn sigterm_drains_in_flight_requests() {
+    drains_on(libc::SIGTERM);
+}
