@@ -99,6 +99,11 @@ pub struct RunArgs {
     /// as command lines are visible to other users [env: PHASESCOPE_ADMIN_TOKEN]
     #[arg(long, value_name = "TOKEN")]
     pub admin_token: Option<String>,
+
+    /// Sample where each tap's upstream process spends its CPU ([tap.process] profile)
+    /// [env: PHASESCOPE_PROFILE_UPSTREAM=1]
+    #[arg(long)]
+    pub profile_upstream: bool,
 }
 
 #[derive(Debug, Args)]
@@ -223,6 +228,9 @@ impl RunArgs {
         }
         if self.no_metrics {
             o.set_flag(Key::NoMetrics, "true")?;
+        }
+        if self.profile_upstream {
+            o.set_flag(Key::ProfileUpstream, "true")?;
         }
         Ok(o)
     }

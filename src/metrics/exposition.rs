@@ -243,7 +243,7 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
         .collect()
 }
 
-fn sample(kind: MetricType, pairs: &[(&str, &str)], value: f64) -> Metric {
+pub(crate) fn sample(kind: MetricType, pairs: &[(&str, &str)], value: f64) -> Metric {
     let mut m = Metric::from_label(labels(pairs));
     if kind == MetricType::COUNTER {
         let mut c = Counter::default();

@@ -13,6 +13,7 @@ use crate::metrics::routes::RouteTable;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::TapMetrics;
 use crate::recorder::{Discard, Recorder};
+use crate::upstream::Upstream;
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
 /// server reads through [`encode_prometheus`](Self::encode_prometheus),
@@ -22,6 +23,8 @@ pub struct Registry {
     enabled: bool,
     buckets: Arc<Buckets>,
     taps: RwLock<Vec<Arc<TapMetrics>>>,
+    /// Taps that watch their upstream's process.
+    upstreams: RwLock<Vec<Arc<Upstream>>>,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -34,6 +37,7 @@ impl Registry {
             enabled: config.enabled,
             buckets: Arc::new(buckets),
             taps: RwLock::new(Vec::new()),
+            upstreams: RwLock::new(Vec::new()),
             since: Mutex::new(SystemTime::now()),
         }))
     }
@@ -93,7 +97,28 @@ impl Registry {
             Vec::new()
         };
         let counts: Vec<_> = taps.iter().map(|t| (&**t, t.collect())).collect();
-        exposition::encode(&counts, &self.buckets)
+        let mut out = exposition::encode(&counts, &self.buckets);
+        if self.enabled {
+            out.push_str(&crate::upstream::encode_prometheus(&self.upstreams()));
+        }
+        out
+    }
+
+    /// Registers the accounting of `tap`'s upstream process, for `/metrics` and snapshots.
+    pub fn upstream(&self, tap: &TapConfig) -> Arc<Upstream> {
+        let u = Upstream::new(&tap.name, tap.process.interval);
+        self.upstreams
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&u));
+        u
+    }
+
+    fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Exact percentiles of every series since the last reset, with the histograms.
@@ -104,6 +129,7 @@ impl Registry {
         } else {
             Vec::new()
         };
+        let upstreams = self.upstreams();
         let inputs = taps
             .iter()
             .map(|t| {
@@ -112,6 +138,10 @@ impl Registry {
                     tap: t,
                     counts: t.collect(),
                     series: t.hdr_series(),
+                    upstream: upstreams
+                        .iter()
+                        .find(|u| u.tap() == t.name())
+                        .map(|u| u.snapshot()),
                 }
             })
             .collect();
@@ -126,6 +156,9 @@ impl Registry {
         let mut since = lock(&self.since);
         for t in self.taps() {
             t.reset_hdr();
+        }
+        for u in self.upstreams() {
+            u.reset();
         }
         *since = SystemTime::now();
         *since

@@ -73,6 +73,9 @@ pub struct TapSnapshot {
     pub phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>>,
     /// Counters since the process started; a reset does not touch them.
     pub totals: TapTotals,
+    /// The upstream's process, when the tap watches one: CPU and scheduling since `since`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -192,12 +195,14 @@ pub(crate) struct TapInput<'a> {
     pub tap: &'a TapMetrics,
     pub counts: TapCounts,
     pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
+    pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
 pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -> Snapshot {
     let now = SystemTime::now();
     let mut out = BTreeMap::new();
-    for input in taps {
+    for mut input in taps {
+        let upstream = input.upstream.take();
         let routes = input.tap.routes();
         let mut phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>> = BTreeMap::new();
         for (route, phase, series) in &input.series {
@@ -248,6 +253,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                 protocol: protocol.to_owned(),
                 phases,
                 totals,
+                upstream,
             },
         );
     }
