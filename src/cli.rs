@@ -141,6 +141,18 @@ pub struct ReportArgs {
     /// Also draw the report as an SVG file
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+
+    /// The what-if line of an upstream with a profile: a parser this many times faster
+    #[arg(long, value_name = "N", default_value_t = crate::report::inside::DEFAULT_WHAT_IF,
+          value_parser = parse_what_if)]
+    pub what_if: f64,
+}
+
+fn parse_what_if(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 1.0 => Ok(f),
+        _ => Err(format!("{s:?}: expected a factor above 1, such as 2")),
+    }
 }
 
 /// `phasescope snapshot`.

@@ -102,6 +102,18 @@ fn cpu_per_request_of_a_known_upstream() {
         system > 0.0 && system < truth,
         "system CPU per request {system:.1} µs"
     );
+    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            &format!("http://{}", proxy.admin_addr()),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    let line = format!("inside burn-upstream (pid {}, ", up.process().pid());
+    assert!(text.contains(&line), "no {line:?} in the report:\n{text}");
+    assert!(text.contains("µs waiting for a CPU"), "{text}");
     let m = proxy.admin_get("/metrics").body_text();
     for family in [
         "phasescope_upstream_cpu_seconds_total{tap=\"webdis\",mode=\"user\"}",

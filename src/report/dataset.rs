@@ -37,6 +37,9 @@ pub struct TapData {
     pub protocol: Option<String>,
     /// phase name → route → series.
     pub phases: BTreeMap<String, BTreeMap<String, Series>>,
+    /// The upstream's process over the same window, when a snapshot had it (merged:
+    /// times, counts and samples add up; the last snapshot names the process).
+    pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
 /// One (tap, phase, route) series, all durations in seconds.
@@ -278,6 +281,12 @@ impl Dataset {
             for (tap_name, tap) in &snap.taps {
                 let data = taps.entry(tap_name.clone()).or_default();
                 data.protocol.get_or_insert_with(|| tap.protocol.clone());
+                if let Some(u) = &tap.upstream {
+                    data.upstream = Some(match data.upstream.take() {
+                        Some(acc) => crate::upstream::snapshot::merge(acc, u),
+                        None => u.clone(),
+                    });
+                }
                 for (phase, routes) in &tap.phases {
                     for (route, s) in routes {
                         let series = Series::from_snapshot(s, &snap.hdr)

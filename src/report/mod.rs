@@ -14,6 +14,7 @@ pub mod dataset;
 pub mod distributions;
 pub mod headline;
 pub mod http;
+pub mod inside;
 pub mod prometheus;
 pub mod rows;
 pub mod snapshot_cmd;

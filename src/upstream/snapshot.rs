@@ -73,3 +73,69 @@ impl UpstreamSnapshot {
         }
     }
 }
+
+/// Two windows of the same tap (snapshots of several runs) as one: times, counts and
+/// samples add up; the later one names the process.
+pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
+    let samples = match (a.samples, &b.samples) {
+        (None, None) => None,
+        (x, y) => {
+            let mut m = x.unwrap_or_default();
+            for (k, v) in y.iter().flatten() {
+                *m.entry(k.clone()).or_default() += v;
+            }
+            Some(m)
+        }
+    };
+    let top_symbols = match (a.top_symbols, &b.top_symbols) {
+        (None, None) => None,
+        (x, y) => {
+            let mut all: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+            for s in x.iter().flatten().chain(y.iter().flatten()) {
+                *all.entry((s.symbol.clone(), s.object.clone(), s.component.clone()))
+                    .or_default() += s.samples;
+            }
+            let mut v: Vec<SymbolSnapshot> = all
+                .into_iter()
+                .map(|((symbol, object, component), samples)| SymbolSnapshot {
+                    symbol,
+                    object,
+                    component,
+                    samples,
+                })
+                .collect();
+            v.sort_by_key(|s| std::cmp::Reverse(s.samples));
+            v.truncate(TOP_SYMBOLS);
+            Some(v)
+        }
+    };
+    let add = |x: Option<u64>, y: Option<u64>| match (x, y) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
+    };
+    UpstreamSnapshot {
+        pid: b.pid.or(a.pid),
+        comm: b.comm.clone().or(a.comm),
+        exe: b.exe.clone().or(a.exe),
+        threads: b.threads.max(a.threads),
+        interval_seconds: b.interval_seconds,
+        watched_seconds: a.watched_seconds + b.watched_seconds,
+        cpu_user_seconds: a.cpu_user_seconds + b.cpu_user_seconds,
+        cpu_system_seconds: a.cpu_system_seconds + b.cpu_system_seconds,
+        runqueue_seconds: a.runqueue_seconds + b.runqueue_seconds,
+        context_switches_voluntary: a.context_switches_voluntary + b.context_switches_voluntary,
+        context_switches_involuntary: a.context_switches_involuntary
+            + b.context_switches_involuntary,
+        restarts: a.restarts + b.restarts,
+        samples,
+        top_symbols,
+        stripped: match (a.stripped, b.stripped) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(false) || y.unwrap_or(false)),
+        },
+        lost_samples: add(a.lost_samples, b.lost_samples),
+    }
+}
+
+/// Symbols kept in a snapshot.
+pub const TOP_SYMBOLS: usize = 20;

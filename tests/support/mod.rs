@@ -420,7 +420,8 @@ pub fn burn_upstream_binary() -> PathBuf {
     BUILT
         .get_or_init(|| {
             let gcc = require_tool("gcc");
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/burn-upstream.c");
+            let source =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/burn-upstream.c");
             let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("burn-upstream");
             let staging = out.with_extension(format!("tmp{}", std::process::id()));
             let status = Command::new(gcc)
@@ -455,7 +456,11 @@ impl BurnUpstream {
             |attempt| {
                 let port = free_port();
                 let mut command = Command::new(&binary);
-                command.args([port.to_string(), parser_us.to_string(), backend_us.to_string()]);
+                command.args([
+                    port.to_string(),
+                    parser_us.to_string(),
+                    backend_us.to_string(),
+                ]);
                 adjust(&mut command);
                 let log = dir.path().join(format!("burn-{attempt}.log"));
                 (Managed::spawn("burn-upstream", &mut command, &log), port)
