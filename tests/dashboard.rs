@@ -46,7 +46,12 @@ const NEED_CORRELATED_SETUP: [&str; 2] = [
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 9] = [
+const METRICS: [&str; 14] = [
+    "phasescope_upstream_cpu_seconds_total",
+    "phasescope_upstream_runqueue_seconds_total",
+    "phasescope_upstream_context_switches_total",
+    "phasescope_upstream_threads",
+    "phasescope_upstream_info",
     "phasescope_phase_duration_seconds_bucket",
     "phasescope_phase_duration_seconds_sum",
     "phasescope_phase_duration_seconds_count",
