@@ -1,0 +1,3 @@
+//! Inside the upstream process: where its CPU goes.
+
+pub mod profile;
