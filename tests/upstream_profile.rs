@@ -185,6 +185,20 @@ fn burn_upstream_parser_share_matches_the_truth() {
     let requests: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
     let text = totals.describe();
     eprintln!("{requests} requests\n{text}");
+    // The connection threads exit with their connections: their events are closed.
+    assert!(
+        support::wait_for(Duration::from_secs(10), || {
+            profiler.collect().unwrap();
+            profiler.threads() == threads_at_start
+        }),
+        "events of exited threads were not closed ({} threads, {} at start)",
+        profiler.threads(),
+        threads_at_start
+    );
+    assert!(
+        profiler.kernel_symbols(),
+        "/proc/kallsyms is readable as root"
+    );
 
     let in_binary = totals.in_object(&object);
     assert!(in_binary >= 1000, "too few samples in {object}:\n{text}");

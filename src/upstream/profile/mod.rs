@@ -139,6 +139,7 @@ pub struct Profiler {
     drained: Drained,
     /// Component of each interned name by its leaf rule, indexed by `NameId`.
     components: Vec<String>,
+    kernel_symbols: bool,
 }
 
 impl Profiler {
@@ -152,6 +153,15 @@ impl Profiler {
     ) -> Result<Profiler, ProfileError> {
         let events = ThreadEvents::open(pid, frequency_hz)?;
         let symbols = Symbols::new(pid)?;
+        let kernel_symbols = kernel_symbols_visible();
+        if !kernel_symbols {
+            tracing::warn!(
+                pid,
+                "/proc/kallsyms hides kernel addresses: kernel samples fold into `kernel` \
+                 without names; grant CAP_SYSLOG, or set kernel.kptr_restrict=0 with \
+                 kernel.perf_event_paranoid at 1 or less"
+            );
+        }
         Ok(Profiler {
             pid,
             rules,
@@ -159,7 +169,14 @@ impl Profiler {
             symbols,
             drained: Drained::default(),
             components: Vec::new(),
+            kernel_symbols,
         })
+    }
+
+    /// Whether kernel samples get function names (/proc/kallsyms shows addresses to us);
+    /// without them every kernel sample is `kernel`, none `kernel_network`.
+    pub fn kernel_symbols(&self) -> bool {
+        self.kernel_symbols
     }
 
     pub fn pid(&self) -> u32 {
@@ -271,6 +288,26 @@ impl Profiler {
     }
 }
 
+/// Whether /proc/kallsyms shows real addresses to this process: it shows zeros without
+/// CAP_SYSLOG unless kptr_restrict is 0 and perf_event_paranoid at most 1.
+fn kernel_symbols_visible() -> bool {
+    use std::io::BufRead;
+
+    let Ok(file) = std::fs::File::open("/proc/kallsyms") else {
+        return false;
+    };
+    io::BufReader::new(file)
+        .lines()
+        .take(16)
+        .map_while(Result::ok)
+        .any(|line| {
+            line.split_whitespace()
+                .next()
+                .and_then(|addr| u64::from_str_radix(addr, 16).ok())
+                .is_some_and(|addr| addr != 0)
+        })
+}
+
 /// True when the object (the upstream's main binary) has no symbol table: its own code
 /// reads as one component named after the file and any parser inside it is an upper
 /// bound. An unreadable or non-ELF file is not called stripped (nothing is known).
@@ -309,6 +346,15 @@ mod tests {
         let other = ProfileError::open(42, io::Error::from_raw_os_error(22)); // EINVAL
         assert!(!other.is_permission());
         assert!(other.to_string().contains("perf_event_open"), "{other}");
+    }
+
+    /// The watcher may run it on any thread.
+    #[test]
+    fn profiler_is_send() {
+        fn send<T: Send>() {}
+        send::<Profiler>();
+        send::<ProfileDelta>();
+        send::<ProfileError>();
     }
 
     #[test]
