@@ -143,7 +143,8 @@ fn watch_upstreams(config: &Config, registry: &Arc<Registry>) -> Vec<crate::upst
         let Some(target) = crate::upstream::find::Target::of(tap) else {
             continue;
         };
-        match crate::upstream::Watcher::spawn(target, registry.upstream(tap)) {
+        let profile = crate::upstream::ProfileSettings::of(tap);
+        match crate::upstream::Watcher::spawn(target, registry.upstream(tap), profile) {
             Ok(w) => out.push(w),
             Err(e) => tracing::warn!(tap = %tap.name, "{e:#}; no upstream accounting"),
         }

@@ -13,6 +13,7 @@ pub const RUNQUEUE: &str = "phasescope_upstream_runqueue_seconds_total";
 pub const CONTEXT_SWITCHES: &str = "phasescope_upstream_context_switches_total";
 pub const THREADS: &str = "phasescope_upstream_threads";
 pub const INFO: &str = "phasescope_upstream_info";
+pub const SAMPLES: &str = "phasescope_upstream_samples_total";
 
 /// The families of every watched tap; empty when there is none. Counters exist from the
 /// start, at 0, so that `rate()` works before the process is found.
@@ -20,8 +21,14 @@ pub fn encode(upstreams: &[Arc<Upstream>]) -> String {
     if upstreams.is_empty() {
         return String::new();
     }
-    let (mut cpu, mut runq, mut switches, mut threads, mut info) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu, mut runq, mut switches, mut threads, mut info, mut samples) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     for u in upstreams {
         u.refresh();
         let (t, process) = u.totals();
@@ -51,6 +58,13 @@ pub fn encode(upstreams: &[Arc<Upstream>]) -> String {
             &[("tap", tap)],
             process.as_ref().map_or(0.0, |p| p.threads as f64),
         ));
+        for (component, n) in u.samples_total().into_iter().flatten() {
+            samples.push(sample(
+                MetricType::COUNTER,
+                &[("tap", tap), ("component", &component)],
+                n as f64,
+            ));
+        }
         if let Some(p) = &process {
             let pid = p.pid.to_string();
             info.push(sample(
@@ -95,6 +109,12 @@ pub fn encode(upstreams: &[Arc<Upstream>]) -> String {
         "Always 1; the labels name the upstream process watched now.",
         MetricType::GAUGE,
         info,
+    );
+    push(
+        SAMPLES,
+        "CPU samples of the upstream's threads (perf events, user and kernel), by component; present only when profiling.",
+        MetricType::COUNTER,
+        samples,
     );
     let mut out = String::new();
     if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut out) {

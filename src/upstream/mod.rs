@@ -10,15 +10,17 @@
 pub mod account;
 pub mod find;
 mod metrics;
+pub mod profile;
 pub mod snapshot;
 mod watch;
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use metrics::encode as encode_prometheus;
 pub use snapshot::{SymbolSnapshot, UpstreamSnapshot};
-pub use watch::Watcher;
+pub use watch::{ProfileSettings, Watcher};
 
 use crate::metrics::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
@@ -34,6 +36,19 @@ struct State {
     accountant: Accountant,
     /// The totals at the last snapshot reset: the snapshot shows what happened since.
     baseline: Totals,
+    /// Sampling, when `profile` is on and a profiler runs (or ran) on the process.
+    samples: Option<Samples>,
+}
+
+/// Samples folded into components: since start (the exposition) and since the last reset
+/// (the snapshot).
+#[derive(Default)]
+struct Samples {
+    total: BTreeMap<String, u64>,
+    window: BTreeMap<String, u64>,
+    window_symbols: HashMap<(String, String, String), u64>,
+    window_lost: u64,
+    stripped: bool,
 }
 
 impl Upstream {
@@ -44,6 +59,7 @@ impl Upstream {
             state: Mutex::new(State {
                 accountant: Accountant::new(),
                 baseline: Totals::default(),
+                samples: None,
             }),
         })
     }
@@ -88,6 +104,43 @@ impl Upstream {
         let mut s = lock(&self.state);
         let _ = s.accountant.read();
         s.baseline = s.accountant.totals();
+        if let Some(samples) = &mut s.samples {
+            samples.window.clear();
+            samples.window_symbols.clear();
+            samples.window_lost = 0;
+        }
+    }
+
+    /// A profiler started on the process: sampling figures exist from now on.
+    pub(crate) fn profiling(&self, stripped: bool) {
+        let mut s = lock(&self.state);
+        s.samples.get_or_insert_with(Samples::default).stripped = stripped;
+    }
+
+    /// Adds one collect's samples.
+    pub(crate) fn add_samples(&self, delta: &profile::ProfileDelta) {
+        let mut s = lock(&self.state);
+        let samples = s.samples.get_or_insert_with(Samples::default);
+        for (component, n) in &delta.by_component {
+            *samples.total.entry(component.clone()).or_default() += n;
+            *samples.window.entry(component.clone()).or_default() += n;
+        }
+        for sym in &delta.symbols {
+            *samples
+                .window_symbols
+                .entry((
+                    sym.symbol.clone(),
+                    sym.object.clone(),
+                    sym.component.clone(),
+                ))
+                .or_default() += sym.samples;
+        }
+        samples.window_lost += delta.lost;
+    }
+
+    /// Samples per component since start; `None` when nothing is sampled.
+    pub fn samples_total(&self) -> Option<BTreeMap<String, u64>> {
+        lock(&self.state).samples.as_ref().map(|s| s.total.clone())
     }
 
     /// The snapshot's `upstream` object: counters since the last reset.
@@ -95,6 +148,29 @@ impl Upstream {
         let mut s = lock(&self.state);
         let _ = s.accountant.read();
         let window = s.accountant.totals().since(&s.baseline);
-        UpstreamSnapshot::new(window, s.accountant.process(), self.interval)
+        let mut snap = UpstreamSnapshot::new(window, s.accountant.process(), self.interval);
+        if let Some(samples) = &s.samples {
+            snap.samples = Some(samples.window.clone());
+            let mut top: Vec<SymbolSnapshot> = samples
+                .window_symbols
+                .iter()
+                .map(|((symbol, object, component), &samples)| SymbolSnapshot {
+                    symbol: symbol.clone(),
+                    object: object.clone(),
+                    component: component.clone(),
+                    samples,
+                })
+                .collect();
+            top.sort_by(|a, b| {
+                b.samples
+                    .cmp(&a.samples)
+                    .then_with(|| a.symbol.cmp(&b.symbol))
+            });
+            top.truncate(snapshot::TOP_SYMBOLS);
+            snap.top_symbols = Some(top);
+            snap.stripped = Some(samples.stripped);
+            snap.lost_samples = Some(samples.window_lost);
+        }
+        snap
     }
 }

@@ -9,7 +9,34 @@ use anyhow::Context;
 
 use super::account::Read;
 use super::find::Target;
+use super::profile::{self, ComponentRules, Profiler, UserComponentRule};
 use super::Upstream;
+
+/// What `profile = true` asks for: the rate and the user's component rules.
+#[derive(Debug, Clone)]
+pub struct ProfileSettings {
+    pub frequency: u32,
+    pub rules: Vec<UserComponentRule>,
+}
+
+impl ProfileSettings {
+    /// From `[tap.process]`; `None` when profiling is off.
+    pub fn of(tap: &crate::config::TapConfig) -> Option<ProfileSettings> {
+        let p = &tap.process;
+        p.profile.then(|| ProfileSettings {
+            frequency: p.frequency,
+            rules: p
+                .components
+                .iter()
+                .map(|c| UserComponentRule {
+                    name: c.name.clone(),
+                    symbol: c.symbol.clone(),
+                    object: c.object.clone(),
+                })
+                .collect(),
+        })
+    }
+}
 
 /// Owns the thread; dropping it (or [`Watcher::stop`]) ends the thread within one
 /// `interval`'s wait, which the stop cuts short.
@@ -21,13 +48,17 @@ pub struct Watcher {
 impl Watcher {
     /// Starts watching for `target` into `upstream`. The thread runs apart from the
     /// connection workers: /proc reads never delay a request.
-    pub fn spawn(target: Target, upstream: Arc<Upstream>) -> anyhow::Result<Watcher> {
+    pub fn spawn(
+        target: Target,
+        upstream: Arc<Upstream>,
+        profile: Option<ProfileSettings>,
+    ) -> anyhow::Result<Watcher> {
         let (stop, stopped) = mpsc::channel();
         let name = format!("ps-up-{}", upstream.tap());
         let thread = std::thread::Builder::new()
             // Thread names are cut at 15 bytes by the kernel; the prefix is what matters.
             .name(name.chars().take(15).collect())
-            .spawn(move || run(&target, &upstream, &stopped))
+            .spawn(move || run(&target, &upstream, profile.as_ref(), &stopped))
             .context("starting the upstream watcher thread")?;
         Ok(Watcher {
             stop: Some(stop),
@@ -53,7 +84,12 @@ impl Drop for Watcher {
     }
 }
 
-fn run(target: &Target, upstream: &Upstream, stopped: &mpsc::Receiver<()>) {
+fn run(
+    target: &Target,
+    upstream: &Upstream,
+    profile: Option<&ProfileSettings>,
+    stopped: &mpsc::Receiver<()>,
+) {
     let tap = upstream.tap();
     let interval = upstream.interval();
     if let Err(e) = super::account::check_kernel() {
@@ -64,6 +100,9 @@ fn run(target: &Target, upstream: &Upstream, stopped: &mpsc::Receiver<()>) {
     let mut told_missing = false;
     let mut attached: Option<u32> = None;
     let mut last_pid: Option<u32> = None;
+    // One profiler per process: a restart gets a new one, never the old one's events.
+    let mut profiler: Option<Profiler> = None;
+    let mut told_profile = false;
     loop {
         match attached {
             None => match target.locate().and_then(|pid| upstream.attach(pid)) {
@@ -99,6 +138,10 @@ fn run(target: &Target, upstream: &Upstream, stopped: &mpsc::Receiver<()>) {
                         );
                     }
                     last_pid = Some(info.pid);
+                    if let Some(settings) = profile {
+                        profiler =
+                            start_profiler(tap, &info, settings, upstream, &mut told_profile);
+                    }
                 }
                 Err(e) => {
                     if !told_missing {
@@ -119,9 +162,19 @@ fn run(target: &Target, upstream: &Upstream, stopped: &mpsc::Receiver<()>) {
                 }
             },
             Some(pid) => {
+                if let Some(p) = &mut profiler {
+                    match p.collect() {
+                        Ok(delta) => upstream.add_samples(&delta),
+                        Err(e) => {
+                            // The process may be exiting; the read below tells.
+                            tracing::debug!(tap, pid, "collecting samples: {e}");
+                        }
+                    }
+                }
                 if upstream.read() == Read::Gone {
                     upstream.detach();
                     attached = None;
+                    profiler = None;
                     tracing::info!(tap, pid, "the upstream process {pid} is gone");
                     if target.follows_restarts() {
                         // Its successor may already listen: look now rather than an
@@ -134,6 +187,54 @@ fn run(target: &Target, upstream: &Upstream, stopped: &mpsc::Receiver<()>) {
         match stopped.recv_timeout(interval) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Starts sampling `info`'s process; a failure is one log line (once per watcher for a
+/// missing permission) and the accounting goes on without samples.
+fn start_profiler(
+    tap: &str,
+    info: &super::account::ProcessInfo,
+    settings: &ProfileSettings,
+    upstream: &Upstream,
+    told: &mut bool,
+) -> Option<Profiler> {
+    let rules = match ComponentRules::new(&settings.rules) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(tap, "{e}; sampling is off");
+            return None;
+        }
+    };
+    match Profiler::start(info.pid, settings.frequency, rules) {
+        Ok(p) => {
+            let stripped = info.exe.as_deref().is_some_and(profile::is_stripped);
+            upstream.profiling(stripped);
+            tracing::info!(
+                tap,
+                pid = info.pid,
+                "sampling the upstream's CPU at {} Hz per thread{}",
+                settings.frequency,
+                if stripped {
+                    "; its binary is stripped: its own code reads as one component"
+                } else {
+                    ""
+                }
+            );
+            *told = false;
+            Some(p)
+        }
+        Err(e) => {
+            if !*told {
+                tracing::warn!(
+                    tap,
+                    pid = info.pid,
+                    "{e}. Sampling is off; CPU and run-queue accounting go on"
+                );
+                *told = e.is_permission();
+            }
+            None
         }
     }
 }

@@ -1,0 +1,378 @@
+//! The upstream sampler against real processes with a known truth: the burn upstream
+//! (30 µs in `http_parser_execute`, 70 µs in `backend_query` per request), Debian's
+//! Webdis in front of Redis, and the PHP fixture.
+
+mod amp;
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use amp::AmpServer;
+use phasescope::upstream::profile::{
+    is_stripped, ComponentRules, ProfileDelta, Profiler, SymbolSamples, ANON_EXEC_OBJECT,
+};
+use support::{
+    burn_upstream_binary, require_tool, run_wrk, BurnUpstream, RedisServer, Webdis, IO_TIMEOUT,
+};
+
+/// Deltas of several collects added up.
+#[derive(Default, Debug)]
+struct Totals {
+    by_component: HashMap<String, u64>,
+    symbols: HashMap<(String, String, String), u64>,
+    lost: u64,
+}
+
+impl Totals {
+    fn add(&mut self, delta: ProfileDelta) {
+        for (component, n) in delta.by_component {
+            *self.by_component.entry(component).or_insert(0) += n;
+        }
+        for SymbolSamples {
+            symbol,
+            object,
+            component,
+            samples,
+        } in delta.symbols
+        {
+            *self.symbols.entry((symbol, object, component)).or_insert(0) += samples;
+        }
+        self.lost += delta.lost;
+    }
+
+    fn total(&self) -> u64 {
+        self.by_component.values().sum()
+    }
+
+    fn component(&self, name: &str) -> u64 {
+        self.by_component.get(name).copied().unwrap_or(0)
+    }
+
+    fn symbol(&self, name: &str) -> u64 {
+        self.symbols
+            .iter()
+            .filter(|((symbol, _, _), _)| symbol == name)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Samples in user code of `object`, whatever component they fold into.
+    fn in_object(&self, object: &str) -> u64 {
+        self.symbols
+            .iter()
+            .filter(|((_, o, _), _)| o == object)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn describe(&self) -> String {
+        let mut components: Vec<_> = self.by_component.iter().collect();
+        components.sort_by(|a, b| b.1.cmp(a.1));
+        let mut symbols: Vec<_> = self.symbols.iter().collect();
+        symbols.sort_by(|a, b| b.1.cmp(a.1));
+        let mut text = format!("{} samples, {} lost\ncomponents:", self.total(), self.lost);
+        for (component, n) in components {
+            text.push_str(&format!(" {component}={n}"));
+        }
+        text.push_str("\ntop symbols:");
+        for ((symbol, object, component), n) in symbols.into_iter().take(25) {
+            text.push_str(&format!("\n  {n:6} {symbol} ({object}) -> {component}"));
+        }
+        text
+    }
+}
+
+/// Keep-alive clients sending `GET /` to `addr` until `stop`; each waits for the whole
+/// response before the next request.
+fn load(addr: SocketAddr, clients: usize, stop: Arc<AtomicBool>) -> Vec<thread::JoinHandle<u64>> {
+    (0..clients)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                stream.set_nodelay(true).unwrap();
+                let request = b"GET / HTTP/1.1\r\nHost: burn\r\n\r\n";
+                let mut buf = [0u8; 4096];
+                let mut done = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    stream.write_all(request).unwrap();
+                    let mut got = Vec::new();
+                    while !got.ends_with(b"\r\n\r\nok") {
+                        let n = stream.read(&mut buf).unwrap();
+                        assert!(n > 0, "burn upstream closed the connection");
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect()
+}
+
+/// Collects every `every` until `enough` says so or `deadline` passes.
+fn profile_until(
+    profiler: &mut Profiler,
+    every: Duration,
+    deadline: Duration,
+    mut enough: impl FnMut(&Totals) -> bool,
+) -> Totals {
+    let mut totals = Totals::default();
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        thread::sleep(every);
+        totals.add(profiler.collect().unwrap());
+        if enough(&totals) {
+            break;
+        }
+    }
+    totals
+}
+
+/// This process's CPU time (user + system), all threads.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+#[test]
+fn burn_upstream_parser_share_matches_the_truth() {
+    let (parser_us, backend_us) = (30u32, 70u32);
+    let mut burn = BurnUpstream::start(parser_us, backend_us);
+    let pid = burn.process().pid();
+    // Started before the clients connect: their server threads do not exist yet and must
+    // be picked up by `collect`.
+    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let threads_at_start = profiler.threads();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(burn.addr(), 2, stop.clone());
+    // Warm-up: the first collect opens events on the connection threads.
+    thread::sleep(Duration::from_millis(300));
+    profiler.collect().unwrap();
+    assert!(
+        profiler.threads() > threads_at_start,
+        "the connection threads were not picked up ({} threads at start, {} now)",
+        threads_at_start,
+        profiler.threads()
+    );
+
+    let binary = burn_upstream_binary();
+    let object = binary.file_name().unwrap().to_str().unwrap().to_owned();
+    // About 2000 samples in the burn binary's code make the share's sampling error
+    // (binomial, ~1 point) small against the 5-point tolerance.
+    let totals = profile_until(
+        &mut profiler,
+        Duration::from_millis(500),
+        Duration::from_secs(40),
+        |t| t.in_object(&object) >= 2000,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let requests: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    let text = totals.describe();
+    eprintln!("{requests} requests\n{text}");
+    // The connection threads exit with their connections: their events are closed.
+    assert!(
+        support::wait_for(Duration::from_secs(10), || {
+            profiler.collect().unwrap();
+            profiler.threads() == threads_at_start
+        }),
+        "events of exited threads were not closed ({} threads, {} at start)",
+        profiler.threads(),
+        threads_at_start
+    );
+    assert!(
+        profiler.kernel_symbols(),
+        "/proc/kallsyms is readable as root"
+    );
+
+    let in_binary = totals.in_object(&object);
+    assert!(in_binary >= 1000, "too few samples in {object}:\n{text}");
+    assert!(
+        totals.symbol("backend_query") > 0,
+        "backend_query missing:\n{text}"
+    );
+    assert!(
+        !is_stripped(&binary),
+        "the burn upstream is built with symbols"
+    );
+    let parser = totals.component("http_parser");
+    let share = parser as f64 / in_binary as f64;
+    let truth = f64::from(parser_us) / f64::from(parser_us + backend_us);
+    eprintln!(
+        "http_parser share of {object}'s user samples: {:.1} % (truth {:.1} %)",
+        share * 100.0,
+        truth * 100.0
+    );
+    assert!(
+        (share - truth).abs() <= 0.05,
+        "http_parser share {:.1} % is not within 5 points of {:.1} %:\n{text}",
+        share * 100.0,
+        truth * 100.0
+    );
+}
+
+#[test]
+fn webdis_components_under_load() {
+    let redis = RedisServer::start();
+    let mut webdis = Webdis::start(redis.port());
+    let pid = webdis.process().pid();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let own = exe.file_name().unwrap().to_str().unwrap().to_owned();
+    let ldd = Command::new(require_tool("ldd"))
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+
+    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let url = webdis.url("/GET/phasescope-profile");
+    let load = thread::spawn(move || run_wrk(&url, 6, 20, 2));
+    thread::sleep(Duration::from_millis(500));
+    profiler.collect().unwrap();
+
+    // The sampler's own cost: this process's CPU time over the window (the load generator
+    // is a child process, not counted) per second of wall time.
+    let (cpu_before, wall_before) = (process_cpu(), Instant::now());
+    let totals = profile_until(
+        &mut profiler,
+        Duration::from_secs(1),
+        Duration::from_secs(4),
+        |_| false,
+    );
+    let cost = (process_cpu() - cpu_before).as_secs_f64() / wall_before.elapsed().as_secs_f64();
+    let report = load.join().unwrap();
+    let text = totals.describe();
+    eprintln!(
+        "wrk: {} requests\n{text}\nsampler cost: {:.2} ms CPU per second at 1 kHz on {} threads",
+        report.requests,
+        cost * 1000.0,
+        profiler.threads()
+    );
+
+    assert!(report.requests > 0, "{}", report.output);
+    let mut expected = vec![own.as_str(), "event_loop", "libc.so.6", "kernel_network"];
+    if ldd.contains("libhiredis") {
+        expected.push("redis_client");
+    }
+    for component in expected {
+        assert!(
+            totals.component(component) > 0,
+            "component {component} missing (ldd: {ldd}):\n{text}"
+        );
+    }
+    if is_stripped(&exe) {
+        // Its code has no names: it reads as one component after the file.
+        assert!(totals.component(&own) > 0);
+    }
+    assert!(
+        cost < 0.1,
+        "the sampler took {:.1} % of a CPU",
+        cost * 100.0
+    );
+}
+
+#[test]
+fn php_fixture_regex_and_engine() {
+    let server = AmpServer::start(&[]);
+    let pid = server.pid();
+    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let url = server.url("/");
+    let load = thread::spawn(move || run_wrk(&url, 5, 10, 1));
+    let totals = profile_until(
+        &mut profiler,
+        Duration::from_secs(1),
+        Duration::from_secs(5),
+        |_| false,
+    );
+    let report = load.join().unwrap();
+    let text = totals.describe();
+    eprintln!("wrk: {} requests\n{text}", report.requests);
+    assert!(report.requests > 0, "{}", report.output);
+    assert!(
+        totals.component("php_engine") > 0,
+        "php_engine missing:\n{text}"
+    );
+    let regex = totals.component("regex");
+    let jit = totals.in_object(ANON_EXEC_OBJECT);
+    assert!(regex > 0, "regex (PCRE2 or its JIT) missing:\n{text}");
+    eprintln!(
+        "regex share {:.1} % ({jit} samples in JIT code)",
+        regex as f64 * 100.0 / totals.total() as f64
+    );
+}
+
+/// Without privileges the error says what to grant: a child running this test binary as
+/// `nobody` tries to sample a process of root's.
+#[test]
+fn no_permission_says_what_to_grant() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        panic!("this test drops from root to nobody; run the suite as root");
+    }
+    let mut burn = BurnUpstream::start(1, 1);
+    let pid = burn.process().pid();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe);
+    child
+        .args(["--exact", "permission_child", "--ignored", "--nocapture"])
+        .env("PHASESCOPE_PROFILE_CHILD_PID", pid.to_string());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        child.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let output = child.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "child failed:\n{text}");
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix("PROFILE-ERROR: "))
+        .unwrap_or_else(|| panic!("the child printed no error:\n{text}"));
+    eprintln!("as nobody: {line}");
+    for needle in ["CAP_PERFMON", "perf_event_paranoid", &format!("pid {pid}")] {
+        assert!(line.contains(needle), "{needle:?} missing from: {line}");
+    }
+}
+
+/// Run by `no_permission_says_what_to_grant` as an unprivileged child.
+#[test]
+#[ignore = "run as a child by no_permission_says_what_to_grant"]
+fn permission_child() {
+    let pid: u32 = std::env::var("PHASESCOPE_PROFILE_CHILD_PID")
+        .expect("PHASESCOPE_PROFILE_CHILD_PID")
+        .parse()
+        .unwrap();
+    match Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()) {
+        Ok(_) => panic!("an unprivileged user could sample root's process {pid}"),
+        Err(error) => {
+            assert!(error.is_permission(), "{error:?}");
+            println!("PROFILE-ERROR: {error}");
+        }
+    }
+}
