@@ -192,11 +192,76 @@ fn waiting_for_a_cpu_grows_when_a_hog_shares_the_core() {
     );
 }
 
+/// The snapshot's `samples` as (component → samples, total).
+fn samples(u: &Value) -> (std::collections::BTreeMap<String, u64>, u64) {
+    let m: std::collections::BTreeMap<String, u64> = u["samples"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no samples in {u}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    let total = m.values().sum();
+    (m, total)
+}
+
+#[test]
+fn profiling_finds_the_parser_share_of_a_known_upstream() {
+    let mut up = BurnUpstream::start(PARSER_US, BACKEND_US);
+    let proxy = Proxy::in_front_of(up.addr(), &["--profile-upstream"]);
+    await_watched(&proxy, "webdis", up.process().pid());
+    reset(&proxy);
+    let wrk = run_wrk(&proxy.url("/"), 4, 4, 1);
+    assert!(wrk.requests > 2000, "too little load: {}", wrk.output);
+    // Samples are collected every interval: wait for the last one after the load.
+    thread::sleep(Duration::from_millis(1500));
+    let (u, _) = window(&snapshot(&proxy), "webdis");
+    let (by, total) = samples(&u);
+    let (user, system, _, n) = per_request(&proxy, "webdis");
+    // The truth: 30 µs of each request's CPU (user + system, as measured by the same
+    // run's accounting) is in http_parser_execute.
+    let truth = PARSER_US as f64 / (user + system);
+    let share = by.get("http_parser").copied().unwrap_or(0) as f64 / total as f64;
+    eprintln!("burn upstream profiled: {n} requests, {total} samples, http_parser {:.1} % (truth {:.1} %), components {by:?}", share * 100.0, truth * 100.0);
+    assert!(total > 1000, "too few samples: {u}");
+    assert!(
+        (share - truth).abs() <= 0.05,
+        "http_parser share {share:.3}, true share {truth:.3}: {by:?}"
+    );
+    assert_eq!(u["stripped"], false, "{u}");
+    let top = u["top_symbols"].as_array().unwrap();
+    assert!(top.len() <= 20);
+    assert!(
+        top.iter()
+            .any(|s| s["symbol"] == "http_parser_execute" && s["component"] == "http_parser"),
+        "{top:?}"
+    );
+    let m = proxy.admin_get("/metrics").body_text();
+    assert!(
+        m.contains("phasescope_upstream_samples_total{tap=\"webdis\",component=\"http_parser\"}"),
+        "no samples in /metrics"
+    );
+    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            &format!("http://{}", proxy.admin_addr()),
+        ])
+        .args(["--what-if", "3"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("HTTP parser "), "{text}");
+    assert!(
+        text.contains("what if: a parser 3× faster saves ≤ "),
+        "{text}"
+    );
+}
+
 #[test]
 fn real_webdis_is_found_and_costs_cpu_per_request() {
     let redis = RedisServer::start();
     let mut webdis = Webdis::start(redis.port());
-    let proxy = Proxy::in_front_of(webdis.addr(), &[]);
+    let proxy = Proxy::in_front_of(webdis.addr(), &["--profile-upstream"]);
     await_watched(&proxy, "webdis", webdis.process().pid());
     reset(&proxy);
     let wrk = run_wrk(&proxy.url("/GET/k"), 4, 20, 1);
@@ -209,6 +274,35 @@ fn real_webdis_is_found_and_costs_cpu_per_request() {
     eprintln!("webdis: {n} requests, per request user {user:.1} µs, system {system:.1} µs, run queue {runq:.1} µs, threads {}", u["threads"]);
     assert!(user + system > 0.0, "no CPU per request: {u}");
     assert!(runq >= 0.0);
+    thread::sleep(Duration::from_millis(1500));
+    let (u, _) = window(&snapshot(&proxy), "webdis");
+    let (by, total) = samples(&u);
+    eprintln!(
+        "webdis components ({total} samples): {by:?}; stripped {}",
+        u["stripped"]
+    );
+    for component in ["webdis", "event_loop", "redis_client", "kernel_network"] {
+        assert!(
+            by.get(component).is_some_and(|&n| n > 0),
+            "no {component} in {by:?}"
+        );
+    }
+    assert!(
+        by.keys().any(|k| k.starts_with("libc")),
+        "no libc in {by:?}"
+    );
+    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            &format!("http://{}", proxy.admin_addr()),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    eprintln!("{text}");
+    assert!(text.contains("inside webdis (pid "), "{text}");
+    assert!(text.contains("webdis (own code) "), "{text}");
 }
 
 /// Sends `GET /` over keep-alive connections until `stop`, reconnecting after errors;
@@ -407,7 +501,10 @@ fn without_permission_the_proxy_serves_and_warns_once() {
     let mut perms = std::fs::metadata(dir.path()).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(dir.path(), perms).unwrap();
-    let (given, listen, admin) = start(&["--config", config.to_str().unwrap()], "pid");
+    let (given, listen, admin) = start(
+        &["--config", config.to_str().unwrap(), "--profile-upstream"],
+        "pid",
+    );
     let wrk = run_wrk(&format!("http://{}/", loopback(listen)), 2, 2, 1);
     assert!(wrk.requests > 100, "{}", wrk.output);
     let snap: Value = serde_json::from_str(
@@ -426,4 +523,15 @@ fn without_permission_the_proxy_serves_and_warns_once() {
         given.log_tail()
     );
     assert!(seconds(u, "cpu_user_seconds") > 0.0, "{u}");
+    // Sampling another user's process needs CAP_PERFMON (perf_event_paranoid is 2 on
+    // this kind of host): off, with one warning saying so, and no sampling metrics.
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
+    if paranoid.trim().parse::<i32>().unwrap() >= 2 {
+        assert!(u.get("samples").is_none(), "{u}");
+        let log = std::fs::read_to_string(given.log_path()).unwrap();
+        assert_eq!(log.matches("Sampling is off").count(), 1, "{log}");
+        assert!(log.contains("CAP_PERFMON"), "{log}");
+        let m = parse_response(&http_exchange(loopback(admin), &get_request("/metrics")));
+        assert!(!m.body_text().contains("phasescope_upstream_samples_total"));
+    }
 }
