@@ -25,7 +25,7 @@
   /* Phases in timeline order (docs/phases.md), then the aggregate. */
   const PHASES = [
     "client_recv", "parse", "upstream_connect", "queue", "upstream_send", "upstream_wait",
-    "backend_in", "backend", "backend_out", "upstream_recv", "response_parse",
+    "backend_in", "backend", "backend_queue", "backend_out", "upstream_recv", "response_parse",
     "proxy_overhead", "write", "total",
   ];
 
@@ -57,6 +57,7 @@
     upstream_wait: "request sent → first response byte: the backend's own time",
     backend_in: "Webdis reading the HTTP request and building its Redis command",
     backend: "Redis itself: command → reply",
+    backend_queue: "Redis queue: the part of backend the command waited behind earlier replies on Webdis's pooled connection",
     backend_out: "Webdis turning the Redis reply into its HTTP response",
     upstream_recv: "first → last response byte from the upstream (overlaps write when streamed)",
     response_parse: "CPU time in the response-head parser",
@@ -71,6 +72,7 @@
     parse: "in client_recv",
     backend_in: "in upstream_wait",
     backend: "in upstream_wait",
+    backend_queue: "in backend",
     backend_out: "in upstream_wait",
     upstream_recv: "overlaps write",
     response_parse: "CPU",
