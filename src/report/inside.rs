@@ -173,7 +173,7 @@ impl Inside {
         }
         if self.stripped {
             out.push(format!(
-                "{} is stripped: its own code, HTTP parser included, reads as one component; build it with symbols (-g, not stripped) to see the parser by name",
+                "{} is stripped: its own code, its request parser included, reads as one component; build it with symbols (-g, not stripped) to see the parser by name",
                 self.comm
             ));
         }
