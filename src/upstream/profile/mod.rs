@@ -45,6 +45,15 @@ pub enum ProfileError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "cannot map a perf ring buffer for pid {pid}: {source}; raise the locked-memory limit \
+         (kernel.perf_event_mlock_kb, RLIMIT_MEMLOCK) or grant CAP_IPC_LOCK"
+    )]
+    RingBuffer {
+        pid: u32,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot read the threads or maps of pid {pid}: {source}")]
     Process {
         pid: u32,
@@ -89,7 +98,10 @@ impl ProfileError {
     /// Whether this is a missing privilege (the caller logs it once and goes on without
     /// sampling).
     pub fn is_permission(&self) -> bool {
-        matches!(self, ProfileError::Permission { .. })
+        matches!(
+            self,
+            ProfileError::Permission { .. } | ProfileError::RingBuffer { .. }
+        )
     }
 }
 
@@ -343,6 +355,12 @@ mod tests {
                 assert!(text.contains(needle), "{needle:?} missing from: {text}");
             }
         }
+        let ring = ProfileError::RingBuffer {
+            pid: 42,
+            source: io::Error::from_raw_os_error(1),
+        };
+        assert!(ring.is_permission());
+        assert!(ring.to_string().contains("CAP_IPC_LOCK"), "{ring}");
         let other = ProfileError::open(42, io::Error::from_raw_os_error(22)); // EINVAL
         assert!(!other.is_permission());
         assert!(other.to_string().contains("perf_event_open"), "{other}");
