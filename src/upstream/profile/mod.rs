@@ -326,10 +326,12 @@ fn kernel_symbols_visible() -> bool {
 pub fn is_stripped(path: &Path) -> bool {
     use object::Object;
 
-    let Ok(data) = std::fs::read(path) else {
+    // Read lazily: only the headers and the section table, not the whole binary.
+    let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
-    match object::File::parse(&*data) {
+    let cache = object::ReadCache::new(file);
+    match object::File::parse(&cache) {
         Ok(file) => file.section_by_name(".symtab").is_none(),
         Err(_) => false,
     }
@@ -381,5 +383,8 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         assert!(!is_stripped(&exe), "{} has a .symtab", exe.display());
         assert!(!is_stripped(Path::new("/nonexistent/binary")));
+        // Debian's binaries are stripped of .symtab (their names are in -dbgsym packages).
+        assert!(is_stripped(Path::new("/bin/ls")));
+        assert!(!is_stripped(Path::new("/etc/hostname")), "not ELF");
     }
 }
