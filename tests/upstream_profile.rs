@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use amp::AmpServer;
 use phasescope::upstream::profile::{
-    is_stripped, ComponentRules, ProfileDelta, Profiler, SymbolSamples, ANON_EXEC_OBJECT,
+    is_stripped, ComponentRules, ProfileDelta, Profiler, SymbolSamples, UserComponentRule,
+    ANON_EXEC_OBJECT,
 };
 use support::{
     burn_upstream_binary, require_tool, run_wrk, BurnUpstream, RedisServer, Webdis, IO_TIMEOUT,
@@ -157,7 +158,14 @@ fn burn_upstream_parser_share_matches_the_truth() {
     let pid = burn.process().pid();
     // Started before the clients connect: their server threads do not exist yet and must
     // be picked up by `collect`.
-    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    // A user rule names the backend; it comes before the built-ins.
+    let rules = ComponentRules::new(&[UserComponentRule {
+        name: "backend".into(),
+        symbol: Some("^backend_query$".into()),
+        object: Some("^burn-upstream$".into()),
+    }])
+    .unwrap();
+    let mut profiler = Profiler::start(pid, 1000, rules).unwrap();
     let threads_at_start = profiler.threads();
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(burn.addr(), 2, stop.clone());
@@ -228,6 +236,13 @@ fn burn_upstream_parser_share_matches_the_truth() {
         "http_parser share {:.1} % is not within 5 points of {:.1} %:\n{text}",
         share * 100.0,
         truth * 100.0
+    );
+    let backend = totals.component("backend") as f64 / in_binary as f64;
+    assert!(
+        (backend - (1.0 - truth)).abs() <= 0.05,
+        "the user rule's backend share {:.1} % is not within 5 points of {:.1} %:\n{text}",
+        backend * 100.0,
+        (1.0 - truth) * 100.0
     );
 }
 

@@ -9,6 +9,22 @@
 //! the samples. A kernel sample whose leaf function is generic (`copy_user_generic`,
 //! `_raw_spin_unlock`) takes the component of the first caller that has one, so time
 //! spent copying for `tcp_recvmsg` counts as `kernel_network`.
+//!
+//! What it needs of the kernel:
+//! - perf_event_open on another process's threads, user and kernel: root, or CAP_PERFMON
+//!   (plus CAP_SYS_PTRACE when the process belongs to another user), or
+//!   kernel.perf_event_paranoid ≤ 1 for a process of the same user. Missing, `start` fails
+//!   with [`ProfileError::Permission`], whose message says what to grant.
+//! - Ring buffers: without CAP_IPC_LOCK they count against kernel.perf_event_mlock_kb and
+//!   RLIMIT_MEMLOCK; over the limit each thread gets a smaller buffer (down to 4 KiB), and
+//!   what does not fit between two collects is counted in [`ProfileDelta::lost`].
+//! - Kernel names: /proc/kallsyms shows addresses with CAP_SYSLOG, or with
+//!   kernel.kptr_restrict = 0 and perf_event_paranoid ≤ 1; otherwise every kernel sample
+//!   is `kernel` ([`Profiler::kernel_symbols`] says which, and `start` logs it).
+//! - The process's files: through /proc/PID/map_files when readable (CAP_SYS_ADMIN or
+//!   CAP_CHECKPOINT_RESTORE), else through /proc/PID/root (CAP_SYS_PTRACE for another
+//!   user), so a sidecar sharing the pod's process namespace names the other container's
+//!   binaries.
 
 mod events;
 mod rules;
@@ -24,6 +40,9 @@ pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 use events::{Drained, ThreadEvents};
 use rules::KERNEL_COMPONENT;
 use symbols::{NameId, Symbols};
+
+/// The sampling frequency the figures use: one sample per millisecond of CPU.
+pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
 
 /// Why profiling cannot start or go on.
 #[derive(Debug, thiserror::Error)]
