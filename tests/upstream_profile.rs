@@ -336,6 +336,21 @@ fn php_fixture_regex_and_engine() {
     );
 }
 
+/// The process goes away (a restart): `collect` says so instead of returning empty deltas,
+/// so the watcher re-finds the process and starts a new profiler.
+#[test]
+fn collect_fails_once_the_process_is_gone() {
+    let mut burn = BurnUpstream::start(1, 1);
+    let pid = burn.process().pid();
+    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    profiler.collect().unwrap();
+    burn.process().kill();
+    let error = profiler.collect().unwrap_err();
+    assert!(!error.is_permission(), "{error:?}");
+    assert!(error.to_string().contains(&format!("pid {pid}")), "{error}");
+    assert!(Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).is_err());
+}
+
 /// Without privileges the error says what to grant: a child running this test binary as
 /// `nobody` tries to sample a process of root's.
 #[test]
@@ -395,4 +410,81 @@ fn permission_child() {
             println!("PROFILE-ERROR: {error}");
         }
     }
+}
+
+/// Webdis's CPU time (user + system, all threads) from /proc/PID/stat.
+fn process_cpu_of(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let utime: f64 = fields[11].parse().unwrap();
+    let stime: f64 = fields[12].parse().unwrap();
+    Duration::from_secs_f64((utime + stime) / ticks)
+}
+
+/// A measurement, not a check: Webdis's CPU per request under wrk with the sampler on and
+/// off, alternating rounds (the sampling interrupts are charged to the sampled threads),
+/// and the sampler's own CPU per second. Run it alone:
+/// `cargo nextest run --release --test upstream_profile --run-ignored only -E 'test(overhead)' --no-capture`
+#[test]
+#[ignore = "a measurement; run on its own"]
+fn sampler_overhead_on_webdis() {
+    let redis = RedisServer::start();
+    let mut webdis = Webdis::start(redis.port());
+    let pid = webdis.process().pid();
+    let url = webdis.url("/GET/phasescope-profile");
+    let seconds = 3;
+    let mut rounds = Vec::new();
+    for round in 0..8 {
+        let profiled = round % 2 == 1;
+        // Started (and its symbol tables loaded by a first collect under load) before the
+        // window: the steady cost is what a long-running watcher pays.
+        let mut profiler = profiled
+            .then(|| Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap());
+        if let Some(profiler) = profiler.as_mut() {
+            let url = url.clone();
+            let warm = thread::spawn(move || run_wrk(&url, 1, 20, 2));
+            warm.join().unwrap();
+            profiler.collect().unwrap();
+        }
+        let (webdis_before, own_before, wall) =
+            (process_cpu_of(pid), process_cpu(), Instant::now());
+        let url = url.clone();
+        let load = thread::spawn(move || run_wrk(&url, seconds, 20, 2));
+        let mut samples = 0;
+        while !load.is_finished() {
+            thread::sleep(Duration::from_millis(1000));
+            if let Some(profiler) = profiler.as_mut() {
+                samples += profiler.collect().unwrap().total();
+            }
+        }
+        let report = load.join().unwrap();
+        let webdis_cpu = (process_cpu_of(pid) - webdis_before).as_secs_f64();
+        let own = (process_cpu() - own_before).as_secs_f64() / wall.elapsed().as_secs_f64();
+        let per_request = webdis_cpu * 1e6 / report.requests as f64;
+        eprintln!(
+            "round {round} profiling {profiled}: {} requests, webdis {per_request:.2} us CPU per request, \
+             {samples} samples, this process {:.2} ms CPU per second",
+            report.requests,
+            own * 1000.0
+        );
+        rounds.push((profiled, per_request, own));
+    }
+    let mean = |on: bool, pick: fn(&(bool, f64, f64)) -> f64| {
+        let values: Vec<f64> = rounds.iter().filter(|r| r.0 == on).map(pick).collect();
+        values.iter().sum::<f64>() / values.len() as f64
+    };
+    eprintln!(
+        "webdis CPU per request: {:.2} us profiled, {:.2} us not; sampler {:.2} ms CPU per second",
+        mean(true, |r| r.1),
+        mean(false, |r| r.1),
+        mean(true, |r| r.2) * 1000.0
+    );
 }
