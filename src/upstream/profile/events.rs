@@ -28,6 +28,16 @@ use super::ProfileError;
 /// rather than none.
 const RING_BYTES: [usize; 4] = [256 * 1024, 64 * 1024, 16 * 1024, 4 * 1024];
 
+/// The first size to try for a process with `threads` threads: a process with hundreds of
+/// threads has few of them busy at once, and 256 KiB each would pin tens of megabytes.
+fn first_ring(threads: usize) -> usize {
+    match threads {
+        0..=32 => 0,
+        33..=256 => 1,
+        _ => 2,
+    }
+}
+
 /// Kernel frames kept per sample: enough to climb from a leaf like `copy_user_generic`
 /// to the network function or system call that called it.
 const KERNEL_STACK_DEPTH: u16 = 12;
@@ -84,6 +94,7 @@ impl ThreadEvents {
             chain: Vec::with_capacity(usize::from(KERNEL_STACK_DEPTH) + 4),
         };
         let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
+        events.ring = first_ring(tids.len());
         let mut first_error = None;
         for tid in tids {
             match events.open_thread(tid) {
@@ -278,4 +289,17 @@ pub fn list_threads(pid: u32) -> io::Result<Vec<u32>> {
         }
     }
     Ok(tids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes_shrink_with_many_threads() {
+        assert_eq!(RING_BYTES[first_ring(1)], 256 * 1024);
+        assert_eq!(RING_BYTES[first_ring(32)], 256 * 1024);
+        assert_eq!(RING_BYTES[first_ring(100)], 64 * 1024);
+        assert_eq!(RING_BYTES[first_ring(5000)], 16 * 1024);
+    }
 }
