@@ -22,8 +22,21 @@ use super::ProfileError;
 
 /// Ring buffer per thread: a thread on CPU all the time at 1 kHz writes about 130 KiB/s
 /// (a kernel callchain of up to [`KERNEL_STACK_DEPTH`] frames per sample); `collect` runs
-/// about once a second.
-const RING_BYTES: usize = 256 * 1024;
+/// about once a second. Without CAP_IPC_LOCK the buffers count against
+/// kernel.perf_event_mlock_kb (516 KiB per user by default) and then RLIMIT_MEMLOCK, so a
+/// process with many threads gets smaller buffers (and possibly lost samples, counted)
+/// rather than none.
+const RING_BYTES: [usize; 4] = [256 * 1024, 64 * 1024, 16 * 1024, 4 * 1024];
+
+/// The first size to try for a process with `threads` threads: a process with hundreds of
+/// threads has few of them busy at once, and 256 KiB each would pin tens of megabytes.
+fn first_ring(threads: usize) -> usize {
+    match threads {
+        0..=32 => 0,
+        33..=256 => 1,
+        _ => 2,
+    }
+}
 
 /// Kernel frames kept per sample: enough to climb from a leaf like `copy_user_generic`
 /// to the network function or system call that called it.
@@ -60,6 +73,8 @@ pub struct ThreadEvents {
     pid: u32,
     period_ns: u64,
     threads: HashMap<u32, Sampler>,
+    /// Index into [`RING_BYTES`] of the size that last worked.
+    ring: usize,
     /// Scratch for one sample's kernel frames.
     chain: Vec<u64>,
 }
@@ -75,9 +90,11 @@ impl ThreadEvents {
             pid,
             period_ns: 1_000_000_000 / u64::from(frequency_hz),
             threads: HashMap::new(),
+            ring: 0,
             chain: Vec::with_capacity(usize::from(KERNEL_STACK_DEPTH) + 4),
         };
         let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
+        events.ring = first_ring(tids.len());
         let mut first_error = None;
         for tid in tids {
             match events.open_thread(tid) {
@@ -85,14 +102,19 @@ impl ThreadEvents {
                     events.threads.insert(tid, sampler);
                 }
                 // A thread that exited between the listing and the open.
-                Err(error) if error.raw_os_error() == Some(ESRCH) => {}
+                Err(error) if error.gone() => {}
                 Err(error) => {
                     first_error.get_or_insert(error);
                 }
             }
         }
         match first_error {
-            Some(source) if events.threads.is_empty() => Err(ProfileError::open(pid, source)),
+            Some(ThreadError::Open(source)) if events.threads.is_empty() => {
+                Err(ProfileError::open(pid, source))
+            }
+            Some(ThreadError::Map(source)) if events.threads.is_empty() => {
+                Err(ProfileError::RingBuffer { pid, source })
+            }
             _ if events.threads.is_empty() => Err(ProfileError::Process {
                 pid,
                 source: io::Error::new(io::ErrorKind::NotFound, "the process has no threads"),
@@ -101,8 +123,8 @@ impl ThreadEvents {
         }
     }
 
-    fn open_thread(&self, tid: u32) -> io::Result<Sampler> {
-        let tid = libc_pid(tid)?;
+    fn open_thread(&mut self, tid: u32) -> Result<Sampler, ThreadError> {
+        let tid = libc_pid(tid).map_err(ThreadError::Open)?;
         let mut builder = Builder::new(Software::CPU_CLOCK);
         builder
             .observe_pid(tid)
@@ -113,7 +135,25 @@ impl ThreadEvents {
             .exclude_callchain_user(true)
             .enabled(true);
         builder.attrs_mut().sample_max_stack = KERNEL_STACK_DEPTH;
-        builder.build()?.sampled(RING_BYTES)
+        loop {
+            let counter = builder.build().map_err(ThreadError::Open)?;
+            match counter.sampled(RING_BYTES[self.ring]) {
+                Ok(sampler) => return Ok(sampler),
+                // Over the locked-memory limit: try a smaller buffer.
+                Err(error)
+                    if error.kind() == io::ErrorKind::PermissionDenied
+                        && self.ring + 1 < RING_BYTES.len() =>
+                {
+                    self.ring += 1;
+                    tracing::debug!(
+                        pid = self.pid,
+                        bytes = RING_BYTES[self.ring],
+                        "perf ring buffer over the locked-memory limit, trying a smaller one"
+                    );
+                }
+                Err(error) => return Err(ThreadError::Map(error)),
+            }
+        }
     }
 
     /// Picks up threads created since the last call and closes the events of threads that
@@ -140,9 +180,14 @@ impl ThreadEvents {
                 Ok(sampler) => {
                     self.threads.insert(tid, sampler);
                 }
-                Err(error) if error.raw_os_error() == Some(ESRCH) => {}
+                Err(error) if error.gone() => {}
                 Err(error) => {
-                    tracing::debug!(pid, tid, %error, "cannot sample a new thread of the upstream");
+                    tracing::debug!(
+                        pid,
+                        tid,
+                        ?error,
+                        "cannot sample a new thread of the upstream"
+                    );
                 }
             }
         }
@@ -214,6 +259,22 @@ const RECORD_LOST_SAMPLES: u32 = 13;
 
 const ESRCH: i32 = 3;
 
+/// Why one thread's event could not be set up.
+#[derive(Debug)]
+enum ThreadError {
+    /// perf_event_open failed.
+    Open(io::Error),
+    /// Mapping its ring buffer failed.
+    Map(io::Error),
+}
+
+impl ThreadError {
+    /// The thread exited between the listing and the open.
+    fn gone(&self) -> bool {
+        matches!(self, ThreadError::Open(error) if error.raw_os_error() == Some(ESRCH))
+    }
+}
+
 fn libc_pid(tid: u32) -> io::Result<i32> {
     i32::try_from(tid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "tid out of range"))
 }
@@ -228,4 +289,17 @@ pub fn list_threads(pid: u32) -> io::Result<Vec<u32>> {
         }
     }
     Ok(tids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes_shrink_with_many_threads() {
+        assert_eq!(RING_BYTES[first_ring(1)], 256 * 1024);
+        assert_eq!(RING_BYTES[first_ring(32)], 256 * 1024);
+        assert_eq!(RING_BYTES[first_ring(100)], 64 * 1024);
+        assert_eq!(RING_BYTES[first_ring(5000)], 16 * 1024);
+    }
 }

@@ -9,6 +9,22 @@
 //! the samples. A kernel sample whose leaf function is generic (`copy_user_generic`,
 //! `_raw_spin_unlock`) takes the component of the first caller that has one, so time
 //! spent copying for `tcp_recvmsg` counts as `kernel_network`.
+//!
+//! What it needs of the kernel:
+//! - perf_event_open on another process's threads, user and kernel: root, or CAP_PERFMON
+//!   (plus CAP_SYS_PTRACE when the process belongs to another user), or
+//!   kernel.perf_event_paranoid ≤ 1 for a process of the same user. Missing, `start` fails
+//!   with [`ProfileError::Permission`], whose message says what to grant.
+//! - Ring buffers: without CAP_IPC_LOCK they count against kernel.perf_event_mlock_kb and
+//!   RLIMIT_MEMLOCK; over the limit each thread gets a smaller buffer (down to 4 KiB), and
+//!   what does not fit between two collects is counted in [`ProfileDelta::lost`].
+//! - Kernel names: /proc/kallsyms shows addresses with CAP_SYSLOG, or with
+//!   kernel.kptr_restrict = 0 and perf_event_paranoid ≤ 1; otherwise every kernel sample
+//!   is `kernel` ([`Profiler::kernel_symbols`] says which, and `start` logs it).
+//! - The process's files: through /proc/PID/map_files when readable (CAP_SYS_ADMIN or
+//!   CAP_CHECKPOINT_RESTORE), else through /proc/PID/root (CAP_SYS_PTRACE for another
+//!   user), so a sidecar sharing the pod's process namespace names the other container's
+//!   binaries.
 
 mod events;
 mod rules;
@@ -24,6 +40,9 @@ pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 use events::{Drained, ThreadEvents};
 use rules::KERNEL_COMPONENT;
 use symbols::{NameId, Symbols};
+
+/// The sampling frequency the issue's figures use: one sample per millisecond of CPU.
+pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
 
 /// Why profiling cannot start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +60,15 @@ pub enum ProfileError {
     },
     #[error("cannot sample pid {pid}: perf_event_open failed: {source}")]
     Open {
+        pid: u32,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot map a perf ring buffer for pid {pid}: {source}; raise the locked-memory limit \
+         (kernel.perf_event_mlock_kb, RLIMIT_MEMLOCK) or grant CAP_IPC_LOCK"
+    )]
+    RingBuffer {
         pid: u32,
         #[source]
         source: io::Error,
@@ -89,7 +117,10 @@ impl ProfileError {
     /// Whether this is a missing privilege (the caller logs it once and goes on without
     /// sampling).
     pub fn is_permission(&self) -> bool {
-        matches!(self, ProfileError::Permission { .. })
+        matches!(
+            self,
+            ProfileError::Permission { .. } | ProfileError::RingBuffer { .. }
+        )
     }
 }
 
@@ -314,10 +345,12 @@ fn kernel_symbols_visible() -> bool {
 pub fn is_stripped(path: &Path) -> bool {
     use object::Object;
 
-    let Ok(data) = std::fs::read(path) else {
+    // Read lazily: only the headers and the section table, not the whole binary.
+    let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
-    match object::File::parse(&*data) {
+    let cache = object::ReadCache::new(file);
+    match object::File::parse(&cache) {
         Ok(file) => file.section_by_name(".symtab").is_none(),
         Err(_) => false,
     }
@@ -343,6 +376,12 @@ mod tests {
                 assert!(text.contains(needle), "{needle:?} missing from: {text}");
             }
         }
+        let ring = ProfileError::RingBuffer {
+            pid: 42,
+            source: io::Error::from_raw_os_error(1),
+        };
+        assert!(ring.is_permission());
+        assert!(ring.to_string().contains("CAP_IPC_LOCK"), "{ring}");
         let other = ProfileError::open(42, io::Error::from_raw_os_error(22)); // EINVAL
         assert!(!other.is_permission());
         assert!(other.to_string().contains("perf_event_open"), "{other}");
@@ -363,5 +402,8 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         assert!(!is_stripped(&exe), "{} has a .symtab", exe.display());
         assert!(!is_stripped(Path::new("/nonexistent/binary")));
+        // Debian's binaries are stripped of .symtab (their names are in -dbgsym packages).
+        assert!(is_stripped(Path::new("/bin/ls")));
+        assert!(!is_stripped(Path::new("/etc/hostname")), "not ELF");
     }
 }

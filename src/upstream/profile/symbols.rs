@@ -10,13 +10,16 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use blazesym::helper::ElfResolver;
 use blazesym::symbolize::source::{Kernel, Process, Source};
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::symbolize::{
+    Input, ProcessMemberInfo, ProcessMemberType, Resolve, Symbolized, Symbolizer,
+};
 use blazesym::{MaybeDefault, Pid};
 
 use super::rules::{ANON_EXEC_OBJECT, KERNEL_OBJECT};
@@ -62,21 +65,22 @@ pub struct Symbols {
 
 impl Symbols {
     pub fn new(pid: u32) -> Result<Symbols, ProfileError> {
-        let mut symbols = Symbols {
+        let maps_text = fs::read(format!("/proc/{pid}/maps"))
+            .map_err(|source| ProfileError::Process { pid, source })?;
+        let maps = Maps::parse(&String::from_utf8_lossy(&maps_text));
+        let map_files = map_files_readable(pid, &maps);
+        Ok(Symbols {
             pid,
-            map_files: false,
-            worker: Worker::spawn().map_err(ProfileError::Symbolizer)?,
-            maps: Maps::default(),
-            maps_text: Vec::new(),
+            map_files,
+            worker: Worker::spawn(pid, map_files).map_err(ProfileError::Symbolizer)?,
+            maps,
+            maps_text,
             user: HashMap::new(),
             kernel: HashMap::new(),
             names: Vec::new(),
             interned: HashMap::new(),
             scratch: Vec::new(),
-        };
-        symbols.refresh_maps()?;
-        symbols.map_files = map_files_readable(pid, &symbols.maps);
-        Ok(symbols)
+        })
     }
 
     /// Re-reads /proc/PID/maps; when it changed (a library loaded, JIT code mapped), the
@@ -244,7 +248,8 @@ fn object_name(path: &str) -> String {
 
 /// Whether /proc/PID/map_files can be opened (it needs CAP_SYS_ADMIN or
 /// CAP_CHECKPOINT_RESTORE): it reaches the mapped file even across mount namespaces or
-/// after the file was replaced; without it blazesym follows the paths in maps.
+/// after the file was replaced. Without it the files are opened through /proc/PID/root,
+/// which a sidecar in another mount namespace reaches with CAP_SYS_PTRACE.
 fn map_files_readable(pid: u32, maps: &Maps) -> bool {
     let Some((start, end)) = maps.first_file() else {
         return false;
@@ -273,13 +278,20 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn() -> io::Result<Worker> {
+    fn spawn(pid: u32, map_files: bool) -> io::Result<Worker> {
         let (requests, request_rx) = mpsc::channel::<Request>();
         let (response_tx, responses) = mpsc::channel::<Response>();
         thread::Builder::new()
             .name("upstream-symbolize".into())
             .spawn(move || {
-                let symbolizer = Symbolizer::new();
+                let mut builder = Symbolizer::builder();
+                if !map_files {
+                    builder =
+                        builder.set_process_dispatcher(move |member: ProcessMemberInfo<'_>| {
+                            Ok(through_root(pid, &member))
+                        });
+                }
+                let symbolizer = builder.build();
                 while let Ok(request) = request_rx.recv() {
                     if response_tx.send(symbolize(&symbolizer, &request)).is_err() {
                         break;
@@ -303,6 +315,18 @@ impl Worker {
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
         }
     }
+}
+
+/// A resolver for a file of the process opened through /proc/PID/root (the process's own
+/// view of the file system), or `None` to leave the member to blazesym.
+fn through_root(pid: u32, member: &ProcessMemberInfo<'_>) -> Option<Box<dyn Resolve>> {
+    let ProcessMemberType::Path(path) = member.member_entry else {
+        return None;
+    };
+    let relative = path.symbolic_path.strip_prefix("/").ok()?;
+    let resolver =
+        ElfResolver::open(Path::new(&format!("/proc/{pid}/root")).join(relative)).ok()?;
+    Some(Box::new(resolver))
 }
 
 fn symbolize(symbolizer: &Symbolizer, request: &Request) -> Response {
@@ -343,6 +367,52 @@ fn symbolize(symbolizer: &Symbolizer, request: &Request) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The path used when /proc/PID/map_files is not readable: files opened through
+    /// /proc/PID/root name this test binary's own functions.
+    #[test]
+    fn symbolizes_through_proc_root() {
+        let pid = std::process::id();
+        let addr = through_root as *const () as u64;
+        for map_files in [false, true] {
+            let worker = Worker::spawn(pid, map_files).unwrap();
+            let names = worker
+                .symbolize(Request::User {
+                    pid,
+                    map_files,
+                    addrs: vec![addr],
+                })
+                .unwrap();
+            let name = names[0].as_deref().unwrap_or("");
+            assert!(
+                name.contains("through_root"),
+                "map_files {map_files}: {name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn through_root_opens_the_process_view_of_a_file() {
+        let pid = std::process::id();
+        let member = |path: PathBuf| {
+            ProcessMemberType::Path(blazesym::symbolize::ProcessMemberPath {
+                maps_file: PathBuf::from("/nonexistent"),
+                symbolic_path: path,
+                _non_exhaustive: (),
+            })
+        };
+        let info = |entry| ProcessMemberInfo {
+            range: 0..1,
+            member_entry: entry,
+            _non_exhaustive: (),
+        };
+        let exe = member(std::env::current_exe().unwrap());
+        assert!(through_root(pid, &info(&exe)).is_some());
+        let missing = member(PathBuf::from("/nonexistent/binary"));
+        assert!(through_root(pid, &info(&missing)).is_none());
+        let heap = ProcessMemberType::Component("[heap]".into());
+        assert!(through_root(pid, &info(&heap)).is_none());
+    }
 
     #[test]
     fn maps_name_objects() {
