@@ -98,6 +98,9 @@ fn run(
     }
     // Log a failure to find once, until something changes.
     let mut told_missing = false;
+    // Consecutive failures to find: finding scans every process's fds, so a process that
+    // stays missing is looked for less often.
+    let mut misses = 0u32;
     let mut attached: Option<u32> = None;
     let mut last_pid: Option<u32> = None;
     // One profiler per process: a restart gets a new one, never the old one's events.
@@ -108,6 +111,7 @@ fn run(
             None => match target.locate().and_then(|pid| upstream.attach(pid)) {
                 Ok((info, threads_readable)) => {
                     told_missing = false;
+                    misses = 0;
                     attached = Some(info.pid);
                     match last_pid {
                         Some(old) => tracing::info!(
@@ -144,6 +148,7 @@ fn run(
                     }
                 }
                 Err(e) => {
+                    misses = misses.saturating_add(1);
                     if !told_missing {
                         let retry = if target.follows_restarts() || last_pid.is_none() {
                             format!(
@@ -184,12 +189,22 @@ fn run(
                 }
             }
         }
-        match stopped.recv_timeout(interval) {
+        let wait = if attached.is_none() && misses >= SLOW_AFTER_MISSES {
+            interval.max((interval * 10).min(SLOW_FIND))
+        } else {
+            interval
+        };
+        match stopped.recv_timeout(wait) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
     }
 }
+
+/// After this many failed attempts in a row, look for the process only every
+/// `min(10 × interval, SLOW_FIND)` (never less often than `interval`).
+const SLOW_AFTER_MISSES: u32 = 30;
+const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Starts sampling `info`'s process; a failure is one log line (once per watcher for a
 /// missing permission) and the accounting goes on without samples.
