@@ -85,6 +85,9 @@ pub enum Read {
     Gone,
     /// No process is attached.
     Detached,
+    /// The process's files could not be read this time (say, out of file descriptors)
+    /// though it exists: nothing was added, and the next read takes up from the last one.
+    Skipped,
 }
 
 /// The counters of one tap and the process they are read from.
@@ -150,9 +153,9 @@ impl Accountant {
             process,
         };
         // Baseline every thread; deltas start from here.
-        let (threads, readable) = read_threads(&watched.process);
-        watched.threads = threads;
-        watched.threads_readable = readable;
+        let threads = read_threads(&watched.process);
+        watched.threads_readable = threads.readable();
+        watched.threads = threads.ok;
         if self.attached_before {
             self.totals.restarts += 1;
         }
@@ -173,7 +176,13 @@ impl Accountant {
         };
         let stat = match w.process.stat() {
             Ok(s) if s.starttime == w.starttime => s,
-            _ => return Read::Gone,
+            Ok(_) => return Read::Gone,
+            // Only a process whose /proc directory is gone has exited; any other failure
+            // (no file descriptor left, say) is this read's, not the process's.
+            Err(_) if std::path::Path::new(&format!("/proc/{}", w.info.pid)).exists() => {
+                return Read::Skipped
+            }
+            Err(_) => return Read::Gone,
         };
         // A zombie's threads are gone and its stat stays frozen: treat it as gone.
         if stat.state == 'Z' || stat.state == 'X' {
@@ -189,7 +198,20 @@ impl Accountant {
         w.read_at = now;
         w.info.threads = stat.num_threads.max(0) as u64;
         w.info.comm = stat.comm;
-        let (threads, readable) = read_threads(&w.process);
+        let mut threads = read_threads(&w.process);
+        if !threads.listed {
+            // Keep every thread's last values for the next read that can list them.
+            return Read::Alive;
+        }
+        let readable = threads.readable();
+        // A known thread whose files failed this time keeps its last values: counting it
+        // as new at the next read would add its whole life again.
+        for tid in &threads.failed {
+            if let Some(last) = w.threads.get(tid) {
+                threads.ok.insert(*tid, *last);
+            }
+        }
+        let threads = threads.ok;
         for (tid, now) in &threads {
             // A thread first seen now started since the last read: all of its values
             // happened while watched. A tid whose values went down is a new thread that
@@ -210,20 +232,38 @@ fn ticks_to_ns(ticks: u64, per_second: u64) -> u64 {
     (ticks as u128 * 1_000_000_000 / per_second as u128) as u64
 }
 
-/// Every thread's run-queue delay and context switches; threads that exit while being
-/// listed are skipped. The flag is false when no thread's files could be read.
-fn read_threads(process: &Process) -> (HashMap<i32, ThreadLast>, bool) {
-    let mut out = HashMap::new();
-    let mut failed = 0usize;
-    let Ok(tasks) = process.tasks() else {
-        return (out, false);
+/// One listing of a process's threads.
+struct Threads {
+    /// Run-queue delay and context switches of every thread whose files were read.
+    ok: HashMap<i32, ThreadLast>,
+    /// Threads listed whose files could not be read (exited meanwhile, or no permission).
+    failed: Vec<i32>,
+    /// Whether the thread list itself could be read.
+    listed: bool,
+}
+
+impl Threads {
+    /// False when threads exist but none of their files could be read.
+    fn readable(&self) -> bool {
+        self.listed && (!self.ok.is_empty() || self.failed.is_empty())
+    }
+}
+
+/// Every thread's run-queue delay and context switches.
+fn read_threads(process: &Process) -> Threads {
+    let mut out = Threads {
+        ok: HashMap::new(),
+        failed: Vec::new(),
+        listed: false,
     };
+    let Ok(tasks) = process.tasks() else {
+        return out;
+    };
+    out.listed = true;
     for task in tasks.flatten() {
-        let sched = task.schedstat();
-        let status = task.status();
-        match (sched, status) {
+        match (task.schedstat(), task.status()) {
             (Ok(sched), Ok(status)) => {
-                out.insert(
+                out.ok.insert(
                     task.tid,
                     ThreadLast {
                         runqueue_ns: sched.run_delay,
@@ -232,11 +272,10 @@ fn read_threads(process: &Process) -> (HashMap<i32, ThreadLast>, bool) {
                     },
                 );
             }
-            _ => failed += 1,
+            _ => out.failed.push(task.tid),
         }
     }
-    let readable = !out.is_empty() || failed == 0;
-    (out, readable)
+    out
 }
 
 /// Checks that this kernel has the per-thread schedstat files accounting needs.
