@@ -63,6 +63,12 @@ impl Target {
     }
 }
 
+/// The upstream's address is not one of this host's: its process cannot be read here,
+/// now or later, so the watcher stops looking.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is not an address of this host, so its process cannot be read here; set [tap.process] pid or pid_file, or find = \"none\"")]
+pub struct NotLocal(pub String);
+
 /// The process holding the socket that listens on `upstream` (`host:port`), found through
 /// /proc/net/tcp{,6} (the socket's inode) and /proc/*/fd (who holds that inode).
 fn listener_pid(upstream: &str) -> anyhow::Result<u32> {
@@ -72,7 +78,7 @@ fn listener_pid(upstream: &str) -> anyhow::Result<u32> {
         .collect();
     let local: Vec<SocketAddr> = addrs.into_iter().filter(|a| is_local(a.ip())).collect();
     if local.is_empty() {
-        bail!("{upstream} is not an address of this host, so its process cannot be read here; set [tap.process] pid or pid_file, or find = \"none\"");
+        return Err(NotLocal(upstream.to_owned()).into());
     }
     let mut inodes = BTreeSet::new();
     let mut owners = BTreeSet::new();

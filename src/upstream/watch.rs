@@ -147,6 +147,13 @@ fn run(
                             start_profiler(tap, &info, settings, upstream, &mut told_profile);
                     }
                 }
+                Err(e) if e.downcast_ref::<super::find::NotLocal>().is_some() => {
+                    tracing::warn!(
+                        tap,
+                        "cannot watch the upstream process: {e:#}. The tap works as before, without upstream accounting"
+                    );
+                    return;
+                }
                 Err(e) => {
                     misses = misses.saturating_add(1);
                     if !told_missing {
