@@ -371,7 +371,9 @@ fn lifetime_cpu(pid: u32) -> f64 {
     let fields: Vec<&str> = after.split_whitespace().collect();
     // Fields 14 and 15 of stat(5), counted after the comm (which ends at field 2).
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / 100.0
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / per_second
 }
 
 #[test]
@@ -445,6 +447,9 @@ fn a_restarted_upstream_is_found_again_and_counters_never_go_backwards() {
 
 #[test]
 fn without_permission_the_proxy_serves_and_warns_once() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test runs the proxy as nobody against a root upstream: run it as root (scripts/test does)");
     let mut up = BurnUpstream::start(PARSER_US, BACKEND_US);
     let up_pid = up.process().pid();
     let dir = tempfile::tempdir().unwrap();
