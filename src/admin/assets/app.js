@@ -386,7 +386,7 @@
       this.insideSub = h("span", { class: "sub" });
       this.insideLine = h("div", { class: "inside-line" });
       this.insideNote = h("div", { class: "note" });
-      this.inside = h("div", { class: "panel inside", hidden: true },
+      this.inside = h("div", { class: "panel inside-upstream", hidden: true },
         h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.insideNote);
       this.phaseBody = h("tbody");
       this.phaseSub = h("span", { class: "sub" });
