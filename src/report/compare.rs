@@ -466,6 +466,7 @@ pub fn compare(
             opts.min_tail * 100
         ));
     }
+    notes.extend(super::inside::compare_notes(a, b));
     notes.push(format!(
         "each interval is {:.3} % (Bonferroni: {:.0} % for all {} together); a verdict is \
          'slower' or 'faster' only when a whole interval lies on one side of 0",

@@ -262,6 +262,73 @@ fn what_if(
     })
 }
 
+/// One side of a compare: the tap's upstream merged over the side's snapshots, with the
+/// requests (the `total` count) and mean `total` of the same windows.
+fn side(runs: &[crate::metrics::Snapshot], tap: &str) -> Option<Inside> {
+    let mut merged: Option<UpstreamSnapshot> = None;
+    let (mut requests, mut total_sum) = (0u64, 0.0);
+    for snap in runs {
+        let t = snap.taps.get(tap)?;
+        let u = t.upstream.as_ref()?;
+        merged = Some(match merged {
+            Some(acc) => crate::upstream::snapshot::merge(acc, u),
+            None => u.clone(),
+        });
+        for s in t.phases.get("total").into_iter().flat_map(|r| r.values()) {
+            requests += s.count;
+            total_sum += s.sum;
+        }
+    }
+    let mean = (requests > 0).then(|| total_sum / requests as f64);
+    merged.map(|u| Inside::new(&u, requests, mean, DEFAULT_WHAT_IF))
+}
+
+/// `compare`'s lines for taps whose upstream was watched on both sides: CPU and waiting
+/// per request, and the parser's share when sampled. Window aggregates, without an
+/// interval: they are printed beside the verdicts, not as one.
+pub fn compare_notes(
+    a: &[crate::metrics::Snapshot],
+    b: &[crate::metrics::Snapshot],
+) -> Vec<String> {
+    let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
+    let mut out = Vec::new();
+    for tap in taps {
+        let (Some(x), Some(y)) = (side(a, tap), side(b, tap)) else {
+            continue;
+        };
+        let us = |s: f64| format!("{:.1} µs", s * 1e6);
+        let mut line = format!(
+            "inside the upstream of tap {tap} ({} → {}): CPU per request {} → {} (user {} → {}, system {} → {}), waiting for a CPU {} → {}",
+            x.comm,
+            y.comm,
+            us(x.cpu_user + x.cpu_system),
+            us(y.cpu_user + y.cpu_system),
+            us(x.cpu_user),
+            us(y.cpu_user),
+            us(x.cpu_system),
+            us(y.cpu_system),
+            us(x.runqueue),
+            us(y.runqueue)
+        );
+        let parser = |i: &Inside| {
+            i.components
+                .iter()
+                .find(|c| c.name == PARSER)
+                .map(|c| c.share)
+        };
+        if let (Some(p), Some(q)) = (parser(&x), parser(&y)) {
+            line.push_str(&format!(
+                "; HTTP parser {} → {} of its CPU",
+                units::share(p),
+                units::share(q)
+            ));
+        }
+        line.push_str(": thread-time per request over each side's windows, without an interval (compare several runs per side to see their spread)");
+        out.push(line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +391,35 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("a parser 2× faster saves ≤ 3.19 µs per request, 3 % of mean total; if the server is CPU-bound, at most 18 % more throughput"), "{text}");
+    }
+
+    fn run(cpu_user: f64, parser: u64) -> crate::metrics::Snapshot {
+        let text = format!(
+            r#"{{"format":"phasescope-snapshot","format_version":1,"version":"0","clock":"os",
+            "taken_at":"x","taken_at_unix":1.0,"since":"x","since_unix":0.0,"metrics_enabled":true,
+            "hdr":{{"significant_figures":2,"lowest_ns":1,"highest_ns":3600000000000}},
+            "taps":{{"w":{{"protocol":"http","phases":{{"total":{{"all":{{"count":1000,"sum":0.1,
+            "mean":0.0001,"min":0.0001,"p50":0.0001,"p90":0.0001,"p99":0.0001,"p999":0.0001,
+            "max":0.0001,"histogram":[[100000,1000]]}}}}}},
+            "totals":{{"requests":1000,"errors":{{}},"connections_open":{{}},"connections":{{}},"bytes":{{}}}},
+            "upstream":{{"pid":1,"comm":"srv","exe":"/bin/srv","threads":1,"interval_seconds":1.0,
+            "cpu_user_seconds":{cpu_user},"cpu_system_seconds":0.01,"runqueue_seconds":0.002,
+            "context_switches_voluntary":0,"context_switches_involuntary":0,"restarts":0,
+            "samples":{{"http_parser":{parser},"srv":{}}}}}}}}}}}"#,
+            100 - parser
+        );
+        crate::metrics::Snapshot::from_json(&text).unwrap()
+    }
+
+    #[test]
+    fn compare_puts_both_sides_cpu_per_request_and_parser_share_side_by_side() {
+        let notes = compare_notes(&[run(0.05, 30)], &[run(0.03, 10), run(0.03, 10)]);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let n = &notes[0];
+        // 1000 requests: (0.05 + 0.01) s → 60 µs; the other side 2000 requests, 80 ms → 40 µs.
+        assert!(n.contains("CPU per request 60.0 µs → 40.0 µs"), "{n}");
+        assert!(n.contains("waiting for a CPU 2.0 µs → 2.0 µs"), "{n}");
+        assert!(n.contains("HTTP parser 30 % → 10 % of its CPU"), "{n}");
     }
 
     #[test]
