@@ -55,7 +55,6 @@ pub struct Symbols {
     map_files: bool,
     worker: Worker,
     maps: Maps,
-    maps_text: Vec<u8>,
     user: HashMap<u64, NameId>,
     kernel: HashMap<u64, NameId>,
     names: Vec<Name>,
@@ -65,16 +64,13 @@ pub struct Symbols {
 
 impl Symbols {
     pub fn new(pid: u32) -> Result<Symbols, ProfileError> {
-        let maps_text = fs::read(format!("/proc/{pid}/maps"))
-            .map_err(|source| ProfileError::Process { pid, source })?;
-        let maps = Maps::parse(&String::from_utf8_lossy(&maps_text));
+        let maps = Maps::read(pid)?;
         let map_files = map_files_readable(pid, &maps);
         Ok(Symbols {
             pid,
             map_files,
             worker: Worker::spawn(pid, map_files).map_err(ProfileError::Symbolizer)?,
             maps,
-            maps_text,
             user: HashMap::new(),
             kernel: HashMap::new(),
             names: Vec::new(),
@@ -83,15 +79,13 @@ impl Symbols {
         })
     }
 
-    /// Re-reads /proc/PID/maps; when it changed (a library loaded, JIT code mapped), the
-    /// user-space cache starts over since an address may now mean something else.
+    /// Re-reads /proc/PID/maps; when its executable mappings changed (a library loaded,
+    /// JIT code mapped), the user-space cache starts over since an address may now mean
+    /// something else. Data mappings come and go with the heap and do not matter.
     pub fn refresh_maps(&mut self) -> Result<(), ProfileError> {
-        let pid = self.pid;
-        let text = fs::read(format!("/proc/{pid}/maps"))
-            .map_err(|source| ProfileError::Process { pid, source })?;
-        if text != self.maps_text {
-            self.maps = Maps::parse(&String::from_utf8_lossy(&text));
-            self.maps_text = text;
+        let maps = Maps::read(self.pid)?;
+        if maps != self.maps {
+            self.maps = maps;
             self.user.clear();
         }
         Ok(())
@@ -185,12 +179,18 @@ impl Symbols {
 }
 
 /// /proc/PID/maps, executable mappings only, sorted by start.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Maps {
     ranges: Vec<(u64, u64, String)>,
 }
 
 impl Maps {
+    fn read(pid: u32) -> Result<Maps, ProfileError> {
+        let text = fs::read(format!("/proc/{pid}/maps"))
+            .map_err(|source| ProfileError::Process { pid, source })?;
+        Ok(Maps::parse(&String::from_utf8_lossy(&text)))
+    }
+
     fn parse(text: &str) -> Maps {
         let mut ranges = Vec::new();
         for line in text.lines() {
