@@ -98,6 +98,7 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
     warn_if_public(config.admin.listen);
     tracing::info!(admin = %admin.local_addr(), "admin server listening");
     let running = start(&config, &registry).await?;
+    let watchers = watch_upstreams(&config, &registry);
     let mut admin_stop = stop_rx.clone();
     let admin_task = tokio::spawn(admin.serve(async move {
         let _ = admin_stop.wait_for(|stop| *stop).await;
@@ -124,8 +125,32 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
         Err(e) => tracing::warn!(error = %e, "admin server task failed"),
         Ok(Ok(())) => {}
     }
+    for w in watchers {
+        w.stop();
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// One watcher per tap whose upstream process is to be accounted (nothing under
+/// `--no-metrics`, where nothing is recorded). A watcher that cannot start is a log line,
+/// never a reason not to serve.
+fn watch_upstreams(config: &Config, registry: &Arc<Registry>) -> Vec<crate::upstream::Watcher> {
+    if !registry.enabled() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for tap in &config.taps {
+        let Some(target) = crate::upstream::find::Target::of(tap) else {
+            continue;
+        };
+        let profile = crate::upstream::ProfileSettings::of(tap);
+        match crate::upstream::Watcher::spawn(target, registry.upstream(tap), profile) {
+            Ok(w) => out.push(w),
+            Err(e) => tracing::warn!(tap = %tap.name, "{e:#}; no upstream accounting"),
+        }
+    }
+    out
 }
 
 /// The admin server exposes every route and latency of the upstream: anywhere but

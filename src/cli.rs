@@ -104,6 +104,11 @@ pub struct RunArgs {
     /// as command lines are visible to other users [env: PHASESCOPE_ADMIN_TOKEN]
     #[arg(long, value_name = "TOKEN")]
     pub admin_token: Option<String>,
+
+    /// Sample where each tap's upstream process spends its CPU ([tap.process] profile)
+    /// [env: PHASESCOPE_PROFILE_UPSTREAM=1]
+    #[arg(long)]
+    pub profile_upstream: bool,
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +169,18 @@ pub struct ReportArgs {
     /// Also draw the report as an SVG file
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+
+    /// The what-if line of an upstream with a profile: a parser this many times faster
+    #[arg(long, value_name = "N", default_value_t = crate::report::inside::DEFAULT_WHAT_IF,
+          value_parser = parse_what_if)]
+    pub what_if: f64,
+}
+
+fn parse_what_if(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 1.0 => Ok(f),
+        _ => Err(format!("{s:?}: expected a factor above 1, such as 2")),
+    }
 }
 
 /// `phasescope snapshot`.
@@ -283,6 +300,9 @@ impl RunArgs {
         }
         if self.no_metrics {
             o.set_flag(Key::NoMetrics, "true")?;
+        }
+        if self.profile_upstream {
+            o.set_flag(Key::ProfileUpstream, "true")?;
         }
         Ok(o)
     }

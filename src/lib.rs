@@ -24,3 +24,4 @@ pub mod relay;
 pub mod report;
 pub mod resp;
 pub mod rng;
+pub mod upstream;

@@ -24,10 +24,13 @@ pub enum Phase {
     BackendIn,
     Backend,
     BackendOut,
+    /// The part of `backend` the matched Redis command spent queued behind earlier
+    /// replies on its connection (the RESP tap's `queue`).
+    BackendQueue,
 }
 
 impl Phase {
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
 
     /// Every phase, in timeline order (the derived ones last).
     pub const ALL: [Phase; Phase::COUNT] = [
@@ -45,6 +48,7 @@ impl Phase {
         Phase::BackendIn,
         Phase::Backend,
         Phase::BackendOut,
+        Phase::BackendQueue,
     ];
 
     /// The label value.
@@ -64,6 +68,7 @@ impl Phase {
             Phase::BackendIn => "backend_in",
             Phase::Backend => "backend",
             Phase::BackendOut => "backend_out",
+            Phase::BackendQueue => "backend_queue",
         }
     }
 

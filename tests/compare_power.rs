@@ -98,6 +98,7 @@ fn run(rng: &mut Rng, n: usize, wait_us: f64, factor: f64) -> Snapshot {
                 errors: BTreeMap::new(),
                 request_heads: None,
                 totals,
+                upstream: None,
             },
         )]),
     }

@@ -128,6 +128,12 @@ fn commented_keys_show_the_true_defaults_and_the_examples_are_valid() {
     assert_eq!(c.metrics.enabled, d.metrics.enabled);
     assert_eq!(c.metrics.buckets, d.metrics.buckets);
     assert_eq!(c.shutdown_grace, d.shutdown_grace);
+    let (p, dp) = (&t.process, &d.taps[0].process);
+    assert_eq!(p.find, Some(phasescope::config::FindProcess::Auto));
+    assert_eq!(
+        (p.interval, p.profile, p.frequency),
+        (dp.interval, dp.profile, dp.frequency)
+    );
 }
 
 // ---------------------------------------------------------------- error positions
@@ -157,6 +163,55 @@ fn fails_at(text: &str, line: usize, words: &str) {
 
 const TAP_A: &str =
     "[[tap]]\nname = \"a\"\nlisten = \"127.0.0.1:18001\"\nupstream = \"127.0.0.1:7379\"\n";
+
+#[test]
+fn the_process_section_names_one_process_and_usable_values() {
+    let ok = format!(
+        "{TAP_A}[tap.process]\npid_file = \"/run/x.pid\"\ninterval = \"250ms\"\nprofile = true\nfrequency = 499\n[[tap.process.component]]\nname = \"json\"\nsymbol = \"^json_\"\n"
+    );
+    let c = Config::from_toml_str(&ok, Path::new("t.toml")).unwrap();
+    let p = &c.taps[0].process;
+    assert_eq!(p.interval, Duration::from_millis(250));
+    assert_eq!((p.profile, p.frequency), (true, 499));
+    assert_eq!(p.components[0].name, "json");
+    fails_at(
+        &format!("{TAP_A}[tap.process]\npid = 7\npid_file = \"/run/x.pid\"\n"),
+        6,
+        "process.pid and process.pid_file both say which process",
+    );
+    fails_at(
+        &format!("{TAP_A}[tap.process]\nfind = \"none\"\npid = 7\n"),
+        6,
+        "keep one",
+    );
+    fails_at(
+        &format!("{TAP_A}[tap.process]\ninterval = \"0s\"\n"),
+        6,
+        "process.interval is zero",
+    );
+    fails_at(
+        &format!("{TAP_A}[tap.process]\nfrequency = 0\n"),
+        6,
+        "between 1 and 10000",
+    );
+    fails_at(
+        &format!("{TAP_A}[tap.process]\nfind = \"maybe\"\n"),
+        6,
+        "unknown variant",
+    );
+    fails_at(
+        &format!("{TAP_A}[tap.process]\n[[tap.process.component]]\nname = \"x\"\nsymbol = \"(\"\n"),
+        8,
+        "is not a regex",
+    );
+    fails_at(
+        &format!(
+            "{TAP_A}[tap.process]\n[[tap.process.component]]\nname = \"x y\"\nobject = \"z\"\n"
+        ),
+        7,
+        "not usable as a metric label",
+    );
+}
 
 #[test]
 fn a_config_without_taps_is_refused() {

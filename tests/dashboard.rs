@@ -38,15 +38,24 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const RATE_INTERVAL: &str = "30s";
 
 /// Panels whose series exist only with an HTTP tap and a RESP tap correlated in front of
-/// Webdis and Redis (the backend_in/backend/backend_out phases). Here their queries must
-/// parse and evaluate, and may be empty.
-const NEED_CORRELATED_SETUP: [&str; 2] = [
+/// Webdis and Redis (the backend_in/backend/backend_out phases), or with the upstream
+/// sampled (tests/upstream.rs checks the samples). Here their queries must parse and
+/// evaluate, and may be empty.
+const NEED_CORRELATED_SETUP: [&str; 3] = [
     "Webdis decomposition: mean per request",
     "Webdis decomposition: share of upstream_wait",
+    // Needs `profile = true` and the permission to sample.
+    "Upstream CPU by component ($tap)",
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 9] = [
+const METRICS: [&str; 15] = [
+    "phasescope_upstream_samples_total",
+    "phasescope_upstream_cpu_seconds_total",
+    "phasescope_upstream_runqueue_seconds_total",
+    "phasescope_upstream_context_switches_total",
+    "phasescope_upstream_threads",
+    "phasescope_upstream_info",
     "phasescope_phase_duration_seconds_bucket",
     "phasescope_phase_duration_seconds_sum",
     "phasescope_phase_duration_seconds_count",

@@ -417,6 +417,17 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         "the error kinds are listed"
     );
 
+    // The upstream (this test's own process, found by `auto`): its CPU per request.
+    let inside = Regex::new(r#"class="inside-line"[^>]*>([^<]*)<"#).unwrap();
+    let inside = inside
+        .captures(tap)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no inside-the-upstream line in\n{tap}"));
+    assert!(
+        inside.starts_with("per request ") && inside.contains("waiting for a CPU"),
+        "{inside}"
+    );
+
     let png = fs::read(&screenshot).expect("chromium saved a screenshot");
     assert!(
         png.starts_with(b"\x89PNG\r\n\x1a\n"),

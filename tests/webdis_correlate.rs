@@ -127,5 +127,20 @@ fn under_load_the_wait_on_webdis_splits_into_webdis_and_redis() {
             (backend - resp).abs() <= 0.05 * resp,
             "{route}: backend mean {backend} s, RESP tap's wait mean {resp} s"
         );
+
+        // "Redis queue" (backend_queue) is the part of backend the command waited behind
+        // earlier replies: one per matched request, within backend, and as the RESP tap
+        // measures its queue (that tap also times Webdis's own commands, so 5 % apart).
+        let n = count(&snap, "webdis", "backend", route);
+        assert_eq!(count(&snap, "webdis", "backend_queue", route), n, "{route}");
+        let queue_sum = sum(&snap, "webdis", "backend_queue", route);
+        assert!(queue_sum <= sum(&snap, "webdis", "backend", route) + 1e-9);
+        let queue = queue_sum / n as f64;
+        let resp_queue = sum(&snap, "redis", "queue", route) / resp_n as f64;
+        eprintln!("{route}: backend {backend:.6} s, of which Redis queue {queue:.6} s (RESP tap's queue per command {resp_queue:.6} s)");
+        assert!(
+            (queue - resp_queue).abs() <= 0.05 * backend,
+            "{route}: backend_queue mean {queue} s, RESP tap's queue per command {resp_queue} s"
+        );
     }
 }

@@ -116,6 +116,73 @@ pub struct TapConfig {
     pub limits: Limits,
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// The upstream's process, to account its CPU and scheduling (docs/config.md).
+    #[serde(default)]
+    pub process: ProcessConfig,
+}
+
+/// How the tap finds the upstream's process: `[tap.process]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FindProcess {
+    /// The process listening on the upstream's address (only when that address is local).
+    Auto,
+    /// No process accounting.
+    None,
+}
+
+/// `[tap.process]`: which process serves the upstream, and what is read from it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessConfig {
+    /// `auto` or `none`; unset means `auto` (which finds nothing for a remote upstream).
+    #[serde(default)]
+    pub find: Option<FindProcess>,
+    /// A fixed process id.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// A file holding the process id, read again whenever the process goes away.
+    #[serde(default)]
+    pub pid_file: Option<PathBuf>,
+    /// How often the process's threads are read.
+    #[serde(default = "defaults::process_interval", with = "humantime_serde")]
+    pub interval: Duration,
+    /// Sample where the process's CPU goes (perf events); also `--profile-upstream`.
+    #[serde(default)]
+    pub profile: bool,
+    /// Samples per second and thread when profiling.
+    #[serde(default = "defaults::profile_frequency")]
+    pub frequency: u32,
+    /// User component rules, tried before the built-in ones: `[[tap.process.component]]`.
+    #[serde(default, rename = "component")]
+    pub components: Vec<ComponentRuleConfig>,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        Self {
+            find: None,
+            pid: None,
+            pid_file: None,
+            interval: defaults::process_interval(),
+            profile: false,
+            frequency: defaults::profile_frequency(),
+            components: Vec::new(),
+        }
+    }
+}
+
+/// One `[[tap.process.component]]`: samples whose symbol and object match are `name`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentRuleConfig {
+    pub name: String,
+    /// A regex searched in the symbol name.
+    #[serde(default)]
+    pub symbol: Option<String>,
+    /// A regex searched in the object's path (the binary or shared library).
+    #[serde(default)]
+    pub object: Option<String>,
 }
 
 /// Size and count limits of one tap.
@@ -342,6 +409,7 @@ impl TapConfig {
             max_routes: defaults::max_routes(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
+            process: ProcessConfig::default(),
         }
     }
 }
@@ -405,5 +473,12 @@ pub mod defaults {
     }
     pub fn yes() -> bool {
         true
+    }
+    pub fn process_interval() -> Duration {
+        Duration::from_secs(1)
+    }
+    /// Just under 1 kHz, so that sampling does not run in lockstep with 1 ms timers.
+    pub fn profile_frequency() -> u32 {
+        997
     }
 }

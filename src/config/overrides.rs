@@ -43,6 +43,8 @@ pub struct Overrides {
     /// `true` disables metrics; `false` (only from the variable) enables them.
     pub no_metrics: Option<Override<bool>>,
     pub admin_token: Option<Override<String>>,
+    /// `true` turns on `[tap.process] profile` for every tap.
+    pub profile_upstream: Option<Override<bool>>,
 }
 
 /// One overridable setting, with its flag and variable names.
@@ -58,10 +60,11 @@ pub enum Key {
     SlowThreshold,
     NoMetrics,
     AdminToken,
+    ProfileUpstream,
 }
 
 impl Key {
-    pub const ALL: [Key; 10] = [
+    pub const ALL: [Key; 11] = [
         Key::Listen,
         Key::Upstream,
         Key::Protocol,
@@ -72,6 +75,7 @@ impl Key {
         Key::SlowThreshold,
         Key::NoMetrics,
         Key::AdminToken,
+        Key::ProfileUpstream,
     ];
 
     pub fn flag(self) -> &'static str {
@@ -86,6 +90,7 @@ impl Key {
             Key::SlowThreshold => "--slow-threshold",
             Key::NoMetrics => "--no-metrics",
             Key::AdminToken => "--admin-token",
+            Key::ProfileUpstream => "--profile-upstream",
         }
     }
 
@@ -101,6 +106,7 @@ impl Key {
             Key::SlowThreshold => "PHASESCOPE_SLOW_THRESHOLD",
             Key::NoMetrics => "PHASESCOPE_NO_METRICS",
             Key::AdminToken => "PHASESCOPE_ADMIN_TOKEN",
+            Key::ProfileUpstream => "PHASESCOPE_PROFILE_UPSTREAM",
         }
     }
 
@@ -172,6 +178,7 @@ impl Overrides {
             Key::SlowThreshold => self.slow_threshold = parsed(raw, source, parse_duration)?,
             Key::NoMetrics => self.no_metrics = parsed(raw, source, parse_bool)?,
             Key::AdminToken => self.admin_token = parsed(raw, source, parse_token)?,
+            Key::ProfileUpstream => self.profile_upstream = parsed(raw, source, parse_bool)?,
         }
         Ok(())
     }
@@ -217,6 +224,7 @@ impl Overrides {
             slow_threshold: self.slow_threshold.or(lower.slow_threshold),
             no_metrics: self.no_metrics.or(lower.no_metrics),
             admin_token: self.admin_token.or(lower.admin_token),
+            profile_upstream: self.profile_upstream.or(lower.profile_upstream),
         }
     }
 
@@ -319,6 +327,11 @@ pub(crate) fn apply_unchecked(
     }
     if let Some(v) = &o.no_metrics {
         config.metrics.enabled = !v.value;
+    }
+    if let Some(v) = &o.profile_upstream {
+        for tap in &mut config.taps {
+            tap.process.profile = v.value;
+        }
     }
     Ok(set)
 }

@@ -164,8 +164,100 @@ fn check_tap(i: usize, tap: &TapConfig) -> Result<(), Problem> {
             &format!("{who}: timeouts.{key}"),
         )?;
     }
+    check_process(i, tap, &who)
+}
+
+/// `[tap.process]`: one way to name the process, a usable interval and frequency, rules
+/// that compile.
+fn check_process(i: usize, tap: &TapConfig, who: &str) -> Result<(), Problem> {
+    let p = &tap.process;
+    let key = |k| tap_path(i, &[Seg::Key("process"), Seg::Key(k)]);
+    let ways = [
+        ("find", p.find == Some(super::FindProcess::None)),
+        ("pid", p.pid.is_some()),
+        ("pid_file", p.pid_file.is_some()),
+    ];
+    let given: Vec<&str> = ways.iter().filter(|w| w.1).map(|w| w.0).collect();
+    if given.len() > 1 {
+        return Err(Problem {
+            paths: given.iter().map(|k| key(k)).collect(),
+            message: format!(
+                "{who}: process.{} and process.{} both say which process to watch; keep one",
+                given[0], given[1]
+            ),
+        });
+    }
+    if p.pid == Some(0) {
+        return Err(Problem::at(
+            key("pid"),
+            format!("{who}: process.pid is 0; it must be a process id"),
+        ));
+    }
+    positive(
+        p.interval,
+        key("interval"),
+        &format!("{who}: process.interval"),
+    )?;
+    if !(1..=MAX_PROFILE_FREQUENCY).contains(&p.frequency) {
+        return Err(Problem::at(
+            key("frequency"),
+            format!(
+                "{who}: process.frequency is {}; it must be between 1 and {MAX_PROFILE_FREQUENCY} samples per second",
+                p.frequency
+            ),
+        ));
+    }
+    for (n, rule) in p.components.iter().enumerate() {
+        let at = |k| {
+            tap_path(
+                i,
+                &[
+                    Seg::Key("process"),
+                    Seg::Key("component"),
+                    Seg::Index(n),
+                    Seg::Key(k),
+                ],
+            )
+        };
+        if !is_label_safe(&rule.name) {
+            return Err(Problem::at(
+                at("name"),
+                format!(
+                    "{who}: component name {:?} is not usable as a metric label; use only letters, digits, `_` and `-`",
+                    rule.name
+                ),
+            ));
+        }
+        if rule.symbol.is_none() && rule.object.is_none() {
+            return Err(Problem::at(
+                at("name"),
+                format!(
+                    "{who}: component {:?} has neither symbol nor object; give at least one regex",
+                    rule.name
+                ),
+            ));
+        }
+        for (k, pattern) in [("symbol", &rule.symbol), ("object", &rule.object)] {
+            if let Some(pattern) = pattern {
+                if let Err(e) = regex::Regex::new(pattern) {
+                    let text = e.to_string();
+                    return Err(Problem::at(
+                        at(k),
+                        format!(
+                            "{who}: component {:?}: {k} {pattern:?} is not a regex: {}",
+                            rule.name,
+                            text.split_whitespace().collect::<Vec<_>>().join(" ")
+                        ),
+                    ));
+                }
+            }
+        }
+    }
     Ok(())
 }
+
+/// Above 10 kHz the sampler's own interrupts would be a visible share of the upstream's CPU.
+pub const MAX_PROFILE_FREQUENCY: u32 = 10_000;
 
 fn positive(value: Duration, path: Vec<Seg>, what: &str) -> Result<(), Problem> {
     if value.is_zero() {

@@ -40,6 +40,9 @@ pub struct Seen {
     pub t_sent: Tick,
     /// The first byte of its reply arrived.
     pub t_reply: Tick,
+    /// When Redis could start on it: `t_sent`, or the end of the previous reply on the
+    /// connection if that came later (the RESP tap's `queue` ends here).
+    pub t_wait_from: Tick,
 }
 
 /// Matches the commands of one RESP tap to the requests of one HTTP tap.
@@ -111,6 +114,12 @@ pub fn decompose(phases: &mut Phases, t_sent: Tick, t_resp_first: Tick, redis: &
     let backend_in = nanos_between(t_sent, redis.t_sent).min(wait - backend);
     phases.set(Phase::BackendIn, backend_in);
     phases.set(Phase::Backend, backend);
+    // Inside `backend`: the command queued behind earlier replies (Webdis pipelines on its
+    // pooled connections), so that "Redis queue" and "Redis" add up to `backend`.
+    phases.set(
+        Phase::BackendQueue,
+        nanos_between(redis.t_sent, redis.t_wait_from).min(backend),
+    );
     phases.set(Phase::BackendOut, wait - backend - backend_in);
 }
 
@@ -128,16 +137,19 @@ mod tests {
             key: 1,
             t_sent: t(10),
             t_reply: t(20),
+            t_wait_from: t(14),
         });
         c.resp_seen(Seen {
             key: 2,
             t_sent: t(11),
             t_reply: t(21),
+            t_wait_from: t(11),
         });
         c.resp_seen(Seen {
             key: 1,
             t_sent: t(30),
             t_reply: t(40),
+            t_wait_from: t(30),
         });
         // A request sent after the first report cannot own it.
         let second = c.take(1, t(25), t(50)).unwrap();
@@ -154,5 +166,11 @@ mod tests {
             .map(|&ph| p.get(ph).unwrap())
             .sum();
         assert_eq!(sum, nanos_between(t(5), t(22)));
+        // The command waited 4 ticks behind an earlier reply: that much of `backend`.
+        assert_eq!(
+            p.get(Phase::BackendQueue),
+            Some(nanos_between(t(10), t(14)))
+        );
+        assert!(p.get(Phase::BackendQueue) <= p.get(Phase::Backend));
     }
 }

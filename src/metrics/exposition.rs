@@ -110,15 +110,20 @@ pub(crate) fn encode(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> St
 
 /// The protobuf exposition: the families of [`encode`], each phase histogram with its
 /// native buckets too (`taps` collected with their HDR copies), as length-delimited
-/// `io.prometheus.client.MetricFamily` messages.
-pub(crate) fn encode_protobuf(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<u8> {
+/// `io.prometheus.client.MetricFamily` messages, followed by `extra` (counters and gauges
+/// read at scrape time, such as the upstream process's).
+pub(crate) fn encode_protobuf(
+    taps: &[(&TapMetrics, TapCounts)],
+    buckets: &Buckets,
+    extra: Vec<MetricFamily>,
+) -> Vec<u8> {
     use prost::Message;
     // In the order phase_histograms() emits the series.
     let mut natives = phase_series(taps)
         .into_iter()
         .map(|(_, _, _, s)| s.hdr.as_ref().map(native::from_hdr).unwrap_or_default());
     let mut out = Vec::new();
-    for f in families(taps, buckets) {
+    for f in families(taps, buckets).into_iter().chain(extra) {
         let family = proto::MetricFamily {
             name: Some(f.name().to_owned()),
             help: Some(f.help().to_owned()),
@@ -424,7 +429,7 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
         .collect()
 }
 
-fn sample(kind: MetricType, pairs: &[(&str, &str)], value: f64) -> Metric {
+pub(crate) fn sample(kind: MetricType, pairs: &[(&str, &str)], value: f64) -> Metric {
     let mut m = Metric::from_label(labels(pairs));
     if kind == MetricType::COUNTER {
         let mut c = Counter::default();

@@ -14,6 +14,7 @@ use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, ErrorKind, Recorder};
+use crate::upstream::Upstream;
 
 /// Error counts by [`ErrorKind::ALL`] index.
 type ErrorCounts = [u64; ErrorKind::ALL.len()];
@@ -32,6 +33,8 @@ pub struct Registry {
     /// Each tap's error counts and head shapes at the last reset, so that the snapshot can
     /// give those of its window beside the counters since start. Taken under `since`'s lock.
     error_baseline: Mutex<Vec<(String, ErrorCounts, HeadShapes)>>,
+    /// Taps that watch their upstream's process.
+    upstreams: RwLock<Vec<Arc<Upstream>>>,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -46,6 +49,7 @@ impl Registry {
             taps: RwLock::new(Vec::new()),
             front_to_back: RwLock::new(Vec::new()),
             error_baseline: Mutex::new(Vec::new()),
+            upstreams: RwLock::new(Vec::new()),
             since: Mutex::new(SystemTime::now()),
         }))
     }
@@ -108,7 +112,11 @@ impl Registry {
     /// then formats with no lock held.
     pub fn encode_prometheus(&self) -> String {
         let taps = self.enabled_taps();
-        exposition::encode(&collect(&taps, Collect::Counts), &self.buckets)
+        let mut out = exposition::encode(&collect(&taps, Collect::Counts), &self.buckets);
+        if self.enabled {
+            out.push_str(&crate::upstream::encode_prometheus(&self.upstreams()));
+        }
+        out
     }
 
     /// The exposition in `format`: text as [`encode_prometheus`](Self::encode_prometheus),
@@ -119,7 +127,16 @@ impl Registry {
             exposition::Format::Text => self.encode_prometheus().into_bytes(),
             exposition::Format::Protobuf => {
                 let taps = self.enabled_taps();
-                exposition::encode_protobuf(&collect(&taps, Collect::WithHdr), &self.buckets)
+                let upstreams = if self.enabled {
+                    crate::upstream::metric_families(&self.upstreams())
+                } else {
+                    Vec::new()
+                };
+                exposition::encode_protobuf(
+                    &collect(&taps, Collect::WithHdr),
+                    &self.buckets,
+                    upstreams,
+                )
             }
         }
     }
@@ -131,6 +148,23 @@ impl Registry {
         } else {
             Vec::new()
         }
+    }
+
+    /// Registers the accounting of `tap`'s upstream process, for `/metrics` and snapshots.
+    pub fn upstream(&self, tap: &TapConfig) -> Arc<Upstream> {
+        let u = Upstream::new(&tap.name, tap.process.interval);
+        self.upstreams
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::clone(&u));
+        u
+    }
+
+    fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Exact percentiles of every series since the last reset, with the histograms.
@@ -147,6 +181,7 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let baseline = lock(&self.error_baseline).clone();
+        let upstreams = self.upstreams();
         let inputs = taps
             .iter()
             .enumerate()
@@ -175,6 +210,10 @@ impl Registry {
                     window_heads,
                     series: t.hdr_series(&counts),
                     counts,
+                    upstream: upstreams
+                        .iter()
+                        .find(|u| u.tap() == t.name())
+                        .map(|u| u.snapshot()),
                 }
             })
             .collect();
@@ -194,6 +233,9 @@ impl Registry {
             baseline.push((t.name().to_owned(), counts.errors, counts.heads));
         }
         *lock(&self.error_baseline) = baseline;
+        for u in self.upstreams() {
+            u.reset();
+        }
         *since = SystemTime::now();
         *since
     }

@@ -87,6 +87,9 @@ pub struct TapSnapshot {
     pub request_heads: Option<RequestHeads>,
     /// Counters since the process started; a reset does not touch them.
     pub totals: TapTotals,
+    /// The upstream's process, when the tap watches one: CPU and scheduling since `since`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
 /// The request heads of a window: their number, mean size and field count, and both
@@ -252,12 +255,14 @@ pub(crate) struct TapInput<'a> {
     pub window_heads: HeadShapes,
     pub counts: TapCounts,
     pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
+    pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
 pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -> Snapshot {
     let now = SystemTime::now();
     let mut out = BTreeMap::new();
-    for input in taps {
+    for mut input in taps {
+        let upstream = input.upstream.take();
         let routes = input.tap.routes();
         let mut phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>> = BTreeMap::new();
         for (route, phase, series) in &input.series {
@@ -316,6 +321,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                     .then(|| RequestHeads::from_shapes(&input.window_heads)),
                 phases,
                 totals,
+                upstream,
             },
         );
     }

@@ -595,14 +595,15 @@ impl RespConnection {
             }
             _ => {}
         }
+        let wait_from = cmd.t_sent.max(self.prev_reply_done);
         if let (Some(correlator), Some(key)) = (&self.tap.correlator, cmd.key) {
             correlator.resp_seen(correlate::Seen {
                 key,
                 t_sent: cmd.t_sent,
                 t_reply: self.reply_first,
+                t_wait_from: wait_from,
             });
         }
-        let wait_from = cmd.t_sent.max(self.prev_reply_done);
         self.prev_reply_done = t;
         self.replied.push_back(Replied {
             cmd,

@@ -30,7 +30,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
             Dataset::from_snapshots(&snaps, sources.iter().map(ToString::to_string).collect())?
         }
     };
-    let report = Report::build(&ds, args.by.is_some())?;
+    let report = Report::build_with(&ds, args.by.is_some(), args.what_if)?;
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {
         let picture = svg::render(&ds)?;

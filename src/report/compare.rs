@@ -651,6 +651,7 @@ pub fn compare(
             opts.drift * 100.0
         ));
     }
+    notes.extend(super::inside::compare_notes(&a, &b));
     notes.push(format!(
         "same: the interval lies inside ±{t:.1} %; different: it lies entirely beyond ±{t:.1} %; \
          unknown: neither. Primary rows (the client-facing tap's {phases} and request rate) \

@@ -39,6 +39,9 @@ pub struct TapData {
     pub position: Option<u32>,
     /// phase name → route → series.
     pub phases: BTreeMap<String, BTreeMap<String, Series>>,
+    /// The upstream's process over the same window, when a snapshot had it (merged:
+    /// times, counts and samples add up; the last snapshot names the process).
+    pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
 /// One (tap, phase, route) series, all durations in seconds.
@@ -298,6 +301,12 @@ impl Dataset {
                 data.protocol.get_or_insert_with(|| tap.protocol.clone());
                 if data.position.is_none() {
                     data.position = tap.position;
+                }
+                if let Some(u) = &tap.upstream {
+                    data.upstream = Some(match data.upstream.take() {
+                        Some(acc) => crate::upstream::snapshot::merge(acc, u),
+                        None => u.clone(),
+                    });
                 }
                 for (phase, routes) in &tap.phases {
                     for (route, s) in routes {

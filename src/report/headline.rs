@@ -2,8 +2,10 @@
 //!
 //! Every phase's share of the mean total, in timeline order, with the Webdis
 //! decomposition in parentheses after `upstream_wait` when the correlator produced it:
-//! `backend` is Redis itself, `backend_in` + `backend_out` is Webdis (reading the HTTP
-//! request, building the command; formatting the reply).
+//! `backend` is Redis, split into "Redis queue" (`backend_queue`: the command queued
+//! behind earlier replies on Webdis's pooled connection) and "Redis" (the rest: Redis
+//! answering it), and `backend_in` + `backend_out` is Webdis (reading the HTTP request,
+//! building the command; formatting the reply).
 
 use super::rows::Row;
 use super::units;
@@ -11,11 +13,12 @@ use crate::phase::Phase;
 
 /// Phases the headline never lists on their own: `total` is the denominator, and the
 /// backend phases appear inside `upstream_wait`.
-const NOT_LISTED: [Phase; 4] = [
+const NOT_LISTED: [Phase; 5] = [
     Phase::Total,
     Phase::BackendIn,
     Phase::Backend,
     Phase::BackendOut,
+    Phase::BackendQueue,
 ];
 
 /// E.g. `mean total 1.20 ms over 5000 requests: parse 0.4 %, upstream_wait 91 %
@@ -45,11 +48,17 @@ pub fn headline(rows: &[Row]) -> String {
                 (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
             };
             if let (Some(redis), Some(webdis)) = (redis, webdis) {
-                part.push_str(&format!(
-                    " (Redis {}, Webdis {}",
-                    units::share(redis),
-                    units::share(webdis)
-                ));
+                part.push_str(" (");
+                match share(Phase::BackendQueue) {
+                    // Snapshots from before backend_queue existed have backend alone.
+                    Some(queue) => part.push_str(&format!(
+                        "Redis queue {}, Redis {}",
+                        units::share(queue),
+                        units::share((redis - queue).max(0.0))
+                    )),
+                    None => part.push_str(&format!("Redis {}", units::share(redis))),
+                }
+                part.push_str(&format!(", Webdis {}", units::share(webdis)));
                 // Requests the correlator could not pair keep their wait undivided.
                 let unpaired = s - redis - webdis;
                 if unpaired >= 0.005 {
@@ -108,6 +117,25 @@ mod tests {
             headline(&rows),
             "mean total 10.0 ms over 100 requests: parse 0.4 %, upstream_wait 91 % \
              (Redis 23 %, Webdis 68 %), write 2 %"
+        );
+    }
+
+    #[test]
+    fn the_redis_queue_is_named_apart_from_redis() {
+        let t = 1.0;
+        let rows = [
+            row("upstream_wait", 0.91, t),
+            row("total", 1.0, t),
+            row("backend_in", 0.40, t),
+            row("backend", 0.23, t),
+            row("backend_queue", 0.21, t),
+            row("backend_out", 0.28, t),
+        ];
+        assert!(
+            headline(&rows)
+                .ends_with("upstream_wait 91 % (Redis queue 21 %, Redis 2 %, Webdis 68 %)"),
+            "{}",
+            headline(&rows)
         );
     }
 

@@ -13,6 +13,7 @@ pub mod compare_table;
 pub mod dataset;
 pub mod headline;
 pub mod http;
+pub mod inside;
 pub mod multiplicity;
 pub mod prometheus;
 pub mod rows;

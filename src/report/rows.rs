@@ -30,6 +30,9 @@ pub struct TapReport {
     pub all: Section,
     /// One section per route, with `--by route`; empty otherwise.
     pub routes: Vec<Section>,
+    /// The upstream's process, when the tap watched one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inside: Option<super::inside::Inside>,
 }
 
 /// One table: a tap, or one route of a tap.
@@ -63,6 +66,11 @@ pub struct Row {
 impl Report {
     /// Builds the report; `by_route` adds a section per route.
     pub fn build(ds: &Dataset, by_route: bool) -> anyhow::Result<Report> {
+        Self::build_with(ds, by_route, super::inside::DEFAULT_WHAT_IF)
+    }
+
+    /// [`build`](Self::build) with the what-if factor of the inside-the-upstream section.
+    pub fn build_with(ds: &Dataset, by_route: bool, what_if: f64) -> anyhow::Result<Report> {
         let mut taps = Vec::new();
         for (name, tap) in ds.taps_front_to_back() {
             let all = section(tap, None)?;
@@ -74,11 +82,21 @@ impl Report {
             } else {
                 Vec::new()
             };
+            let inside = tap.upstream.as_ref().map(|u| {
+                let total = all.rows.iter().find(|r| r.phase == Phase::Total.name());
+                super::inside::Inside::new(
+                    u,
+                    total.map_or(0, |r| r.count),
+                    total.map(|r| r.mean),
+                    what_if,
+                )
+            });
             taps.push(TapReport {
                 tap: name.clone(),
                 protocol: tap.protocol.clone(),
                 all,
                 routes,
+                inside,
             });
         }
         Ok(Report {

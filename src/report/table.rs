@@ -66,6 +66,19 @@ fn sections(report: &Report) -> impl Iterator<Item = (&str, Option<&str>, &Secti
     })
 }
 
+/// The inside-the-upstream lines of `tap`, printed under its all-routes headline.
+fn inside_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
+    if s.route != ALL_ROUTES {
+        return Vec::new();
+    }
+    report
+        .taps
+        .iter()
+        .find(|t| t.tap == tap)
+        .and_then(|t| t.inside.as_ref())
+        .map_or_else(Vec::new, |i| i.lines())
+}
+
 fn title(tap: &str, protocol: Option<&str>, s: &Section) -> String {
     let proto = protocol.map(|p| format!(" ({p})")).unwrap_or_default();
     if s.route == ALL_ROUTES {
@@ -111,7 +124,11 @@ fn text(report: &Report, colour: bool) -> String {
     for (tap, protocol, s) in sections(report) {
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", paint("1", &title(tap, protocol, s)));
-        let _ = writeln!(out, "  {}\n", s.headline);
+        let _ = writeln!(out, "  {}", s.headline);
+        for l in inside_lines(report, tap, s) {
+            let _ = writeln!(out, "  {l}");
+        }
+        let _ = writeln!(out);
         let table: Vec<[String; 9]> = s.rows.iter().map(cells).collect();
         let mut widths = HEADERS.map(str::len);
         for r in &table {
@@ -157,6 +174,9 @@ fn markdown(report: &Report) -> String {
     for (tap, protocol, s) in sections(report) {
         let _ = writeln!(out, "\n### {}\n", md_escape(&title(tap, protocol, s)));
         let _ = writeln!(out, "{}\n", md_escape(&s.headline));
+        for l in inside_lines(report, tap, s) {
+            let _ = writeln!(out, "{}\n", md_escape(&l));
+        }
         let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
         let _ = writeln!(out, "|---|{}", "---:|".repeat(HEADERS.len() - 1));
         for r in &s.rows {

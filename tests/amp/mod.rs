@@ -72,4 +72,8 @@ impl AmpServer {
     pub fn log_tail(&self) -> String {
         self.process.log_tail()
     }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
 }

@@ -25,7 +25,7 @@
   /* Phases in timeline order (docs/phases.md), then the aggregate. */
   const PHASES = [
     "client_recv", "parse", "upstream_connect", "queue", "upstream_send", "upstream_wait",
-    "backend_in", "backend", "backend_out", "upstream_recv", "response_parse",
+    "backend_in", "backend", "backend_queue", "backend_out", "upstream_recv", "response_parse",
     "proxy_overhead", "write", "total",
   ];
 
@@ -62,6 +62,7 @@
     upstream_wait: "request sent → first response byte: the backend's own time",
     backend_in: "Webdis reading the HTTP request and building its Redis command",
     backend: "Redis itself: command → reply",
+    backend_queue: "Redis queue: the part of backend the command waited behind earlier replies on Webdis's pooled connection",
     backend_out: "Webdis turning the Redis reply into its HTTP response",
     upstream_recv: "first → last response byte from the upstream (overlaps write when streamed)",
     response_parse: "CPU time in the response-head parser",
@@ -76,6 +77,7 @@
     parse: "in client_recv",
     backend_in: "in upstream_wait",
     backend: "in upstream_wait",
+    backend_queue: "in backend",
     backend_out: "in upstream_wait",
     upstream_recv: "overlaps write",
     response_parse: "CPU",
@@ -404,6 +406,11 @@
       this.legend = h("div", { class: "legend" });
       this.breakdownSub = h("span", { class: "sub" });
       this.breakdownNote = h("div", { class: "note" });
+      this.insideSub = h("span", { class: "sub" });
+      this.insideLine = h("div", { class: "inside-line" });
+      this.insideNote = h("div", { class: "note" });
+      this.inside = h("div", { class: "panel inside-upstream", hidden: true },
+        h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.insideNote);
       this.phaseBody = h("tbody");
       this.phaseSub = h("span", { class: "sub" });
       this.routeBody = h("tbody");
@@ -427,6 +434,7 @@
         h("div", { class: "panel breakdown" },
           h("h3", null, "Where the time goes", this.breakdownSub),
           this.stack, this.legend, this.breakdownNote),
+        this.inside,
         h("div", { class: "charts" },
           h("div", { class: "panel" }, h("h3", null, "Mean per request by phase", h("span", { class: "sub", text: "each second, stacked" })), this.stackBox),
           h("div", { class: "panel" }, h("h3", null, "Throughput", h("span", { class: "sub", text: "per second" })), this.rateBox),
@@ -542,6 +550,7 @@
       this.renderHead(tap, snap, merged, segs, n);
       this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
       this.renderBreakdown(segs, n, sums.total || 0, snap);
+      this.renderInside(tap.upstream, n, snap);
       this.renderPhases(merged, sums.total || 0, snap);
       this.renderRoutes(tap, routeRates);
       this.renderErrors(tap);
@@ -605,6 +614,37 @@
       const open = tap.totals.connections_open || {};
       c.connections.value.textContent = fmtInt(open.client || 0);
       c.connections.hint.textContent = `client · ${fmtInt(open.upstream || 0)} upstream`;
+    }
+
+    // The upstream's process (docs/report.md, "Inside the upstream"): thread-time per
+    // request over the window, and where its CPU goes when it is sampled.
+    renderInside(u, n, snap) {
+      this.inside.hidden = !u;
+      if (!u) return;
+      const name = u.comm || "the upstream";
+      const who = u.pid == null ? "no process found yet" : `pid ${u.pid}, ${u.threads} thread${u.threads === 1 ? "" : "s"}`;
+      this.insideSub.textContent = `${name} (${who}), ${fmtAge(u.watched_seconds)} watched since ${fmtClock(snap.since_unix)}`;
+      if (!n) {
+        this.insideLine.textContent = "no requests in this window yet";
+        this.insideNote.textContent = "";
+        return;
+      }
+      const us = (s) => `${num3((s * 1e6) / n)} µs`;
+      let line = `per request ${us(u.cpu_user_seconds + u.cpu_system_seconds)} on CPU (user ${us(u.cpu_user_seconds)}, system ${us(u.cpu_system_seconds)}), ${us(u.runqueue_seconds)} waiting for a CPU`;
+      const samples = u.samples || {};
+      const total = sumValues(samples);
+      const own = u.exe ? u.exe.split("/").pop() : null;
+      if (total > 0) {
+        const parts = Object.entries(samples).sort((a, b) => b[1] - a[1]).slice(0, 8)
+          .map(([k, v]) => `${k === own ? `${k} (own code)` : k.replace(/_/g, " ")} ${fmtPct(v / total)}`);
+        line += `; its CPU: ${parts.join(", ")}`;
+      }
+      this.insideLine.textContent = line;
+      const notes = ["thread-time per request: the process's CPU and run-queue time divided by this tap's requests"];
+      if (u.restarts) notes.push(`${u.restarts} restart${u.restarts === 1 ? "" : "s"} in this window`);
+      if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);
+      if (!total) notes.push("not sampled: profile = true or --profile-upstream shows where its CPU goes");
+      this.insideNote.textContent = notes.join(" · ");
     }
 
     renderBreakdown(segs, n, totalSum, snap) {

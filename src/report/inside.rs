@@ -1,0 +1,440 @@
+//! "Inside the upstream": per tap with a watched process, what a request costs the
+//! server's CPU, how long its threads wait for one, where its CPU goes, and what a faster
+//! parser could save at most (docs/report.md, docs/phases.md).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::units;
+use crate::upstream::UpstreamSnapshot;
+
+/// The component a faster parser would shrink.
+pub const PARSER: &str = "http_parser";
+/// The what-if factor when `--what-if` is not given.
+pub const DEFAULT_WHAT_IF: f64 = 2.0;
+
+/// One tap's upstream process over the report's window.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inside {
+    pub comm: String,
+    pub pid: Option<u32>,
+    pub threads: u64,
+    pub watched_seconds: f64,
+    pub restarts: u64,
+    pub requests: u64,
+    /// Per request, in seconds: thread-time divided by requests (docs/phases.md).
+    pub cpu_user: f64,
+    pub cpu_system: f64,
+    pub runqueue: f64,
+    /// Shares of the sampled CPU, largest first; empty when not profiled.
+    pub components: Vec<Component>,
+    /// The main binary has no symbol table: its own code (parser included) is one
+    /// component named after it.
+    pub stripped: bool,
+    pub what_if: Option<WhatIf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Component {
+    pub name: String,
+    /// How the report names it: `webdis (own code)`, `kernel network`.
+    pub label: String,
+    pub samples: u64,
+    /// Fraction of all samples.
+    pub share: f64,
+}
+
+/// A parser `factor`× faster, by Amdahl's law on its share of the CPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct WhatIf {
+    pub factor: f64,
+    /// The component taken as the parser.
+    pub component: String,
+    /// True when the parser has no name of its own (a stripped binary): the share is the
+    /// whole of the binary's own code, an upper bound.
+    pub upper_bound: bool,
+    pub share: f64,
+    /// CPU saved per request, seconds.
+    pub saved: f64,
+    /// `saved` as a fraction of the mean `total`.
+    pub saved_of_total: Option<f64>,
+    /// If the server is CPU-bound: at most this much more throughput (a fraction).
+    pub throughput_gain: f64,
+}
+
+impl Inside {
+    /// `requests` and `mean_total` (seconds) come from the tap's `total` phase over the
+    /// same window as `u`.
+    pub fn new(u: &UpstreamSnapshot, requests: u64, mean_total: Option<f64>, factor: f64) -> Self {
+        let per = |s: f64| {
+            if requests == 0 {
+                0.0
+            } else {
+                s / requests as f64
+            }
+        };
+        let comm = u.comm.clone().unwrap_or_else(|| "the upstream".to_owned());
+        let own = own_component(u);
+        let components = components(u.samples.as_ref(), own.as_deref());
+        let stripped = u.stripped.unwrap_or(false);
+        let cpu = per(u.cpu_user_seconds + u.cpu_system_seconds);
+        let what_if = what_if(
+            &components,
+            own.as_deref(),
+            stripped,
+            cpu,
+            mean_total,
+            factor,
+        );
+        Self {
+            comm,
+            pid: u.pid,
+            threads: u.threads,
+            watched_seconds: u.watched_seconds,
+            restarts: u.restarts,
+            requests,
+            cpu_user: per(u.cpu_user_seconds),
+            cpu_system: per(u.cpu_system_seconds),
+            runqueue: per(u.runqueue_seconds),
+            components,
+            stripped,
+            what_if,
+        }
+    }
+
+    /// The section as text lines, for the table and markdown reports.
+    pub fn lines(&self) -> Vec<String> {
+        let us = |s: f64| format!("{:.1}", s * 1e6);
+        let pid = self
+            .pid
+            .map_or_else(|| "no process now".to_owned(), |p| format!("pid {p}"));
+        let mut head = format!(
+            "inside {} ({pid}, {} thread{}, {:.0} s",
+            self.comm,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.watched_seconds
+        );
+        if self.restarts > 0 {
+            head.push_str(&format!(
+                ", {} restart{}",
+                self.restarts,
+                if self.restarts == 1 { "" } else { "s" }
+            ));
+        }
+        head.push_str(&format!(
+            "): per request {} µs on CPU (user {}, system {}), {} µs waiting for a CPU",
+            us(self.cpu_user + self.cpu_system),
+            us(self.cpu_user),
+            us(self.cpu_system),
+            us(self.runqueue)
+        ));
+        if self.components.is_empty() {
+            head.push_str("; where its CPU goes: not sampled ([tap.process] profile = true, or --profile-upstream)");
+        } else {
+            let parts: Vec<String> = self
+                .components
+                .iter()
+                .take(8)
+                .map(|c| format!("{} {}", c.label, units::share(c.share)))
+                .collect();
+            let more = if self.components.len() > 8 {
+                ", …"
+            } else {
+                ""
+            };
+            head.push_str(&format!("; its CPU: {}{more}", parts.join(", ")));
+        }
+        let mut out = vec![head];
+        if self.requests == 0 {
+            out.push("no requests in the window: nothing to divide by".to_owned());
+        }
+        if let Some(w) = &self.what_if {
+            let of_total = w
+                .saved_of_total
+                .map(|f| format!(", {} of mean total", units::share(f)))
+                .unwrap_or_default();
+            let which = if w.upper_bound {
+                format!(
+                    " (its parser is inside {}, {} of its CPU: an upper bound)",
+                    w.component,
+                    units::share(w.share)
+                )
+            } else {
+                format!(" ({} is {} of its CPU)", w.component, units::share(w.share))
+            };
+            out.push(format!(
+                "what if: a parser {}× faster saves ≤ {} per request{of_total}; if the server is CPU-bound, at most {} more throughput{which}",
+                trim(w.factor),
+                units::duration(w.saved),
+                units::share(w.throughput_gain)
+            ));
+        }
+        if self.stripped {
+            out.push(format!(
+                "{} is stripped: its own code, its request parser included, reads as one component; build it with symbols (-g, not stripped) to see the parser by name",
+                self.comm
+            ));
+        }
+        out
+    }
+}
+
+fn trim(f: f64) -> String {
+    if f.fract() == 0.0 {
+        format!("{f:.0}")
+    } else {
+        format!("{f}")
+    }
+}
+
+/// The component that stands for the binary's own code: the one named after its file.
+fn own_component(u: &UpstreamSnapshot) -> Option<String> {
+    let exe = u.exe.as_deref()?;
+    std::path::Path::new(exe)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+}
+
+fn components(samples: Option<&BTreeMap<String, u64>>, own: Option<&str>) -> Vec<Component> {
+    let Some(samples) = samples else {
+        return Vec::new();
+    };
+    let total: u64 = samples.values().sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut out: Vec<Component> = samples
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(name, &n)| Component {
+            label: label(name, own),
+            name: name.clone(),
+            samples: n,
+            share: n as f64 / total as f64,
+        })
+        .collect();
+    out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.name.cmp(&b.name)));
+    out
+}
+
+fn label(name: &str, own: Option<&str>) -> String {
+    if Some(name) == own {
+        return format!("{name} (own code)");
+    }
+    match name {
+        "kernel_network" => "kernel network".to_owned(),
+        "redis_client" => "redis client (hiredis)".to_owned(),
+        "event_loop" => "event loop".to_owned(),
+        "php_engine" => "PHP engine".to_owned(),
+        "http_parser" => "HTTP parser".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+fn what_if(
+    components: &[Component],
+    own: Option<&str>,
+    stripped: bool,
+    cpu_per_request: f64,
+    mean_total: Option<f64>,
+    factor: f64,
+) -> Option<WhatIf> {
+    let (c, upper_bound) = match components.iter().find(|c| c.name == PARSER) {
+        Some(c) => (c, false),
+        None if stripped => (
+            components.iter().find(|c| Some(c.name.as_str()) == own)?,
+            true,
+        ),
+        None => return None,
+    };
+    let p = c.share;
+    let saved = cpu_per_request * p * (1.0 - 1.0 / factor);
+    Some(WhatIf {
+        factor,
+        component: c.label.clone(),
+        upper_bound,
+        share: p,
+        saved,
+        saved_of_total: mean_total.filter(|t| *t > 0.0).map(|t| saved / t),
+        throughput_gain: 1.0 / ((1.0 - p) + p / factor) - 1.0,
+    })
+}
+
+/// One side of a compare: the tap's upstream merged over the side's snapshots, with the
+/// requests (the `total` count) and mean `total` of the same windows.
+fn side(runs: &[crate::metrics::Snapshot], tap: &str) -> Option<Inside> {
+    let mut merged: Option<UpstreamSnapshot> = None;
+    let (mut requests, mut total_sum) = (0u64, 0.0);
+    for snap in runs {
+        let t = snap.taps.get(tap)?;
+        let u = t.upstream.as_ref()?;
+        merged = Some(match merged {
+            Some(acc) => crate::upstream::snapshot::merge(acc, u),
+            None => u.clone(),
+        });
+        for s in t.phases.get("total").into_iter().flat_map(|r| r.values()) {
+            requests += s.count;
+            total_sum += s.sum;
+        }
+    }
+    let mean = (requests > 0).then(|| total_sum / requests as f64);
+    merged.map(|u| Inside::new(&u, requests, mean, DEFAULT_WHAT_IF))
+}
+
+/// `compare`'s lines for taps whose upstream was watched on both sides: CPU and waiting
+/// per request, and the parser's share when sampled. Window aggregates, without an
+/// interval: they are printed beside the verdicts, not as one.
+pub fn compare_notes(
+    a: &[crate::metrics::Snapshot],
+    b: &[crate::metrics::Snapshot],
+) -> Vec<String> {
+    let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
+    let mut out = Vec::new();
+    for tap in taps {
+        let (Some(x), Some(y)) = (side(a, tap), side(b, tap)) else {
+            continue;
+        };
+        let us = |s: f64| format!("{:.1} µs", s * 1e6);
+        let mut line = format!(
+            "inside the upstream of tap {tap} ({} → {}): CPU per request {} → {} (user {} → {}, system {} → {}), waiting for a CPU {} → {}",
+            x.comm,
+            y.comm,
+            us(x.cpu_user + x.cpu_system),
+            us(y.cpu_user + y.cpu_system),
+            us(x.cpu_user),
+            us(y.cpu_user),
+            us(x.cpu_system),
+            us(y.cpu_system),
+            us(x.runqueue),
+            us(y.runqueue)
+        );
+        let parser = |i: &Inside| {
+            i.components
+                .iter()
+                .find(|c| c.name == PARSER)
+                .map(|c| c.share)
+        };
+        if let (Some(p), Some(q)) = (parser(&x), parser(&y)) {
+            line.push_str(&format!(
+                "; HTTP parser {} → {} of its CPU",
+                units::share(p),
+                units::share(q)
+            ));
+        }
+        line.push_str(": thread-time per request over each side's windows, without an interval (compare several runs per side to see their spread)");
+        out.push(line);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(samples: Option<&[(&str, u64)]>, stripped: Option<bool>) -> UpstreamSnapshot {
+        UpstreamSnapshot {
+            pid: Some(4242),
+            comm: Some("webdis".into()),
+            exe: Some("/usr/bin/webdis".into()),
+            threads: 3,
+            interval_seconds: 1.0,
+            watched_seconds: 30.0,
+            cpu_user_seconds: 0.91,
+            cpu_system_seconds: 1.22,
+            runqueue_seconds: 1.4,
+            context_switches_voluntary: 1,
+            context_switches_involuntary: 1,
+            restarts: 0,
+            samples: samples.map(|s| s.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()),
+            top_symbols: None,
+            stripped,
+            lost_samples: None,
+        }
+    }
+
+    #[test]
+    fn per_request_figures_and_the_headline_line() {
+        let i = Inside::new(&snapshot(None, None), 100_000, Some(1e-3), 2.0);
+        assert!((i.cpu_user - 9.1e-6).abs() < 1e-12);
+        assert!((i.runqueue - 14.0e-6).abs() < 1e-12);
+        let l = &i.lines()[0];
+        assert!(
+            l.starts_with("inside webdis (pid 4242, 3 threads, 30 s): per request 21.3 µs on CPU (user 9.1, system 12.2), 14.0 µs waiting for a CPU"),
+            "{l}"
+        );
+        assert!(l.contains("not sampled"), "{l}");
+        assert!(i.what_if.is_none());
+    }
+
+    #[test]
+    fn amdahl_on_the_parser_share() {
+        let s = snapshot(
+            Some(&[
+                ("http_parser", 30),
+                ("kernel_network", 50),
+                ("libc.so.6", 20),
+            ]),
+            Some(false),
+        );
+        let i = Inside::new(&s, 100_000, Some(100e-6), 2.0);
+        let w = i.what_if.clone().unwrap();
+        assert!(!w.upper_bound);
+        // 21.3 µs × 30 % × (1 − 1/2) = 3.195 µs; 1 / (0.7 + 0.15) = 1.176.
+        assert!((w.saved - 3.195e-6).abs() < 1e-9, "{w:?}");
+        assert!((w.throughput_gain - (1.0 / 0.85 - 1.0)).abs() < 1e-12);
+        assert!((w.saved_of_total.unwrap() - 0.03195).abs() < 1e-6);
+        let text = i.lines().join("\n");
+        assert!(
+            text.contains("its CPU: kernel network 50 %, HTTP parser 30 %, libc.so.6 20 %"),
+            "{text}"
+        );
+        assert!(text.contains("a parser 2× faster saves ≤ 3.19 µs per request, 3 % of mean total; if the server is CPU-bound, at most 18 % more throughput"), "{text}");
+    }
+
+    fn run(cpu_user: f64, parser: u64) -> crate::metrics::Snapshot {
+        let text = format!(
+            r#"{{"format":"phasescope-snapshot","format_version":1,"version":"0","clock":"os",
+            "taken_at":"x","taken_at_unix":1.0,"since":"x","since_unix":0.0,"metrics_enabled":true,
+            "hdr":{{"significant_figures":2,"lowest_ns":1,"highest_ns":3600000000000}},
+            "taps":{{"w":{{"protocol":"http","phases":{{"total":{{"all":{{"count":1000,"sum":0.1,
+            "mean":0.0001,"min":0.0001,"p50":0.0001,"p90":0.0001,"p99":0.0001,"p999":0.0001,
+            "max":0.0001,"histogram":[[100000,1000]]}}}}}},
+            "totals":{{"requests":1000,"errors":{{}},"connections_open":{{}},"connections":{{}},"bytes":{{}}}},
+            "upstream":{{"pid":1,"comm":"srv","exe":"/bin/srv","threads":1,"interval_seconds":1.0,
+            "cpu_user_seconds":{cpu_user},"cpu_system_seconds":0.01,"runqueue_seconds":0.002,
+            "context_switches_voluntary":0,"context_switches_involuntary":0,"restarts":0,
+            "samples":{{"http_parser":{parser},"srv":{}}}}}}}}}}}"#,
+            100 - parser
+        );
+        crate::metrics::Snapshot::from_json(&text).unwrap()
+    }
+
+    #[test]
+    fn compare_puts_both_sides_cpu_per_request_and_parser_share_side_by_side() {
+        let notes = compare_notes(&[run(0.05, 30)], &[run(0.03, 10), run(0.03, 10)]);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let n = &notes[0];
+        // 1000 requests: (0.05 + 0.01) s → 60 µs; the other side 2000 requests, 80 ms → 40 µs.
+        assert!(n.contains("CPU per request 60.0 µs → 40.0 µs"), "{n}");
+        assert!(n.contains("waiting for a CPU 2.0 µs → 2.0 µs"), "{n}");
+        assert!(n.contains("HTTP parser 30 % → 10 % of its CPU"), "{n}");
+    }
+
+    #[test]
+    fn a_stripped_binary_bounds_the_parser_by_its_own_code() {
+        let s = snapshot(
+            Some(&[("webdis", 12), ("kernel_network", 48), ("libc.so.6", 40)]),
+            Some(true),
+        );
+        let i = Inside::new(&s, 1000, None, 2.0);
+        let w = i.what_if.clone().unwrap();
+        assert!(w.upper_bound);
+        assert_eq!(w.component, "webdis (own code)");
+        let text = i.lines().join("\n");
+        assert!(text.contains("webdis (own code) 12 %"), "{text}");
+        assert!(text.contains("an upper bound"), "{text}");
+        assert!(text.contains("is stripped"), "{text}");
+    }
+}

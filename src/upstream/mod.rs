@@ -1,0 +1,177 @@
+//! Inside the upstream: the process behind a tap, what its threads spend on a CPU and
+//! waiting for one, read from /proc off the data path.
+//!
+//! Per tap with a process to watch ([`find::Target`]), one thread ([`watch`]) finds the
+//! process, reads it every `interval` into an [`account::Accountant`] and follows it
+//! across restarts. The admin server reads the same [`Upstream`] for `/metrics` and the
+//! snapshot. docs/phases.md says what the figures mean per request; docs/metrics.md names
+//! them.
+
+pub mod account;
+pub mod find;
+mod metrics;
+pub mod profile;
+pub mod snapshot;
+mod watch;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use metrics::encode as encode_prometheus;
+pub use metrics::families as metric_families;
+pub use snapshot::{SymbolSnapshot, UpstreamSnapshot};
+pub use watch::{ProfileSettings, Watcher};
+
+use crate::metrics::lock;
+use account::{Accountant, ProcessInfo, Read, Totals};
+
+/// One tap's upstream accounting, shared by its watcher and the admin server.
+pub struct Upstream {
+    tap: String,
+    interval: Duration,
+    state: Mutex<State>,
+}
+
+struct State {
+    accountant: Accountant,
+    /// The totals at the last snapshot reset: the snapshot shows what happened since.
+    baseline: Totals,
+    /// Sampling, when `profile` is on and a profiler runs (or ran) on the process.
+    samples: Option<Samples>,
+}
+
+/// Samples folded into components: since start (the exposition) and since the last reset
+/// (the snapshot).
+#[derive(Default)]
+struct Samples {
+    total: BTreeMap<String, u64>,
+    window: BTreeMap<String, u64>,
+    window_symbols: HashMap<(String, String, String), u64>,
+    window_lost: u64,
+    stripped: bool,
+}
+
+impl Upstream {
+    pub fn new(tap: &str, interval: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            tap: tap.to_owned(),
+            interval,
+            state: Mutex::new(State {
+                accountant: Accountant::new(),
+                baseline: Totals::default(),
+                samples: None,
+            }),
+        })
+    }
+
+    pub fn tap(&self) -> &str {
+        &self.tap
+    }
+
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Reads the watched process now (a scrape or a snapshot wants current counters).
+    /// Gone is left for the watcher to notice and act on.
+    pub fn refresh(&self) {
+        let mut s = lock(&self.state);
+        let _ = s.accountant.read();
+    }
+
+    pub(crate) fn read(&self) -> Read {
+        lock(&self.state).accountant.read()
+    }
+
+    pub(crate) fn attach(&self, pid: u32) -> anyhow::Result<(ProcessInfo, bool)> {
+        let mut s = lock(&self.state);
+        let info = s.accountant.attach(pid)?.clone();
+        Ok((info, s.accountant.threads_readable()))
+    }
+
+    pub(crate) fn detach(&self) {
+        lock(&self.state).accountant.detach();
+    }
+
+    /// Counters since phasescope started watching, and the process now (if any).
+    pub fn totals(&self) -> (Totals, Option<ProcessInfo>) {
+        let s = lock(&self.state);
+        (s.accountant.totals(), s.accountant.process().cloned())
+    }
+
+    /// Starts a new snapshot window (`POST /api/reset`); the Prometheus counters go on.
+    pub fn reset(&self) {
+        let mut s = lock(&self.state);
+        let _ = s.accountant.read();
+        s.baseline = s.accountant.totals();
+        if let Some(samples) = &mut s.samples {
+            samples.window.clear();
+            samples.window_symbols.clear();
+            samples.window_lost = 0;
+        }
+    }
+
+    /// A profiler started on the process: sampling figures exist from now on.
+    pub(crate) fn profiling(&self, stripped: bool) {
+        let mut s = lock(&self.state);
+        s.samples.get_or_insert_with(Samples::default).stripped = stripped;
+    }
+
+    /// Adds one collect's samples.
+    pub(crate) fn add_samples(&self, delta: &profile::ProfileDelta) {
+        let mut s = lock(&self.state);
+        let samples = s.samples.get_or_insert_with(Samples::default);
+        for (component, n) in &delta.by_component {
+            *samples.total.entry(component.clone()).or_default() += n;
+            *samples.window.entry(component.clone()).or_default() += n;
+        }
+        for sym in &delta.symbols {
+            *samples
+                .window_symbols
+                .entry((
+                    sym.symbol.clone(),
+                    sym.object.clone(),
+                    sym.component.clone(),
+                ))
+                .or_default() += sym.samples;
+        }
+        samples.window_lost += delta.lost;
+    }
+
+    /// Samples per component since start; `None` when nothing is sampled.
+    pub fn samples_total(&self) -> Option<BTreeMap<String, u64>> {
+        lock(&self.state).samples.as_ref().map(|s| s.total.clone())
+    }
+
+    /// The snapshot's `upstream` object: counters since the last reset.
+    pub fn snapshot(&self) -> UpstreamSnapshot {
+        let mut s = lock(&self.state);
+        let _ = s.accountant.read();
+        let window = s.accountant.totals().since(&s.baseline);
+        let mut snap = UpstreamSnapshot::new(window, s.accountant.process(), self.interval);
+        if let Some(samples) = &s.samples {
+            snap.samples = Some(samples.window.clone());
+            let mut top: Vec<SymbolSnapshot> = samples
+                .window_symbols
+                .iter()
+                .map(|((symbol, object, component), &samples)| SymbolSnapshot {
+                    symbol: symbol.clone(),
+                    object: object.clone(),
+                    component: component.clone(),
+                    samples,
+                })
+                .collect();
+            top.sort_by(|a, b| {
+                b.samples
+                    .cmp(&a.samples)
+                    .then_with(|| a.symbol.cmp(&b.symbol))
+            });
+            top.truncate(snapshot::TOP_SYMBOLS);
+            snap.top_symbols = Some(top);
+            snap.stripped = Some(samples.stripped);
+            snap.lost_samples = Some(samples.window_lost);
+        }
+        snap
+    }
+}

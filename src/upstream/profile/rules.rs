@@ -1,0 +1,372 @@
+//! Folding a sampled instruction into a component: rules on the symbol and the object it
+//! lies in, first match wins.
+//!
+//! The built-in rules name what a reader of "would a faster parser help?" asks about
+//! (`http_parser`, `regex`, `event_loop`, …). What no rule names takes the object's file
+//! name (`webdis`, `libc.so.6`), so the code of a stripped binary still reads as the
+//! server's own code rather than as "unknown".
+
+use regex::Regex;
+
+use super::ProfileError;
+
+/// The object name given to samples in an anonymous executable mapping: code generated at
+/// run time (PCRE2's JIT, in the servers we look at).
+pub const ANON_EXEC_OBJECT: &str = "[anon-exec]";
+/// The object name of kernel samples.
+pub const KERNEL_OBJECT: &str = "[kernel]";
+/// The catch-all component of kernel space.
+pub const KERNEL_COMPONENT: &str = "kernel";
+
+/// A rule from the configuration (`[[tap.process.component]]`): a sample belongs to
+/// `name` when its symbol matches `symbol` and its object's file name matches `object`
+/// (a missing regex matches anything; a rule with neither matches everything).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserComponentRule {
+    pub name: String,
+    pub symbol: Option<String>,
+    pub object: Option<String>,
+}
+
+/// Which address space a rule applies to: kernel function names like `tcp_sendmsg` must
+/// not claim a user-space function that happens to share the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Space {
+    Any,
+    User,
+    Kernel,
+}
+
+#[derive(Debug)]
+struct Rule {
+    name: String,
+    space: Space,
+    symbol: Option<Regex>,
+    object: Option<Regex>,
+}
+
+impl Rule {
+    fn matches(&self, symbol: &str, object: &str, kernel: bool) -> bool {
+        let space = match self.space {
+            Space::Any => true,
+            Space::User => !kernel,
+            Space::Kernel => kernel,
+        };
+        space
+            && self.symbol.as_ref().is_none_or(|re| re.is_match(symbol))
+            && self.object.as_ref().is_none_or(|re| re.is_match(object))
+    }
+}
+
+/// The built-in rules, in order. Several rows may share a name: a component is found by
+/// its symbols or, for a stripped shared library, by the library's file name.
+const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
+    // HTTP parsers: nodejs/http-parser, llhttp, picohttpparser.
+    (
+        "http_parser",
+        Space::User,
+        Some(r"^(http_parser_|llhttp_|llhttp__|phr_)"),
+        None,
+    ),
+    (
+        "http_parser",
+        Space::User,
+        None,
+        Some(r"^lib(http_parser|llhttp|picohttpparser)\b"),
+    ),
+    // PCRE2 (and PCRE), PHP's binding of it, and the code its JIT generates.
+    (
+        "regex",
+        Space::User,
+        Some(r"^(pcre2?_|_pcre2?_|php_pcre_|zif_preg_)"),
+        None,
+    ),
+    ("regex", Space::User, None, Some(r"^libpcre2?(-\d+)?\.so")),
+    ("regex", Space::User, None, Some(r"^\[anon-exec\]$")),
+    // hiredis.
+    ("redis_client", Space::User, Some(r"^(redis|__redis)"), None),
+    ("redis_client", Space::User, None, Some(r"^libhiredis")),
+    // Event loops: libevent, libev, libuv, and epoll on both sides of the system call.
+    (
+        "event_loop",
+        Space::User,
+        Some(
+            r"^(event_|evmap_|evthread_|evutil_|evsig_|evbuffer_|bufferevent_|epoll_dispatch|epoll_apply|ev_|uv_|uv__|epoll_wait$|epoll_pwait|epoll_ctl$)",
+        ),
+        None,
+    ),
+    (
+        "event_loop",
+        Space::User,
+        None,
+        Some(
+            r"^lib(event|event_core|event_extra|event_pthreads)(-[\d.]+)?\.so|^libev\.so|^libuv\.so",
+        ),
+    ),
+    (
+        "event_loop",
+        Space::Kernel,
+        Some(
+            r"^(ep_|do_epoll_|__x64_sys_epoll_|__ia32_sys_epoll_|__do_sys_epoll_|__se_sys_epoll_|sys_epoll_|epoll_)",
+        ),
+        None,
+    ),
+    // Allocators: glibc's malloc family, jemalloc, tcmalloc, mimalloc, and the Zend
+    // memory manager (PHP's allocator).
+    (
+        "alloc",
+        Space::User,
+        Some(
+            r"^(malloc|free|calloc|realloc|reallocarray|cfree|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|malloc_usable_size|__libc_(malloc|free|calloc|realloc|memalign)|_int_(malloc|free|realloc|memalign)|_int_free_\w+|malloc_consolidate|sysmalloc|unlink_chunk|tcache_\w+|arena_get2|_e(malloc|free|realloc|calloc|strdup|strndup)(_\w+)?|zend_mm_\w+|je_\w+|tc_\w+|mi_\w+|_mi_\w+)$",
+        ),
+        None,
+    ),
+    (
+        "alloc",
+        Space::User,
+        None,
+        Some(r"^lib(jemalloc|tcmalloc|tcmalloc_minimal|mimalloc)\.so"),
+    ),
+    // The PHP engine: the Zend VM and its opcode handlers, and the runtime around it.
+    (
+        "php_engine",
+        Space::User,
+        Some(
+            r"^(zend_|_zend_|ZEND_|execute_ex$|execute_internal$|zif_|zim_|php_|_php_|ZEND_\w+_HANDLER)",
+        ),
+        None,
+    ),
+    // The kernel's network stack, and the system calls that enter it.
+    (
+        "kernel_network",
+        Space::Kernel,
+        Some(concat!(
+            r"^(tcp_|tcp4_|tcp6_|__tcp_|udp_|__udp|sock_|__sock_|sk_|__sk_|skb_|__skb_|",
+            r"kfree_skb|__kfree_skb|consume_skb|napi_consume_skb|alloc_skb|__alloc_skb|",
+            r"inet_|__inet_|inet6_|ip_|__ip_|ip6_|ipv4_|ipv6_|raw_v|unix_|",
+            r"net_rx_action|__netif_|netif_|napi_|__napi_|process_backlog|loopback_xmit|",
+            r"dev_queue_xmit|__dev_queue_xmit|dev_hard_start_xmit|validate_xmit_skb|",
+            r"neigh_|dst_release|nf_|__nf_|sch_direct_xmit|qdisc_|__qdisc_|pfifo_fast_|",
+            r"release_sock|lock_sock|__release_sock|sockfd_lookup|security_socket_|",
+            r"__sys_(send|recv|sendto|recvfrom|sendmsg|recvmsg|sendmmsg|recvmmsg|accept|accept4|connect|shutdown|socket|bind|listen|setsockopt|getsockopt)|",
+            r"___sys_(sendmsg|recvmsg)|do_accept|",
+            r"(__x64_|__ia32_|__do_|__se_)?sys_(send|recv|sendto|recvfrom|sendmsg|recvmsg|sendmmsg|recvmmsg|accept|accept4|connect|shutdown|socket|bind|listen|setsockopt|getsockopt)$)"
+        )),
+        None,
+    ),
+    // The rest of kernel space.
+    (KERNEL_COMPONENT, Space::Kernel, None, None),
+];
+
+/// Built-in rules and the configuration's rules, compiled; the configuration's come first.
+#[derive(Debug)]
+pub struct ComponentRules {
+    rules: Vec<Rule>,
+}
+
+impl ComponentRules {
+    /// User rules come first, then the built-ins; `symbol` and `object` are regexes.
+    pub fn new(user: &[UserComponentRule]) -> Result<ComponentRules, ProfileError> {
+        let compile = |name: &str, field: &'static str, pattern: &str| {
+            Regex::new(pattern).map_err(|source| ProfileError::Rule {
+                name: name.to_owned(),
+                field,
+                source: Box::new(source),
+            })
+        };
+        let mut rules = Vec::with_capacity(user.len() + BUILT_IN.len());
+        for rule in user {
+            if rule.name.trim().is_empty() {
+                return Err(ProfileError::RuleName);
+            }
+            rules.push(Rule {
+                name: rule.name.clone(),
+                space: Space::Any,
+                symbol: rule
+                    .symbol
+                    .as_deref()
+                    .map(|p| compile(&rule.name, "symbol", p))
+                    .transpose()?,
+                object: rule
+                    .object
+                    .as_deref()
+                    .map(|p| compile(&rule.name, "object", p))
+                    .transpose()?,
+            });
+        }
+        for &(name, space, symbol, object) in BUILT_IN {
+            rules.push(Rule {
+                name: name.to_owned(),
+                space,
+                symbol: symbol.map(|p| compile(name, "symbol", p)).transpose()?,
+                object: object.map(|p| compile(name, "object", p)).transpose()?,
+            });
+        }
+        Ok(ComponentRules { rules })
+    }
+
+    /// The component of an instruction in `symbol` (empty when unknown) of `object` (the
+    /// file name of its mapping, [`ANON_EXEC_OBJECT`] or [`KERNEL_OBJECT`]).
+    pub fn component<'a>(&'a self, symbol: &str, object: &'a str, kernel: bool) -> &'a str {
+        self.rules
+            .iter()
+            .find(|rule| rule.matches(symbol, object, kernel))
+            .map_or(object, |rule| rule.name.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> ComponentRules {
+        ComponentRules::new(&[]).unwrap()
+    }
+
+    #[test]
+    fn built_in_table() {
+        let rules = rules();
+        // (symbol, object, kernel, expected component)
+        let table: &[(&str, &str, bool, &str)] = &[
+            ("http_parser_execute", "webdis", false, "http_parser"),
+            ("llhttp_execute", "node", false, "http_parser"),
+            ("llhttp__internal__run", "node", false, "http_parser"),
+            ("phr_parse_request", "h2o", false, "http_parser"),
+            ("", "libllhttp.so.9.1", false, "http_parser"),
+            ("pcre2_match_8", "libpcre2-8.so.0", false, "regex"),
+            ("", "libpcre2-8.so.0", false, "regex"),
+            ("php_pcre_match_impl", "php8.4", false, "regex"),
+            ("", ANON_EXEC_OBJECT, false, "regex"),
+            (
+                "redisAsyncHandleRead",
+                "libhiredis.so.0.14",
+                false,
+                "redis_client",
+            ),
+            ("redisReaderFeed", "webdis", false, "redis_client"),
+            ("", "libhiredis.so.1.1.0", false, "redis_client"),
+            ("event_base_loop", "libevent-2.1.so.7", false, "event_loop"),
+            ("evmap_io_active_", "libevent-2.1.so.7", false, "event_loop"),
+            ("", "libevent-2.1.so.7", false, "event_loop"),
+            ("ev_run", "libev.so.4", false, "event_loop"),
+            ("uv_run", "node", false, "event_loop"),
+            ("uv__io_poll", "node", false, "event_loop"),
+            ("epoll_wait", "libc.so.6", false, "event_loop"),
+            ("ep_poll", KERNEL_OBJECT, true, "event_loop"),
+            ("do_epoll_wait", KERNEL_OBJECT, true, "event_loop"),
+            ("malloc", "libc.so.6", false, "alloc"),
+            ("_int_malloc", "libc.so.6", false, "alloc"),
+            ("cfree", "libc.so.6", false, "alloc"),
+            ("__libc_calloc", "libc.so.6", false, "alloc"),
+            ("_emalloc_56", "php8.4", false, "alloc"),
+            ("zend_mm_alloc_pages", "php8.4", false, "alloc"),
+            ("je_malloc", "libjemalloc.so.2", false, "alloc"),
+            ("", "libjemalloc.so.2", false, "alloc"),
+            ("malloc_trim_helper", "app", false, "app"),
+            ("zend_hash_find", "php8.4", false, "php_engine"),
+            ("execute_ex", "php8.4", false, "php_engine"),
+            (
+                "ZEND_DO_ICALL_SPEC_RETVAL_USED_HANDLER",
+                "php8.4",
+                false,
+                "php_engine",
+            ),
+            ("tcp_sendmsg", KERNEL_OBJECT, true, "kernel_network"),
+            ("tcp_recvmsg_locked", KERNEL_OBJECT, true, "kernel_network"),
+            ("sock_read_iter", KERNEL_OBJECT, true, "kernel_network"),
+            ("__sys_recvfrom", KERNEL_OBJECT, true, "kernel_network"),
+            ("__x64_sys_sendto", KERNEL_OBJECT, true, "kernel_network"),
+            ("ip_finish_output2", KERNEL_OBJECT, true, "kernel_network"),
+            (
+                "__netif_receive_skb_one_core",
+                KERNEL_OBJECT,
+                true,
+                "kernel_network",
+            ),
+            (
+                "skb_copy_datagram_iter",
+                KERNEL_OBJECT,
+                true,
+                "kernel_network",
+            ),
+            ("inet_recvmsg", KERNEL_OBJECT, true, "kernel_network"),
+            ("loopback_xmit", KERNEL_OBJECT, true, "kernel_network"),
+            ("schedule", KERNEL_OBJECT, true, "kernel"),
+            ("__x64_sys_write", KERNEL_OBJECT, true, "kernel"),
+            ("copy_user_generic_string", KERNEL_OBJECT, true, "kernel"),
+            ("", KERNEL_OBJECT, true, "kernel"),
+            // Kernel-only prefixes do not claim user-space functions.
+            ("tcp_connect_retry", "myserver", false, "myserver"),
+            ("sock_helper", "libfoo.so.1", false, "libfoo.so.1"),
+            // What no rule names: the object's file name.
+            ("backend_query", "burn-upstream", false, "burn-upstream"),
+            ("", "webdis", false, "webdis"),
+            ("memcpy", "libc.so.6", false, "libc.so.6"),
+            (
+                "__memmove_avx_unaligned_erms",
+                "libc.so.6",
+                false,
+                "libc.so.6",
+            ),
+            ("json_dumps", "libjansson.so.4", false, "libjansson.so.4"),
+        ];
+        for &(symbol, object, kernel, expected) in table {
+            assert_eq!(
+                rules.component(symbol, object, kernel),
+                expected,
+                "symbol {symbol:?} in {object:?} (kernel: {kernel})"
+            );
+        }
+    }
+
+    #[test]
+    fn user_rules_come_first() {
+        let rules = ComponentRules::new(&[
+            UserComponentRule {
+                name: "routing".into(),
+                symbol: Some("^http_parser_execute$".into()),
+                object: Some("^webdis$".into()),
+            },
+            UserComponentRule {
+                name: "json".into(),
+                symbol: None,
+                object: Some("^libjansson".into()),
+            },
+        ])
+        .unwrap();
+        assert_eq!(
+            rules.component("http_parser_execute", "webdis", false),
+            "routing"
+        );
+        // Both regexes must match: the same symbol elsewhere falls through to the built-ins.
+        assert_eq!(
+            rules.component("http_parser_execute", "other", false),
+            "http_parser"
+        );
+        assert_eq!(
+            rules.component("json_dumps", "libjansson.so.4", false),
+            "json"
+        );
+        assert_eq!(rules.component("memcpy", "libc.so.6", false), "libc.so.6");
+    }
+
+    #[test]
+    fn bad_user_rules_are_refused_with_their_name() {
+        let error = ComponentRules::new(&[UserComponentRule {
+            name: "broken".into(),
+            symbol: Some("(unclosed".into()),
+            object: None,
+        }])
+        .unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("broken") && text.contains("symbol"), "{text}");
+        assert!(matches!(
+            ComponentRules::new(&[UserComponentRule {
+                name: " ".into(),
+                symbol: None,
+                object: None,
+            }]),
+            Err(ProfileError::RuleName)
+        ));
+    }
+}

@@ -1,0 +1,447 @@
+//! Naming sampled addresses: the symbol (blazesym) and the object they lie in
+//! (/proc/PID/maps), cached per process so that each distinct address is looked up once.
+//!
+//! blazesym reads the process's maps itself, so shared libraries, PIE and ASLR are handled
+//! by the library made for it, and kernel addresses come from /proc/kallsyms. Its
+//! `Symbolizer` keeps per-file caches that are not `Send`; it lives on a thread of its own
+//! so that the `Profiler` can move between threads (a tokio blocking task, a watcher
+//! thread) and the parsed symbol tables survive from one `collect` to the next.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use blazesym::helper::ElfResolver;
+use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::{
+    Input, ProcessMemberInfo, ProcessMemberType, Resolve, Symbolized, Symbolizer,
+};
+use blazesym::{MaybeDefault, Pid};
+
+use super::rules::{ANON_EXEC_OBJECT, KERNEL_OBJECT};
+use super::ProfileError;
+
+/// The symbol name of an address no symbol covers (a stripped binary, JIT code).
+pub const UNKNOWN_SYMBOL: &str = "[unknown]";
+/// The object of an address outside every mapping (code unmapped since it was sampled).
+pub const UNMAPPED_OBJECT: &str = "[unmapped]";
+
+/// How long one batch may take the symbolizer thread; the first batch of a process parses
+/// the symbol tables of its binary and libraries.
+const SYMBOLIZE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Past this many cached addresses the cache starts over (JIT code can make the set of
+/// distinct addresses grow without bound).
+const CACHE_LIMIT: usize = 1 << 20;
+
+/// An interned (symbol, object, space): what an address resolves to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Name {
+    pub symbol: String,
+    pub object: String,
+    pub kernel: bool,
+}
+
+/// Index into [`Symbols::names`].
+pub type NameId = u32;
+
+/// Per-process naming of sampled addresses.
+pub struct Symbols {
+    pid: u32,
+    map_files: bool,
+    worker: Worker,
+    maps: Maps,
+    user: HashMap<u64, NameId>,
+    kernel: HashMap<u64, NameId>,
+    names: Vec<Name>,
+    interned: HashMap<Name, NameId>,
+    scratch: Vec<u64>,
+}
+
+impl Symbols {
+    pub fn new(pid: u32) -> Result<Symbols, ProfileError> {
+        let maps = Maps::read(pid)?;
+        let map_files = map_files_readable(pid, &maps);
+        Ok(Symbols {
+            pid,
+            map_files,
+            worker: Worker::spawn(pid, map_files).map_err(ProfileError::Symbolizer)?,
+            maps,
+            user: HashMap::new(),
+            kernel: HashMap::new(),
+            names: Vec::new(),
+            interned: HashMap::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Re-reads /proc/PID/maps; when its executable mappings changed (a library loaded,
+    /// JIT code mapped), the user-space cache starts over since an address may now mean
+    /// something else. Data mappings come and go with the heap and do not matter.
+    pub fn refresh_maps(&mut self) -> Result<(), ProfileError> {
+        let maps = Maps::read(self.pid)?;
+        if maps != self.maps {
+            self.maps = maps;
+            self.user.clear();
+        }
+        Ok(())
+    }
+
+    pub fn name(&self, id: NameId) -> &Name {
+        &self.names[id as usize]
+    }
+
+    pub fn user(&self, addr: u64) -> Option<NameId> {
+        self.user.get(&addr).copied()
+    }
+
+    pub fn kernel(&self, addr: u64) -> Option<NameId> {
+        self.kernel.get(&addr).copied()
+    }
+
+    /// Names the user-space addresses not cached yet, in one batch.
+    pub fn resolve_user(&mut self, addrs: impl Iterator<Item = u64>) -> Result<(), ProfileError> {
+        if self.user.len() > CACHE_LIMIT {
+            self.user.clear();
+        }
+        self.scratch.clear();
+        self.scratch
+            .extend(addrs.filter(|addr| !self.user.contains_key(addr)));
+        if self.scratch.is_empty() {
+            return Ok(());
+        }
+        self.scratch.sort_unstable();
+        self.scratch.dedup();
+        let addrs = std::mem::take(&mut self.scratch);
+        let symbols = self.worker.symbolize(Request::User {
+            pid: self.pid,
+            map_files: self.map_files,
+            addrs: addrs.clone(),
+        })?;
+        for (&addr, symbol) in addrs.iter().zip(symbols) {
+            let object = self.maps.object(addr).to_owned();
+            let id = self.intern(Name {
+                symbol: symbol.unwrap_or_else(|| UNKNOWN_SYMBOL.to_owned()),
+                object,
+                kernel: false,
+            });
+            self.user.insert(addr, id);
+        }
+        self.scratch = addrs;
+        Ok(())
+    }
+
+    /// Names the kernel addresses not cached yet, in one batch.
+    pub fn resolve_kernel(&mut self, addrs: impl Iterator<Item = u64>) -> Result<(), ProfileError> {
+        self.scratch.clear();
+        self.scratch
+            .extend(addrs.filter(|addr| !self.kernel.contains_key(addr)));
+        if self.scratch.is_empty() {
+            return Ok(());
+        }
+        self.scratch.sort_unstable();
+        self.scratch.dedup();
+        let addrs = std::mem::take(&mut self.scratch);
+        let symbols = self.worker.symbolize(Request::Kernel {
+            addrs: addrs.clone(),
+        })?;
+        for (&addr, symbol) in addrs.iter().zip(symbols) {
+            let id = self.intern(Name {
+                symbol: symbol.unwrap_or_else(|| UNKNOWN_SYMBOL.to_owned()),
+                object: KERNEL_OBJECT.to_owned(),
+                kernel: true,
+            });
+            self.kernel.insert(addr, id);
+        }
+        self.scratch = addrs;
+        Ok(())
+    }
+
+    fn intern(&mut self, name: Name) -> NameId {
+        if let Some(&id) = self.interned.get(&name) {
+            return id;
+        }
+        // Distinct names are bounded by the symbols of the process's objects.
+        let id = NameId::try_from(self.names.len()).unwrap_or(NameId::MAX);
+        self.names.push(name.clone());
+        self.interned.insert(name, id);
+        id
+    }
+
+    /// Number of interned names; a `NameId` below it is valid.
+    pub fn names(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// /proc/PID/maps, executable mappings only, sorted by start.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Maps {
+    ranges: Vec<(u64, u64, String)>,
+}
+
+impl Maps {
+    fn read(pid: u32) -> Result<Maps, ProfileError> {
+        let text = fs::read(format!("/proc/{pid}/maps"))
+            .map_err(|source| ProfileError::Process { pid, source })?;
+        Ok(Maps::parse(&String::from_utf8_lossy(&text)))
+    }
+
+    fn parse(text: &str) -> Maps {
+        let mut ranges = Vec::new();
+        for line in text.lines() {
+            let mut fields = line.split_ascii_whitespace();
+            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            if perms.as_bytes().get(2) != Some(&b'x') {
+                continue;
+            }
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) =
+                (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+            else {
+                continue;
+            };
+            // offset, device, inode, then the path (which may contain spaces).
+            let path = fields.skip(3).collect::<Vec<_>>().join(" ");
+            ranges.push((start, end, object_name(&path)));
+        }
+        ranges.sort_unstable_by_key(|&(start, _, _)| start);
+        Maps { ranges }
+    }
+
+    fn object(&self, addr: u64) -> &str {
+        let index = self.ranges.partition_point(|&(start, _, _)| start <= addr);
+        match index.checked_sub(1).and_then(|i| self.ranges.get(i)) {
+            Some((_, end, name)) if addr < *end => name,
+            _ => UNMAPPED_OBJECT,
+        }
+    }
+
+    fn first_file(&self) -> Option<(u64, u64)> {
+        self.ranges
+            .iter()
+            .find(|(_, _, name)| !name.starts_with('['))
+            .map(|&(start, end, _)| (start, end))
+    }
+}
+
+/// The object name of a mapping's path: the file name for a file, `[vdso]` as is, and
+/// [`ANON_EXEC_OBJECT`] for code made at run time (anonymous or memfd mappings).
+fn object_name(path: &str) -> String {
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    if path == "[vdso]" || path == "[vsyscall]" {
+        return path.to_owned();
+    }
+    if path.is_empty() || path.starts_with('[') || path.starts_with("/memfd:") {
+        return ANON_EXEC_OBJECT.to_owned();
+    }
+    path.rsplit('/').next().unwrap_or(path).to_owned()
+}
+
+/// Whether /proc/PID/map_files can be opened (it needs CAP_SYS_ADMIN or
+/// CAP_CHECKPOINT_RESTORE): it reaches the mapped file even across mount namespaces or
+/// after the file was replaced. Without it the files are opened through /proc/PID/root,
+/// which a sidecar in another mount namespace reaches with CAP_SYS_PTRACE.
+fn map_files_readable(pid: u32, maps: &Maps) -> bool {
+    let Some((start, end)) = maps.first_file() else {
+        return false;
+    };
+    let path = PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"));
+    fs::File::open(path).is_ok()
+}
+
+enum Request {
+    User {
+        pid: u32,
+        map_files: bool,
+        addrs: Vec<u64>,
+    },
+    Kernel {
+        addrs: Vec<u64>,
+    },
+}
+
+type Response = Result<Vec<Option<String>>, String>;
+
+/// The thread that owns the blazesym `Symbolizer`; it ends when the `Worker` is dropped.
+struct Worker {
+    requests: mpsc::Sender<Request>,
+    responses: mpsc::Receiver<Response>,
+}
+
+impl Worker {
+    fn spawn(pid: u32, map_files: bool) -> io::Result<Worker> {
+        let (requests, request_rx) = mpsc::channel::<Request>();
+        let (response_tx, responses) = mpsc::channel::<Response>();
+        thread::Builder::new()
+            .name("upstream-symbolize".into())
+            .spawn(move || {
+                let mut builder = Symbolizer::builder();
+                if !map_files {
+                    builder =
+                        builder.set_process_dispatcher(move |member: ProcessMemberInfo<'_>| {
+                            Ok(through_root(pid, &member))
+                        });
+                }
+                let symbolizer = builder.build();
+                while let Ok(request) = request_rx.recv() {
+                    if response_tx.send(symbolize(&symbolizer, &request)).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Worker {
+            requests,
+            responses,
+        })
+    }
+
+    fn symbolize(&self, request: Request) -> Result<Vec<Option<String>>, ProfileError> {
+        let stopped = || ProfileError::Symbolize("the symbolizer thread stopped".into());
+        self.requests.send(request).map_err(|_| stopped())?;
+        match self.responses.recv_timeout(SYMBOLIZE_DEADLINE) {
+            Ok(response) => response.map_err(ProfileError::Symbolize),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(ProfileError::Symbolize(format!(
+                "no answer from the symbolizer within {SYMBOLIZE_DEADLINE:?}"
+            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
+        }
+    }
+}
+
+/// A resolver for a file of the process opened through /proc/PID/root (the process's own
+/// view of the file system), or `None` to leave the member to blazesym.
+fn through_root(pid: u32, member: &ProcessMemberInfo<'_>) -> Option<Box<dyn Resolve>> {
+    let ProcessMemberType::Path(path) = member.member_entry else {
+        return None;
+    };
+    let relative = path.symbolic_path.strip_prefix("/").ok()?;
+    let resolver =
+        ElfResolver::open(Path::new(&format!("/proc/{pid}/root")).join(relative)).ok()?;
+    Some(Box::new(resolver))
+}
+
+fn symbolize(symbolizer: &Symbolizer, request: &Request) -> Response {
+    let (source, addrs) = match request {
+        Request::User {
+            pid,
+            map_files,
+            addrs,
+        } => {
+            let mut process = Process::new(Pid::from(*pid));
+            process.debug_syms = false;
+            process.map_files = *map_files;
+            (Source::Process(process), addrs)
+        }
+        Request::Kernel { addrs } => {
+            let kernel = Kernel {
+                kallsyms: MaybeDefault::Default,
+                vmlinux: MaybeDefault::None,
+                kaslr_offset: Some(0),
+                debug_syms: false,
+                ..Kernel::default()
+            };
+            (Source::Kernel(kernel), addrs)
+        }
+    };
+    let symbolized = symbolizer
+        .symbolize(&source, Input::AbsAddr(addrs))
+        .map_err(|error| format!("{error:#}"))?;
+    Ok(symbolized
+        .into_iter()
+        .map(|symbolized| match symbolized {
+            Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+            Symbolized::Unknown(_) => None,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The path used when /proc/PID/map_files is not readable: files opened through
+    /// /proc/PID/root name this test binary's own functions.
+    #[test]
+    fn symbolizes_through_proc_root() {
+        let pid = std::process::id();
+        let addr = through_root as *const () as u64;
+        for map_files in [false, true] {
+            let worker = Worker::spawn(pid, map_files).unwrap();
+            let names = worker
+                .symbolize(Request::User {
+                    pid,
+                    map_files,
+                    addrs: vec![addr],
+                })
+                .unwrap();
+            let name = names[0].as_deref().unwrap_or("");
+            assert!(
+                name.contains("through_root"),
+                "map_files {map_files}: {name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn through_root_opens_the_process_view_of_a_file() {
+        let pid = std::process::id();
+        let member = |path: PathBuf| {
+            ProcessMemberType::Path(blazesym::symbolize::ProcessMemberPath {
+                maps_file: PathBuf::from("/nonexistent"),
+                symbolic_path: path,
+                _non_exhaustive: (),
+            })
+        };
+        let info = |entry| ProcessMemberInfo {
+            range: 0..1,
+            member_entry: entry,
+            _non_exhaustive: (),
+        };
+        let exe = member(std::env::current_exe().unwrap());
+        assert!(through_root(pid, &info(&exe)).is_some());
+        let missing = member(PathBuf::from("/nonexistent/binary"));
+        assert!(through_root(pid, &info(&missing)).is_none());
+        let heap = ProcessMemberType::Component("[heap]".into());
+        assert!(through_root(pid, &info(&heap)).is_none());
+    }
+
+    #[test]
+    fn maps_name_objects() {
+        let maps = Maps::parse(concat!(
+            "56239c249000-56239c24b000 r--p 00000000 fe:00 247030  /usr/bin/webdis\n",
+            "56239c24b000-56239c250000 r-xp 00002000 fe:00 247030  /usr/bin/webdis\n",
+            "7fd6c1ff4000-7fd6c214a000 r-xp 00026000 fe:00 326279  /usr/lib/x86_64-linux-gnu/libc.so.6\n",
+            "7fd6c2200000-7fd6c2210000 rwxp 00000000 00:00 0 \n",
+            "7fd6c2300000-7fd6c2310000 r-xp 00000000 00:01 77  /memfd:pcre2jit (deleted)\n",
+            "7fd6c2400000-7fd6c2410000 r-xp 00000000 fe:00 9  /opt/my app/lib x.so (deleted)\n",
+            "7ffd6c5fe000-7ffd6c600000 r-xp 00000000 00:00 0  [vdso]\n",
+            "garbage line\n",
+        ));
+        assert_eq!(maps.object(0x56239c24b100), "webdis");
+        assert_eq!(
+            maps.object(0x56239c249100),
+            UNMAPPED_OBJECT,
+            "not executable"
+        );
+        assert_eq!(maps.object(0x7fd6c1ff4000), "libc.so.6");
+        assert_eq!(
+            maps.object(0x7fd6c214a000),
+            UNMAPPED_OBJECT,
+            "end is exclusive"
+        );
+        assert_eq!(maps.object(0x7fd6c2200010), ANON_EXEC_OBJECT);
+        assert_eq!(maps.object(0x7fd6c2300010), ANON_EXEC_OBJECT);
+        assert_eq!(maps.object(0x7fd6c2400010), "lib x.so");
+        assert_eq!(maps.object(0x7ffd6c5fe010), "[vdso]");
+        assert_eq!(maps.object(0x10), UNMAPPED_OBJECT);
+    }
+}

@@ -1,0 +1,262 @@
+//! The per-tap watcher thread: find the process, read it every `interval`, follow it
+//! across restarts, and say so in the log once per change.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::Context;
+
+use super::account::Read;
+use super::find::Target;
+use super::profile::{self, ComponentRules, Profiler, UserComponentRule};
+use super::Upstream;
+
+/// What `profile = true` asks for: the rate and the user's component rules.
+#[derive(Debug, Clone)]
+pub struct ProfileSettings {
+    pub frequency: u32,
+    pub rules: Vec<UserComponentRule>,
+}
+
+impl ProfileSettings {
+    /// From `[tap.process]`; `None` when profiling is off.
+    pub fn of(tap: &crate::config::TapConfig) -> Option<ProfileSettings> {
+        let p = &tap.process;
+        p.profile.then(|| ProfileSettings {
+            frequency: p.frequency,
+            rules: p
+                .components
+                .iter()
+                .map(|c| UserComponentRule {
+                    name: c.name.clone(),
+                    symbol: c.symbol.clone(),
+                    object: c.object.clone(),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Owns the thread; dropping it (or [`Watcher::stop`]) ends the thread within one
+/// `interval`'s wait, which the stop cuts short.
+pub struct Watcher {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Starts watching for `target` into `upstream`. The thread runs apart from the
+    /// connection workers: /proc reads never delay a request.
+    pub fn spawn(
+        target: Target,
+        upstream: Arc<Upstream>,
+        profile: Option<ProfileSettings>,
+    ) -> anyhow::Result<Watcher> {
+        let (stop, stopped) = mpsc::channel();
+        let name = format!("ps-up-{}", upstream.tap());
+        let thread = std::thread::Builder::new()
+            // Thread names are cut at 15 bytes by the kernel; the prefix is what matters.
+            .name(name.chars().take(15).collect())
+            .spawn(move || run(&target, &upstream, profile.as_ref(), &stopped))
+            .context("starting the upstream watcher thread")?;
+        Ok(Watcher {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn run(
+    target: &Target,
+    upstream: &Upstream,
+    profile: Option<&ProfileSettings>,
+    stopped: &mpsc::Receiver<()>,
+) {
+    let tap = upstream.tap();
+    let interval = upstream.interval();
+    if let Err(e) = super::account::check_kernel() {
+        tracing::warn!(tap, "{e:#}; upstream accounting is off for this tap");
+        return;
+    }
+    // Log a failure to find once, until something changes.
+    let mut told_missing = false;
+    // Consecutive failures to find: finding scans every process's fds, so a process that
+    // stays missing is looked for less often.
+    let mut misses = 0u32;
+    let mut attached: Option<u32> = None;
+    let mut last_pid: Option<u32> = None;
+    // One profiler per process: a restart gets a new one, never the old one's events.
+    let mut profiler: Option<Profiler> = None;
+    let mut told_profile = false;
+    loop {
+        match attached {
+            None => match target.locate().and_then(|pid| upstream.attach(pid)) {
+                Ok((info, threads_readable)) => {
+                    told_missing = false;
+                    misses = 0;
+                    attached = Some(info.pid);
+                    match last_pid {
+                        Some(old) => tracing::info!(
+                            tap,
+                            pid = info.pid,
+                            old_pid = old,
+                            comm = %info.comm,
+                            "the upstream process restarted: now watching pid {} ({}, {} threads); counters go on from the new process, nothing of pid {old} after its last read is counted",
+                            info.pid, info.comm, info.threads
+                        ),
+                        None => tracing::info!(
+                            tap,
+                            pid = info.pid,
+                            comm = %info.comm,
+                            "watching the upstream process: pid {} ({}, {} threads), every {}",
+                            info.pid,
+                            info.comm,
+                            info.threads,
+                            humantime::format_duration(interval)
+                        ),
+                    }
+                    if !threads_readable {
+                        tracing::warn!(
+                            tap,
+                            pid = info.pid,
+                            "cannot read /proc/{}/task/*/schedstat or status: CPU time is counted, run-queue delay and context switches are not; run as the upstream's user or as root, or grant CAP_SYS_PTRACE",
+                            info.pid
+                        );
+                    }
+                    last_pid = Some(info.pid);
+                    if let Some(settings) = profile {
+                        profiler =
+                            start_profiler(tap, &info, settings, upstream, &mut told_profile);
+                    }
+                }
+                Err(e) if e.downcast_ref::<super::find::NotLocal>().is_some() => {
+                    tracing::warn!(
+                        tap,
+                        "cannot watch the upstream process: {e:#}. The tap works as before, without upstream accounting"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    misses = misses.saturating_add(1);
+                    if !told_missing {
+                        let retry = if target.follows_restarts() || last_pid.is_none() {
+                            format!(
+                                "; looking again every {}",
+                                humantime::format_duration(interval)
+                            )
+                        } else {
+                            String::new()
+                        };
+                        tracing::warn!(
+                            tap,
+                            "cannot watch the upstream process: {e:#}. The tap works as before, without upstream accounting{retry}"
+                        );
+                        told_missing = true;
+                    }
+                }
+            },
+            Some(pid) => {
+                if let Some(p) = &mut profiler {
+                    match p.collect() {
+                        Ok(delta) => upstream.add_samples(&delta),
+                        Err(e) => {
+                            // The process may be exiting; the read below tells.
+                            tracing::debug!(tap, pid, "collecting samples: {e}");
+                        }
+                    }
+                }
+                if upstream.read() == Read::Gone {
+                    upstream.detach();
+                    attached = None;
+                    profiler = None;
+                    tracing::info!(tap, pid, "the upstream process {pid} is gone");
+                    if target.follows_restarts() {
+                        // Its successor may already listen: look now rather than an
+                        // interval later.
+                        continue;
+                    }
+                }
+            }
+        }
+        let wait = if attached.is_none() && misses >= SLOW_AFTER_MISSES {
+            interval.max((interval * 10).min(SLOW_FIND))
+        } else {
+            interval
+        };
+        match stopped.recv_timeout(wait) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// After this many failed attempts in a row, look for the process only every
+/// `min(10 × interval, SLOW_FIND)` (never less often than `interval`).
+const SLOW_AFTER_MISSES: u32 = 30;
+const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts sampling `info`'s process; a failure is one log line (once per watcher for a
+/// missing permission) and the accounting goes on without samples.
+fn start_profiler(
+    tap: &str,
+    info: &super::account::ProcessInfo,
+    settings: &ProfileSettings,
+    upstream: &Upstream,
+    told: &mut bool,
+) -> Option<Profiler> {
+    let rules = match ComponentRules::new(&settings.rules) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(tap, "{e}; sampling is off");
+            return None;
+        }
+    };
+    match Profiler::start(info.pid, settings.frequency, rules) {
+        Ok(p) => {
+            let stripped = info.exe.as_deref().is_some_and(profile::is_stripped);
+            upstream.profiling(stripped);
+            tracing::info!(
+                tap,
+                pid = info.pid,
+                "sampling the upstream's CPU at {} Hz per thread{}",
+                settings.frequency,
+                if stripped {
+                    "; its binary is stripped: its own code reads as one component"
+                } else {
+                    ""
+                }
+            );
+            *told = false;
+            Some(p)
+        }
+        Err(e) => {
+            if !*told {
+                tracing::warn!(
+                    tap,
+                    pid = info.pid,
+                    "{e}. Sampling is off; CPU and run-queue accounting go on"
+                );
+                *told = e.is_permission();
+            }
+            None
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! The upstream sampler against real processes with a known truth: the burn upstream
+//! (30 µs in `http_parser_execute`, 70 µs in `backend_query` per request), Debian's
+//! Webdis in front of Redis, and the PHP fixture.
+
+mod amp;
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use amp::AmpServer;
+use phasescope::upstream::profile::{
+    is_stripped, ComponentRules, ProfileDelta, Profiler, SymbolSamples, UserComponentRule,
+    ANON_EXEC_OBJECT,
+};
+use support::{
+    burn_upstream_binary, require_tool, run_wrk, BurnUpstream, RedisServer, Webdis, IO_TIMEOUT,
+};
+
+/// Deltas of several collects added up.
+#[derive(Default, Debug)]
+struct Totals {
+    by_component: HashMap<String, u64>,
+    symbols: HashMap<(String, String, String), u64>,
+    lost: u64,
+}
+
+impl Totals {
+    fn add(&mut self, delta: ProfileDelta) {
+        for (component, n) in delta.by_component {
+            *self.by_component.entry(component).or_insert(0) += n;
+        }
+        for SymbolSamples {
+            symbol,
+            object,
+            component,
+            samples,
+        } in delta.symbols
+        {
+            *self.symbols.entry((symbol, object, component)).or_insert(0) += samples;
+        }
+        self.lost += delta.lost;
+    }
+
+    fn total(&self) -> u64 {
+        self.by_component.values().sum()
+    }
+
+    fn component(&self, name: &str) -> u64 {
+        self.by_component.get(name).copied().unwrap_or(0)
+    }
+
+    fn symbol(&self, name: &str) -> u64 {
+        self.symbols
+            .iter()
+            .filter(|((symbol, _, _), _)| symbol == name)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Samples in user code of `object`, whatever component they fold into.
+    fn in_object(&self, object: &str) -> u64 {
+        self.symbols
+            .iter()
+            .filter(|((_, o, _), _)| o == object)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn describe(&self) -> String {
+        let mut components: Vec<_> = self.by_component.iter().collect();
+        components.sort_by(|a, b| b.1.cmp(a.1));
+        let mut symbols: Vec<_> = self.symbols.iter().collect();
+        symbols.sort_by(|a, b| b.1.cmp(a.1));
+        let mut text = format!("{} samples, {} lost\ncomponents:", self.total(), self.lost);
+        for (component, n) in components {
+            text.push_str(&format!(" {component}={n}"));
+        }
+        text.push_str("\ntop symbols:");
+        for ((symbol, object, component), n) in symbols.into_iter().take(25) {
+            text.push_str(&format!("\n  {n:6} {symbol} ({object}) -> {component}"));
+        }
+        text
+    }
+}
+
+/// Keep-alive clients sending `GET /` to `addr` until `stop`; each waits for the whole
+/// response before the next request.
+fn load(addr: SocketAddr, clients: usize, stop: Arc<AtomicBool>) -> Vec<thread::JoinHandle<u64>> {
+    (0..clients)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                stream.set_nodelay(true).unwrap();
+                let request = b"GET / HTTP/1.1\r\nHost: burn\r\n\r\n";
+                let mut buf = [0u8; 4096];
+                let mut done = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    stream.write_all(request).unwrap();
+                    let mut got = Vec::new();
+                    while !got.ends_with(b"\r\n\r\nok") {
+                        let n = stream.read(&mut buf).unwrap();
+                        assert!(n > 0, "burn upstream closed the connection");
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect()
+}
+
+/// Collects every `every` until `enough` says so or `deadline` passes.
+fn profile_until(
+    profiler: &mut Profiler,
+    every: Duration,
+    deadline: Duration,
+    mut enough: impl FnMut(&Totals) -> bool,
+) -> Totals {
+    let mut totals = Totals::default();
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        thread::sleep(every);
+        totals.add(profiler.collect().unwrap());
+        if enough(&totals) {
+            break;
+        }
+    }
+    totals
+}
+
+/// This process's CPU time (user + system), all threads.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+#[test]
+fn burn_upstream_parser_share_matches_the_truth() {
+    let (parser_us, backend_us) = (30u32, 70u32);
+    let mut burn = BurnUpstream::start(parser_us, backend_us);
+    let pid = burn.process().pid();
+    // Started before the clients connect: their server threads do not exist yet and must
+    // be picked up by `collect`.
+    // A user rule names the backend; it comes before the built-ins.
+    let rules = ComponentRules::new(&[UserComponentRule {
+        name: "backend".into(),
+        symbol: Some("^backend_query$".into()),
+        object: Some("^burn-upstream$".into()),
+    }])
+    .unwrap();
+    let mut profiler = Profiler::start(pid, 1000, rules).unwrap();
+    let threads_at_start = profiler.threads();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(burn.addr(), 2, stop.clone());
+    // Warm-up: the first collect opens events on the connection threads.
+    thread::sleep(Duration::from_millis(300));
+    profiler.collect().unwrap();
+    assert!(
+        profiler.threads() > threads_at_start,
+        "the connection threads were not picked up ({} threads at start, {} now)",
+        threads_at_start,
+        profiler.threads()
+    );
+
+    let binary = burn_upstream_binary();
+    let object = binary.file_name().unwrap().to_str().unwrap().to_owned();
+    // About 2000 samples in the burn binary's code make the share's sampling error
+    // (binomial, ~1 point) small against the 5-point tolerance.
+    let totals = profile_until(
+        &mut profiler,
+        Duration::from_millis(500),
+        Duration::from_secs(40),
+        |t| t.in_object(&object) >= 2000,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let requests: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    let text = totals.describe();
+    eprintln!("{requests} requests\n{text}");
+    // The connection threads exit with their connections: their events are closed.
+    assert!(
+        support::wait_for(Duration::from_secs(10), || {
+            profiler.collect().unwrap();
+            profiler.threads() == threads_at_start
+        }),
+        "events of exited threads were not closed ({} threads, {} at start)",
+        profiler.threads(),
+        threads_at_start
+    );
+    assert!(
+        profiler.kernel_symbols(),
+        "/proc/kallsyms is readable as root"
+    );
+
+    let in_binary = totals.in_object(&object);
+    assert!(in_binary >= 1000, "too few samples in {object}:\n{text}");
+    // The ring buffers hold what a busy thread writes between two collects.
+    assert!(
+        totals.lost * 100 <= totals.total(),
+        "over 1 % lost:\n{text}"
+    );
+    assert!(
+        totals.symbol("backend_query") > 0,
+        "backend_query missing:\n{text}"
+    );
+    assert!(
+        !is_stripped(&binary),
+        "the burn upstream is built with symbols"
+    );
+    let parser = totals.component("http_parser");
+    let share = parser as f64 / in_binary as f64;
+    let truth = f64::from(parser_us) / f64::from(parser_us + backend_us);
+    eprintln!(
+        "http_parser share of {object}'s user samples: {:.1} % (truth {:.1} %)",
+        share * 100.0,
+        truth * 100.0
+    );
+    assert!(
+        (share - truth).abs() <= 0.05,
+        "http_parser share {:.1} % is not within 5 points of {:.1} %:\n{text}",
+        share * 100.0,
+        truth * 100.0
+    );
+    let backend = totals.component("backend") as f64 / in_binary as f64;
+    assert!(
+        (backend - (1.0 - truth)).abs() <= 0.05,
+        "the user rule's backend share {:.1} % is not within 5 points of {:.1} %:\n{text}",
+        backend * 100.0,
+        (1.0 - truth) * 100.0
+    );
+}
+
+#[test]
+fn webdis_components_under_load() {
+    let redis = RedisServer::start();
+    let mut webdis = Webdis::start(redis.port());
+    let pid = webdis.process().pid();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let own = exe.file_name().unwrap().to_str().unwrap().to_owned();
+    let ldd = Command::new(require_tool("ldd"))
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+
+    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let url = webdis.url("/GET/phasescope-profile");
+    let load = thread::spawn(move || run_wrk(&url, 6, 20, 2));
+    thread::sleep(Duration::from_millis(500));
+    profiler.collect().unwrap();
+
+    // The sampler's own cost: this process's CPU time over the window (the load generator
+    // is a child process, not counted) per second of wall time.
+    let (cpu_before, wall_before) = (process_cpu(), Instant::now());
+    let totals = profile_until(
+        &mut profiler,
+        Duration::from_secs(1),
+        Duration::from_secs(4),
+        |_| false,
+    );
+    let cost = (process_cpu() - cpu_before).as_secs_f64() / wall_before.elapsed().as_secs_f64();
+    let report = load.join().unwrap();
+    let text = totals.describe();
+    eprintln!(
+        "wrk: {} requests\n{text}\nsampler cost: {:.2} ms CPU per second at 1 kHz on {} threads",
+        report.requests,
+        cost * 1000.0,
+        profiler.threads()
+    );
+
+    assert!(report.requests > 0, "{}", report.output);
+    let mut expected = vec![own.as_str(), "event_loop", "libc.so.6", "kernel_network"];
+    if ldd.contains("libhiredis") {
+        expected.push("redis_client");
+    }
+    for component in expected {
+        assert!(
+            totals.component(component) > 0,
+            "component {component} missing (ldd: {ldd}):\n{text}"
+        );
+    }
+    if is_stripped(&exe) {
+        // Its code has no names: it reads as one component after the file.
+        assert!(totals.component(&own) > 0);
+    }
+    assert!(
+        cost < 0.1,
+        "the sampler took {:.1} % of a CPU",
+        cost * 100.0
+    );
+}
+
+#[test]
+fn php_fixture_regex_and_engine() {
+    let server = AmpServer::start(&[]);
+    let pid = server.pid();
+    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let url = server.url("/");
+    // Rounds of load until PCRE2 has been seen a few times (about 1 % of the fixture's
+    // CPU), so that a slow machine only makes the test longer.
+    let mut totals = Totals::default();
+    let mut requests = 0;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < deadline && totals.component("regex") < 20 {
+        let url = url.clone();
+        let load = thread::spawn(move || run_wrk(&url, 3, 10, 1));
+        while !load.is_finished() {
+            thread::sleep(Duration::from_millis(500));
+            totals.add(profiler.collect().unwrap());
+        }
+        let report = load.join().unwrap();
+        assert!(report.requests > 0, "{}", report.output);
+        requests += report.requests;
+    }
+    totals.add(profiler.collect().unwrap());
+    let text = totals.describe();
+    eprintln!("wrk: {requests} requests\n{text}");
+    assert!(
+        totals.component("php_engine") > 0,
+        "php_engine missing:\n{text}"
+    );
+    let regex = totals.component("regex");
+    let jit = totals.in_object(ANON_EXEC_OBJECT);
+    assert!(regex > 0, "regex (PCRE2 or its JIT) missing:\n{text}");
+    eprintln!(
+        "regex share {:.1} % ({jit} samples in JIT code)",
+        regex as f64 * 100.0 / totals.total() as f64
+    );
+}
+
+/// The process goes away (a restart): `collect` says so instead of returning empty deltas,
+/// so the watcher re-finds the process and starts a new profiler.
+#[test]
+fn collect_fails_once_the_process_is_gone() {
+    let mut burn = BurnUpstream::start(1, 1);
+    let pid = burn.process().pid();
+    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    profiler.collect().unwrap();
+    burn.process().kill();
+    let error = profiler.collect().unwrap_err();
+    assert!(!error.is_permission(), "{error:?}");
+    assert!(error.to_string().contains(&format!("pid {pid}")), "{error}");
+    assert!(Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).is_err());
+}
+
+/// Without privileges the error says what to grant: a child running this test binary as
+/// `nobody` tries to sample a process of root's.
+#[test]
+fn no_permission_says_what_to_grant() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        panic!("this test drops from root to nobody; run the suite as root");
+    }
+    let mut burn = BurnUpstream::start(1, 1);
+    let pid = burn.process().pid();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe);
+    child
+        .args(["--exact", "permission_child", "--ignored", "--nocapture"])
+        .env("PHASESCOPE_PROFILE_CHILD_PID", pid.to_string());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        child.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let output = child.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "child failed:\n{text}");
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix("PROFILE-ERROR: "))
+        .unwrap_or_else(|| panic!("the child printed no error:\n{text}"));
+    eprintln!("as nobody: {line}");
+    for needle in ["CAP_PERFMON", "perf_event_paranoid", &format!("pid {pid}")] {
+        assert!(line.contains(needle), "{needle:?} missing from: {line}");
+    }
+}
+
+/// Run by `no_permission_says_what_to_grant` as an unprivileged child.
+#[test]
+#[ignore = "run as a child by no_permission_says_what_to_grant"]
+fn permission_child() {
+    let pid: u32 = std::env::var("PHASESCOPE_PROFILE_CHILD_PID")
+        .expect("PHASESCOPE_PROFILE_CHILD_PID")
+        .parse()
+        .unwrap();
+    match Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()) {
+        Ok(_) => panic!("an unprivileged user could sample root's process {pid}"),
+        Err(error) => {
+            assert!(error.is_permission(), "{error:?}");
+            println!("PROFILE-ERROR: {error}");
+        }
+    }
+}
+
+/// Webdis's CPU time (user + system, all threads) from /proc/PID/stat.
+fn process_cpu_of(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let utime: f64 = fields[11].parse().unwrap();
+    let stime: f64 = fields[12].parse().unwrap();
+    Duration::from_secs_f64((utime + stime) / ticks)
+}
+
+/// A measurement, not a check: Webdis's CPU per request under wrk with the sampler on and
+/// off, alternating rounds (the sampling interrupts are charged to the sampled threads),
+/// and the sampler's own CPU per second. Run it alone:
+/// `cargo nextest run --release --test upstream_profile --run-ignored only -E 'test(overhead)' --no-capture`
+#[test]
+#[ignore = "a measurement; run on its own"]
+fn sampler_overhead_on_webdis() {
+    let redis = RedisServer::start();
+    let mut webdis = Webdis::start(redis.port());
+    let pid = webdis.process().pid();
+    let url = webdis.url("/GET/phasescope-profile");
+    let seconds = 3;
+    let mut rounds = Vec::new();
+    for round in 0..8 {
+        let profiled = round % 2 == 1;
+        // Started (and its symbol tables loaded by a first collect under load) before the
+        // window: the steady cost is what a long-running watcher pays.
+        let mut profiler = profiled
+            .then(|| Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap());
+        if let Some(profiler) = profiler.as_mut() {
+            let url = url.clone();
+            let warm = thread::spawn(move || run_wrk(&url, 1, 20, 2));
+            warm.join().unwrap();
+            profiler.collect().unwrap();
+        }
+        let (webdis_before, own_before, wall) =
+            (process_cpu_of(pid), process_cpu(), Instant::now());
+        let url = url.clone();
+        let load = thread::spawn(move || run_wrk(&url, seconds, 20, 2));
+        let mut samples = 0;
+        while !load.is_finished() {
+            thread::sleep(Duration::from_millis(1000));
+            if let Some(profiler) = profiler.as_mut() {
+                samples += profiler.collect().unwrap().total();
+            }
+        }
+        let report = load.join().unwrap();
+        let webdis_cpu = (process_cpu_of(pid) - webdis_before).as_secs_f64();
+        let own = (process_cpu() - own_before).as_secs_f64() / wall.elapsed().as_secs_f64();
+        let per_request = webdis_cpu * 1e6 / report.requests as f64;
+        eprintln!(
+            "round {round} profiling {profiled}: {} requests, webdis {per_request:.2} us CPU per request, \
+             {samples} samples, this process {:.2} ms CPU per second",
+            report.requests,
+            own * 1000.0
+        );
+        rounds.push((profiled, per_request, own));
+    }
+    let mean = |on: bool, pick: fn(&(bool, f64, f64)) -> f64| {
+        let values: Vec<f64> = rounds.iter().filter(|r| r.0 == on).map(pick).collect();
+        values.iter().sum::<f64>() / values.len() as f64
+    };
+    eprintln!(
+        "webdis CPU per request: {:.2} us profiled, {:.2} us not; sampler {:.2} ms CPU per second",
+        mean(true, |r| r.1),
+        mean(false, |r| r.1),
+        mean(true, |r| r.2) * 1000.0
+    );
+}
