@@ -1,5 +1,5 @@
 //! Configuration: the file, then command-line flags, then `PHASESCOPE_*` environment
-//! variables, validated into one [`Config`]. The key names are a contract (DESIGN.md).
+//! variables, validated into one [`Config`]. The key names are a contract (docs/config.md).
 
 mod error;
 mod load;
