@@ -251,6 +251,21 @@ async fn wait_for_signal() {
     }
 }
 
+/// The runtime of a subcommand that embeds a proxy (`demo`, `bench`): the clock set up,
+/// phasescope's own log only when `RUST_LOG` asks for it (it would interleave with the
+/// subcommand's output), and a multi-thread runtime whose threads carry `thread_name`.
+pub fn embedded_runtime(thread_name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    crate::clock::init();
+    if std::env::var_os("RUST_LOG").is_some() {
+        crate::logging::init(crate::config::LogFormat::Text);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(thread_name)
+        .build()
+        .context("cannot start the async runtime")
+}
+
 #[cfg(test)]
 mod tests {
     use super::beyond_loopback;

@@ -67,15 +67,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     if let Some(rate) = args.rate {
         ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
     }
-    crate::clock::init();
-    if std::env::var_os("RUST_LOG").is_some() {
-        crate::logging::init(crate::config::LogFormat::Text);
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("phasescope-bench")
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = crate::app::embedded_runtime("phasescope-bench")?;
     runtime.block_on(bench(args))
 }
 

@@ -67,16 +67,7 @@ pub fn command(args: &DemoArgs) -> ExitCode {
 
 /// Runs the demo on its own runtime.
 pub fn run(options: &DemoOptions) -> anyhow::Result<()> {
-    crate::clock::init();
-    // phasescope's own log would interleave with the report; it is there for whoever asks.
-    if std::env::var_os("RUST_LOG").is_some() {
-        crate::logging::init(crate::config::LogFormat::Text);
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("phasescope-demo")
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = crate::app::embedded_runtime("phasescope-demo")?;
     runtime.block_on(demo(options))
 }
 

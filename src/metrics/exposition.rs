@@ -208,14 +208,7 @@ fn histogram_message(h: &Histogram, native: NativeBuckets) -> proto::Histogram {
 fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricFamily> {
     let mut families = Vec::with_capacity(7);
     let mut push = |name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>| {
-        if !metrics.is_empty() {
-            let mut f = MetricFamily::default();
-            f.set_name(name.to_owned());
-            f.set_help(help.to_owned());
-            f.set_field_type(kind);
-            f.set_metric(metrics);
-            families.push(f);
-        }
+        families.extend(family(name, help, kind, metrics));
     };
 
     push(
@@ -427,6 +420,24 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
             l
         })
         .collect()
+}
+
+/// One family, or none when it has no metric (the text encoder refuses empty families).
+pub(crate) fn family(
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    metrics: Vec<Metric>,
+) -> Option<MetricFamily> {
+    if metrics.is_empty() {
+        return None;
+    }
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_owned());
+    f.set_help(help.to_owned());
+    f.set_field_type(kind);
+    f.set_metric(metrics);
+    Some(f)
 }
 
 pub(crate) fn sample(kind: MetricType, pairs: &[(&str, &str)], value: f64) -> Metric {

@@ -6,7 +6,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::TextEncoder;
 
 use super::Upstream;
-use crate::metrics::exposition::sample;
+use crate::metrics::exposition::{family, sample};
 
 pub const CPU: &str = "phasescope_upstream_cpu_seconds_total";
 pub const RUNQUEUE: &str = "phasescope_upstream_runqueue_seconds_total";
@@ -89,14 +89,7 @@ pub fn families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
     }
     let mut families = Vec::new();
     let mut push = |name: &str, help: &str, kind, metrics: Vec<_>| {
-        if !metrics.is_empty() {
-            let mut f = MetricFamily::default();
-            f.set_name(name.to_owned());
-            f.set_help(help.to_owned());
-            f.set_field_type(kind);
-            f.set_metric(metrics);
-            families.push(f);
-        }
+        families.extend(family(name, help, kind, metrics));
     };
     push(
         CPU,
