@@ -13,21 +13,13 @@ mod metrics_support;
 mod support;
 mod traffic;
 
-use std::fs;
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::Command;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use phasescope::metrics::native::MAX_RELATIVE_ERROR;
 use phasescope::metrics::Snapshot;
 use serde_json::Value;
-use support::{
-    accepts, free_port, http_exchange, http_get, loopback, parse_response, require_tool, Managed,
-    Proxy, STARTUP_DEADLINE,
-};
-use tempfile::TempDir;
+use support::{http_exchange, parse_response, require_tool, Prometheus, Proxy};
 use traffic::{Load, Upstream};
 
 /// The upstream's answer delay: upstream_wait is then about a millisecond.
@@ -39,120 +31,16 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// What Prometheus 2.42 sends without native histograms.
 const CLASSIC_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
-/// A Prometheus server on a free loopback port scraping one target every second.
-struct Prometheus {
-    process: Managed,
-    addr: SocketAddr,
-    _dir: TempDir,
-}
-
-impl Prometheus {
-    fn start(binary: &Path, target: SocketAddr, flags: &[&str]) -> Prometheus {
-        let dir = tempfile::Builder::new()
-            .prefix("phasescope-prometheus-")
-            .tempdir()
-            .unwrap();
-        let config = dir.path().join("prometheus.yml");
-        fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: phasescope\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
-        let mut failures = String::new();
-        for attempt in 0..4 {
-            let addr = loopback(free_port());
-            let mut command = Command::new(binary);
-            command
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join(format!("data-{attempt}")).display()
-                ))
-                .arg(format!("--web.listen-address={addr}"))
-                .arg("--log.level=warn")
-                .args(flags);
-            let log = dir.path().join(format!("prometheus-{attempt}.log"));
-            let mut process = Managed::spawn("prometheus", &mut command, &log);
-            let deadline = Instant::now() + STARTUP_DEADLINE;
-            loop {
-                if let Some(status) = process.exited() {
-                    failures += &format!("\nattempt {attempt}: {status}\n{}", process.log_tail());
-                    break;
-                }
-                if accepts(addr) && http_get(addr, "/-/ready").status == 200 {
-                    return Prometheus {
-                        process,
-                        addr,
-                        _dir: dir,
-                    };
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "prometheus not ready within {STARTUP_DEADLINE:?}\n{}",
-                    process.log_tail()
-                );
-                thread::sleep(Duration::from_millis(100));
-            }
-        }
-        panic!("prometheus did not start:{failures}");
-    }
-
-    /// The result vector of `/api/v1/query` at `time` (Unix seconds). Fails the test on an
-    /// error answer.
-    fn query(&self, expr: &str, time: f64) -> Vec<Value> {
-        let path = format!(
-            "/api/v1/query?query={}&time={time:.3}",
-            percent_encode(expr)
-        );
-        let r = http_get(self.addr, &path);
-        let body: Value = serde_json::from_slice(&r.body)
-            .unwrap_or_else(|e| panic!("prometheus answered {} {e}: {}", r.status, r.body_text()));
-        assert!(
-            r.status == 200 && body["status"] == "success",
-            "query failed: {expr}\n{}\n{}",
-            r.status,
-            body
-        );
-        body["data"]["result"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// The value of a query whose result is one sample, if it has one.
-    fn scalar(&self, expr: &str, time: f64) -> Option<f64> {
-        match self.query(expr, time).as_slice() {
-            [one] => one["value"][1].as_str()?.parse().ok(),
-            _ => None,
-        }
-    }
-
-    /// Waits until the target was scraped successfully.
-    fn wait_up(&self, what: &str) {
-        let up = support::wait_for(PATIENCE, || {
-            self.scalar(r#"up{job="phasescope"}"#, now_unix()) == Some(1.0)
-        });
-        assert!(
-            up,
-            "the {what} Prometheus never scraped the proxy\n{}",
-            self.process.log_tail()
-        );
-    }
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out += &format!("%{b:02X}");
-        }
-    }
-    out
+/// Waits until `prometheus` scraped the proxy successfully.
+fn wait_up(prometheus: &Prometheus, what: &str) {
+    let up = support::wait_for(PATIENCE, || {
+        prometheus.scalar(r#"up{job="phasescope"}"#, now_unix()) == Some(1.0)
+    });
+    assert!(
+        up,
+        "the {what} Prometheus never scraped the proxy\n{}",
+        prometheus.log_tail()
+    );
 }
 
 fn now_unix() -> f64 {
@@ -210,8 +98,8 @@ fn native_histograms_match_the_hdr_median_and_classic_scrapers_keep_their_bucket
         &["--enable-feature=native-histograms"],
     );
     let classic = Prometheus::start(&binary, proxy.admin_addr(), &[]);
-    native.wait_up("native");
-    classic.wait_up("classic");
+    wait_up(&native, "native");
+    wait_up(&classic, "classic");
     // One more scrape each after the warm-up's last exchange: the baseline of the rates.
     thread::sleep(Duration::from_millis(2_500));
     let reset = http_exchange(
@@ -253,11 +141,11 @@ fn native_histograms_match_the_hdr_median_and_classic_scrapers_keep_their_bucket
         seen,
         "the native Prometheus never counted {total} requests (has {:?})\n{}",
         native.scalar(native_count, now_unix()),
-        native.process.log_tail()
+        native.log_tail()
     );
 
     // The median of upstream_wait, per route, from the native buckets: the issue's query.
-    let medians = by_route(&native.query(
+    let medians = by_route(&native.result(
         r#"histogram_quantile(0.5, rate(phasescope_phase_duration_seconds{phase="upstream_wait"}[30s]))"#,
         at,
     ));
@@ -305,7 +193,7 @@ fn native_histograms_match_the_hdr_median_and_classic_scrapers_keep_their_bucket
         let q = format!(
             r#"histogram_quantile(0.5, rate(phasescope_phase_duration_seconds{{phase="{phase}"}}[30s]))"#
         );
-        for (route, p50) in by_route(&native.query(&q, at)) {
+        for (route, p50) in by_route(&native.result(&q, at)) {
             assert_eq!(
                 p50, 0.0,
                 "{phase} {route}: the native median of a 0 ns phase"
@@ -322,7 +210,7 @@ fn native_histograms_match_the_hdr_median_and_classic_scrapers_keep_their_bucket
         seen,
         "the classic Prometheus never counted {total} requests"
     );
-    let buckets = classic.query(
+    let buckets = classic.result(
         r#"phasescope_phase_duration_seconds_bucket{phase="upstream_wait"}"#,
         now_unix(),
     );

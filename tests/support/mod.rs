@@ -488,6 +488,127 @@ impl BurnUpstream {
 }
 
 // ---------------------------------------------------------------------------------------
+// Prometheus
+// ---------------------------------------------------------------------------------------
+
+/// A Prometheus server on a free loopback port scraping one target every second.
+pub struct Prometheus {
+    process: Managed,
+    addr: SocketAddr,
+    _dir: TempDir,
+}
+
+impl Prometheus {
+    /// Starts it with extra command-line `flags` (e.g. a feature flag) and waits until
+    /// it is ready.
+    pub fn start(binary: &Path, target: SocketAddr, flags: &[&str]) -> Prometheus {
+        let dir = tempfile::Builder::new()
+            .prefix("phasescope-prometheus-")
+            .tempdir()
+            .unwrap();
+        let config = dir.path().join("prometheus.yml");
+        fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: phasescope\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let mut failures = String::new();
+        for attempt in 0..4 {
+            let addr = loopback(free_port());
+            let mut command = Command::new(binary);
+            command
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join(format!("data-{attempt}")).display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=warn")
+                .args(flags);
+            let log = dir.path().join(format!("prometheus-{attempt}.log"));
+            let mut process = Managed::spawn("prometheus", &mut command, &log);
+            let deadline = Instant::now() + STARTUP_DEADLINE;
+            loop {
+                if let Some(status) = process.exited() {
+                    failures += &format!("\nattempt {attempt}: {status}\n{}", process.log_tail());
+                    break;
+                }
+                if accepts(addr) && http_get(addr, "/-/ready").status == 200 {
+                    return Prometheus {
+                        process,
+                        addr,
+                        _dir: dir,
+                    };
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "prometheus not ready within {STARTUP_DEADLINE:?}\n{}",
+                    process.log_tail()
+                );
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+        panic!("prometheus did not start:{failures}");
+    }
+
+    /// `/api/v1/query` at `time` (Unix seconds); the `data` object. Fails the test on an
+    /// error answer (a query that does not parse or evaluate).
+    pub fn query(&self, expr: &str, time: f64) -> serde_json::Value {
+        let path = format!(
+            "/api/v1/query?query={}&time={time:.3}",
+            percent_encode(expr)
+        );
+        let r = http_get(self.addr, &path);
+        let body: serde_json::Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("prometheus answered {} {e}: {}", r.status, r.body_text()));
+        assert!(
+            r.status == 200 && body["status"] == "success",
+            "query failed: {expr}\n{}\n{}",
+            r.status,
+            body
+        );
+        body["data"].clone()
+    }
+
+    /// The value of a query whose result is one sample, if it has one.
+    pub fn scalar(&self, expr: &str, time: f64) -> Option<f64> {
+        let data = self.query(expr, time);
+        let result = data["result"].as_array()?;
+        match result.as_slice() {
+            [one] => one["value"][1].as_str()?.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// The `result` array of [`query`](Self::query).
+    pub fn result(&self, expr: &str, time: f64) -> Vec<serde_json::Value> {
+        self.query(expr, time)["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn log_tail(&self) -> String {
+        self.process.log_tail()
+    }
+}
+
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out += &format!("%{b:02X}");
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
 // Webdis
 // ---------------------------------------------------------------------------------------
 
