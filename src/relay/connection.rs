@@ -25,13 +25,13 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
 use super::buffer::Buf;
 use super::exchange::{Exchange, Wait};
+use super::io::{pending_bytes, read_some};
 use super::next::NextRequest;
 use super::stop::{self, Stop};
 use super::timer::Timer;
@@ -56,23 +56,8 @@ const REQUEST_BUFFER: usize = 16 * 1024;
 const ANSWER_WRITE: Duration = Duration::from_secs(2);
 const ANSWER_LINGER: Duration = Duration::from_millis(500);
 
-/// How an exchange, or the connection, ended badly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failure {
-    /// Answer the client with a proxy-made response, then close.
-    Answer(Answer, ErrorKind),
-    /// Close both sides without an answer (part of a response was already forwarded, or
-    /// the client is gone).
-    Abort(ErrorKind),
-    /// A stall past the transfer deadline after part of the response was forwarded:
-    /// closed like `Abort`, and the exchange recorded as far as it got.
-    Cut {
-        kind: ErrorKind,
-        status: u16,
-        request_bytes: u64,
-        response_bytes: u64,
-    },
-}
+/// The HTTP relay's failures: the client gets a proxy-made response.
+type Failure = super::failure::Failure<Answer>;
 
 /// What a completed relay leaves behind.
 struct Relayed {
@@ -889,42 +874,6 @@ enum RelayEvent {
     ClientReadable(io::Result<()>),
     UpReadable(io::Result<()>),
     Timer,
-}
-
-/// Reads what the socket holds into `buf`. A read shorter than `buf` means the socket's
-/// receive queue was emptied, so its read readiness is cleared at once: the next wait goes
-/// to the poller instead of costing one more read that would return `WouldBlock` (tokio's
-/// own `poll_read` does the same; `try_read` does not). Bytes that arrive later raise a
-/// new readiness event, which a clear made before it cannot erase.
-fn read_some(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    let len = buf.len();
-    let mut got = 0;
-    let outcome = stream.try_io(Interest::READABLE, || {
-        got = stream.try_read(buf)?;
-        if got > 0 && got < len {
-            Err(io::ErrorKind::WouldBlock.into())
-        } else {
-            Ok(got)
-        }
-    });
-    match outcome {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
-        other => other,
-    }
-}
-
-/// Looks, without waiting, for bytes (or the end) already waiting on an idle upstream
-/// connection: `Some(0)` when it closed, `Some(n)` with bytes waiting. A real `recv` with
-/// `MSG_PEEK`, not the runtime's readiness flags: a pipelined request is forwarded
-/// without a turn of the event loop in between, so bytes that arrived since the last
-/// turn are not flagged yet.
-fn pending_bytes(stream: &TcpStream) -> Option<usize> {
-    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 64];
-    match socket2::SockRef::from(stream).peek(&mut probe) {
-        Ok(n) => Some(n),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
-        Err(_) => Some(0),
-    }
 }
 
 /// A proxy-made answer is only possible while the client has seen no byte of the

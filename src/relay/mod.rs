@@ -3,6 +3,8 @@
 mod buffer;
 mod connection;
 pub mod exchange;
+mod failure;
+mod io;
 mod listener;
 mod next;
 mod resp_connection;

@@ -1,0 +1,25 @@
+//! How an exchange, or a whole connection, ends badly: one type for both protocols.
+//!
+//! `R` is the protocol's own reply to the client: a proxy-made HTTP response
+//! (`http1::Answer`) or a RESP error line. Each failure carries the `ErrorKind` it is
+//! counted under, so the caller counts, logs and replies in one place.
+
+use crate::recorder::ErrorKind;
+
+/// How an exchange, or the connection, ended badly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Failure<R> {
+    /// Reply to the client with a proxy-made answer, then close.
+    Answer(R, ErrorKind),
+    /// Close both sides without an answer (part of a response was already forwarded, or
+    /// the client is gone).
+    Abort(ErrorKind),
+    /// A stall past the transfer deadline after part of the response was forwarded:
+    /// closed like `Abort`, and the exchange recorded as far as it got.
+    Cut {
+        kind: ErrorKind,
+        status: u16,
+        request_bytes: u64,
+        response_bytes: u64,
+    },
+}
