@@ -485,6 +485,41 @@ impl BurnUpstream {
     pub fn process(&mut self) -> &mut Managed {
         &mut self.process
     }
+
+    /// What its burns really cost so far (`GET /__truth`, asked directly).
+    pub fn truth(&self) -> BurnTruth {
+        let r = http_get(self.addr(), "/__truth");
+        assert_eq!(r.status, 200, "burn-upstream /__truth");
+        let text = r.body_text();
+        let n: Vec<u64> = text
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("burn truth {text:?}")))
+            .collect();
+        assert_eq!(n.len(), 3, "burn truth {text:?}");
+        BurnTruth {
+            requests: n[0],
+            parser_ns: n[1],
+            backend_ns: n[2],
+        }
+    }
+}
+
+/// Requests the burn upstream served and the CPU its two functions took, measured by the
+/// threads' CPU clocks around each call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BurnTruth {
+    pub requests: u64,
+    pub parser_ns: u64,
+    pub backend_ns: u64,
+}
+
+impl BurnTruth {
+    /// CPU µs per request in `http_parser_execute` between `earlier` and `self`.
+    pub fn parser_us_per_request_since(&self, earlier: &BurnTruth) -> f64 {
+        (self.parser_ns - earlier.parser_ns) as f64
+            / 1e3
+            / (self.requests - earlier.requests).max(1) as f64
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1293,6 +1328,45 @@ pub fn run_wrk(url: &str, seconds: u32, connections: u32, threads: u32) -> WrkRe
         .args(["-c", &connections.to_string(), "-t", &threads.to_string()])
         .args(["--timeout", "10s"])
         .arg(url);
+    parse_wrk(&run_load_tool("wrk", &mut wrk))
+}
+
+/// Like `run_wrk`, but every request has its own path: `path` is a Lua format string with
+/// two `%d`, filled with wrk's thread number and the thread's request count (for
+/// example `/SET/k%d_%d/v`), so that no two requests of the run are alike.
+pub fn run_wrk_distinct(
+    base: &str,
+    path: &str,
+    seconds: u32,
+    connections: u32,
+    threads: u32,
+) -> WrkReport {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("distinct.lua");
+    std::fs::write(
+        &script,
+        format!(
+            r#"local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+local n = 0
+function request()
+  n = n + 1
+  return wrk.format("GET", string.format("{path}", tid, n))
+end
+"#
+        ),
+    )
+    .unwrap();
+    let mut wrk = Command::new(require_tool("wrk"));
+    wrk.args(["-d", &format!("{seconds}s")])
+        .args(["-c", &connections.to_string(), "-t", &threads.to_string()])
+        .args(["--timeout", "10s"])
+        .arg("-s")
+        .arg(&script)
+        .arg(base);
     parse_wrk(&run_load_tool("wrk", &mut wrk))
 }
 
