@@ -146,15 +146,21 @@ fn an_upstream_without_size_dependence_gets_an_interval_around_zero() {
         &format!("http://{upstream}/"),
         &["--samples", "30", "--seed", "12", "--warmup", "20"],
     );
+    // The upstream's own work does not grow with the head, but reading a longer head
+    // costs the kernel and the upstream a little more, so the true slope is tiny rather
+    // than exactly 0: the interval must reach the band of what is negligible here (1 % of
+    // the 100 ns/byte `recovers_a_known_per_byte_cost` resolves), not exactly 0.
     let (b, low, high) = assert_interval(&report, "b_ns_per_byte");
     assert!(
-        low <= 0.0 && 0.0 <= high,
-        "no per-byte cost, yet the interval excludes zero: {b} [{low}, {high}]\n{report:#}"
+        low <= 1.0 && -1.0 <= high,
+        "no per-byte cost, yet the interval excludes the negligible band: {b} [{low}, {high}]\n{report:#}"
     );
+    // Per field beyond its bytes: 1 % of the 50 µs fixed cost spread over the 24 fields
+    // of the default grid's largest point is ~20 ns per field.
     let (c, c_low, c_high) = assert_interval(&report, "c_ns_per_header");
     assert!(
-        c_low <= 0.0 && 0.0 <= c_high,
-        "no per-field cost, yet the interval excludes zero: {c} [{c_low}, {c_high}]\n{report:#}"
+        c_low <= 20.0 && -20.0 <= c_high,
+        "no per-field cost, yet the interval excludes the negligible band: {c} [{c_low}, {c_high}]\n{report:#}"
     );
     eprintln!("flat upstream: b = {b:.4} ns/byte [{low:.4}, {high:.4}], c = {c:.1} ns/field [{c_low:.1}, {c_high:.1}]");
 }
