@@ -259,7 +259,16 @@ proptest! {
         let method = if head_req { Method::Head } else { Method::Get };
         let whole = scan_response(&data, 0);
         for cut in 0..=data.len() {
-            prop_assert_eq!(scan_response(&data, cut), whole);
+            let split = scan_response(&data, cut);
+            // A bare CR is refused early while the head is incomplete and left to the
+            // parser once it is whole: either way the head is refused.
+            if split != whole {
+                let refused_whole = match whole {
+                    Ok(Some(n)) => response::parse(&data[..n], method).is_err(),
+                    _ => false,
+                };
+                prop_assert!(split == Err(()) && refused_whole, "cut {}: {:?} against {:?}", cut, split, whole);
+            }
         }
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut res = httparse::Response::new(&mut headers);

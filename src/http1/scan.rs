@@ -4,10 +4,17 @@
 //! byte a second), so the scan remembers how far it got and resumes there: each byte of a
 //! head is examined once by the scan and once by the parser, however many reads it took.
 
+use std::sync::LazyLock;
+
 use memchr::memchr_iter;
+use memchr::memmem::Finder;
 
 use super::headers::is_tchar;
 use super::request::RequestError;
+
+/// The two ways a head's last line ends (see [`HeadScanner::find_end`]).
+static CRLF_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\r\n"));
+static LF_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\n"));
 
 /// Resumable end-of-head scanner.
 #[derive(Debug, Default, Clone, Copy)]
@@ -29,23 +36,23 @@ impl HeadScanner {
     /// the upstreams we front), so that the scanner never waits for bytes that the parser
     /// would not need.
     pub fn find_end(&mut self, buf: &[u8]) -> Option<usize> {
-        // Step back three bytes so that a terminator split across reads is seen whole.
-        let from = self.scanned.saturating_sub(3);
-        for nl in memchr_iter(b'\n', &buf[from..]) {
-            let i = from + nl;
-            match buf.get(i + 1) {
-                Some(b'\n') => return Some(i + 2),
-                Some(b'\r') => match buf.get(i + 2) {
-                    Some(b'\n') => return Some(i + 3),
-                    Some(_) => {}
-                    None => break,
-                },
-                Some(_) => {}
-                None => break,
-            }
+        // Step back two bytes so that a terminator split across reads is seen whole.
+        let from = self.scanned.saturating_sub(2);
+        let rest = &buf[from..];
+        // A head ends at the first `\n\r\n` or `\n\n`. Two whole-buffer searches cost
+        // less than stopping at every line end: a head of a dozen lines took a dozen
+        // searches, and most heads arrive whole.
+        let crlf = CRLF_END.find(rest);
+        let lf = LF_END.find(&rest[..crlf.map_or(rest.len(), |i| i + 2)]);
+        let end = match (lf, crlf) {
+            (Some(i), _) => Some(i + 2),
+            (None, Some(i)) => Some(i + 3),
+            (None, None) => None,
+        };
+        if end.is_none() {
+            self.scanned = buf.len();
         }
-        self.scanned = buf.len();
-        None
+        end.map(|n| from + n)
     }
 
     pub fn reset(&mut self) {
@@ -174,7 +181,12 @@ impl ResponseScanner {
             return Err(NotHttp::Start);
         }
         let end = self.head.find_end(buf);
-        let upto = end.unwrap_or(buf.len());
+        // A whole head goes to the parser, which refuses a bare CR anywhere in it (a test
+        // below holds it to that): the check here is for heads that are not whole yet.
+        if end.is_some() {
+            return Ok(end);
+        }
+        let upto = buf.len();
         let from = self.cr_checked.min(upto);
         for i in memchr_iter(b'\r', &buf[from..upto]).map(|i| from + i) {
             match buf.get(i + 1) {
@@ -282,9 +294,64 @@ mod tests {
             s.find_end(b"HTTP/1.1 200 OK\r\nA: b\rc\r\n"),
             Err(NotHttp::BareCr)
         );
+        // A whole head with a bare CR is left to the parser, which refuses it.
+        let mut s = ResponseScanner::new();
+        assert_eq!(
+            s.find_end(b"HTTP/1.1 200 OK\r\nA: b\rc\r\n\r\n"),
+            Ok(Some(27))
+        );
         // A CR in the body after the head is not the head's business.
         let mut s = ResponseScanner::new();
         assert_eq!(s.find_end(b"HTTP/1.1 200 OK\r\n\r\n\rX"), Ok(Some(19)));
+    }
+
+    /// The scanner leaves bare CRs in a whole head to the parser: it must refuse every
+    /// one of them, wherever it is.
+    #[test]
+    fn the_parser_refuses_a_bare_cr_anywhere_in_a_whole_head() {
+        let head: &[u8] =
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n";
+        for at in 0..head.len() - 1 {
+            for follower in [b'X', b' ', b':', b'\t'] {
+                let mut bad = head[..at].to_vec();
+                bad.extend_from_slice(&[b'\r', follower]);
+                bad.extend_from_slice(&head[at..]);
+                let mut scanner = ResponseScanner::new();
+                let Ok(Some(len)) = scanner.find_end(&bad) else {
+                    continue; // refused early, or no longer a whole head
+                };
+                let parsed = super::super::response::parse(&bad[..len], super::super::Method::Get);
+                assert!(
+                    parsed.is_err(),
+                    "a bare CR at {at} before {follower:?} was accepted: {:?}",
+                    String::from_utf8_lossy(&bad)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn terminators_are_found_in_any_mix_and_the_first_wins() {
+        let mut s = HeadScanner::new();
+        assert_eq!(s.find_end(b"A\r\n\r\nB\n\n"), Some(5));
+        let mut s = HeadScanner::new();
+        assert_eq!(s.find_end(b"A\n\nB\r\n\r\n"), Some(3));
+        let mut s = HeadScanner::new();
+        assert_eq!(s.find_end(b"A\r\nB\n\r\nC"), Some(7));
+        let mut s = HeadScanner::new();
+        assert_eq!(s.find_end(b"A\r\nB\r\n\nC"), Some(7));
+        for piece in 1..12 {
+            assert_eq!(
+                scan_in_pieces(b"A\r\nB\r\n\nC", piece),
+                Some(7),
+                "piece {piece}"
+            );
+            assert_eq!(
+                scan_in_pieces(b"AB\n\r\nC", piece),
+                Some(5),
+                "piece {piece}"
+            );
+        }
     }
 
     #[test]
