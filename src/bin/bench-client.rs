@@ -6,9 +6,11 @@
 //! process is killed). The caller raises `ulimit -n` to fit N.
 //!
 //! Memory after a burst: `bench-client --connect 127.0.0.1:PORT --burst N` opens N
-//! connections, then sends one request on each as fast as it can (all in flight at once
-//! in front of a slow upstream), reads every answer, prints `ready N`, and holds the
-//! connections idle like `--hold`.
+//! connections and sends one request on each as soon as it is open (all in flight at
+//! once in front of a slow upstream), reads every answer, prints `ready N`, and holds the
+//! connections idle like `--hold`. Each request goes out with its connection, not after
+//! the last connect: a proxy owes a new connection's first request nothing but the head
+//! timeout, and opening thousands of connections on a busy machine can take longer.
 //!
 //! An exact request count, for the instruction-count profile:
 //! `bench-client --connect 127.0.0.1:PORT --sequential K` makes K requests one after
@@ -49,12 +51,12 @@ fn main() -> anyhow::Result<()> {
     let mut held = Vec::with_capacity(count);
     if burst {
         for i in 0..count {
-            held.push(self::connect(addr).with_context(|| format!("connection {i} of {count}"))?);
-        }
-        for (i, stream) in held.iter_mut().enumerate() {
+            let mut stream =
+                self::connect(addr).with_context(|| format!("connection {i} of {count}"))?;
             stream
                 .write_all(REQUEST)
                 .with_context(|| format!("request {i} of {count}"))?;
+            held.push(stream);
         }
         println!("sent {count}");
         std::io::stdout().flush()?;
