@@ -8,12 +8,12 @@ use anyhow::{ensure, Context};
 use crate::config::{MetricsConfig, TapConfig};
 use crate::metrics::buckets::Buckets;
 use crate::metrics::exposition;
-use crate::metrics::lock;
-use crate::metrics::routes::RouteTable;
 use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, ErrorKind, Recorder};
+use crate::routes::RouteTable;
+use crate::sync::lock;
 use crate::upstream::Upstream;
 
 /// Error counts by [`ErrorKind::ALL`] index.

@@ -23,7 +23,7 @@ pub use metrics::families as metric_families;
 pub use snapshot::{SymbolSnapshot, UpstreamSnapshot};
 pub use watch::{ProfileSettings, Watcher};
 
-use crate::metrics::lock;
+use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.
