@@ -17,6 +17,7 @@ mod registry;
 mod shard;
 pub mod snapshot;
 mod tap;
+mod upstream;
 
 pub use buckets::Buckets;
 pub use hdr::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};

@@ -114,7 +114,7 @@ impl Registry {
         let taps = self.enabled_taps();
         let mut out = exposition::encode(&collect(&taps, Collect::Counts), &self.buckets);
         if self.enabled {
-            out.push_str(&crate::upstream::encode_prometheus(&self.upstreams()));
+            out.push_str(&super::upstream::encode(&self.upstreams()));
         }
         out
     }
@@ -128,7 +128,7 @@ impl Registry {
             exposition::Format::Protobuf => {
                 let taps = self.enabled_taps();
                 let upstreams = if self.enabled {
-                    crate::upstream::metric_families(&self.upstreams())
+                    super::upstream::families(&self.upstreams())
                 } else {
                     Vec::new()
                 };

@@ -9,7 +9,6 @@
 
 pub mod account;
 pub mod find;
-mod metrics;
 pub mod profile;
 pub mod snapshot;
 mod watch;
@@ -18,8 +17,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use metrics::encode as encode_prometheus;
-pub use metrics::families as metric_families;
 pub use snapshot::{SymbolSnapshot, UpstreamSnapshot};
 pub use watch::{ProfileSettings, Watcher};
 
