@@ -25,5 +25,5 @@ pub mod report;
 pub mod resp;
 pub mod rng;
 pub mod routes;
-pub mod sync;
+mod sync;
 pub mod upstream;

@@ -12,7 +12,7 @@
 //!
 //! The relay resolves a request's route from its head, before anything is recorded; the
 //! metrics name their series with [`RouteTable::name`]; config validates a tap's rules by
-//! building its table. So this module imports neither: a tap's settings reach it as a
+//! building its table. So it imports none of the three: a tap's settings reach it as a
 //! [`RouteSpec`]. docs/metrics.md ("Routes") is the contract of every rule.
 
 pub mod webdis;
@@ -122,22 +122,22 @@ impl RouteTable {
     /// The route table of a tap (a `&TapConfig` will do). RESP taps always label by
     /// command name.
     pub fn new<'a>(spec: impl Into<RouteSpec<'a>>) -> anyhow::Result<Self> {
-        let tap = spec.into();
+        let spec = spec.into();
         ensure!(
-            tap.max_routes <= MAX_ROUTES_LIMIT,
+            spec.max_routes <= MAX_ROUTES_LIMIT,
             "tap {:?}: max_routes = {} is more than the {MAX_ROUTES_LIMIT} route ids there are",
-            tap.tap,
-            tap.max_routes
+            spec.tap,
+            spec.max_routes
         );
-        let (rule, labels): (Rule, Vec<String>) = match (tap.by_command, tap.rule) {
+        let (rule, labels): (Rule, Vec<String>) = match (spec.by_command, spec.rule) {
             (true, _) => (Rule::Command, vec![OTHER.into()]),
             (false, RouteRule::None) => (Rule::None, vec![ALL.into()]),
             (false, RouteRule::Webdis) => (Rule::Webdis, vec![OTHER.into()]),
-            (false, RouteRule::Prefix) => (Rule::Prefix(tap.segments), vec![OTHER.into()]),
-            (false, RouteRule::Regex) => compile_rules(tap.tap, tap.rules)?,
+            (false, RouteRule::Prefix) => (Rule::Prefix(spec.segments), vec![OTHER.into()]),
+            (false, RouteRule::Regex) => compile_rules(spec.tap, spec.rules)?,
         };
         let slots = match rule {
-            Rule::Webdis | Rule::Prefix(_) | Rule::Command => tap.max_routes + 1,
+            Rule::Webdis | Rule::Prefix(_) | Rule::Command => spec.max_routes + 1,
             Rule::None | Rule::Regex(_) => labels.len(),
         };
         // One more, last: the probe's route.
@@ -148,7 +148,7 @@ impl RouteTable {
         let _ = names[slots].set(PROBE.into());
         Ok(Self {
             rule,
-            max_routes: tap.max_routes,
+            max_routes: spec.max_routes,
             names,
             shared: Mutex::new(HashMap::default()),
             local: ThreadLocal::new(),
