@@ -24,11 +24,7 @@ pub fn command_key(method: Method, target: &[u8], body: Option<&[u8]>) -> Option
     };
     let command = webdis::command(uri)?;
     let mut key = CommandKey::new().name(command.name);
-    for arg in command
-        .args
-        .into_iter()
-        .flat_map(|a| a.split(|&b| b == b'/'))
-    {
+    for arg in command.args() {
         key = key.arg_bytes(Decoded { raw: arg, at: 0 });
     }
     if let Some(body) = put_body.filter(|b| !b.is_empty()) {
