@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use phasescope::config::{MetricsConfig, Protocol, RouteRule, TapConfig};
-use phasescope::metrics::{Registry, RouteTable, TapMetrics};
+use phasescope::metrics::{Registry, TapMetrics};
 use phasescope::phase::{Phase, Phases};
 use phasescope::recorder::{ExchangeRecord, Recorder, RouteId};
+use phasescope::routes::RouteTable;
 
 /// The phases of a typical keep-alive exchange: nine observations.
 fn typical_phases(jitter: u64) -> Phases {

@@ -10,9 +10,10 @@ use tokio::sync::watch;
 use crate::accesslog::{ExchangeLog, LogFile};
 use crate::config::{Config, TapConfig};
 use crate::correlate::Correlator;
-use crate::metrics::{Registry, RouteTable};
+use crate::metrics::Registry;
 use crate::recorder::{Fanout, Recorder};
 use crate::relay::{Tap, TapContext, Workers};
+use crate::routes::RouteTable;
 
 /// Worker threads serving connections [default: one per CPU].
 const ENV_WORKERS: &str = "PHASESCOPE_WORKERS";

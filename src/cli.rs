@@ -1,7 +1,10 @@
 //! The command line: what `main` parses before anything runs.
 //!
 //! Each subcommand is one variant of [`Command`] holding its own `Args` struct, so a new
-//! subcommand is one variant plus its struct. Flags that override the config are taken as
+//! subcommand is one variant plus its struct. The struct lives beside the code that runs
+//! it (`report::args`, `probe::args`, `demo::args`, `bench::args`), which therefore never
+//! imports this module; only `run` and `check-config`, which `main` runs itself, keep
+//! theirs here (docs/architecture.md). Flags that override the config are taken as
 //! text and parsed by [`crate::config::Overrides`], the same code that parses the
 //! `PHASESCOPE_*` variables, so a bad value reads the same either way. (clap's own `env`
 //! support is not used: it would rank flags above the environment, the wrong way round.)
@@ -43,12 +46,12 @@ pub enum Command {
     /// FILE:LINE:COL if not.
     CheckConfig(CheckConfigArgs),
     /// Where the time goes: per tap, one row per phase (count, mean, percentiles, share).
-    Report(ReportArgs),
+    Report(crate::report::ReportArgs),
     /// Save a running proxy's snapshot to a file, optionally resetting it for the next run.
-    Snapshot(SnapshotArgs),
+    Snapshot(crate::report::SnapshotArgs),
     /// Compare runs A with runs B: per phase, same, different (slower, faster) or unknown.
     /// Exit 1 when --fail-if-slower trips, 2 when the inputs cannot be read.
-    Compare(CompareArgs),
+    Compare(crate::report::CompareArgs),
     /// Estimate an upstream's request-parsing cost from how its time to first byte grows
     /// with the request head.
     Probe(crate::probe::ProbeArgs),
@@ -139,137 +142,6 @@ impl CheckConfigArgs {
             ),
         }
     }
-}
-
-/// `phasescope report`.
-#[derive(Debug, Args)]
-pub struct ReportArgs {
-    /// An admin server URL (http://host:port) or a snapshot file; repeat to merge several
-    /// [default: the admin server of the config, http://127.0.0.1:9464]
-    #[arg(long, value_name = "URL|FILE", conflicts_with = "prometheus")]
-    pub from: Vec<String>,
-
-    /// Read the phase histograms from a Prometheus server instead (all instances summed)
-    #[arg(long, value_name = "URL")]
-    pub prometheus: Option<String>,
-
-    /// With --prometheus: the window to report on, e.g. "15m", "1h"
-    #[arg(long, value_name = "DURATION", default_value = "15m", requires = "prometheus",
-          value_parser = humantime::parse_duration)]
-    pub range: std::time::Duration,
-
-    /// Add a table per route
-    #[arg(long, value_name = "WHAT", value_parser = ["route"])]
-    pub by: Option<String>,
-
-    /// Output format
-    #[arg(long, value_enum, default_value = "table")]
-    pub format: crate::report::Format,
-
-    /// Also draw the report as an SVG file
-    #[arg(long, value_name = "FILE")]
-    pub svg: Option<PathBuf>,
-
-    /// The what-if line of an upstream with a profile: a parser this many times faster
-    #[arg(long, value_name = "N", default_value_t = crate::report::inside::DEFAULT_WHAT_IF,
-          value_parser = parse_what_if)]
-    pub what_if: f64,
-}
-
-fn parse_what_if(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 1.0 => Ok(f),
-        _ => Err(format!("{s:?}: expected a factor above 1, such as 2")),
-    }
-}
-
-/// `phasescope snapshot`.
-#[derive(Debug, Args)]
-pub struct SnapshotArgs {
-    /// The admin server, http://host:port [default: the admin server of the config, as for
-    /// report]
-    #[arg(long, value_name = "URL")]
-    pub from: Option<String>,
-
-    /// The file to write
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
-
-    /// Empty the proxy's snapshot histograms after saving, so that the next run starts clean
-    #[arg(long)]
-    pub reset: bool,
-}
-
-/// `phasescope compare`.
-#[derive(Debug, Args)]
-pub struct CompareArgs {
-    /// Snapshot files of the runs before (A)
-    #[arg(value_name = "A.json", required = true, num_args = 1..)]
-    pub a: Vec<PathBuf>,
-
-    /// Snapshot files of the runs after (B)
-    #[arg(long, value_name = "B.json", required = true, num_args = 1..)]
-    pub vs: Vec<PathBuf>,
-
-    /// Exit 1 when a primary row (the front tap's total and request rate) is slower, with
-    /// confidence, by more than PCT percent (its whole interval past +PCT %)
-    #[arg(long, value_name = "PCT")]
-    pub fail_if_slower: Option<f64>,
-
-    /// Phases --fail-if-slower also checks besides the primary rows; repeat for several,
-    /// "all" for every phase
-    #[arg(long, value_name = "PHASE")]
-    pub fail_phase: Vec<String>,
-
-    /// `same` when the interval lies inside ±PCT %, `different` when beyond it
-    #[arg(long, value_name = "PCT", default_value_t = 2.0)]
-    pub threshold: f64,
-
-    /// The change the power statement is about: runs a side needed to detect PCT %
-    #[arg(long, value_name = "PCT", default_value_t = 1.0)]
-    pub detect: f64,
-
-    /// Run-to-run variation assumed for a side with a single run, PCT % (one run cannot
-    /// show it)
-    #[arg(long, value_name = "PCT", default_value_t = 10.0)]
-    pub drift: f64,
-
-    /// Compare only this tap (repeatable); its total and request rate become the primary
-    /// question [default: every tap; the client-facing ones are primary]
-    #[arg(long, value_name = "TAP")]
-    pub tap: Vec<String>,
-
-    /// Compare B's tap NAME with A's --tap (an A/B bench: --tap a --vs-tap b)
-    #[arg(long, value_name = "NAME", requires = "tap")]
-    pub vs_tap: Option<String>,
-
-    /// The primary phase (repeatable) [default: total]
-    #[arg(long, value_name = "PHASE")]
-    pub phase: Vec<String>,
-
-    /// Compare only this route (repeatable) [default: every route]
-    #[arg(long, value_name = "ROUTE")]
-    pub route: Vec<String>,
-
-    /// Output format
-    #[arg(long, value_enum, default_value = "table")]
-    pub format: crate::report::Format,
-
-    /// Error rate of the primary question; false-discovery rate of the other rows
-    #[arg(long, value_name = "ALPHA", default_value_t = 0.05)]
-    pub alpha: f64,
-
-    /// Bootstrap replicates per series (one run per side)
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub resamples: usize,
-
-    /// Values drawn per replicate, at most (one run per side)
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
-    pub max_draws: u64,
-
-    /// Seed of the resampling, so that a rerun gives the same intervals
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
 }
 
 impl RunArgs {
@@ -432,95 +304,6 @@ mod tests {
         for var in Key::ALL.iter().map(|k| k.env()).chain([ENV_CONFIG]) {
             assert!(seen.iter().any(|s| s == var), "no flag shows {var}");
         }
-    }
-
-    #[test]
-    fn report_snapshot_and_compare_parse() {
-        let cli = Cli::try_parse_from([
-            "phasescope",
-            "report",
-            "--from",
-            "a.json",
-            "--from",
-            "http://h:1",
-            "--by",
-            "route",
-            "--format",
-            "csv",
-            "--svg",
-            "x.svg",
-        ])
-        .unwrap();
-        let Command::Report(r) = cli.command else {
-            panic!()
-        };
-        assert_eq!(r.from, ["a.json", "http://h:1"]);
-        assert_eq!(r.by.as_deref(), Some("route"));
-        assert_eq!(r.format, crate::report::Format::Csv);
-        assert!(Cli::try_parse_from(["phasescope", "report", "--by", "method"]).is_err());
-        assert!(
-            Cli::try_parse_from(["phasescope", "report", "--range", "1h"]).is_err(),
-            "--range needs --prometheus"
-        );
-        let cli = Cli::try_parse_from([
-            "phasescope",
-            "report",
-            "--prometheus",
-            "http://p:9090",
-            "--range",
-            "1h",
-        ])
-        .unwrap();
-        let Command::Report(r) = cli.command else {
-            panic!()
-        };
-        assert_eq!(r.range.as_secs(), 3600);
-
-        let cli = Cli::try_parse_from([
-            "phasescope",
-            "snapshot",
-            "--from",
-            "http://h:1",
-            "-o",
-            "s.json",
-            "--reset",
-        ])
-        .unwrap();
-        let Command::Snapshot(s) = cli.command else {
-            panic!()
-        };
-        assert!(s.reset);
-        assert_eq!(s.output, PathBuf::from("s.json"));
-        let cli = Cli::try_parse_from(["phasescope", "snapshot", "-o", "s.json"]).unwrap();
-        let Command::Snapshot(s) = cli.command else {
-            panic!()
-        };
-        assert_eq!(s.from, None, "--from defaults to the config's admin server");
-
-        let cli = Cli::try_parse_from([
-            "phasescope",
-            "compare",
-            "a1.json",
-            "a2.json",
-            "--vs",
-            "b1.json",
-            "b2.json",
-            "--fail-if-slower",
-            "5",
-        ])
-        .unwrap();
-        let Command::Compare(c) = cli.command else {
-            panic!()
-        };
-        assert_eq!(c.a.len(), 2);
-        assert_eq!(c.vs.len(), 2);
-        assert_eq!(c.fail_if_slower, Some(5.0));
-        assert!(c.fail_phase.is_empty());
-        assert_eq!(c.threshold, 2.0);
-        assert!(
-            Cli::try_parse_from(["phasescope", "compare", "a.json"]).is_err(),
-            "--vs is required"
-        );
     }
 
     #[test]

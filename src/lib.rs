@@ -24,4 +24,6 @@ pub mod relay;
 pub mod report;
 pub mod resp;
 pub mod rng;
+pub mod routes;
+mod sync;
 pub mod upstream;

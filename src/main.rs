@@ -1,13 +1,18 @@
 //! The `phasescope` binary: parse the command line, assemble the config, hand over to the
 //! library. Exit codes: 0 ok, 1 the run failed, 2 bad usage or bad config.
+//!
+//! Every subcommand returns its error here and this file alone prints it: a config or
+//! usage error as it is (`FILE:LINE:COL: …`, `--flag: …`, docs/config.md) by
+//! `usage_error`, any other failure with its causes by `print_error`.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use phasescope::cli::{Cli, Command, ReportArgs, RunArgs};
+use phasescope::cli::{Cli, Command, RunArgs};
 use phasescope::config::{Config, Overrides};
+use phasescope::report::ReportArgs;
 
 /// Bad usage or configuration, the same code clap uses for a bad command line.
 const EXIT_CONFIG: u8 = 2;
@@ -20,10 +25,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(&cli, args),
         Command::CheckConfig(args) => match args.file(cli.config.as_deref()) {
             Ok(file) => check_config(file),
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(EXIT_CONFIG)
-            }
+            Err(e) => usage_error(e),
         },
         Command::Report(args) => report(&cli, args),
         Command::Snapshot(args) => {
@@ -45,9 +47,9 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
-        Command::Probe(args) => phasescope::probe::command(args),
-        Command::Demo(args) => phasescope::demo::command(args),
-        Command::Bench(args) => phasescope::bench::command(args),
+        Command::Probe(args) => outcome(phasescope::probe::command(args)),
+        Command::Demo(args) => outcome(phasescope::demo::command(args)),
+        Command::Bench(args) => outcome(phasescope::bench::command(args)),
     }
 }
 
@@ -78,10 +80,7 @@ fn default_admin(cli: &Cli) -> Result<String, ExitCode> {
             }
             Ok(addr.to_string())
         }
-        Err(e) => {
-            eprintln!("{e}");
-            Err(ExitCode::from(EXIT_CONFIG))
-        }
+        Err(e) => Err(usage_error(e)),
     }
 }
 
@@ -95,6 +94,14 @@ fn outcome(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// A config or usage error: its text is the whole message (it names the file, line and
+/// column, or the flag), so it is printed as it is. Exit 2.
+fn usage_error(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("{e}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+/// Any other failure: `error: …`, then one `caused by:` line per cause.
 fn print_error(e: &anyhow::Error) {
     eprintln!("error: {e}");
     for cause in e.chain().skip(1) {
@@ -108,10 +115,7 @@ fn run(cli: &Cli, args: &RunArgs) -> ExitCode {
         .and_then(|flags| Config::resolve(cli.config.as_deref(), flags, std::env::vars_os()));
     let (config, origin) = match resolved {
         Ok(resolved) => resolved,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(e) => return usage_error(e),
     };
     phasescope::logging::init(config.log.format);
     tracing::info!(
@@ -120,13 +124,7 @@ fn run(cli: &Cli, args: &RunArgs) -> ExitCode {
         admin = %config.admin.listen,
         "configuration loaded"
     );
-    match phasescope::app::run(config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            print_error(&e);
-            ExitCode::from(EXIT_FAILED)
-        }
-    }
+    outcome(phasescope::app::run(config))
 }
 
 fn check_config(file: &Path) -> ExitCode {
@@ -141,9 +139,6 @@ fn check_config(file: &Path) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::from(EXIT_CONFIG)
-        }
+        Err(e) => usage_error(e),
     }
 }

@@ -12,9 +12,10 @@ use phasescope::metrics::exposition::{
     BUILD_INFO, BYTES, CONNECTIONS, CONNECTIONS_TOTAL, CORRELATIONS, ERRORS, PHASE_DURATION,
     PUSHED, REQUESTS,
 };
-use phasescope::metrics::{Registry, RouteTable, Snapshot, SIGNIFICANT_FIGURES};
+use phasescope::metrics::{Registry, Snapshot, SIGNIFICANT_FIGURES};
 use phasescope::phase::Phase;
 use phasescope::recorder::{Direction, ErrorKind, Recorder, Side};
+use phasescope::routes::RouteTable;
 
 const DURATION_COUNT: &str = "phasescope_phase_duration_seconds_count";
 const DURATION_SUM: &str = "phasescope_phase_duration_seconds_sum";

@@ -15,7 +15,6 @@ mod progress;
 mod report;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,22 +37,10 @@ const SETTLE: Duration = Duration::from_millis(50);
 const SETTLE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// `phasescope bench`.
-pub fn command(args: &BenchArgs) -> ExitCode {
-    let outcome = run(args).and_then(|r| {
-        let text = report::render(&r, args.format)?;
-        print!("{text}");
-        Ok(())
-    });
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            ExitCode::from(1)
-        }
-    }
+pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
+    let text = report::render(&run(args)?, args.format)?;
+    print!("{text}");
+    Ok(())
 }
 
 /// Runs the experiment on its own runtime.

@@ -26,6 +26,8 @@ pub use resolve::{choose_origin, ConfigOrigin, DEFAULT_CONFIG_PATH};
 pub use validate::{
     check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, MIN_HEAD_BYTES,
 };
+// The route keys' types belong to the route rules; a tap's config holds them.
+pub use crate::routes::{RegexRoute, RouteRule};
 
 /// Everything one process runs: its taps, the admin server, logging.
 #[derive(Debug, Clone, Deserialize)]
@@ -73,21 +75,6 @@ pub enum Protocol {
     Resp,
 }
 
-/// How a request becomes a bounded `route` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum RouteRule {
-    /// First path segment, upper-cased, extension stripped: the Redis command Webdis runs.
-    Webdis,
-    /// The first `route_segments` path segments.
-    Prefix,
-    /// Named regular expressions (`[[tap.route]]`), first match wins.
-    Regex,
-    /// One route for everything.
-    #[default]
-    None,
-}
-
 /// One listener, one upstream, one protocol.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -108,7 +95,7 @@ pub struct TapConfig {
     /// The named rules of the `regex` route rule, first match wins:
     /// `[[tap.route]] name = "users" pattern = "^/users/"`.
     #[serde(default, rename = "route")]
-    pub route_rules: Vec<crate::metrics::RegexRoute>,
+    pub route_rules: Vec<RegexRoute>,
     /// Distinct route labels per tap; requests past it are labelled `other`.
     #[serde(default = "defaults::max_routes")]
     pub max_routes: usize,
@@ -410,6 +397,19 @@ impl TapConfig {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             process: ProcessConfig::default(),
+        }
+    }
+}
+
+impl<'a> From<&'a TapConfig> for crate::routes::RouteSpec<'a> {
+    fn from(tap: &'a TapConfig) -> Self {
+        Self {
+            tap: &tap.name,
+            by_command: tap.protocol == Protocol::Resp,
+            rule: tap.routes,
+            segments: tap.route_segments,
+            max_routes: tap.max_routes,
+            rules: &tap.route_rules,
         }
     }
 }

@@ -123,7 +123,7 @@ fn check_tap(i: usize, tap: &TapConfig) -> Result<(), Problem> {
     )?;
     // The route table checks what only it knows: regex rules compile, the regex rule
     // has rules, max_routes fits the route ids.
-    if let Err(e) = crate::metrics::RouteTable::new(tap) {
+    if let Err(e) = crate::routes::RouteTable::new(tap) {
         // One line, as every config error (a regex error draws a caret diagram).
         let text = format!("{e:#}");
         return Err(Problem::at(

@@ -1,20 +1,13 @@
 //! The Redis command Webdis sends for an HTTP request, as a [`CommandKey`].
 //!
 //! Webdis 0.1.9 (`cmd_run`): the URI after the leading `/` (or, for POST, the body) up to
-//! any `?`; a known format extension (`.json`, `.raw`, …) on the last segment is
-//! stripped; a first segment of digits selects a database and is skipped; the next
-//! segment is the command name, sent as is (not percent-decoded); every later segment is
-//! an argument, percent-decoded with `+` as a space; a PUT body is appended as the last
-//! argument.
+//! any `?` names a command by the Webdis URL rule ([`crate::routes::webdis`], shared with
+//! the `webdis` route rule); every segment after the command is an argument,
+//! percent-decoded with `+` as a space; a PUT body is appended as the last argument.
 
 use super::key::CommandKey;
 use crate::http1::Method;
-
-/// The extensions Webdis knows; an unknown one stays part of the argument.
-const FORMATS: [&[u8]; 13] = [
-    b"json", b"raw", b"msg", b"bin", b"txt", b"html", b"xhtml", b"xml", b"png", b"jpg", b"jpeg",
-    b"js", b"css",
-];
+use crate::routes::webdis;
 
 /// The key of the command Webdis runs for `method target` (with `body`, when the whole
 /// body is at hand). `None` when Webdis runs no command for it.
@@ -29,44 +22,15 @@ pub fn command_key(method: Method, target: &[u8], body: Option<&[u8]>) -> Option
         Some(q) => &uri[..q],
         None => uri,
     };
-    if uri.is_empty() {
-        return None;
-    }
-    let uri = strip_format(uri);
-    let mut segments = uri.split(|&b| b == b'/');
-    let first = segments.next()?;
-    let has_slash = uri.contains(&b'/');
-    let name = if has_slash && first.iter().all(u8::is_ascii_digit) {
-        segments.next()?
-    } else {
-        first
-    };
-    let mut key = CommandKey::new().name(name);
-    for arg in segments {
+    let command = webdis::command(uri)?;
+    let mut key = CommandKey::new().name(command.name);
+    for arg in command.args() {
         key = key.arg_bytes(Decoded { raw: arg, at: 0 });
     }
     if let Some(body) = put_body.filter(|b| !b.is_empty()) {
         key = key.arg(body);
     }
     Some(key.finish())
-}
-
-fn strip_format(uri: &[u8]) -> &[u8] {
-    let last_segment = match memchr::memrchr(b'/', uri) {
-        Some(s) => s + 1,
-        None => 0,
-    };
-    match memchr::memrchr(b'.', &uri[last_segment..]) {
-        Some(dot) => {
-            let dot = last_segment + dot;
-            if FORMATS.contains(&&uri[dot + 1..]) {
-                &uri[..dot]
-            } else {
-                uri
-            }
-        }
-        None => uri,
-    }
 }
 
 /// `%xx` decoding with `+` as a space, byte by byte, as Webdis's `decode_uri` does.
@@ -126,6 +90,9 @@ mod tests {
         assert_eq!(get("/GET/k?type=text/plain"), Some(key(&[b"GET", b"k"])));
         assert_eq!(get("/SET/k/"), Some(key(&[b"SET", b"k", b""])));
         assert_eq!(get("/"), None);
+        // What the route rule labels `root` names no command, so it has no key.
+        assert_eq!(get("/.json"), None);
+        assert_eq!(get("/7/"), None);
         assert_eq!(command_key(Method::Head, b"/GET/k", None), None);
     }
 

@@ -13,7 +13,6 @@ mod progress;
 mod upstream;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,17 +51,8 @@ pub struct DemoOptions {
 }
 
 /// `phasescope demo`.
-pub fn command(args: &DemoArgs) -> ExitCode {
-    match run(&args.options()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            ExitCode::from(1)
-        }
-    }
+pub fn command(args: &DemoArgs) -> anyhow::Result<()> {
+    run(&args.options())
 }
 
 /// Runs the demo on its own runtime.

@@ -1,6 +1,7 @@
-//! The metrics registry: route rules, the per-worker recorder, HDR snapshots.
+//! The metrics registry: the per-worker recorder, HDR snapshots.
 //!
-//! The relay resolves each request's route with the tap's [`RouteTable`] and hands every
+//! The relay resolves each request's route with the tap's
+//! [`RouteTable`](crate::routes::RouteTable) and hands every
 //! completed exchange to the tap's [`TapMetrics`] (a [`Recorder`](crate::recorder::Recorder)).
 //! Recording touches only the calling thread's shard; the [`Registry`] adds the shards up
 //! when the admin server asks for `/metrics` or `/api/snapshot`. docs/metrics.md has the
@@ -13,22 +14,13 @@ pub mod labels;
 pub mod native;
 mod proto;
 mod registry;
-pub mod routes;
 mod shard;
 pub mod snapshot;
 mod tap;
-
-use std::sync::{Mutex, MutexGuard, PoisonError};
+mod upstream;
 
 pub use buckets::Buckets;
 pub use hdr::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
 pub use registry::Registry;
-pub use routes::{RegexRoute, RouteTable};
 pub use snapshot::{HdrLayout, SeriesSnapshot, Snapshot, TapSnapshot, TapTotals};
 pub use tap::TapMetrics;
-
-/// Locks, carrying on after a panic elsewhere: every value behind these locks is a set of
-/// counts that stays meaningful even if an update was cut short.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}

@@ -8,12 +8,12 @@ use anyhow::{ensure, Context};
 use crate::config::{MetricsConfig, TapConfig};
 use crate::metrics::buckets::Buckets;
 use crate::metrics::exposition;
-use crate::metrics::lock;
-use crate::metrics::routes::RouteTable;
 use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, ErrorKind, Recorder};
+use crate::routes::RouteTable;
+use crate::sync::lock;
 use crate::upstream::Upstream;
 
 /// Error counts by [`ErrorKind::ALL`] index.
@@ -114,7 +114,7 @@ impl Registry {
         let taps = self.enabled_taps();
         let mut out = exposition::encode(&collect(&taps, Collect::Counts), &self.buckets);
         if self.enabled {
-            out.push_str(&crate::upstream::encode_prometheus(&self.upstreams()));
+            out.push_str(&super::upstream::encode(&self.upstreams()));
         }
         out
     }
@@ -128,7 +128,7 @@ impl Registry {
             exposition::Format::Protobuf => {
                 let taps = self.enabled_taps();
                 let upstreams = if self.enabled {
-                    crate::upstream::metric_families(&self.upstreams())
+                    super::upstream::families(&self.upstreams())
                 } else {
                     Vec::new()
                 };

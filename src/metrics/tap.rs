@@ -10,11 +10,11 @@ use crate::config::{Protocol, TapConfig};
 use crate::metrics::buckets::Buckets;
 use crate::metrics::hdr::{self, HdrSeries};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
-use crate::metrics::lock;
-use crate::metrics::routes::RouteTable;
 use crate::metrics::shard::{CachePadded, HeadShapes, SeriesShard, ThreadShard};
 use crate::phase::Phase;
 use crate::recorder::{Direction, ErrorKind, ExchangeRecord, Recorder, RouteId, Side};
+use crate::routes::RouteTable;
+use crate::sync::lock;
 
 /// The metrics of one tap, sharded per worker thread. Create it with
 /// [`Registry::tap`](crate::metrics::Registry::tap); hand it to the relay as its

@@ -21,7 +21,6 @@ mod typical;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -82,43 +81,19 @@ impl ProbeOptions {
     }
 }
 
-/// `phasescope probe`: runs and prints; exit code 1 when the probe could not complete.
-pub fn command(args: &ProbeArgs) -> ExitCode {
+/// `phasescope probe`: runs and prints; an error when the probe could not complete.
+pub fn command(args: &ProbeArgs) -> anyhow::Result<()> {
     crate::clock::init();
-    let options = match args.options_with_tap() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            return ExitCode::from(1);
-        }
-    };
-    let json = args.format == "json";
-    match run(&options) {
-        Ok(report) => {
-            if json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => {
-                        eprintln!("error: cannot encode the report: {e}");
-                        return ExitCode::from(1);
-                    }
-                }
-            } else {
-                print!("{}", report.to_text());
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            ExitCode::from(1)
-        }
+    let options = args.options_with_tap()?;
+    let report = run(&options)?;
+    if args.format == "json" {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| anyhow::anyhow!("cannot encode the report: {e}"))?;
+        println!("{text}");
+    } else {
+        print!("{}", report.to_text());
     }
+    Ok(())
 }
 
 /// Runs the probe against `options.target` and fits the result.

@@ -197,8 +197,8 @@ async fn accept_error(tap: &str, e: &io::Error, backoff: &mut Backoff) {
 mod tests {
     use super::*;
     use crate::config::TapConfig;
-    use crate::metrics::RouteTable;
     use crate::recorder::Discard;
+    use crate::routes::RouteTable;
 
     #[test]
     fn resource_warnings_are_one_per_interval_with_a_count() {

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use crate::config::TapConfig;
 use crate::correlate::Correlator;
-use crate::metrics::routes::RouteTable;
 use crate::recorder::Recorder;
+use crate::routes::RouteTable;
 
 pub use exchange::{Exchange, Wait};
 pub use listener::Tap;

@@ -10,7 +10,7 @@ use super::rows::Report;
 use super::source::{self, Source};
 use super::table::colour_for_stdout;
 use super::{compare_table, prometheus, snapshot_cmd, svg, table};
-use crate::cli::{CompareArgs, ReportArgs, SnapshotArgs};
+use super::{CompareArgs, ReportArgs, SnapshotArgs};
 
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
 /// `--from` is given.

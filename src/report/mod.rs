@@ -6,6 +6,7 @@
 //! `compare` ([`compare`]) reads snapshot files and decides, per phase, whether B differs
 //! from A by more than the noise; docs/compare.md states the method.
 
+mod args;
 pub mod bootstrap;
 pub mod commands;
 pub mod compare;
@@ -25,6 +26,7 @@ pub mod table;
 pub mod units;
 pub mod verdict;
 
+pub use args::{CompareArgs, ReportArgs, SnapshotArgs};
 pub use compare::{compare, Comparison, Direction, Options as CompareOptions, Statistic};
 pub use dataset::Dataset;
 pub use rows::Report;

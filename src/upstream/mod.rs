@@ -9,7 +9,6 @@
 
 pub mod account;
 pub mod find;
-mod metrics;
 pub mod profile;
 pub mod snapshot;
 mod watch;
@@ -18,12 +17,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use metrics::encode as encode_prometheus;
-pub use metrics::families as metric_families;
 pub use snapshot::{SymbolSnapshot, UpstreamSnapshot};
 pub use watch::{ProfileSettings, Watcher};
 
-use crate::metrics::lock;
+use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.

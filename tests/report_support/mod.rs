@@ -13,9 +13,10 @@ use std::thread;
 use std::time::Duration;
 
 use phasescope::config::{MetricsConfig, Protocol, RouteRule, TapConfig};
-use phasescope::metrics::{Registry, RouteTable, Snapshot};
+use phasescope::metrics::{Registry, Snapshot};
 use phasescope::phase::{Phase, Phases};
 use phasescope::recorder::{ExchangeRecord, Recorder};
+use phasescope::routes::RouteTable;
 
 /// A small deterministic generator (SplitMix64) with a normal deviate, so that synthetic
 /// runs are reproducible.

@@ -9,6 +9,13 @@
 //! per-thread cache: a hit is a hash of a few bytes with no lock and no shared write. The
 //! shared table is locked only to learn a key the thread has not seen yet, which stops for
 //! good once the table is full and the thread's cache holds all of it.
+//!
+//! The relay resolves a request's route from its head, before anything is recorded; the
+//! metrics name their series with [`RouteTable::name`]; config validates a tap's rules by
+//! building its table. So it imports none of the three: a tap's settings reach it as a
+//! [`RouteSpec`]. docs/metrics.md ("Routes") is the contract of every rule.
+
+pub mod webdis;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -20,9 +27,8 @@ use anyhow::{bail, ensure, Context};
 use serde::Deserialize;
 use thread_local::ThreadLocal;
 
-use crate::config::{Protocol, RouteRule, TapConfig};
-use crate::metrics::lock;
 use crate::recorder::RouteId;
+use crate::sync::lock;
 
 /// The label of requests past `max_routes`, or that no rule matched.
 pub const OTHER: &str = "other";
@@ -42,12 +48,20 @@ pub const MAX_KEY_BYTES: usize = 128;
 /// Route ids are 16 bits and id 0 is the fallback.
 pub const MAX_ROUTES_LIMIT: usize = u16::MAX as usize - 1;
 
-/// Extensions Webdis 0.1.9 strips from the last path segment to choose a reply format. Any
-/// other extension stays part of the argument (so `/PING.foo` runs `PING.foo`).
-const WEBDIS_EXTENSIONS: [&[u8]; 13] = [
-    b"json", b"raw", b"msg", b"bin", b"txt", b"html", b"xhtml", b"xml", b"png", b"jpg", b"jpeg",
-    b"js", b"css",
-];
+/// How a request becomes a bounded `route` label: a tap's `routes` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteRule {
+    /// First path segment, upper-cased, extension stripped: the Redis command Webdis runs.
+    Webdis,
+    /// The first `route_segments` path segments.
+    Prefix,
+    /// Named regular expressions (`[[tap.route]]`), first match wins.
+    Regex,
+    /// One route for everything.
+    #[default]
+    None,
+}
 
 /// One named rule of the `regex` route rule: `[[tap.route]] name = "users" pattern = "^/u/"`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -58,6 +72,23 @@ pub struct RegexRoute {
     /// A regular expression (Rust `regex` syntax) searched in the request path, query
     /// string excluded. Unanchored unless it says `^`/`$`.
     pub pattern: String,
+}
+
+/// What a route table is built from: a tap's route settings (`config::TapConfig` gives
+/// them, see its `From` impl).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteSpec<'a> {
+    /// The tap's name, for errors.
+    pub tap: &'a str,
+    /// RESP taps label by command name, whatever `rule` says.
+    pub by_command: bool,
+    pub rule: RouteRule,
+    /// Path segments kept by the `prefix` rule.
+    pub segments: usize,
+    /// Distinct labels at most; later keys are `other`.
+    pub max_routes: usize,
+    /// The named rules of the `regex` rule (ignored by the other rules).
+    pub rules: &'a [RegexRoute],
 }
 
 enum Rule {
@@ -88,31 +119,25 @@ struct LocalCache {
 }
 
 impl RouteTable {
-    /// The tap's route table. The `regex` rule needs its rules: see [`RouteTable::with_rules`].
-    pub fn new(tap: &TapConfig) -> anyhow::Result<Self> {
-        Self::with_rules(tap, &tap.route_rules)
-    }
-
-    /// The tap's route table, with the named rules of the `regex` rule (ignored by the
-    /// other rules). RESP taps always label by command name.
-    pub fn with_rules(tap: &TapConfig, rules: &[RegexRoute]) -> anyhow::Result<Self> {
+    /// The route table of a tap (a `&TapConfig` will do). RESP taps always label by
+    /// command name.
+    pub fn new<'a>(spec: impl Into<RouteSpec<'a>>) -> anyhow::Result<Self> {
+        let spec = spec.into();
         ensure!(
-            tap.max_routes <= MAX_ROUTES_LIMIT,
+            spec.max_routes <= MAX_ROUTES_LIMIT,
             "tap {:?}: max_routes = {} is more than the {MAX_ROUTES_LIMIT} route ids there are",
-            tap.name,
-            tap.max_routes
+            spec.tap,
+            spec.max_routes
         );
-        let (rule, labels): (Rule, Vec<String>) = match (tap.protocol, tap.routes) {
-            (Protocol::Resp, _) => (Rule::Command, vec![OTHER.into()]),
-            (Protocol::Http, RouteRule::None) => (Rule::None, vec![ALL.into()]),
-            (Protocol::Http, RouteRule::Webdis) => (Rule::Webdis, vec![OTHER.into()]),
-            (Protocol::Http, RouteRule::Prefix) => {
-                (Rule::Prefix(tap.route_segments), vec![OTHER.into()])
-            }
-            (Protocol::Http, RouteRule::Regex) => compile_rules(&tap.name, rules)?,
+        let (rule, labels): (Rule, Vec<String>) = match (spec.by_command, spec.rule) {
+            (true, _) => (Rule::Command, vec![OTHER.into()]),
+            (false, RouteRule::None) => (Rule::None, vec![ALL.into()]),
+            (false, RouteRule::Webdis) => (Rule::Webdis, vec![OTHER.into()]),
+            (false, RouteRule::Prefix) => (Rule::Prefix(spec.segments), vec![OTHER.into()]),
+            (false, RouteRule::Regex) => compile_rules(spec.tap, spec.rules)?,
         };
         let slots = match rule {
-            Rule::Webdis | Rule::Prefix(_) | Rule::Command => tap.max_routes + 1,
+            Rule::Webdis | Rule::Prefix(_) | Rule::Command => spec.max_routes + 1,
             Rule::None | Rule::Regex(_) => labels.len(),
         };
         // One more, last: the probe's route.
@@ -123,7 +148,7 @@ impl RouteTable {
         let _ = names[slots].set(PROBE.into());
         Ok(Self {
             rule,
-            max_routes: tap.max_routes,
+            max_routes: spec.max_routes,
             names,
             shared: Mutex::new(HashMap::default()),
             local: ThreadLocal::new(),
@@ -323,11 +348,8 @@ fn origin_path(target: &[u8]) -> Option<&[u8]> {
     Some(memchr::memchr(b'/', rest).map_or(b"/".as_slice(), |p| &rest[p..]))
 }
 
-/// The Redis command Webdis runs for a request, upper-cased (Redis commands are
-/// case-insensitive). Mirrors Webdis 0.1.9: a numeric first segment followed by another
-/// segment is a database number; a known reply-format extension is stripped from the last
-/// segment only; the command segment is *not* percent-decoded (Webdis sends `%50ING` to
-/// Redis as is).
+/// The Redis command Webdis runs for a request ([`webdis::command`]), upper-cased (Redis
+/// commands are case-insensitive); `root` when it names none.
 fn webdis_key<'a>(
     method: &[u8],
     path: &[u8],
@@ -337,43 +359,16 @@ fn webdis_key<'a>(
         return Some(POST_BODY.as_bytes());
     }
     let p = path.strip_prefix(b"/").unwrap_or(path);
-    let (first, rest) = split_segment(p);
-    let (command, is_last) = match rest {
-        Some(rest) if !first.is_empty() && first.iter().all(u8::is_ascii_digit) => {
-            let (second, after) = split_segment(rest);
-            (second, after.is_none())
-        }
-        _ => (first, rest.is_none()),
-    };
-    let command = if is_last {
-        strip_webdis_extension(command)
-    } else {
-        command
-    };
-    if command.is_empty() {
-        return Some(ROOT.as_bytes());
+    match webdis::command(p) {
+        Some(command) => upper_case(command.name, buf),
+        None => Some(ROOT.as_bytes()),
     }
-    upper_case(command, buf)
 }
 
 /// A command name as a key; `other` (what the RESP framer says for a name it does not
 /// know) is the fallback, not a command called OTHER.
 fn command_key(name: &[u8]) -> Option<&[u8]> {
     (!name.eq_ignore_ascii_case(OTHER.as_bytes())).then_some(name)
-}
-
-fn split_segment(p: &[u8]) -> (&[u8], Option<&[u8]>) {
-    match memchr::memchr(b'/', p) {
-        Some(i) => (&p[..i], Some(&p[i + 1..])),
-        None => (p, None),
-    }
-}
-
-fn strip_webdis_extension(segment: &[u8]) -> &[u8] {
-    match memchr::memrchr(b'.', segment) {
-        Some(dot) if WEBDIS_EXTENSIONS.contains(&&segment[dot + 1..]) => &segment[..dot],
-        _ => segment,
-    }
 }
 
 /// The path cut before its (n+1)-th slash: `/api/v1/users/7` with n = 2 is `/api/v1`.
@@ -426,13 +421,22 @@ type Fnv = BuildHasherDefault<FnvHasher>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::SocketAddr;
 
-    fn tap(protocol: Protocol, routes: RouteRule) -> TapConfig {
-        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let mut t = TapConfig::new("t", protocol, addr, "127.0.0.1:2");
-        t.routes = routes;
-        t
+    #[derive(Clone, Copy, PartialEq)]
+    enum Protocol {
+        Http,
+        Resp,
+    }
+
+    fn tap(protocol: Protocol, rule: RouteRule) -> RouteSpec<'static> {
+        RouteSpec {
+            tap: "t",
+            by_command: protocol == Protocol::Resp,
+            rule,
+            segments: 1,
+            max_routes: 64,
+            rules: &[],
+        }
     }
 
     fn label(table: &RouteTable, method: &str, target: &str) -> String {
@@ -443,7 +447,7 @@ mod tests {
 
     #[test]
     fn webdis_rule_names_the_redis_command() {
-        let t = RouteTable::new(&tap(Protocol::Http, RouteRule::Webdis)).unwrap();
+        let t = RouteTable::new(tap(Protocol::Http, RouteRule::Webdis)).unwrap();
         let cases = [
             ("GET", "/GET/key", "GET"),
             ("GET", "/get/key?x=1", "GET"),
@@ -479,14 +483,14 @@ mod tests {
     #[test]
     fn prefix_rule_keeps_the_first_segments() {
         let mut cfg = tap(Protocol::Http, RouteRule::Prefix);
-        cfg.route_segments = 2;
-        let t = RouteTable::new(&cfg).unwrap();
+        cfg.segments = 2;
+        let t = RouteTable::new(cfg).unwrap();
         assert_eq!(label(&t, "GET", "/api/v1/users/7?q=1"), "/api/v1");
         assert_eq!(label(&t, "GET", "/api"), "/api");
         assert_eq!(label(&t, "GET", "/api/"), "/api/");
         assert_eq!(label(&t, "GET", "/"), "/");
-        cfg.route_segments = 0;
-        let t = RouteTable::new(&cfg).unwrap();
+        cfg.segments = 0;
+        let t = RouteTable::new(cfg).unwrap();
         assert_eq!(label(&t, "GET", "/api/v1"), "/");
     }
 
@@ -511,7 +515,11 @@ mod tests {
                 pattern: r"^/junk".into(),
             },
         ];
-        let t = RouteTable::with_rules(&cfg, &rules).unwrap();
+        let t = RouteTable::new(RouteSpec {
+            rules: &rules,
+            ..cfg
+        })
+        .unwrap();
         assert_eq!(label(&t, "GET", "/users/42"), "user");
         assert_eq!(label(&t, "GET", "/u/42?x"), "user");
         assert_eq!(label(&t, "GET", "/users/42/posts"), "users");
@@ -524,13 +532,16 @@ mod tests {
         );
         assert_eq!(t.len(), 3);
 
-        let err = RouteTable::new(&cfg).unwrap_err().to_string();
+        let err = RouteTable::new(cfg).unwrap_err().to_string();
         assert!(err.contains("[[tap.route]]"), "{err}");
         let bad = [RegexRoute {
             name: "x".into(),
             pattern: "(".into(),
         }];
-        let err = format!("{:#}", RouteTable::with_rules(&cfg, &bad).unwrap_err());
+        let err = format!(
+            "{:#}",
+            RouteTable::new(RouteSpec { rules: &bad, ..cfg }).unwrap_err()
+        );
         assert!(err.contains("not a valid regular expression"), "{err}");
     }
 
@@ -542,7 +553,7 @@ mod tests {
             (Protocol::Http, RouteRule::Prefix),
             (Protocol::Resp, RouteRule::None),
         ] {
-            let t = RouteTable::new(&tap(protocol, rule)).unwrap();
+            let t = RouteTable::new(tap(protocol, rule)).unwrap();
             let id = t.probe();
             assert_eq!(t.name(id), PROBE);
             assert!(usize::from(id.0) < t.capacity());
@@ -554,12 +565,15 @@ mod tests {
             );
             assert_ne!(t.name(t.resolve(b"GET", b"/probe/x")), PROBE);
         }
-        let mut cfg = tap(Protocol::Http, RouteRule::Regex);
-        cfg.route_rules = vec![RegexRoute {
+        let rules = [RegexRoute {
             name: PROBE.into(),
             pattern: "^/p".into(),
         }];
-        let e = RouteTable::new(&cfg)
+        let cfg = RouteSpec {
+            rules: &rules,
+            ..tap(Protocol::Http, RouteRule::Regex)
+        };
+        let e = RouteTable::new(cfg)
             .expect_err("probe is reserved")
             .to_string();
         assert!(e.contains("reserved"), "{e}");
@@ -567,7 +581,7 @@ mod tests {
 
     #[test]
     fn none_rule_has_one_route() {
-        let t = RouteTable::new(&tap(Protocol::Http, RouteRule::None)).unwrap();
+        let t = RouteTable::new(tap(Protocol::Http, RouteRule::None)).unwrap();
         assert_eq!(label(&t, "GET", "/a"), ALL);
         assert_eq!(label(&t, "POST", "/b/c"), ALL);
         assert_eq!(t.len(), 1);
@@ -575,7 +589,7 @@ mod tests {
 
     #[test]
     fn resp_taps_label_by_command() {
-        let t = RouteTable::new(&tap(Protocol::Resp, RouteRule::None)).unwrap();
+        let t = RouteTable::new(tap(Protocol::Resp, RouteRule::None)).unwrap();
         assert_eq!(label(&t, "get", ""), "GET");
         assert_eq!(label(&t, "HSET", ""), "HSET");
         assert_eq!(label(&t, "other", ""), OTHER);
@@ -584,9 +598,9 @@ mod tests {
         assert_eq!(t.len(), 3);
 
         // A Webdis tap gives a command the same label as the URL that runs it.
-        let w = RouteTable::new(&tap(Protocol::Http, RouteRule::Webdis)).unwrap();
+        let w = RouteTable::new(tap(Protocol::Http, RouteRule::Webdis)).unwrap();
         assert_eq!(w.name(w.resolve_command("get")), label(&w, "GET", "/GET/k"));
-        let none = RouteTable::new(&tap(Protocol::Http, RouteRule::None)).unwrap();
+        let none = RouteTable::new(tap(Protocol::Http, RouteRule::None)).unwrap();
         assert_eq!(none.resolve_command("GET"), RouteId(0));
     }
 
@@ -594,7 +608,7 @@ mod tests {
     fn labels_stop_at_max_routes_and_ids_stay_stable() {
         let mut cfg = tap(Protocol::Http, RouteRule::Webdis);
         cfg.max_routes = 3;
-        let t = RouteTable::new(&cfg).unwrap();
+        let t = RouteTable::new(cfg).unwrap();
         let a = t.resolve(b"GET", b"/A");
         let ids: Vec<_> = ["/B", "/C", "/D", "/E"]
             .iter()
@@ -619,15 +633,15 @@ mod tests {
         });
 
         cfg.max_routes = 0;
-        let t = RouteTable::new(&cfg).unwrap();
+        let t = RouteTable::new(cfg).unwrap();
         assert_eq!(label(&t, "GET", "/A"), OTHER);
         cfg.max_routes = MAX_ROUTES_LIMIT + 1;
-        assert!(RouteTable::new(&cfg).is_err());
+        assert!(RouteTable::new(cfg).is_err());
     }
 
     #[test]
     fn unprintable_or_long_keys_are_other() {
-        let t = RouteTable::new(&tap(Protocol::Http, RouteRule::Webdis)).unwrap();
+        let t = RouteTable::new(tap(Protocol::Http, RouteRule::Webdis)).unwrap();
         let long = format!("/{}", "A".repeat(MAX_KEY_BYTES + 1));
         assert_eq!(label(&t, "GET", &long), OTHER);
         assert_eq!(

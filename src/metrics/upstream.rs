@@ -1,12 +1,15 @@
 //! The `phasescope_upstream_*` families of the exposition (docs/metrics.md).
+//!
+//! The exporter reads the [`Upstream`] figures at scrape time; `upstream` knows nothing of
+//! the exposition.
 
 use std::sync::Arc;
 
 use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::TextEncoder;
 
-use super::Upstream;
-use crate::metrics::exposition::{family, sample};
+use super::exposition::{family, sample};
+use crate::upstream::Upstream;
 
 pub const CPU: &str = "phasescope_upstream_cpu_seconds_total";
 pub const RUNQUEUE: &str = "phasescope_upstream_runqueue_seconds_total";
