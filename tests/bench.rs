@@ -345,3 +345,92 @@ fn a_server_that_is_not_there_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Debian's Webdis with its Redis at 127.0.0.1:`redis_port`, where the bench's RESP tap
+/// will listen once it starts: Webdis retries its Redis connections every 100 ms, so it
+/// serves HTTP at once and reaches Redis when the tap opens.
+fn webdis_behind(redis_port: u16, dir: &std::path::Path, name: &str) -> (support::Managed, u16) {
+    let port = free_port();
+    let config = dir.join(format!("{name}.json"));
+    let json = serde_json::json!({
+        "redis_host": "127.0.0.1", "redis_port": redis_port,
+        "http_host": "127.0.0.1", "http_port": port,
+        "threads": 2, "pool_size": 4, "daemonize": false, "websockets": false,
+        "database": 0, "verbosity": 3, "logfile": dir.join(format!("{name}.log")),
+    });
+    std::fs::write(&config, serde_json::to_vec(&json).unwrap()).unwrap();
+    let mut command = Command::new(require_tool("webdis"));
+    command.arg(&config).current_dir(dir);
+    let process = support::Managed::spawn(name, &mut command, &dir.join(format!("{name}.out")));
+    assert!(
+        wait_for(Duration::from_secs(10), || accepts(loopback(port))),
+        "{name} never listened"
+    );
+    (process, port)
+}
+
+/// `--a-resp` and `--b-resp` put a RESP tap between each Webdis and Redis, correlated with
+/// its HTTP tap: the compare then has Webdis's wait split into backend_in, backend (Redis,
+/// with backend_queue) and backend_out on both sides, as explanation rows, and nothing of
+/// the RESP taps' own series.
+#[test]
+fn resp_taps_behind_webdis_split_the_wait_on_both_sides() {
+    let _serial = serial();
+    let redis = RedisServer::start();
+    redis.command(&["SET", "k", "v"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (resp_a, resp_b) = (free_port(), free_port());
+    let (_a, a) = webdis_behind(resp_a, dir.path(), "webdis-a");
+    let (_b, b) = webdis_behind(resp_b, dir.path(), "webdis-b");
+    let redis_addr = redis.addr().to_string();
+    let v = bench(&[
+        "--a",
+        &format!("127.0.0.1:{a}"),
+        "--b",
+        &format!("127.0.0.1:{b}"),
+        "--a-resp",
+        &format!("127.0.0.1:{resp_a}={redis_addr}"),
+        "--b-resp",
+        &format!("127.0.0.1:{resp_b}={redis_addr}"),
+        "--path",
+        "/GET/k",
+        "--runs",
+        "2",
+        "--duration",
+        "1s",
+        "--warmup",
+        "2s",
+        "--connections",
+        "20",
+    ]);
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(r["errors"].as_u64(), Some(0), "{r}");
+        assert!(r["requests"].as_u64().unwrap() > 100, "{r}");
+    }
+    let all = v["rows"].as_array().unwrap();
+    assert!(
+        all.iter().all(|r| r["tap"] == "a"),
+        "only tap a against tap b is compared"
+    );
+    let mean = |phase: &str, side: &str| -> f64 {
+        let r = all
+            .iter()
+            .find(|r| r["route"] == "GET" && r["phase"] == phase && r["statistic"] == "mean")
+            .unwrap_or_else(|| panic!("no mean row for {phase}: {v:#}"));
+        assert_eq!(
+            r["primary"], false,
+            "{phase} explains, it is not the question"
+        );
+        assert!(r[format!("count_{side}")].as_u64().unwrap() > 100, "{r}");
+        r[side].as_f64().unwrap()
+    };
+    for side in ["a", "b"] {
+        let wait = mean("upstream_wait", side);
+        let parts = mean("backend_in", side) + mean("backend", side) + mean("backend_out", side);
+        assert!(
+            (parts - wait).abs() <= 0.1 * wait,
+            "side {side}: upstream_wait {wait} s, its parts {parts} s"
+        );
+        assert!(mean("backend_queue", side) <= mean("backend", side));
+    }
+}
