@@ -4,6 +4,8 @@
 #
 #   scripts/bench-proxies.sh            # full run, ~10 minutes
 #   scripts/bench-proxies.sh --quick    # ~2 minutes
+#   scripts/bench-proxies.sh --sampler-only   # ~1 minute: the upstream sampler's cost only,
+#                                             # written into the last full run's documents
 #   scripts/bench-proxies.sh --help     # every option
 #
 # Installs the tools it needs from Debian when they are missing, builds in release mode,

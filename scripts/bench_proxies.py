@@ -133,6 +133,20 @@ class Server:
                 pass
         return total / CLK_TCK
 
+    def thread_cpu_seconds(self, prefixes):
+        """CPU time of the process's threads whose name starts with one of `prefixes`, from
+        schedstat (nanoseconds on a CPU): /proc/PID/stat counts in 10 ms ticks, too coarse
+        for a thread that works a few milliseconds a second."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").glob("*"):
+            try:
+                if not (task / "comm").read_text().strip().startswith(prefixes):
+                    continue
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, IndexError, ValueError):
+                pass
+        return total / 1e9
+
     def rss_kib(self):
         total = 0
         for pid in self.pids():
@@ -232,6 +246,8 @@ def start_target(name, upstream, workdir, threads, maxconn, valgrind=None):
         env = {"PHASESCOPE_WORKERS": str(1 if "-1w" in name else threads)}
         if name.endswith("no-metrics"):
             argv.append("--no-metrics")
+        if name.endswith("-profile"):
+            argv.append("--profile-upstream")
         if name == "phasescope-work-stealing":
             env["PHASESCOPE_RUNTIME"] = "work-stealing"
         return Server(name, argv, d, env=env, port=port)
@@ -315,6 +331,50 @@ def fmt(v, digits=1):
 
 def fmt_ms(v):
     return "-" if v is None else f"{v * 1000:.0f}us"
+
+
+# ---------------------------------------------------------------------------------------
+# The upstream sampler's cost
+# ---------------------------------------------------------------------------------------
+
+SAMPLER_TARGETS = ["phasescope", "phasescope-profile"]
+# The threads that watch the upstream (src/upstream/watch.rs: accounting, and sampling
+# when profiling) and symbolize its samples (src/upstream/profile/symbols.rs).
+WATCHER_THREADS = ("ps-up-", "upstream-symbol")
+
+
+def sampler_cost(upstream, workdir, threads, maxconn, rounds, seconds, conns, path):
+    """phasescope in front of `upstream` (a local Server, found by `auto`) with
+    `--profile-upstream` and without, alternated, a fresh proxy per run: its CPU per request
+    and the upstream's (the sampling interrupts are charged to the sampled threads). Each
+    proxy gets a one-second warm-up first, so that the sampler has opened its events and
+    loaded the symbol tables: the figure is the steady cost of a long-running watcher."""
+    runs = []
+    for rnd in range(rounds):
+        order = SAMPLER_TARGETS if rnd % 2 == 0 else SAMPLER_TARGETS[::-1]
+        for name in order:
+            srv = start_target(name, upstream.port, workdir, threads, maxconn)
+            try:
+                wrk(srv.port, path, conns, 1)
+                time.sleep(1.2)  # past the watcher's first interval, which reads the process
+                cpu0, up0 = srv.cpu_seconds(), upstream.cpu_seconds()
+                watch0, wall0 = srv.thread_cpu_seconds(WATCHER_THREADS), time.time()
+                r = wrk(srv.port, path, conns, seconds)
+                cpu, up = srv.cpu_seconds() - cpu0, upstream.cpu_seconds() - up0
+                watch = srv.thread_cpu_seconds(WATCHER_THREADS) - watch0
+                r["watcher_cpu_ms_per_s"] = watch * 1e3 / (time.time() - wall0)
+            finally:
+                srv.stop()
+            n = r["requests"]
+            r["cpu_us_per_req"] = cpu * 1e6 / n if n else None
+            r["upstream_cpu_us_per_req"] = up * 1e6 / n if n else None
+            r.update(upstream=upstream.name, target=name, conns=conns, round=rnd)
+            runs.append(r)
+            log(f"  sampler round {rnd + 1}/{rounds} {name:20} {r['rps']:>9.0f} req/s  "
+                f"phasescope {fmt(r['cpu_us_per_req'], 2)} us/req  "
+                f"{upstream.name} {fmt(r['upstream_cpu_us_per_req'], 2)} us/req  "
+                f"watcher {fmt(r['watcher_cpu_ms_per_s'], 2)} ms/s  errors {r['errors']}")
+    return runs
 
 
 # ---------------------------------------------------------------------------------------
@@ -477,6 +537,48 @@ def loadavg():
         return ["?"] * 3
 
 
+def run_sampler(workdir, threads, maxconn, rounds, seconds):
+    """The sampler part in front of its own Webdis + Redis; the results' `sampler` object."""
+    conns = 50
+    redis, webdis = start_webdis(workdir)
+    try:
+        log(f"the upstream sampler's cost in front of Webdis: {rounds} rounds x 2 runs of {seconds} s at -c {conns}")
+        start = loadavg()
+        runs = sampler_cost(webdis, workdir, threads, maxconn, rounds, seconds, conns, "/GET/bench")
+    finally:
+        webdis.stop()
+        redis.stop()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "scripts/bench-proxies.sh " + " ".join(sys.argv[1:]),
+        "rounds": rounds, "seconds": seconds, "connections": conns,
+        "loadavg_start": start, "loadavg_end": loadavg(), "runs": runs,
+    }
+
+
+def sampler_only(args, results, workdir_rounds, threads, maxconn):
+    """`--sampler-only`: measure the sampler, put its section into the documents of the
+    last full run (between its markers), and its results into that run's JSON."""
+    rounds, seconds = workdir_rounds
+    out = Path(args.out or ROOT / "docs")
+    with tempfile.TemporaryDirectory(prefix="bench-proxies-") as workdir:
+        sampler = run_sampler(workdir, threads, maxconn, rounds, seconds)
+    sampler["machine"] = results["machine"]
+    section = bench_report.sampler_section(sampler)
+    print(section)
+    if args.no_write:
+        return
+    data = out / "benchmarks.json"
+    md = out / "BENCHMARKS.md"
+    if not data.exists() or not md.exists():
+        sys.exit(f"{out} has no full run to add the sampler to: run scripts/bench-proxies.sh first")
+    full = json.loads(data.read_text())
+    full["sampler"] = sampler
+    data.write_text(json.dumps(full, indent=1) + "\n")
+    md.write_text(bench_report.replace_sampler_section(md.read_text(), section))
+    log(f"wrote the sampler's section into {md} and its runs into {data}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one short round, fewer idle connections (~2 min)")
@@ -486,8 +588,12 @@ def main():
     ap.add_argument("--requests", type=int, help="requests profiled with callgrind [5000; quick 1000]")
     ap.add_argument("--only", choices=["fixed", "webdis"], help="one upstream only")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["throughput", "memory", "callgrind", "layout", "recorder"],
+                    choices=["throughput", "memory", "callgrind", "layout", "recorder", "sampler"],
                     help="leave out a part (repeatable)")
+    ap.add_argument("--sampler-only", action="store_true",
+                    help="only the upstream sampler's cost (in front of Webdis, ~1 min); its "
+                         "results replace the sampler section of the existing BENCHMARKS.md "
+                         "and benchmarks.json, the rest of that run is kept")
     ap.add_argument("--out", help="where BENCHMARKS.md and the chart go [docs/; with --quick, "
                                     "nowhere unless given]")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
@@ -519,6 +625,11 @@ def main():
         "runs": [], "memory": [], "instructions": [],
     }
     log(f"machine: {results['machine']}; load average {' '.join(results['loadavg_start'])}")
+
+    if args.sampler_only:
+        sampler_only(args, results, workdir_rounds=(args.rounds or 4, args.duration or 3),
+                     threads=threads, maxconn=maxconn)
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-proxies-") as workdir:
         up_port = free_port()
@@ -561,6 +672,9 @@ def main():
                 finally:
                     for srv in servers.values():
                         srv.stop()
+            if "sampler" not in args.skip and not args.quick and args.only in (None, "webdis"):
+                results["sampler"] = run_sampler(workdir, threads, maxconn, rounds, seconds)
+                results["sampler"]["machine"] = results["machine"]
             if "memory" not in args.skip:
                 log(f"memory with {idle} idle keep-alive connections")
                 for n in names[1:]:

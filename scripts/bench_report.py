@@ -442,6 +442,8 @@ def markdown(results, s):
             a("")
 
     a(metrics_cost(results, s))
+    if results.get("sampler"):
+        a(sampler_section(results["sampler"]))
     a(LAYOUT_TEXT.format(layout=layout_figures(s)))
     a(CHANGES_TEXT)
     a(ROUND2_TEXT)
@@ -523,6 +525,93 @@ def metrics_cost(results, s):
             "exchange (`bytes` twice, `exchange` once).\n")
     lines.append(sharing(results))
     return "\n".join(lines) + "\n"
+
+
+SAMPLER_BEGIN = "<!-- sampler: written by scripts/bench-proxies.sh --sampler-only -->"
+SAMPLER_END = "<!-- /sampler -->"
+
+
+def sampler_section(sm):
+    """The upstream sampler's cost, from the `sampler` object of bench_proxies.run_sampler."""
+    runs = sm["runs"]
+    by = {}
+    for r in runs:
+        by.setdefault(r["round"], {})[r["target"]] = r
+    pairs = [(v["phasescope"], v["phasescope-profile"]) for v in by.values()
+             if "phasescope" in v and "phasescope-profile" in v]
+
+    def col(target, key):
+        return [r[key] for r in runs if r["target"] == target and r.get(key) is not None]
+
+    def cell(xs, digits=2):
+        if not xs:
+            return "-"
+        return f"{med(xs):,.{digits}f} ({min(xs):,.{digits}f} to {max(xs):,.{digits}f})"
+
+    def diffs(key):
+        return [b[key] - a[key] for a, b in pairs if a.get(key) is not None and b.get(key) is not None]
+
+    ratio = [b["rps"] / a["rps"] for a, b in pairs if a["rps"]]
+    keys = [("watcher_cpu_ms_per_s", 2), ("cpu_us_per_req", 2), ("upstream_cpu_us_per_req", 2)]
+    machine = sm.get("machine", {})
+    lines = [SAMPLER_BEGIN, "## The upstream sampler's cost\n",
+             "phasescope in front of Webdis (Redis behind it, `GET` of one key) with "
+             "`--profile-upstream` (perf events at 997 Hz on every thread of Webdis, symbolized and "
+             "folded into components every second) and without it (the /proc accounting alone, "
+             "which runs in both), a fresh proxy for every run after a one-second warm-up (so "
+             "the figure is the steady cost, without the first symbol-table load), "
+             f"{sm['rounds']} rounds of {sm['seconds']} s at `wrk -c {sm['connections']}`, the two "
+             f"orders alternated. Measured {sm['date']} on a shared {machine.get('nproc', '?')}-CPU "
+             f"machine (load average {' '.join(sm['loadavg_start'])} at the start, "
+             f"{' '.join(sm['loadavg_end'])} at the end: other work ran beside it), with "
+             f"`{sm['command'].strip()}`. Medians over the rounds, with their range:\n",
+             "| | watcher threads, CPU ms/s | phasescope CPU µs/req | Webdis CPU µs/req | req/s |",
+             "|---|---|---|---|---|"]
+    for label, target in (("without sampling", "phasescope"), ("`--profile-upstream`", "phasescope-profile")):
+        lines.append(f"| {label} | " + " | ".join(cell(col(target, k), d) for k, d in keys)
+                     + f" | {cell(col(target, 'rps'), 0)} |")
+    lines.append("| difference within a round | " + " | ".join(cell(diffs(k), d) for k, d in keys)
+                 + f" | ratio {cell(ratio, 3)} |")
+    lines.append("")
+    watch = diffs("watcher_cpu_ms_per_s")
+    own = diffs("cpu_us_per_req")
+    ups = diffs("upstream_cpu_us_per_req")
+    rps = col("phasescope-profile", "rps")
+    if watch and own and ups and rps:
+        lo, hi = min(own), max(own)
+        lines.append(
+            "The sampler's own work (reading the ring buffers, symbolizing, folding into "
+            "components) runs on the proxy's upstream-watcher threads, measured apart from the "
+            "relay (their schedstat in /proc/PID/task): "
+            f"**{med(watch):.1f} ms of CPU per second** more than the accounting alone, "
+            f"{med(watch) / 10:.2f} % of one CPU, or {med(watch) * 1e3 / med(rps):.2f} µs per request "
+            f"at {med(rps):,.0f} req/s. It follows the samples, taken only while Webdis's threads "
+            "run, so it grows with the upstream's CPU use rather than with phasescope's traffic.\n")
+        lines.append(
+            f"Per request, the whole proxy used {med(own):.2f} µs more with sampling than without "
+            f"(per round {lo:+.2f} to {hi:+.2f}), and Webdis {med(ups):.2f} µs more. Webdis pays the sampling "
+            "interrupts and perf's bookkeeping at every context switch of a sampled thread; the "
+            "proxy's extra is more than its watcher threads account for, and this measurement does "
+            "not say where it goes (a Webdis slowed by sampling answers in smaller batches, which "
+            "costs a relay more wake-ups per request, is one candidate). Both move with the "
+            "machine's load: on a shared machine read them as the order of magnitude of what "
+            "turning sampling on costs the whole path, the watcher figure as the sampler's own cost.\n")
+    lines.append(SAMPLER_END)
+    return "\n".join(lines) + "\n"
+
+
+def replace_sampler_section(text, section):
+    """`text` (a BENCHMARKS.md) with its sampler section replaced by `section`, or, without
+    one, `section` inserted before the runtime-layout section (where `markdown` puts it)."""
+    if SAMPLER_BEGIN in text and SAMPLER_END in text:
+        head, rest = text.split(SAMPLER_BEGIN, 1)
+        tail = rest.split(SAMPLER_END, 1)[1]
+        return head + section.rstrip("\n") + tail
+    for anchor in ("## Runtime layout", "## Reproducing"):
+        if anchor in text:
+            head, tail = text.split(anchor, 1)
+            return head + section + "\n" + anchor + tail
+    return text.rstrip("\n") + "\n\n" + section
 
 
 def sharing(results):

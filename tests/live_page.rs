@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use phasescope::metrics::Snapshot;
 use regex::Regex;
 use serde_json::Value;
-use support::{require_tool, wait_for, Proxy};
+use support::{free_port, require_tool, wait_for, Proxy, RedisServer, Webdis};
 use traffic::{Load, Upstream};
 
 /// The upstream's answer delay: upstream_wait dominates every request by design.
@@ -547,4 +547,125 @@ fn errors_cover_the_window_ticks_are_distinct_and_taps_keep_their_order() {
         );
     }
     assert!(charts >= 2, "{charts} charts with a time axis");
+}
+
+/// The full chain (client → HTTP tap → Webdis → RESP tap → Redis, correlated) under wrk:
+/// the line beside the tap's name names the Webdis split as the report's headline does,
+/// "Redis queue" (`backend_queue`) apart from "Redis" (the rest of `backend`), with the
+/// figures the page's own phase table shows for the same snapshot.
+#[test]
+fn the_headline_names_the_redis_queue_of_a_correlated_webdis_chain() {
+    let chromium = require_tool("chromium");
+    let wrk = require_tool("wrk");
+    let redis = RedisServer::start();
+    let resp_port = free_port();
+    let webdis_port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chain.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"webdis\"\nlisten = \"127.0.0.1:0\"\n\
+             upstream = \"127.0.0.1:{webdis_port}\"\nroutes = \"webdis\"\n\n\
+             [[tap]]\nname = \"redis\"\nprotocol = \"resp\"\n\
+             listen = \"127.0.0.1:{resp_port}\"\nupstream = \"127.0.0.1:{redis_port}\"\n\n\
+             [[correlate]]\nkind = \"webdis\"\nhttp = \"webdis\"\nresp = \"redis\"\n",
+            redis_port = redis.port()
+        ),
+    )
+    .unwrap();
+    // The RESP tap listens before Webdis opens its Redis pool through it.
+    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+    let _webdis = Webdis::start_at(resp_port, webdis_port);
+
+    // More connections than Webdis has pooled Redis connections (4), so that commands
+    // queue behind each other's replies: backend_queue is then more than nothing.
+    let mut load = Command::new(&wrk)
+        .args(["-d", "120s", "-c", "16", "-t", "2", "--timeout", "10s"])
+        .arg(proxy.url("/GET/k"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let queued = || -> bool {
+        let snap: Value = serde_json::from_slice(&proxy.admin_get("/api/snapshot").body).unwrap();
+        let phases = &snap["taps"]["webdis"]["phases"];
+        let count = |p: &str| phases[p]["GET"]["count"].as_u64().unwrap_or(0);
+        count("total") >= 500 && count("backend_queue") >= 500
+    };
+    let ready = wait_for(PATIENCE, queued);
+    let page = if ready {
+        Some(load_page(
+            &chromium,
+            &format!("http://{}/", proxy.admin_addr()),
+            &artifacts().join("live-page-webdis.png"),
+        ))
+    } else {
+        None
+    };
+    let _ = load.kill();
+    let _ = load.wait();
+    let page = page.unwrap_or_else(|| {
+        panic!(
+            "the chain did not record 500 correlated requests\n{}",
+            proxy.log_tail()
+        )
+    });
+    let dom = &page.dom;
+    let start = dom
+        .find(r#"data-tap="webdis""#)
+        .unwrap_or_else(|| panic!("no section for the webdis tap in\n{dom}"));
+    let end = dom
+        .find(r#"data-tap="redis""#)
+        .filter(|&e| e > start)
+        .unwrap_or(dom.len());
+    let tap = &dom[start..end];
+
+    let headline = Regex::new(r#"class="headline"[^>]*>([^<]*)<"#).unwrap();
+    let headline = headline
+        .captures(tap)
+        .map(|c| text(&c[1]))
+        .unwrap_or_else(|| panic!("no headline in\n{tap}"));
+    let split = Regex::new(
+        r"upstream_wait ([\d.]+) % \(Redis queue ([\d.]+) %, Redis ([\d.]+) %, Webdis ([\d.]+) %",
+    )
+    .unwrap();
+    let c = split
+        .captures(&headline)
+        .unwrap_or_else(|| panic!("the headline does not name the split: {headline:?}"));
+    let pct = |i: usize| c[i].parse::<f64>().unwrap() / 100.0;
+    let (wait, queue, redis_rest, webdis) = (pct(1), pct(2), pct(3), pct(4));
+
+    // The same figures as the phase table, rendered from the same snapshot; each shown
+    // share is rounded (whole percents from 10 %, a decimal below), hence the margin.
+    let phases = rows(tap, "phase");
+    let shown = |p: &str| {
+        share(
+            &phases
+                .get(p)
+                .unwrap_or_else(|| panic!("no row for {p}: {phases:#?}"))["share"],
+        )
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 0.011;
+    assert!(
+        close(wait, shown("upstream_wait")),
+        "{headline:?} against {phases:#?}"
+    );
+    assert!(
+        close(queue, shown("backend_queue")),
+        "{headline:?} against {phases:#?}"
+    );
+    assert!(
+        close(queue + redis_rest, shown("backend")),
+        "Redis queue + Redis is not backend: {headline:?} against {phases:#?}"
+    );
+    assert!(
+        close(webdis, shown("backend_in") + shown("backend_out")),
+        "{headline:?} against {phases:#?}"
+    );
+    assert!(queue > 0.0, "{headline:?}");
+    assert!(
+        queue + redis_rest + webdis <= wait + 0.02,
+        "the parts exceed upstream_wait: {headline:?}"
+    );
 }

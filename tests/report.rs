@@ -293,6 +293,112 @@ fn every_format_parses() {
     );
 }
 
+/// The fixture with an `upstream` object on its webdis tap, as a proxy that watched
+/// Webdis's process (and sampled it) would have saved it.
+fn fixture_with_upstream(dir: &Path) -> String {
+    let mut snap: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture_path()).unwrap()).unwrap();
+    snap["taps"]["webdis"]["upstream"] = serde_json::json!({
+        "pid": 4242, "comm": "webdis", "exe": "/usr/bin/webdis", "threads": 3,
+        "interval_seconds": 1.0, "watched_seconds": 30.0,
+        "cpu_user_seconds": 0.0091, "cpu_system_seconds": 0.0122, "runqueue_seconds": 0.014,
+        "context_switches_voluntary": 10, "context_switches_involuntary": 2, "restarts": 0,
+        "samples": {"kernel_network": 480, "webdis": 120, "redis_client": 70, "libc": 330},
+        "stripped": true
+    });
+    let path = dir.join("with-upstream.json");
+    std::fs::write(&path, serde_json::to_string(&snap).unwrap()).unwrap();
+    path.display().to_string()
+}
+
+/// The CSV carries the inside-the-upstream section as records of its one table: CPU and
+/// run-queue time per request with the window's thread-time, and each component's
+/// samples and share; the same figures as the JSON report's `inside`.
+#[test]
+fn csv_carries_the_inside_the_upstream_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture_with_upstream(dir.path());
+    let json: Value = serde_json::from_str(&phasescope_ok(
+        &["report", "--from", &f, "--by", "route", "--format", "json"],
+        0,
+    ))
+    .unwrap();
+    let webdis = json["taps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tap"] == "webdis")
+        .unwrap();
+    let inside = &webdis["inside"];
+    let requests = row(&webdis["all"], "total")["count"].as_u64().unwrap();
+    assert_eq!(inside["requests"].as_u64(), Some(requests));
+
+    let csv = phasescope_ok(
+        &["report", "--from", &f, "--by", "route", "--format", "csv"],
+        0,
+    );
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let records: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    for r in &records {
+        assert_eq!(r.len(), header.len(), "{r:?}");
+    }
+    let upstream: Vec<&Vec<&str>> = records
+        .iter()
+        .filter(|r| r[2].starts_with("upstream."))
+        .collect();
+    // Only the webdis tap has a process, and its records cover every route.
+    assert!(upstream.iter().all(|r| r[0] == "webdis" && r[1] == "*"));
+    // After the tap's all-routes rows, before its first route's.
+    let at = |pred: &dyn Fn(&Vec<&str>) -> bool| records.iter().position(pred).unwrap();
+    let first_upstream = at(&|r| r[2].starts_with("upstream."));
+    assert!(first_upstream > at(&|r| r[0] == "webdis" && r[1] == "*" && r[2] == "total"));
+    assert!(first_upstream < at(&|r| r[0] == "webdis" && r[1] != "*"));
+
+    let field = |name: &str, col: usize| -> f64 {
+        let r = upstream
+            .iter()
+            .find(|r| r[2] == name)
+            .unwrap_or_else(|| panic!("no {name} record in\n{csv}"));
+        r[col]
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} column {col}: {r:?}"))
+    };
+    for (name, seconds, key) in [
+        ("upstream.cpu_user", 0.0091, "cpu_user"),
+        ("upstream.cpu_system", 0.0122, "cpu_system"),
+        ("upstream.runqueue", 0.014, "runqueue"),
+    ] {
+        assert_eq!(field(name, 3), requests as f64, "{name} count");
+        assert!(close(field(name, 4), seconds), "{name} sum_s");
+        assert!(
+            close(field(name, 5), seconds / requests as f64),
+            "{name} mean_s"
+        );
+        assert!(
+            close(field(name, 5), inside[key].as_f64().unwrap()),
+            "{name}"
+        );
+    }
+    let components = inside["components"].as_array().unwrap();
+    assert_eq!(components.len(), 4);
+    let mut shares = 0.0;
+    for c in components {
+        let name = format!("upstream.component.{}", c["name"].as_str().unwrap());
+        assert_eq!(field(&name, 3), c["samples"].as_f64().unwrap(), "{name}");
+        assert!(
+            close(field(&name, 11), c["share"].as_f64().unwrap()),
+            "{name}"
+        );
+        shares += field(&name, 11);
+    }
+    assert!(
+        (shares - 1.0).abs() < 1e-9,
+        "component shares add to {shares}"
+    );
+    assert!(close(field("upstream.component.kernel_network", 11), 0.48));
+}
+
 #[test]
 fn several_sources_merge_and_bad_ones_fail_clearly() {
     let f = fixture_path();

@@ -91,6 +91,26 @@ impl Totals {
     }
 }
 
+/// The debug file of the libc.so.6 that `pid` maps, by build id, where Debian's libc6-dbg
+/// puts it: without it libc's unexported functions cannot be named.
+fn require_libc_debug_file(pid: u32) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let libc = maps
+        .lines()
+        .filter_map(|l| l.split_ascii_whitespace().nth(5))
+        .find(|p| p.ends_with("/libc.so.6"))
+        .unwrap_or_else(|| panic!("process {pid} maps no libc.so.6"));
+    let id = blazesym::helper::read_elf_build_id(libc)
+        .unwrap()
+        .expect("libc.so.6 has a build id");
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+    assert!(
+        std::path::Path::new(&debug).exists(),
+        "{debug} is missing: install libc6-dbg"
+    );
+}
+
 /// Keep-alive clients sending `GET /` to `addr` until `stop`; each waits for the whole
 /// response before the next request.
 fn load(addr: SocketAddr, clients: usize, stop: Arc<AtomicBool>) -> Vec<thread::JoinHandle<u64>> {
@@ -305,6 +325,29 @@ fn webdis_components_under_load() {
         // Its code has no names: it reads as one component after the file.
         assert!(totals.component(&own) > 0);
     }
+    // libc.so.6 has only its exported symbols; its debug file (libc6-dbg) names the rest
+    // (the IFUNC variants of memcpy and strlen, malloc's internals): next to nothing of
+    // libc stays unnamed.
+    require_libc_debug_file(pid);
+    let in_libc = totals.in_object("libc.so.6");
+    let unnamed = totals
+        .symbols
+        .iter()
+        .filter(|((symbol, object, _), _)| object == "libc.so.6" && symbol == "[unknown]")
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    assert!(in_libc >= 100, "{in_libc} samples in libc.so.6:\n{text}");
+    assert!(
+        unnamed * 20 <= in_libc,
+        "{unnamed} of {in_libc} libc.so.6 samples unnamed:\n{text}"
+    );
+    assert!(
+        totals
+            .symbols
+            .keys()
+            .all(|(symbol, _, _)| !symbol.starts_with("__GI_")),
+        "glibc's hidden aliases are named by their public names:\n{text}"
+    );
     assert!(
         cost < 0.1,
         "the sampler took {:.1} % of a CPU",

@@ -65,9 +65,42 @@ pub struct BenchArgs {
     #[arg(long, value_name = "ALPHA", default_value_t = 0.05)]
     pub alpha: f64,
 
+    /// A RESP tap between server A and its Redis, correlated with tap `a`: it listens on
+    /// LISTEN (point A's Redis at it) and forwards to REDIS; Webdis's wait then splits into
+    /// backend_in, backend (Redis) and backend_out, each compared
+    #[arg(long = "a-resp", value_name = "LISTEN=REDIS", value_parser = RespTap::parse)]
+    pub a_resp: Option<RespTap>,
+
+    /// The same between server B and its Redis, correlated with tap `b`
+    #[arg(long = "b-resp", value_name = "LISTEN=REDIS", value_parser = RespTap::parse)]
+    pub b_resp: Option<RespTap>,
+
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
+}
+
+/// `--a-resp` / `--b-resp`: where the RESP tap listens and the Redis it forwards to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RespTap {
+    pub listen: std::net::SocketAddr,
+    pub redis: String,
+}
+
+impl RespTap {
+    fn parse(text: &str) -> Result<RespTap, String> {
+        let (listen, redis) = text.split_once('=').ok_or_else(|| {
+            format!("{text:?}: expected LISTEN=REDIS, e.g. 127.0.0.1:6380=127.0.0.1:6379")
+        })?;
+        let listen = listen
+            .parse()
+            .map_err(|e| format!("{listen:?}: not an IP address and port: {e}"))?;
+        crate::config::check_host_port(redis).map_err(|e| format!("{redis:?}: {e}"))?;
+        Ok(RespTap {
+            listen,
+            redis: redis.to_owned(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -103,6 +136,44 @@ mod tests {
         assert_eq!(b.duration.as_secs(), 2);
         assert_eq!(b.warmup.as_secs(), 2);
         assert_eq!(b.rate, Some(1000.0));
+        assert_eq!(b.a_resp, None);
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "bench",
+            "--a",
+            "x:1",
+            "--b",
+            "y:1",
+            "--a-resp",
+            "127.0.0.1:6380=127.0.0.1:6379",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command else {
+            panic!("not bench")
+        };
+        let r = b.a_resp.unwrap();
+        assert_eq!(r.listen.to_string(), "127.0.0.1:6380");
+        assert_eq!(r.redis, "127.0.0.1:6379");
+        for bad in [
+            "127.0.0.1:6380",
+            "nohost=127.0.0.1:6379",
+            "127.0.0.1:6380=redis",
+        ] {
+            assert!(
+                Cli::try_parse_from([
+                    "phasescope",
+                    "bench",
+                    "--a",
+                    "x:1",
+                    "--b",
+                    "y:1",
+                    "--a-resp",
+                    bad
+                ])
+                .is_err(),
+                "{bad}"
+            );
+        }
         assert!(
             Cli::try_parse_from(["phasescope", "bench", "--a", "x:1"]).is_err(),
             "--b is required"

@@ -67,11 +67,26 @@ fn paths(args: &BenchArgs) -> Vec<String> {
 }
 
 async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
-    let config = bench_config(&args.a, &args.b)?;
+    let mut config = bench_config(&args.a, &args.b)?;
+    for (front, resp) in [("a", &args.a_resp), ("b", &args.b_resp)] {
+        if let Some(resp) = resp {
+            behind(&mut config, front, resp);
+        }
+    }
     for (name, addr) in [("--a", &args.a), ("--b", &args.b)] {
         reachable(addr)
             .await
             .with_context(|| format!("{name} {addr}: the server does not accept connections"))?;
+    }
+    for (name, resp) in [("--a-resp", &args.a_resp), ("--b-resp", &args.b_resp)] {
+        if let Some(resp) = resp {
+            reachable(&resp.redis).await.with_context(|| {
+                format!(
+                    "{name}: Redis at {} does not accept connections",
+                    resp.redis
+                )
+            })?;
+        }
     }
     let registry = Registry::new(&config.metrics)?;
     let taps = crate::app::start(&config, &registry).await?;
@@ -82,7 +97,8 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         listen.push(tap.local_addr().context("reading a tap's address")?);
         tasks.push(tokio::spawn(tap.run(stop_rx.clone(), GRACE)));
     }
-    let [a_addr, b_addr] = listen[..] else {
+    // The two HTTP taps come first; RESP taps behind them follow.
+    let [a_addr, b_addr, ..] = listen[..] else {
         anyhow::bail!("the bench config must have two taps");
     };
     if let Some(dir) = &args.keep {
@@ -310,6 +326,26 @@ fn bench_config(a: &str, b: &str) -> anyhow::Result<Config> {
     config.log.slow_log = None;
     config.shutdown_grace = GRACE;
     Ok(config)
+}
+
+/// A RESP tap `FRONT_resp` on `resp.listen` in front of `resp.redis`, correlated with the
+/// HTTP tap `front` (a Webdis): the wait on Webdis then splits into `backend_in`,
+/// `backend` (with `backend_queue`) and `backend_out`, phases of `front` that the compare
+/// of tap `a` against tap `b` takes in like every other. The RESP tap's own series are
+/// not compared (the compare is scoped to `a` and `b`).
+fn behind(config: &mut Config, front: &str, resp: &args::RespTap) {
+    let name = format!("{front}_resp");
+    config.taps.push(TapConfig::new(
+        &name,
+        Protocol::Resp,
+        resp.listen,
+        &resp.redis,
+    ));
+    config.correlate.push(crate::config::CorrelateConfig {
+        kind: "webdis".to_owned(),
+        http: front.to_owned(),
+        resp: name,
+    });
 }
 
 /// Exchanges the proxy recorded on `tap` in this snapshot (all routes).

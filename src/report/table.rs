@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use super::inside::Inside;
 use super::rows::{Report, Row, Section, ALL_ROUTES};
 use super::units;
 
@@ -203,27 +204,70 @@ pub fn csv_field(s: &str) -> String {
 pub const CSV_HEADER: &str =
     "tap,route,phase,count,sum_s,mean_s,p50_s,p90_s,p99_s,p999_s,max_s,share";
 
+/// The `phase` of the CSV records that carry a tap's inside-the-upstream section. The
+/// dot keeps them apart from every phase name (phases are `snake_case`).
+pub const CSV_UPSTREAM_PREFIX: &str = "upstream.";
+
+/// The inside-the-upstream section as records of the same table, so that one CSV stays
+/// one table: `upstream.cpu_user`, `upstream.cpu_system` and `upstream.runqueue` with the
+/// tap's requests as `count`, the thread-time of the window as `sum_s` and the per-request
+/// figure as `mean_s`; then `upstream.component.NAME` per sampled component with its
+/// samples as `count` and its fraction of them as `share`. Columns that do not apply are
+/// empty.
+fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
+    for (what, per_request) in [
+        ("cpu_user", i.cpu_user),
+        ("cpu_system", i.cpu_system),
+        ("runqueue", i.runqueue),
+    ] {
+        let _ = writeln!(
+            out,
+            "{},{ALL_ROUTES},{CSV_UPSTREAM_PREFIX}{what},{},{},{per_request},,,,,,",
+            csv_field(tap),
+            i.requests,
+            per_request * i.requests as f64,
+        );
+    }
+    for c in &i.components {
+        let _ = writeln!(
+            out,
+            "{},{ALL_ROUTES},{},{},,,,,,,,{}",
+            csv_field(tap),
+            csv_field(&format!("{CSV_UPSTREAM_PREFIX}component.{}", c.name)),
+            c.samples,
+            c.share
+        );
+    }
+}
+
 fn csv(report: &Report) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
-    for (tap, _, s) in sections(report) {
-        for r in &s.rows {
-            let _ = writeln!(
-                out,
-                "{},{},{},{},{},{},{},{},{},{},{},{}",
-                csv_field(tap),
-                csv_field(&s.route),
-                csv_field(&r.phase),
-                r.count,
-                r.sum,
-                r.mean,
-                r.p50,
-                r.p90,
-                r.p99,
-                r.p999,
-                r.max,
-                r.share.map(|v| v.to_string()).unwrap_or_default()
-            );
+    for t in &report.taps {
+        let tap = t.tap.as_str();
+        for s in std::iter::once(&t.all).chain(&t.routes) {
+            for r in &s.rows {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{},{},{},{}",
+                    csv_field(tap),
+                    csv_field(&s.route),
+                    csv_field(&r.phase),
+                    r.count,
+                    r.sum,
+                    r.mean,
+                    r.p50,
+                    r.p90,
+                    r.p99,
+                    r.p999,
+                    r.max,
+                    r.share.map(|v| v.to_string()).unwrap_or_default()
+                );
+            }
+            // After the tap's own rows, before its routes: where the text report puts it.
+            if let (ALL_ROUTES, Some(i)) = (s.route.as_str(), &t.inside) {
+                csv_inside(&mut out, tap, i);
+            }
         }
     }
     out

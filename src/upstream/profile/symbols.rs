@@ -2,7 +2,18 @@
 //! (/proc/PID/maps), cached per process so that each distinct address is looked up once.
 //!
 //! blazesym reads the process's maps itself, so shared libraries, PIE and ASLR are handled
-//! by the library made for it, and kernel addresses come from /proc/kallsyms. Its
+//! by the library made for it, and kernel addresses come from /proc/kallsyms.
+//!
+//! A distribution's shared libraries are stripped to their dynamic symbol table (`.dynsym`):
+//! the exported functions. Debian's libc.so.6 is one, and the code its samples land in most
+//! is not exported: the IFUNC variants `memmove` and `memcpy` resolve to
+//! (`__memmove_avx_unaligned_erms`), `_int_malloc`, stdio internals. Those names are in the
+//! library's separate debug file (Debian's libc6-dbg, any `-dbgsym` package), found by
+//! build id or `.gnu_debuglink` under /usr/lib/debug. blazesym follows that link when
+//! asked for debug symbols, and then names an address from the debug file's DWARF or full
+//! symbol table; without a debug file it names what `.dynsym` covers, and the rest stays
+//! [`UNKNOWN_SYMBOL`], grouped under the library's file name. Source lines and inlined
+//! frames are not asked for: a component needs the function only. Its
 //! `Symbolizer` keeps per-file caches that are not `Send`; it lives on a thread of its own
 //! so that the `Profiler` can move between threads (a tokio blocking task, a watcher
 //! thread) and the parsed symbol tables survive from one `collect` to the next.
@@ -291,9 +302,29 @@ impl Worker {
                             Ok(through_root(pid, &member))
                         });
                 }
-                let symbolizer = builder.build();
+                let symbolizer = builder
+                    .enable_code_info(false)
+                    .enable_inlined_fns(false)
+                    .build();
+                let mut debug_syms = true;
                 while let Ok(request) = request_rx.recv() {
-                    if response_tx.send(symbolize(&symbolizer, &request)).is_err() {
+                    let mut response = symbolize(&symbolizer, &request, debug_syms);
+                    // A debug file blazesym cannot read (a compression it was built
+                    // without, a checksum that does not match) fails the whole batch: name
+                    // from the symbol tables alone from then on.
+                    if let (Err(error), true, Request::User { .. }) =
+                        (&response, debug_syms, &request)
+                    {
+                        tracing::warn!(
+                            pid,
+                            %error,
+                            "upstream profile: cannot read the debug symbols of the process's \
+                             files; naming from their symbol tables only"
+                        );
+                        debug_syms = false;
+                        response = symbolize(&symbolizer, &request, false);
+                    }
+                    if response_tx.send(response).is_err() {
                         break;
                     }
                 }
@@ -329,7 +360,14 @@ fn through_root(pid: u32, member: &ProcessMemberInfo<'_>) -> Option<Box<dyn Reso
     Some(Box::new(resolver))
 }
 
-fn symbolize(symbolizer: &Symbolizer, request: &Request) -> Response {
+/// The name glibc's code goes by: its internal calls go through hidden aliases
+/// `__GI_name` (`__GI___libc_read` for `__libc_read`), which a full symbol table may offer
+/// for the same address as the public name.
+fn public_name(name: &str) -> &str {
+    name.strip_prefix("__GI_").unwrap_or(name)
+}
+
+fn symbolize(symbolizer: &Symbolizer, request: &Request, debug_syms: bool) -> Response {
     let (source, addrs) = match request {
         Request::User {
             pid,
@@ -337,7 +375,7 @@ fn symbolize(symbolizer: &Symbolizer, request: &Request) -> Response {
             addrs,
         } => {
             let mut process = Process::new(Pid::from(*pid));
-            process.debug_syms = false;
+            process.debug_syms = debug_syms;
             process.map_files = *map_files;
             (Source::Process(process), addrs)
         }
@@ -358,7 +396,7 @@ fn symbolize(symbolizer: &Symbolizer, request: &Request) -> Response {
     Ok(symbolized
         .into_iter()
         .map(|symbolized| match symbolized {
-            Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+            Symbolized::Sym(sym) => Some(public_name(&sym.name).to_owned()),
             Symbolized::Unknown(_) => None,
         })
         .collect())
@@ -389,6 +427,76 @@ mod tests {
                 "map_files {map_files}: {name:?}"
             );
         }
+    }
+
+    /// The debug file of this machine's libc.so.6, by its build id, as Debian's libc6-dbg
+    /// installs it; the test needs it (scripts/test installs the package).
+    fn libc_debug_file() -> PathBuf {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_ascii_whitespace().nth(5))
+            .find(|p| p.ends_with("/libc.so.6"))
+            .expect("this process maps libc.so.6");
+        let id = blazesym::helper::read_elf_build_id(libc)
+            .unwrap()
+            .expect("libc.so.6 has a build id");
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let path = PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &hex[..2],
+            &hex[2..]
+        ));
+        assert!(
+            path.exists(),
+            "{} is missing: install libc6-dbg (libc's debug symbols)",
+            path.display()
+        );
+        path
+    }
+
+    /// `memmove` and `strlen` are IFUNCs: the address the dynamic linker resolves them to
+    /// is a CPU-specific variant (`__memmove_avx_unaligned_erms`, `__strlen_avx2`) that
+    /// only the debug file names. `read` and `recv` are exported, and keep a name either
+    /// way (the public one, never glibc's `__GI_` alias).
+    #[test]
+    fn libc_functions_are_named_from_its_debug_file() {
+        libc_debug_file();
+        let pid = std::process::id();
+        let resolve = |name: &std::ffi::CStr| {
+            // SAFETY: dlsym with RTLD_DEFAULT only looks a name up.
+            let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+            assert_ne!(addr, 0, "{name:?} not found");
+            addr
+        };
+        let names = [c"memmove", c"strlen", c"read", c"recv"];
+        let addrs: Vec<u64> = names.iter().map(|n| resolve(n)).collect();
+        for map_files in [false, true] {
+            let worker = Worker::spawn(pid, map_files).unwrap();
+            let got = worker
+                .symbolize(Request::User {
+                    pid,
+                    map_files,
+                    addrs: addrs.clone(),
+                })
+                .unwrap();
+            let got: Vec<&str> = got.iter().map(|n| n.as_deref().unwrap_or("")).collect();
+            assert!(got[0].contains("mem"), "memmove → {:?}", got[0]);
+            assert!(got[1].contains("strlen"), "strlen → {:?}", got[1]);
+            assert!(got[2].ends_with("read"), "read → {:?}", got[2]);
+            assert!(got[3].contains("recv"), "recv → {:?}", got[3]);
+            assert!(
+                got.iter().all(|n| !n.starts_with("__GI_")),
+                "map_files {map_files}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn glibc_hidden_aliases_read_as_the_public_name() {
+        assert_eq!(public_name("__GI___libc_read"), "__libc_read");
+        assert_eq!(public_name("__GI_memmove"), "memmove");
+        assert_eq!(public_name("http_parser_execute"), "http_parser_execute");
     }
 
     #[test]
