@@ -683,7 +683,7 @@ def main():
                 log(f"memory 5 s after a burst of {burst} requests in flight at once")
                 slow_port = free_port()
                 slow = Server("slow-upstream", [FIXED_UPSTREAM, "--listen", f"127.0.0.1:{slow_port}",
-                                                "--threads", "1", "--delay-ms", "1000"], workdir, port=slow_port)
+                                                "--threads", "1", "--delay-ms", "4000"], workdir, port=slow_port)
                 try:
                     results["memory_burst"] = [burst_memory(n, slow_port, workdir, threads, burst, maxconn)
                                                for n in names[1:]]
