@@ -624,3 +624,100 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
         bucket(hdr_p50)
     );
 }
+
+/// The Webdis decomposition panels on the real chain (HTTP tap → Webdis → RESP tap →
+/// Redis): the stacked parts, "Redis queue" apart from the rest of Redis, add up to
+/// `upstream_wait` per request, and their shares to one.
+#[test]
+fn the_webdis_decomposition_panels_add_up_on_a_correlated_chain() {
+    let binary = require_tool("prometheus");
+    let chain = support::WebdisChain::start();
+    let proxy = &chain.proxy;
+    let prometheus = Prometheus::start(&binary, proxy.admin_addr(), &[]);
+    let scraped = support::wait_for(PATIENCE, || {
+        prometheus.scalar(r#"up{job="phasescope"}"#, now_unix()) == Some(1.0)
+    });
+    assert!(
+        scraped,
+        "the proxy was never scraped\n{}",
+        prometheus.log_tail()
+    );
+    // More connections than Webdis pools Redis connections, so that commands queue.
+    let wrk = support::run_wrk_distinct(&proxy.url("/"), "/GET/k%d_%d", 5, 16, 2);
+    assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
+    let sent = wrk.requests;
+    let count = r#"sum(phasescope_phase_duration_seconds_count{tap="webdis",phase="total"})"#;
+    let mut at = 0.0;
+    let seen = support::wait_for(PATIENCE, || {
+        at = now_unix();
+        prometheus
+            .scalar(count, at)
+            .is_some_and(|n| n >= sent as f64)
+    });
+    assert!(
+        seen,
+        "Prometheus never saw {sent} requests\n{}",
+        prometheus.log_tail()
+    );
+
+    let d = dashboard();
+    let values: BTreeMap<&str, String> = [
+        ("instance", ".*"),
+        ("tap", "webdis"),
+        ("route", ".*"),
+        ("phase", ".*"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_owned()))
+    .collect();
+    // Each panel's stacked series, by legend: the sum of what it stacks.
+    let stacked = |title: &str| -> (BTreeMap<String, f64>, Option<f64>) {
+        let mut parts = BTreeMap::new();
+        let mut line = None;
+        for (t, _, expr) in targets(&d) {
+            if t != title {
+                continue;
+            }
+            for s in prometheus.result(&substitute(&expr, &values), at) {
+                let v: f64 = s["value"][1].as_str().unwrap().parse().unwrap();
+                match s["metric"]["phase"].as_str() {
+                    Some(phase) => {
+                        parts.insert(phase.to_owned(), v);
+                    }
+                    // The mean upstream_wait line, or the rest of Redis (no phase label).
+                    None if expr.contains("backend_queue") => {
+                        parts.insert("redis".to_owned(), v);
+                    }
+                    None => line = Some(v),
+                }
+            }
+        }
+        (parts, line)
+    };
+    let (mean, wait) = stacked("Webdis decomposition: mean per request");
+    let names: Vec<&str> = mean.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["backend_in", "backend_out", "backend_queue", "redis"],
+        "{mean:?}"
+    );
+    let wait = wait.expect("the mean upstream_wait line");
+    let sum: f64 = mean.values().sum();
+    eprintln!("decomposition per request: {mean:?}, upstream_wait {wait:.6} s");
+    assert!(mean.values().all(|&v| v >= 0.0), "{mean:?}");
+    assert!(
+        mean["backend_queue"] > 0.0,
+        "no Redis queue with 16 connections: {mean:?}"
+    );
+    assert!(
+        (sum - wait).abs() <= 0.02 * wait,
+        "the stacked parts add up to {sum} s, upstream_wait is {wait} s: {mean:?}"
+    );
+    let (shares, _) = stacked("Webdis decomposition: share of upstream_wait");
+    let total: f64 = shares.values().sum();
+    assert_eq!(shares.len(), 4, "{shares:?}");
+    assert!(
+        (total - 1.0).abs() <= 0.02,
+        "shares add up to {total}: {shares:?}"
+    );
+}

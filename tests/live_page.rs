@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use phasescope::metrics::Snapshot;
 use regex::Regex;
 use serde_json::Value;
-use support::{free_port, require_tool, wait_for, Proxy, RedisServer, Webdis};
+use support::{require_tool, wait_for, Proxy, WebdisChain};
 use traffic::{Load, Upstream};
 
 /// The upstream's answer delay: upstream_wait dominates every request by design.
@@ -557,26 +557,8 @@ fn errors_cover_the_window_ticks_are_distinct_and_taps_keep_their_order() {
 fn the_headline_names_the_redis_queue_of_a_correlated_webdis_chain() {
     let chromium = require_tool("chromium");
     let wrk = require_tool("wrk");
-    let redis = RedisServer::start();
-    let resp_port = free_port();
-    let webdis_port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("chain.toml");
-    fs::write(
-        &config,
-        format!(
-            "[[tap]]\nname = \"webdis\"\nlisten = \"127.0.0.1:0\"\n\
-             upstream = \"127.0.0.1:{webdis_port}\"\nroutes = \"webdis\"\n\n\
-             [[tap]]\nname = \"redis\"\nprotocol = \"resp\"\n\
-             listen = \"127.0.0.1:{resp_port}\"\nupstream = \"127.0.0.1:{redis_port}\"\n\n\
-             [[correlate]]\nkind = \"webdis\"\nhttp = \"webdis\"\nresp = \"redis\"\n",
-            redis_port = redis.port()
-        ),
-    )
-    .unwrap();
-    // The RESP tap listens before Webdis opens its Redis pool through it.
-    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
-    let _webdis = Webdis::start_at(resp_port, webdis_port);
+    let chain = WebdisChain::start();
+    let proxy = &chain.proxy;
 
     // More connections than Webdis has pooled Redis connections (4), so that commands
     // queue behind each other's replies: backend_queue is then more than nothing.

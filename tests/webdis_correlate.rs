@@ -3,60 +3,8 @@
 
 mod support;
 
-use std::fs;
-
 use serde_json::Value;
-use support::{free_port, run_wrk, run_wrk_distinct, Proxy, RedisServer, Webdis};
-
-struct Chain {
-    _redis: RedisServer,
-    proxy: Proxy,
-    _webdis: Webdis,
-    _dir: tempfile::TempDir,
-}
-
-fn chain() -> Chain {
-    let redis = RedisServer::start();
-    let resp_port = free_port();
-    let webdis_port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("chain.toml");
-    fs::write(
-        &config,
-        format!(
-            r#"
-[[tap]]
-name = "webdis"
-protocol = "http"
-listen = "127.0.0.1:0"
-upstream = "127.0.0.1:{webdis_port}"
-routes = "webdis"
-
-[[tap]]
-name = "redis"
-protocol = "resp"
-listen = "127.0.0.1:{resp_port}"
-upstream = "127.0.0.1:{redis_port}"
-
-[[correlate]]
-kind = "webdis"
-http = "webdis"
-resp = "redis"
-"#,
-            redis_port = redis.port()
-        ),
-    )
-    .unwrap();
-    // The RESP tap listens before Webdis opens its Redis pool through it.
-    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
-    let webdis = Webdis::start_at(resp_port, webdis_port);
-    Chain {
-        _redis: redis,
-        proxy,
-        _webdis: webdis,
-        _dir: dir,
-    }
-}
+use support::{run_wrk, run_wrk_distinct, Proxy, WebdisChain};
 
 fn snapshot(proxy: &Proxy) -> Value {
     let r = proxy.admin_get("/api/snapshot");
@@ -82,7 +30,7 @@ fn count(snap: &Value, tap: &str, phase: &str, route: &str) -> u64 {
 
 #[test]
 fn under_load_the_wait_on_webdis_splits_into_webdis_and_redis() {
-    let c = chain();
+    let c = WebdisChain::start();
     // Load on GET and on SET, every request with its own key: identical commands in
     // flight together can be paired crosswise, which the decomposition's sums survive
     // but `backend` does not (a swapped pair's span is cut to the other's wait; see
@@ -160,7 +108,7 @@ fn backend_and_resp(snap: &Value, route: &str) -> (f64, f64) {
 
 #[test]
 fn identical_concurrent_commands_keep_exact_sums() {
-    let c = chain();
+    let c = WebdisChain::start();
     let report = run_wrk(&c.proxy.url("/SET/k/v"), 3, 20, 2);
     assert_eq!(report.non_2xx_3xx, 0, "{}", report.output);
     assert!(report.requests > 100, "{}", report.output);

@@ -746,6 +746,60 @@ impl Webdis {
     }
 }
 
+/// The full Webdis chain in one phasescope process: client → HTTP tap `webdis` → Webdis →
+/// RESP tap `redis` → Redis, the two taps correlated (`[[correlate]] kind = "webdis"`).
+pub struct WebdisChain {
+    pub proxy: Proxy,
+    _webdis: Webdis,
+    _redis: RedisServer,
+    _dir: TempDir,
+}
+
+impl WebdisChain {
+    pub fn start() -> WebdisChain {
+        let redis = RedisServer::start();
+        let resp_port = free_port();
+        let webdis_port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("chain.toml");
+        fs::write(
+            &config,
+            format!(
+                r#"
+[[tap]]
+name = "webdis"
+protocol = "http"
+listen = "127.0.0.1:0"
+upstream = "127.0.0.1:{webdis_port}"
+routes = "webdis"
+
+[[tap]]
+name = "redis"
+protocol = "resp"
+listen = "127.0.0.1:{resp_port}"
+upstream = "127.0.0.1:{redis_port}"
+
+[[correlate]]
+kind = "webdis"
+http = "webdis"
+resp = "redis"
+"#,
+                redis_port = redis.port()
+            ),
+        )
+        .unwrap();
+        // The RESP tap listens before Webdis opens its Redis pool through it.
+        let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+        let webdis = Webdis::start_at(resp_port, webdis_port);
+        WebdisChain {
+            proxy,
+            _webdis: webdis,
+            _redis: redis,
+            _dir: dir,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The proxy
 // ---------------------------------------------------------------------------------------
