@@ -374,21 +374,22 @@ fn webdis_behind(
     (process, port)
 }
 
-/// `--a-resp` and `--b-resp` put a RESP tap between each Webdis and Redis, correlated with
-/// its HTTP tap: the compare then has Webdis's wait split into backend_in, backend (Redis,
-/// with backend_queue) and backend_out on both sides, as explanation rows, and nothing of
-/// the RESP taps' own series.
-#[test]
-fn resp_taps_behind_webdis_split_the_wait_on_both_sides() {
-    let _serial = serial();
+/// `phasescope bench` of two Webdis (name, verbosity) in front of one Redis, each with a
+/// correlated RESP tap between it and Redis (`--a-resp`, `--b-resp`), `runs` runs a side
+/// of GET /GET/k.
+fn bench_webdis_with_resp_taps(
+    dir: &std::path::Path,
+    (name_a, verbosity_a): (&str, u8),
+    (name_b, verbosity_b): (&str, u8),
+    runs: u32,
+) -> Value {
     let redis = RedisServer::start();
     redis.command(&["SET", "k", "v"]);
-    let dir = tempfile::tempdir().unwrap();
     let (resp_a, resp_b) = (free_port(), free_port());
-    let (_a, a) = webdis_behind(resp_a, dir.path(), "webdis-a", 3);
-    let (_b, b) = webdis_behind(resp_b, dir.path(), "webdis-b", 3);
+    let (_a, a) = webdis_behind(resp_a, dir, name_a, verbosity_a);
+    let (_b, b) = webdis_behind(resp_b, dir, name_b, verbosity_b);
     let redis_addr = redis.addr().to_string();
-    let v = bench(&[
+    bench(&[
         "--a",
         &format!("127.0.0.1:{a}"),
         "--b",
@@ -400,14 +401,25 @@ fn resp_taps_behind_webdis_split_the_wait_on_both_sides() {
         "--path",
         "/GET/k",
         "--runs",
-        "2",
+        &runs.to_string(),
         "--duration",
         "1s",
         "--warmup",
         "2s",
         "--connections",
         "20",
-    ]);
+    ])
+}
+
+/// `--a-resp` and `--b-resp` put a RESP tap between each Webdis and Redis, correlated with
+/// its HTTP tap: the compare then has Webdis's wait split into backend_in, backend (Redis,
+/// with backend_queue) and backend_out on both sides, as explanation rows, and nothing of
+/// the RESP taps' own series.
+#[test]
+fn resp_taps_behind_webdis_split_the_wait_on_both_sides() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let v = bench_webdis_with_resp_taps(dir.path(), ("webdis-a", 3), ("webdis-b", 3), 2);
     for r in v["runs"].as_array().unwrap() {
         assert_eq!(r["errors"].as_u64(), Some(0), "{r}");
         assert!(r["requests"].as_u64().unwrap() > 100, "{r}");
@@ -448,33 +460,8 @@ fn resp_taps_behind_webdis_split_the_wait_on_both_sides() {
 #[test]
 fn webdis_logging_every_request_is_slower_in_backend_in_not_in_redis() {
     let _serial = serial();
-    let redis = RedisServer::start();
-    redis.command(&["SET", "k", "v"]);
     let dir = tempfile::tempdir().unwrap();
-    let (resp_a, resp_b) = (free_port(), free_port());
-    let (_a, a) = webdis_behind(resp_a, dir.path(), "webdis-quiet", 3);
-    let (_b, b) = webdis_behind(resp_b, dir.path(), "webdis-verbose", 8);
-    let redis_addr = redis.addr().to_string();
-    let v = bench(&[
-        "--a",
-        &format!("127.0.0.1:{a}"),
-        "--b",
-        &format!("127.0.0.1:{b}"),
-        "--a-resp",
-        &format!("127.0.0.1:{resp_a}={redis_addr}"),
-        "--b-resp",
-        &format!("127.0.0.1:{resp_b}={redis_addr}"),
-        "--path",
-        "/GET/k",
-        "--runs",
-        "8",
-        "--duration",
-        "1s",
-        "--warmup",
-        "2s",
-        "--connections",
-        "20",
-    ]);
+    let v = bench_webdis_with_resp_taps(dir.path(), ("webdis-quiet", 3), ("webdis-verbose", 8), 8);
     let row = |phase: &str| {
         v["rows"]
             .as_array()

@@ -317,6 +317,20 @@ fn queries_use_only_contract_metrics_phases_and_defined_variables() {
 // Against a real Prometheus
 // -----------------------------------------------------------------------------------------
 
+/// A Prometheus scraping `proxy`'s admin server, once it has scraped it.
+fn scraping(binary: &Path, proxy: &Proxy) -> Prometheus {
+    let prometheus = Prometheus::start(binary, proxy.admin_addr(), &[]);
+    let scraped = support::wait_for(PATIENCE, || {
+        prometheus.scalar(r#"up{job="phasescope"}"#, now_unix()) == Some(1.0)
+    });
+    assert!(
+        scraped,
+        "the proxy was never scraped\n{}",
+        prometheus.log_tail()
+    );
+    prometheus
+}
+
 fn now_unix() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -400,15 +414,7 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
     let binary = require_tool("prometheus");
     let upstream = Upstream::start(UPSTREAM_DELAY);
     let mut proxy = Proxy::in_front_of(upstream.addr(), &[]);
-    let prometheus = Prometheus::start(&binary, proxy.admin_addr(), &[]);
-    let scraped = support::wait_for(PATIENCE, || {
-        prometheus.scalar(r#"up{job="phasescope"}"#, now_unix()) == Some(1.0)
-    });
-    assert!(
-        scraped,
-        "the proxy was never scraped\n{}",
-        prometheus.log_tail()
-    );
+    let prometheus = scraping(&binary, &proxy);
 
     let load = Load::start(proxy.addr(), 2);
     thread::sleep(LOAD_TIME);
@@ -633,15 +639,7 @@ fn the_webdis_decomposition_panels_add_up_on_a_correlated_chain() {
     let binary = require_tool("prometheus");
     let chain = support::WebdisChain::start();
     let proxy = &chain.proxy;
-    let prometheus = Prometheus::start(&binary, proxy.admin_addr(), &[]);
-    let scraped = support::wait_for(PATIENCE, || {
-        prometheus.scalar(r#"up{job="phasescope"}"#, now_unix()) == Some(1.0)
-    });
-    assert!(
-        scraped,
-        "the proxy was never scraped\n{}",
-        prometheus.log_tail()
-    );
+    let prometheus = scraping(&binary, proxy);
     // More connections than Webdis pools Redis connections, so that commands queue.
     let wrk = support::run_wrk_distinct(&proxy.url("/"), "/GET/k%d_%d", 5, 16, 2);
     assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
