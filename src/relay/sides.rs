@@ -429,3 +429,357 @@ impl Sides {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http1::request;
+
+    const T0: Tick = 1_000;
+    const OK2: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+    /// An exchange as the relay starts it: `raw` is what the client buffer holds (the
+    /// head and whatever of the body arrived with it).
+    fn start(raw: &[u8]) -> (Sides, Exchange) {
+        crate::clock::init();
+        let end = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a head")
+            + 4;
+        let head = request::parse(&raw[..end], 100).expect("a valid head");
+        let mut body = BodyFramer::new(head.body);
+        let framed = body.advance(&raw[head.len..]).expect("a valid body");
+        let ex = Exchange {
+            t_up_ready: T0,
+            ..Exchange::default()
+        };
+        (Sides::new(&head, body, head.len + framed.consumed, T0), ex)
+    }
+
+    /// The upstream takes the whole pending request at `t`.
+    fn send_all(s: &mut Sides, t: Tick, ex: &mut Exchange) {
+        let n = s.req.pending();
+        s.up_accepted(n, t, ex);
+    }
+
+    /// The client takes the whole pending response at `t`.
+    fn flush(s: &mut Sides, t: Tick, ex: &mut Exchange) {
+        let n = s.resp.pending();
+        s.client_accepted(n, t, ex);
+    }
+
+    fn done(step: Step) -> Relayed {
+        match step {
+            Step::Done(r) => r,
+            Step::Continue => panic!("the exchange should be over"),
+        }
+    }
+
+    #[test]
+    fn a_plain_exchange_waits_for_each_side_in_turn_and_keeps_both_connections() {
+        let (mut s, mut ex) = start(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let i = s.interest(true);
+        assert!(i.write_up && !i.write_client && !i.read_client && i.read_up);
+        send_all(&mut s, 2_000, &mut ex);
+        assert_eq!(ex.t_sent, 2_000);
+        // The request is sent: the next head may be read ahead, the response is owed.
+        assert!(s.interest(true).read_client);
+        assert!(!s.interest(false).read_client);
+        assert_eq!(s.step(0), Step::Continue);
+        let read = s.response_read(OK2, 3_000, &mut ex).unwrap();
+        assert!(read.began && read.drop_interim == 0 && read.drop_request == 0);
+        assert_eq!(s.resp.pending(), OK2.len());
+        assert!(s.interest(true).write_client && !s.interest(true).read_up);
+        flush(&mut s, 4_000, &mut ex);
+        assert_eq!((ex.t_write_first, ex.t_write_last), (4_000, 4_000));
+        let r = done(s.step(0));
+        assert!(r.keep_alive && r.upstream_reusable && !r.early_end && !r.tunnel);
+        assert_eq!((r.status, r.excess), (200, 0));
+        assert_eq!(r.response_bytes, OK2.len() as u64);
+    }
+
+    #[test]
+    fn an_early_final_response_abandons_the_body_and_the_upstream_connection() {
+        // Ten bytes of body announced, three here; the upstream answers at once.
+        let (mut s, mut ex) = start(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc");
+        let sent_before = s.req.pending();
+        // The upstream has not taken the request yet when its answer arrives.
+        let read = s.response_read(OK2, 2_000, &mut ex).unwrap();
+        assert!(read.began);
+        assert_eq!(read.drop_request, sent_before, "the unsent rest is dropped");
+        assert_eq!(s.req.pending(), 0);
+        assert!(!s.interest(true).write_up, "nothing more goes upstream");
+        // The rest of the body is still read (framed and dropped) while the response is
+        // relayed, so the client's connection can carry on.
+        assert!(s.interest(true).read_client);
+        assert_eq!(s.body_read(b"defg", 2_500).unwrap(), 4);
+        assert!(!s.interest(true).write_up);
+        assert_eq!(s.body_read(b"hij", 2_600).unwrap(), 3);
+        flush(&mut s, 3_000, &mut ex);
+        let r = done(s.step(0));
+        assert!(
+            !r.upstream_reusable,
+            "an upstream that answered early is not reused"
+        );
+        assert!(r.keep_alive && !r.early_end);
+        assert_eq!(r.request_bytes, 0);
+    }
+
+    #[test]
+    fn an_early_response_flushed_before_the_body_ends_closes_the_client_too() {
+        let (mut s, mut ex) = start(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc");
+        send_all(&mut s, 1_500, &mut ex);
+        assert_eq!(ex.t_sent, 0, "the body is not all sent");
+        s.response_read(OK2, 2_000, &mut ex).unwrap();
+        flush(&mut s, 3_000, &mut ex);
+        let r = done(s.step(0));
+        assert!(r.early_end && !r.keep_alive && !r.upstream_reusable);
+    }
+
+    #[test]
+    fn after_an_early_answer_to_expect_100_continue_the_client_is_not_read() {
+        let (mut s, mut ex) = start(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 36\r\nExpect: 100-continue\r\n\r\n",
+        );
+        send_all(&mut s, 1_500, &mut ex);
+        assert!(s.interest(true).read_client, "the body is awaited");
+        s.response_read(
+            b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n",
+            2_000,
+            &mut ex,
+        )
+        .unwrap();
+        assert!(
+            !s.interest(true).read_client,
+            "body or next request: nobody can tell"
+        );
+        flush(&mut s, 3_000, &mut ex);
+        let r = done(s.step(0));
+        assert!(r.early_end && !r.keep_alive);
+    }
+
+    #[test]
+    fn bytes_past_a_complete_response_are_excess_and_close_the_upstream() {
+        let (mut s, mut ex) = start(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        send_all(&mut s, 2_000, &mut ex);
+        let late = [OK2, b"HTTP/1.1 200 OK\r\n"].concat();
+        s.response_read(&late, 3_000, &mut ex).unwrap();
+        assert_eq!(
+            s.resp.pending(),
+            OK2.len(),
+            "only the response is forwarded"
+        );
+        flush(&mut s, 4_000, &mut ex);
+        // The caller passes what the upstream buffer still holds: the late bytes.
+        let r = done(s.step(late.len() - OK2.len()));
+        assert_eq!(r.excess, 17);
+        assert!(
+            !r.upstream_reusable,
+            "that upstream connection cannot carry on"
+        );
+        assert!(r.keep_alive, "the client's can, on a new one");
+    }
+
+    #[test]
+    fn interim_responses_precede_the_final_one_and_http10_clients_never_see_them() {
+        const INTERIM: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+        let batch = [INTERIM, OK2].concat();
+        for (request, dropped) in [
+            (&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..], 0),
+            (&b"GET / HTTP/1.0\r\nHost: a\r\n\r\n"[..], INTERIM.len()),
+        ] {
+            let (mut s, mut ex) = start(request);
+            send_all(&mut s, 2_000, &mut ex);
+            let read = s.response_read(&batch, 3_000, &mut ex).unwrap();
+            assert!(read.began);
+            assert_eq!(read.drop_interim, dropped);
+            assert_eq!(s.resp.pending(), batch.len() - dropped);
+            if dropped == 0 {
+                // The interim response going out is not yet the final one's first byte.
+                s.client_accepted(INTERIM.len(), 4_000, &mut ex);
+                assert_eq!(ex.t_write_first, 0);
+            }
+            flush(&mut s, 5_000, &mut ex);
+            assert_eq!(ex.t_write_first, 5_000);
+            assert_eq!(done(s.step(0)).status, 200);
+        }
+        // An interim response alone is not the response: the response deadline stays.
+        let (mut s, mut ex) = start(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        send_all(&mut s, 2_000, &mut ex);
+        let read = s.response_read(INTERIM, 3_000, &mut ex).unwrap();
+        assert!(!read.began);
+        assert_eq!(s.deadline(&Timeouts::default()).since, 2_000);
+    }
+
+    #[test]
+    fn a_101_opens_a_tunnel_only_for_a_request_that_asked_to_upgrade() {
+        const SWITCH: &[u8] =
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n";
+        let (mut s, mut ex) = start(
+            b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+        );
+        send_all(&mut s, 2_000, &mut ex);
+        let tunnel_bytes = [SWITCH, b"frame"].concat();
+        s.response_read(&tunnel_bytes, 3_000, &mut ex).unwrap();
+        flush(&mut s, 4_000, &mut ex);
+        let r = done(s.step(5));
+        assert!(r.tunnel && r.status == 101);
+        assert_eq!(r.excess, 0, "bytes after a 101 belong to the tunnel");
+
+        for request in [
+            &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n",
+            b"GET / HTTP/1.0\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+        ] {
+            let (mut s, mut ex) = start(request);
+            send_all(&mut s, 2_000, &mut ex);
+            let failure = s.response_read(SWITCH, 3_000, &mut ex).unwrap_err();
+            assert_eq!(
+                failure,
+                Failure::Answer(Answer::BadGateway, ErrorKind::BadResponse)
+            );
+        }
+    }
+
+    #[test]
+    fn a_head_response_ends_with_its_head_and_a_close_delimited_one_with_the_connection() {
+        let (mut s, mut ex) = start(b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n");
+        send_all(&mut s, 2_000, &mut ex);
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        s.response_read(head, 3_000, &mut ex).unwrap();
+        flush(&mut s, 4_000, &mut ex);
+        assert!(done(s.step(0)).upstream_reusable);
+
+        let (mut s, mut ex) = start(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        send_all(&mut s, 2_000, &mut ex);
+        s.response_read(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall",
+            3_000,
+            &mut ex,
+        )
+        .unwrap();
+        flush(&mut s, 4_000, &mut ex);
+        assert_eq!(
+            s.step(0),
+            Step::Continue,
+            "the body runs until the upstream closes"
+        );
+        s.upstream_closed(5_000, &mut ex).unwrap();
+        assert_eq!((ex.t_resp_last, ex.t_write_last), (5_000, 5_000));
+        let r = done(s.step(0));
+        assert!(!r.keep_alive && !r.upstream_reusable);
+    }
+
+    #[test]
+    fn an_upstream_that_closes_mid_response_is_answered_until_the_client_saw_a_byte() {
+        let (mut s, mut ex) = start(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        send_all(&mut s, 2_000, &mut ex);
+        assert_eq!(
+            s.upstream_closed(3_000, &mut ex),
+            Err(Failure::Answer(
+                Answer::BadGateway,
+                ErrorKind::UpstreamReset
+            ))
+        );
+        s.response_read(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\npart",
+            3_000,
+            &mut ex,
+        )
+        .unwrap();
+        assert_eq!(
+            s.upstream_closed(3_500, &mut ex),
+            Err(Failure::Abort(ErrorKind::UpstreamReset))
+        );
+    }
+
+    #[test]
+    fn an_upstream_that_stops_reading_after_its_response_ends_the_exchange_early() {
+        let (mut s, mut ex) = start(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc");
+        assert_eq!(
+            s.up_write_failed(),
+            Err(Failure::Answer(
+                Answer::BadGateway,
+                ErrorKind::UpstreamReset
+            ))
+        );
+        send_all(&mut s, 1_500, &mut ex);
+        s.response_read(OK2, 2_000, &mut ex).unwrap();
+        s.body_read(b"defghij", 2_500).unwrap();
+        flush(&mut s, 3_000, &mut ex);
+        assert!(!done(s.step(0)).early_end);
+    }
+
+    #[test]
+    fn each_stall_has_its_deadline_and_the_side_to_blame() {
+        let timeouts = Timeouts::default();
+        let transfer = |since, answer, kind| Deadline {
+            since,
+            after: timeouts.transfer,
+            answer,
+            kind,
+        };
+        let client = (Answer::RequestTimeout, ErrorKind::ClientTimeout);
+        let upstream = (Answer::GatewayTimeout, ErrorKind::UpstreamTimeout);
+
+        // The upstream does not take the request: its fault, from the upstream's readiness.
+        let (mut s, mut ex) = start(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 6\r\n\r\nabc");
+        let d = s.deadline(&timeouts);
+        assert_eq!(d, transfer(T0, upstream.0, upstream.1));
+        assert_eq!(s.expired(&d), Failure::Answer(upstream.0, upstream.1));
+        // The client does not send the rest of its body: its fault, from the last byte.
+        send_all(&mut s, 2_000, &mut ex);
+        assert_eq!(s.deadline(&timeouts), transfer(2_000, client.0, client.1));
+        s.body_read(b"def", 3_000).unwrap();
+        send_all(&mut s, 3_100, &mut ex);
+        // The upstream owes the head: the response timeout, from the request's last byte.
+        let d = s.deadline(&timeouts);
+        assert_eq!(
+            (d.since, d.after, d.kind),
+            (3_100, timeouts.response, upstream.1)
+        );
+        assert_eq!(
+            s.expired(&d),
+            Failure::Answer(Answer::GatewayTimeout, upstream.1)
+        );
+        // Head in, body stalls: the transfer timeout, blamed on the upstream; the client
+        // has part of the response, so the exchange is cut and recorded as it got.
+        s.response_read(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\npart",
+            4_000,
+            &mut ex,
+        )
+        .unwrap();
+        assert_eq!(
+            s.deadline(&timeouts).kind,
+            ErrorKind::ClientTimeout,
+            "unflushed"
+        );
+        let sent = s.resp.pending();
+        flush(&mut s, 4_100, &mut ex);
+        let d = s.deadline(&timeouts);
+        assert_eq!(d, transfer(4_100, upstream.0, upstream.1));
+        assert_eq!(
+            s.expired(&d),
+            Failure::Cut {
+                kind: ErrorKind::UpstreamTimeout,
+                status: 200,
+                request_bytes: s.req.sent,
+                response_bytes: sent as u64,
+            }
+        );
+        // The client does not take the rest of the response: its fault.
+        s.response_read(b"more", 5_000, &mut ex).unwrap();
+        s.client_accepted(1, 5_100, &mut ex);
+        let d = s.deadline(&timeouts);
+        assert_eq!(d, transfer(5_100, client.0, client.1));
+        assert!(matches!(
+            s.expired(&d),
+            Failure::Cut {
+                kind: ErrorKind::ClientTimeout,
+                ..
+            }
+        ));
+    }
+}
