@@ -22,7 +22,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -257,117 +257,138 @@ impl HttpConnection {
     /// ends the client's connection too. Once a head has begun, the head timeout applies,
     /// and to the first request of a connection from the accept.
     async fn await_head(&mut self, stop: &mut Stop<'_>) -> Result<HeadReady, Failure> {
-        let limits = &self.tap.config.limits;
-        let (max_head, max_headers) = (limits.max_head_bytes, limits.max_headers);
-        let timeouts = &self.tap.config.timeouts;
-        let (head_timeout, idle_timeout) = (timeouts.head, timeouts.idle);
         let idle_since = clock::now();
         // Buffers are taken again when bytes are readable.
         self.cbuf.release();
         self.ubuf.release();
         loop {
-            if !self.cbuf.is_empty() {
-                self.next.begin(clock::now());
-            }
-            match self.next.advance(self.cbuf.filled(), max_head, max_headers) {
-                Ok(true) => return Ok(HeadReady::Ready),
-                Ok(false) => {}
-                Err(e) => return Err(Failure::Answer(e.answer(), e.kind())),
-            }
-            if !self.next.started() && stop.requested() {
-                return Ok(HeadReady::Closed);
+            if let Some(ready) = self.head_progress(stop)? {
+                return Ok(ready);
             }
             let idle = !self.next.started();
-            // A new connection is not idle between requests: its first request is owed
-            // from the accept, within the head timeout (as nginx's client_header_timeout),
-            // so that connections that never send a byte do not stay for `idle`.
             let first = self.prev_end == 0;
-            let deadline = if idle && first {
-                self.timer.deadline(idle_since, head_timeout)
-            } else if idle {
-                self.timer.deadline(idle_since, idle_timeout)
-            } else if first {
-                self.timer
-                    .deadline(idle_since.min(self.next.t_first), head_timeout)
-            } else {
-                self.timer.deadline(self.next.t_first, head_timeout)
+            let d = self
+                .next
+                .deadline(first, idle_since, &self.tap.config.timeouts);
+            let at = self.timer.deadline(d.since, d.after);
+            self.timer.arm(at);
+            let event = poll_fn(|cx| self.poll_idle(cx, idle, stop)).await;
+            let ended = match event {
+                IdleEvent::Client(r) => self.client_readable_idle(r, idle)?,
+                IdleEvent::Upstream => self.upstream_readable_idle(idle),
+                IdleEvent::Timer => self.head_deadline_fired(at, first, idle_since)?,
+                IdleEvent::Stop => Some(HeadReady::Closed),
             };
-            self.timer.arm(deadline);
-            let (client, upstream, timer) = (&self.client, self.upstream.as_ref(), &mut self.timer);
-            let event = poll_fn(|cx| {
-                if let Poll::Ready(r) = client.poll_read_ready(cx) {
-                    return Poll::Ready(IdleEvent::Client(r));
-                }
-                // No request is in flight, whether or not the next head has begun: any
-                // byte from the upstream now answers nothing.
-                if let Some(Poll::Ready(_)) = upstream.map(|up| up.poll_read_ready(cx)) {
-                    return Poll::Ready(IdleEvent::Upstream);
-                }
-                if idle {
-                    stop.register(cx);
-                    if stop.requested() {
-                        return Poll::Ready(IdleEvent::Stop);
-                    }
-                }
-                timer.poll_fired(cx).map(|()| IdleEvent::Timer)
-            })
-            .await;
-            match event {
-                IdleEvent::Client(r) => {
-                    r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
-                    match read_some(&self.client, self.cbuf.spare(max_head)) {
-                        Ok(0) if idle => return Ok(HeadReady::Closed),
-                        Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
-                        Ok(n) => {
-                            let t = clock::now();
-                            self.cbuf.commit(n);
-                            self.next.begin(t);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) if idle => return Ok(HeadReady::Closed),
-                        Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
-                    }
-                }
-                IdleEvent::Upstream => {
-                    if let Some(up) = self.upstream.as_ref() {
-                        match read_some(up, self.ubuf.spare(RESPONSE_BUFFER)) {
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                            // The upstream closed between requests (Amphp does after 15 s
-                            // idle): the client's side closes too, as it would have without
-                            // the proxy.
-                            Ok(0) | Err(_) if idle => return Ok(HeadReady::Closed),
-                            // The same while the client's next head is arriving: that
-                            // request goes on a new connection.
-                            Ok(0) | Err(_) => self.close_upstream(),
-                            // A response nobody asked for (Webdis 0.1.9 sometimes writes a
-                            // late answer meant for a closed connection whose descriptor it
-                            // reused). The client asked nothing, so it gets nothing: the
-                            // upstream connection is dropped, counted, and the next request
-                            // opens a new one.
-                            Ok(n) => self.unsolicited(n),
-                        }
-                    }
-                }
-                IdleEvent::Timer => {
-                    // The timer may have fired for an earlier deadline than this wait's;
-                    // then the loop arms it again.
-                    if Instant::now() >= deadline {
-                        if idle && first {
-                            // Nothing to answer: no request began. Counted, since it
-                            // is the client that held the connection.
-                            return Err(Failure::Abort(ErrorKind::ClientTimeout));
-                        }
-                        if idle {
-                            return Ok(HeadReady::Closed);
-                        }
-                        return Err(Failure::Answer(
-                            Answer::RequestTimeout,
-                            ErrorKind::ClientTimeout,
-                        ));
-                    }
-                }
-                IdleEvent::Stop => return Ok(HeadReady::Closed),
+            if let Some(ready) = ended {
+                return Ok(ready);
             }
+        }
+    }
+
+    /// Scans what the client buffer holds for the next head; `Some` once the wait is
+    /// over (the head is ready, or shutdown came while idle).
+    fn head_progress(&mut self, stop: &mut Stop<'_>) -> Result<Option<HeadReady>, Failure> {
+        let limits = &self.tap.config.limits;
+        if !self.cbuf.is_empty() {
+            self.next.begin(clock::now());
+        }
+        match self.next.advance(
+            self.cbuf.filled(),
+            limits.max_head_bytes,
+            limits.max_headers,
+        ) {
+            Ok(true) => return Ok(Some(HeadReady::Ready)),
+            Ok(false) => {}
+            Err(e) => return Err(Failure::Answer(e.answer(), e.kind())),
+        }
+        if !self.next.started() && stop.requested() {
+            return Ok(Some(HeadReady::Closed));
+        }
+        Ok(None)
+    }
+
+    /// The first event of a wait for the next head, if one is ready.
+    fn poll_idle(
+        &mut self,
+        cx: &mut Context<'_>,
+        idle: bool,
+        stop: &mut Stop<'_>,
+    ) -> Poll<IdleEvent> {
+        if let Poll::Ready(r) = self.client.poll_read_ready(cx) {
+            return Poll::Ready(IdleEvent::Client(r));
+        }
+        // No request is in flight, whether or not the next head has begun: any byte from
+        // the upstream now answers nothing.
+        if let Some(Poll::Ready(_)) = self.upstream.as_ref().map(|up| up.poll_read_ready(cx)) {
+            return Poll::Ready(IdleEvent::Upstream);
+        }
+        if idle {
+            stop.register(cx);
+            if stop.requested() {
+                return Poll::Ready(IdleEvent::Stop);
+            }
+        }
+        self.timer.poll_fired(cx).map(|()| IdleEvent::Timer)
+    }
+
+    /// The client sent bytes of its next head (or closed) while no request is in flight.
+    fn client_readable_idle(
+        &mut self,
+        ready: io::Result<()>,
+        idle: bool,
+    ) -> Result<Option<HeadReady>, Failure> {
+        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        let max_head = self.tap.config.limits.max_head_bytes;
+        match read_some(&self.client, self.cbuf.spare(max_head)) {
+            Ok(0) if idle => Ok(Some(HeadReady::Closed)),
+            Ok(0) => Err(Failure::Abort(ErrorKind::ClientReset)),
+            Ok(n) => {
+                let t = clock::now();
+                self.cbuf.commit(n);
+                self.next.begin(t);
+                Ok(None)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(_) if idle => Ok(Some(HeadReady::Closed)),
+            Err(_) => Err(Failure::Abort(ErrorKind::ClientReset)),
+        }
+    }
+
+    /// The upstream sent bytes (or closed) while no request is in flight.
+    fn upstream_readable_idle(&mut self, idle: bool) -> Option<HeadReady> {
+        let up = self.upstream.as_ref()?;
+        match read_some(up, self.ubuf.spare(RESPONSE_BUFFER)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // The upstream closed between requests (Amphp does after 15 s idle): the
+            // client's side closes too, as it would have without the proxy.
+            Ok(0) | Err(_) if idle => return Some(HeadReady::Closed),
+            // The same while the client's next head is arriving: that request goes on a
+            // new connection.
+            Ok(0) | Err(_) => self.close_upstream(),
+            // A response nobody asked for (Webdis 0.1.9 sometimes writes a late answer
+            // meant for a closed connection whose descriptor it reused). The client asked
+            // nothing, so it gets nothing: the upstream connection is dropped, counted,
+            // and the next request opens a new one.
+            Ok(n) => self.unsolicited(n),
+        }
+        None
+    }
+
+    /// The timer fired. It may have fired for an earlier deadline than this wait's
+    /// (`at`); then the loop arms it again.
+    fn head_deadline_fired(
+        &mut self,
+        at: Instant,
+        first: bool,
+        idle_since: Tick,
+    ) -> Result<Option<HeadReady>, Failure> {
+        if Instant::now() < at {
+            return Ok(None);
+        }
+        let timeouts = &self.tap.config.timeouts;
+        match self.next.deadline(first, idle_since, timeouts).expiry {
+            Some(failure) => Err(failure),
+            None => Ok(Some(HeadReady::Closed)),
         }
     }
 
