@@ -42,7 +42,7 @@ use super::TapContext;
 use crate::clock::{self, Tick};
 use crate::correlate;
 use crate::http1::{Answer, BodyError, BodyFramer, BodyKind, RequestHead};
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
+use crate::recorder::{Direction, ErrorKind, ExchangeRecord, HeadShape, RouteId, Side};
 
 /// How long a proxy-made answer may take to write, and how long the client's remaining
 /// bytes are drained afterwards so that the answer is not lost to a reset.
@@ -148,7 +148,9 @@ impl HttpConnection {
             // a malformed body is refused with the upstream having seen nothing.
             let mut body = BodyFramer::new(head.body);
             let buffered = &self.cbuf.filled()[head.len..];
-            let progress = body.advance(buffered).map_err(|e| self.bad_body(e))?;
+            let progress = body
+                .advance(buffered)
+                .map_err(|e| self.bad_body(&head, e))?;
             let to_up = head.len + progress.consumed;
 
             if let Err(failure) = self.upstream_ready(&mut ex).await {
@@ -215,12 +217,11 @@ impl HttpConnection {
             };
             correlate::webdis::command_key(head.method, target, body)
         });
-        // The probe's requests get a route of their own and stay out of the head shapes
-        // the probe reads back (docs/probe.md).
+        // The probe's requests get a route of their own (and stay out of the head shapes,
+        // see `record`).
         if head.probe {
             return self.tap.routes.probe();
         }
-        self.tap.recorder.request_head(head.len, head.fields);
         self.tap
             .routes
             .resolve(head.method.as_str().as_bytes(), target)
@@ -247,8 +248,11 @@ impl HttpConnection {
         self.ubuf = Buf::new();
     }
 
-    fn bad_body(&self, e: BodyError) -> Failure {
+    /// A body refused before anything went upstream: no exchange is recorded, so the
+    /// head's shape is recorded alone.
+    fn bad_body(&self, head: &RequestHead, e: BodyError) -> Failure {
         tracing::debug!(tap = %self.tap.config.name, error = %e, "bad request body");
+        self.head_unrecorded(head);
         Failure::Answer(Answer::BadRequest, ErrorKind::BadRequest)
     }
 
@@ -501,7 +505,7 @@ impl HttpConnection {
             }
             rec.correlated(self.corr.found.is_some());
         }
-        rec.exchange(&ExchangeRecord {
+        let record = ExchangeRecord {
             route,
             method: head.method.as_str(),
             target: &self.target,
@@ -509,7 +513,26 @@ impl HttpConnection {
             request_bytes,
             response_bytes,
             phases,
-        });
+        };
+        // The probe's requests stay out of the head shapes the probe reads back
+        // (docs/probe.md).
+        if head.probe {
+            rec.exchange(&record);
+        } else {
+            let shape = HeadShape {
+                bytes: head.len,
+                fields: head.fields,
+            };
+            rec.exchange_with_head(&record, shape);
+        }
+    }
+
+    /// Records the shape of a head whose exchange is not recorded (the connection was
+    /// cut before any answer).
+    fn head_unrecorded(&self, head: &RequestHead) {
+        if !head.probe {
+            self.tap.recorder.request_head(head.len, head.fields);
+        }
     }
 
     /// An exchange the proxy answered itself is still an exchange the client saw; it is
@@ -521,6 +544,9 @@ impl HttpConnection {
         head: &RequestHead,
         failure: Failure,
     ) {
+        if let Failure::Abort(_) = failure {
+            self.head_unrecorded(head);
+        }
         if let Failure::Cut {
             status,
             request_bytes,
