@@ -31,7 +31,7 @@ use tokio::time::{timeout, Instant};
 
 use super::buffer::Buf;
 use super::exchange::{Exchange, Wait};
-use super::http_relay::{BackendCommand, Relay, RESPONSE_BUFFER};
+use super::http_relay::{BackendCommand, Outcome, Relay, RESPONSE_BUFFER};
 use super::io::{pending_bytes, read_some};
 use super::next::NextRequest;
 use super::sides::{Failure, Sides};
@@ -72,6 +72,9 @@ pub(super) struct HttpConnection {
     corr: BackendCommand,
     /// Every deadline of the connection (see `timer`).
     timer: Timer,
+    /// The task waited in the event loop since the upstream was last read, so the
+    /// upstream's readiness flag is current (see `upstream_peek`).
+    turned: bool,
 }
 
 impl HttpConnection {
@@ -87,6 +90,7 @@ impl HttpConnection {
             target: Vec::new(),
             corr: BackendCommand::default(),
             timer: Timer::new(),
+            turned: false,
         }
     }
 
@@ -153,14 +157,21 @@ impl HttpConnection {
                 .map_err(|e| self.bad_body(&head, e))?;
             let to_up = head.len + progress.consumed;
 
-            if let Err(failure) = self.upstream_ready(&mut ex).await {
-                self.record_answer(&mut ex, route, &head, failure);
-                return Err(failure);
-            }
-            // The relay's own future runs inline here: no wrapper to hold its arguments.
-            let relayed = match self.relay(&mut ex, &head, body, to_up) {
-                Ok(relay) => relay.run().await,
-                Err(failure) => Err(failure),
+            let relayed = loop {
+                if let Err(failure) = self.upstream_ready(&mut ex).await {
+                    break Err(failure);
+                }
+                // The relay's own future runs inline here: no wrapper to hold its arguments.
+                let outcome = match self.relay(&mut ex, &head, body, to_up) {
+                    Ok(relay) => relay.run().await,
+                    Err(failure) => Err(failure),
+                };
+                match outcome {
+                    Ok(Outcome::Relayed(r)) => break Ok(r),
+                    // Nothing was sent: the request goes on a new upstream connection.
+                    Ok(Outcome::Stale(bytes)) => self.stale_upstream(bytes),
+                    Err(failure) => break Err(failure),
+                }
             };
             let relayed = match relayed {
                 Ok(r) => r,
@@ -265,6 +276,7 @@ impl HttpConnection {
         // Buffers are taken again when bytes are readable.
         self.cbuf.release();
         self.ubuf.release();
+        self.turned = false;
         loop {
             if let Some(ready) = self.head_progress(stop)? {
                 return Ok(ready);
@@ -276,7 +288,12 @@ impl HttpConnection {
                 .deadline(first, idle_since, &self.tap.config.timeouts);
             let at = self.timer.deadline(d.since, d.after);
             self.timer.arm(at);
-            let event = poll_fn(|cx| self.poll_idle(cx, idle, stop)).await;
+            let event = poll_fn(|cx| {
+                let event = self.poll_idle(cx, idle, stop);
+                self.turned |= event.is_pending();
+                event
+            })
+            .await;
             let ended = match event {
                 IdleEvent::Client(r) => self.client_readable_idle(r, idle)?,
                 IdleEvent::Upstream => self.upstream_readable_idle(idle),
@@ -410,14 +427,8 @@ impl HttpConnection {
             self.upstream = Some(stream);
             ex.wait = Wait::Connect;
             ex.t_up_ready = clock::now();
-        } else if let Some(bytes) = self.upstream.as_ref().and_then(pending_bytes) {
-            // Bytes waiting on an upstream connection with no request in flight (a late
-            // or doubled response): whatever they are, they must not become the answer
-            // to this request.
-            match bytes {
-                0 => self.close_upstream(),
-                n => self.unsolicited(n),
-            }
+        } else if let Some(bytes) = self.upstream_peek() {
+            self.stale_upstream(bytes);
             return Box::pin(self.upstream_ready(ex)).await;
         } else if self.prev_end > ex.t_head {
             ex.wait = Wait::Queue;
@@ -426,6 +437,31 @@ impl HttpConnection {
             ex.t_up_ready = ex.t_head;
         }
         Ok(())
+    }
+
+    /// Bytes (or the end) waiting on a reused upstream connection with no request in
+    /// flight: a system call (`recv` with `MSG_PEEK`), made only when the runtime's
+    /// readiness flags may miss them. They are current when the task waited in the event
+    /// loop since the last upstream read: the wake-up that ended the wait came from a turn
+    /// of the runtime's poller, which saw the upstream too, and the relay's first wait
+    /// then looks at the upstream's flag before writing (`Relay::upstream_stale`). They
+    /// are not when the request was pipelined (no wait since the previous response):
+    /// then this looks.
+    fn upstream_peek(&self) -> Option<usize> {
+        if self.turned {
+            return None;
+        }
+        self.upstream.as_ref().and_then(pending_bytes)
+    }
+
+    /// Bytes waiting on an upstream connection before a request went on it (a late or
+    /// doubled response), or its end: whatever they are, they must not become the answer
+    /// to this request. The connection is dropped; a new one carries the request.
+    fn stale_upstream(&mut self, bytes: usize) {
+        match bytes {
+            0 => self.close_upstream(),
+            n => self.unsolicited(n),
+        }
     }
 
     /// Step 4: moves the request up and the response down until both are complete

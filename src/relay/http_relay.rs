@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::buffer::Buf;
-use super::exchange::Exchange;
+use super::exchange::{Exchange, Wait};
 use super::io::read_some;
 use super::next::NextRequest;
 use super::response::MAX_RESPONSE_HEAD;
@@ -34,8 +34,19 @@ pub(super) const RESPONSE_BUFFER: usize = 16 * 1024;
 /// Largest chunk of a request body buffered before it is written to the upstream.
 const REQUEST_BUFFER: usize = 16 * 1024;
 
+/// How a relay ended, when it did not fail.
+pub(super) enum Outcome {
+    Relayed(Relayed),
+    /// The reused upstream connection had bytes waiting (`n`), or its end (0), before
+    /// the request's first byte went out: nothing was sent, and the request is to go on a
+    /// new connection.
+    Stale(usize),
+}
+
 /// What ended a wait during an exchange.
 enum RelayEvent {
+    /// The upstream is readable before anything was written to it.
+    UpStale(io::Result<()>),
     UpWritable(io::Result<()>),
     ClientWritable(io::Result<()>),
     ClientReadable(io::Result<()>),
@@ -67,21 +78,27 @@ pub(super) struct Relay<'c> {
 
 impl Relay<'_> {
     /// Relays until the exchange is complete or fails.
-    pub(super) async fn run(mut self) -> Result<Relayed, Failure> {
+    pub(super) async fn run(mut self) -> Result<Outcome, Failure> {
+        // A reused upstream connection is looked at before the request goes on it.
+        let mut first = self.ex.wait != Wait::Connect;
         loop {
             self.read_ahead();
             let interest = self.sides.interest(self.ahead_allowed());
             self.arm();
-            let event = poll_fn(|cx| self.poll_event(cx, interest)).await;
+            let event = poll_fn(|cx| self.poll_event(cx, interest, first)).await;
+            first = false;
             let step = match event {
+                RelayEvent::UpStale(r) => self.upstream_stale(r),
                 RelayEvent::UpWritable(r) => self.upstream_writable(r),
                 RelayEvent::ClientWritable(r) => self.client_writable(r),
                 RelayEvent::ClientReadable(r) => self.client_readable(r),
                 RelayEvent::UpReadable(r) => self.upstream_readable(r),
                 RelayEvent::Timer => self.deadline_fired(),
             }?;
-            if let Step::Done(relayed) = step {
-                return Ok(relayed);
+            match step {
+                Step::Continue => {}
+                Step::Done(relayed) => return Ok(Outcome::Relayed(relayed)),
+                Step::Stale(bytes) => return Ok(Outcome::Stale(bytes)),
             }
         }
     }
@@ -114,7 +131,17 @@ impl Relay<'_> {
     }
 
     /// The first of the events `interest` asks for, or the timer, if one is ready.
-    fn poll_event(&mut self, cx: &mut Context<'_>, interest: Interest) -> Poll<RelayEvent> {
+    fn poll_event(
+        &mut self,
+        cx: &mut Context<'_>,
+        interest: Interest,
+        stale_check: bool,
+    ) -> Poll<RelayEvent> {
+        if stale_check {
+            if let Poll::Ready(r) = self.up.poll_read_ready(cx) {
+                return Poll::Ready(RelayEvent::UpStale(r));
+            }
+        }
         if interest.write_up {
             if let Poll::Ready(r) = self.up.poll_write_ready(cx) {
                 return Poll::Ready(RelayEvent::UpWritable(r));
@@ -136,6 +163,21 @@ impl Relay<'_> {
             }
         }
         self.timer.poll_fired(cx).map(|()| RelayEvent::Timer)
+    }
+
+    /// Before the request's first byte went out, the reused upstream connection is
+    /// readable: a late or doubled response, or its end. Whatever it is, it must not
+    /// become the answer to this request. Read once: a flag left from an earlier event
+    /// reads nothing, and the relay carries on.
+    fn upstream_stale(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
+        if ready.is_err() {
+            return Ok(Step::Stale(0));
+        }
+        match read_some(self.up, self.ubuf.spare(RESPONSE_BUFFER)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Step::Continue),
+            Ok(n) => Ok(Step::Stale(n)),
+            Err(_) => Ok(Step::Stale(0)),
+        }
     }
 
     /// The upstream can take request bytes.

@@ -44,6 +44,9 @@ pub(super) struct Relayed {
 pub(super) enum Step {
     Continue,
     Done(Relayed),
+    /// Nothing was sent on the upstream connection, and it must not carry this request:
+    /// it had `n` bytes waiting, or its end (0). See `http_relay`.
+    Stale(usize),
 }
 
 /// The request, client → upstream.
@@ -472,7 +475,7 @@ mod tests {
     fn done(step: Step) -> Relayed {
         match step {
             Step::Done(r) => r,
-            Step::Continue => panic!("the exchange should be over"),
+            other => panic!("the exchange should be over: {other:?}"),
         }
     }
 
