@@ -308,6 +308,7 @@ impl HttpConnection {
 
     /// Scans what the client buffer holds for the next head; `Some` once the wait is
     /// over (the head is ready, or shutdown came while idle).
+    #[inline]
     fn head_progress(&mut self, stop: &mut Stop<'_>) -> Result<Option<HeadReady>, Failure> {
         let limits = &self.tap.config.limits;
         if !self.cbuf.is_empty() {
@@ -329,6 +330,7 @@ impl HttpConnection {
     }
 
     /// The first event of a wait for the next head, if one is ready.
+    #[inline]
     fn poll_idle(
         &mut self,
         cx: &mut Context<'_>,
@@ -353,6 +355,7 @@ impl HttpConnection {
     }
 
     /// The client sent bytes of its next head (or closed) while no request is in flight.
+    #[inline]
     fn client_readable_idle(
         &mut self,
         ready: io::Result<()>,
@@ -376,6 +379,7 @@ impl HttpConnection {
     }
 
     /// The upstream sent bytes (or closed) while no request is in flight.
+    #[inline]
     fn upstream_readable_idle(&mut self, idle: bool) -> Option<HeadReady> {
         let up = self.upstream.as_ref()?;
         match read_some(up, self.ubuf.spare(RESPONSE_BUFFER)) {
@@ -397,6 +401,7 @@ impl HttpConnection {
 
     /// The timer fired. It may have fired for an earlier deadline than this wait's
     /// (`at`); then the loop arms it again.
+    #[inline]
     fn head_deadline_fired(
         &mut self,
         at: Instant,

@@ -97,7 +97,10 @@ impl Relay<'_> {
             }?;
             match step {
                 Step::Continue => {}
-                Step::Done(relayed) => return Ok(Outcome::Relayed(relayed)),
+                Step::Done { early_end } => {
+                    let relayed = self.sides.relayed(self.ubuf.len(), early_end);
+                    return Ok(Outcome::Relayed(relayed));
+                }
                 Step::Stale(bytes) => return Ok(Outcome::Stale(bytes)),
             }
         }
@@ -105,6 +108,7 @@ impl Relay<'_> {
 
     /// Bytes after this request belong to the next one: start on it (it is read ahead,
     /// but not sent, while the response is in flight).
+    #[inline]
     fn read_ahead(&mut self) {
         if self.sides.req.is_sent() && !self.cbuf.is_empty() {
             let limits = &self.tap.config.limits;
@@ -117,6 +121,7 @@ impl Relay<'_> {
         }
     }
 
+    #[inline]
     fn ahead_allowed(&self) -> bool {
         !self.next.is_ready()
             && self.next.failed().is_none()
@@ -124,6 +129,7 @@ impl Relay<'_> {
     }
 
     /// Arms the timer for the current wait's deadline.
+    #[inline]
     fn arm(&mut self) {
         let deadline = self.sides.deadline(&self.tap.config.timeouts);
         self.timer
@@ -131,6 +137,7 @@ impl Relay<'_> {
     }
 
     /// The first of the events `interest` asks for, or the timer, if one is ready.
+    #[inline]
     fn poll_event(
         &mut self,
         cx: &mut Context<'_>,
@@ -169,6 +176,7 @@ impl Relay<'_> {
     /// readable: a late or doubled response, or its end. Whatever it is, it must not
     /// become the answer to this request. Read once: a flag left from an earlier event
     /// reads nothing, and the relay carries on.
+    #[inline]
     fn upstream_stale(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
         if ready.is_err() {
             return Ok(Step::Stale(0));
@@ -181,6 +189,7 @@ impl Relay<'_> {
     }
 
     /// The upstream can take request bytes.
+    #[inline]
     fn upstream_writable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
         ready.map_err(|_| self.sides.upstream_lost())?;
         if self.ex.t_up_write == 0 {
@@ -201,6 +210,7 @@ impl Relay<'_> {
     }
 
     /// The client can take response bytes.
+    #[inline]
     fn client_writable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
         ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
         match self
@@ -218,6 +228,7 @@ impl Relay<'_> {
     }
 
     /// The client sent body bytes, or the next request's.
+    #[inline]
     fn client_readable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
         ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
         let limits = &self.tap.config.limits;
@@ -253,6 +264,7 @@ impl Relay<'_> {
     }
 
     /// The upstream sent response bytes, or closed.
+    #[inline]
     fn upstream_readable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
         ready.map_err(|_| self.sides.upstream_lost())?;
         let limit = if self.sides.resp.head_done() {
@@ -282,6 +294,7 @@ impl Relay<'_> {
     }
 
     /// The final response began: its backend command is now complete.
+    #[inline]
     fn response_began(&mut self) {
         if let (Some(c), Some(key)) = (&self.tap.correlator, self.corr.key) {
             self.corr.found = c.take(key, self.ex.t_up_write, self.ex.t_resp_first);
@@ -292,6 +305,7 @@ impl Relay<'_> {
     /// then the loop arms it again. Nothing changed since the wait began, so the deadline
     /// is the one `arm` armed (computed again rather than held across the wait: the
     /// connection task stays smaller).
+    #[inline]
     fn deadline_fired(&mut self) -> Result<Step, Failure> {
         let deadline = self.sides.deadline(&self.tap.config.timeouts);
         if Instant::now() >= self.timer.deadline(deadline.since, deadline.after) {
@@ -300,7 +314,8 @@ impl Relay<'_> {
         Ok(Step::Continue)
     }
 
+    #[inline]
     fn step(&self) -> Step {
-        self.sides.step(self.ubuf.len())
+        self.sides.step()
     }
 }

@@ -62,6 +62,7 @@ impl NextRequest {
     /// timeout (as nginx's client_header_timeout), so that connections that never send a
     /// byte do not stay for `idle`; when none began, nothing is answered, but it is
     /// counted, since it is the client that held the connection.
+    #[inline]
     pub(super) fn deadline(&self, first: bool, idle_since: Tick, t: &Timeouts) -> HeadDeadline {
         let late = Failure::Answer(Answer::RequestTimeout, ErrorKind::ClientTimeout);
         let (since, after, expiry) = match (self.started(), first) {

@@ -53,20 +53,24 @@ impl ResponseProgress {
         }
     }
 
+    #[inline]
     pub(super) fn head_done(&self) -> bool {
         self.head.is_some()
     }
 
+    #[inline]
     pub(super) fn close_delimited(&self) -> bool {
         self.head.is_some() && self.body.is_close_delimited()
     }
 
+    #[inline]
     pub(super) fn keep_alive(&self) -> bool {
         self.head.is_some_and(|h| h.keep_alive)
     }
 
     /// Where the final response starts within a batch framed after `before` bytes that
     /// were already framed: interim responses come first.
+    #[inline]
     pub(super) fn final_offset(&self, before: usize) -> usize {
         before + self.interim_in_batch
     }

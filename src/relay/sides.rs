@@ -43,7 +43,11 @@ pub(super) struct Relayed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Step {
     Continue,
-    Done(Relayed),
+    /// Over; see [`Sides::relayed`] for what it leaves. `early_end`: the request body
+    /// was left incomplete.
+    Done {
+        early_end: bool,
+    },
     /// Nothing was sent on the upstream connection, and it must not carry this request:
     /// it had `n` bytes waiting, or its end (0). See `http_relay`.
     Stale(usize),
@@ -82,11 +86,13 @@ impl RequestSide {
     }
 
     /// Every byte of the request was read and handed on (or dropped).
+    #[inline]
     pub(super) fn is_sent(&self) -> bool {
         self.read_done && self.pending == 0
     }
 
     /// Bytes at the front of the client buffer to write upstream.
+    #[inline]
     pub(super) fn pending(&self) -> usize {
         self.pending
     }
@@ -95,6 +101,7 @@ impl RequestSide {
     /// `Expect: 100-continue`, what the client sends next may be its body or its next
     /// request (RFC 9110 §10.1.1 allows both): it is not read, and the connection closes
     /// once the answer is out.
+    #[inline]
     pub(super) fn wants_body(&self) -> bool {
         !self.read_done && self.pending == 0 && !(self.abandoned && self.expect_continue)
     }
@@ -102,6 +109,7 @@ impl RequestSide {
     /// Frames body bytes just read (`unframed`: the whole client buffer, since nothing
     /// was pending). Returns how many to drop from the buffer: the body of an abandoned
     /// request is framed, so that the client can carry on, and never sent.
+    #[inline]
     pub(super) fn body_read(&mut self, unframed: &[u8]) -> Result<usize, BodyError> {
         let p = self.body.advance(unframed)?;
         self.read_done = p.done;
@@ -115,6 +123,7 @@ impl RequestSide {
 
     /// The final response began before the request was all sent: returns the pending
     /// bytes, to be dropped from the client buffer.
+    #[inline]
     fn abandon(&mut self) -> usize {
         self.abandoned = true;
         std::mem::take(&mut self.pending)
@@ -138,21 +147,25 @@ pub(super) struct ResponseSide {
 
 impl ResponseSide {
     /// Bytes at the front of the upstream buffer to write to the client.
+    #[inline]
     pub(super) fn pending(&self) -> usize {
         self.pending
     }
 
     /// Bytes of the response the client has seen or is about to.
+    #[inline]
     fn forwarded(&self) -> u64 {
         self.sent + self.pending as u64
     }
 
     /// The response was read whole and written out.
+    #[inline]
     fn is_flushed(&self) -> bool {
         self.framing.done && self.pending == 0
     }
 
     /// The response head is in: its limit switches from the head's to the buffer's.
+    #[inline]
     pub(super) fn head_done(&self) -> bool {
         self.framing.head_done()
     }
@@ -228,6 +241,7 @@ impl Sides {
 
     /// What the relay waits for. `ahead_allowed`: the next request's head may be read
     /// ahead (it is not complete, not failed, and the buffer holds less than a head).
+    #[inline]
     pub(super) fn interest(&self, ahead_allowed: bool) -> Interest {
         let read_ahead = self.req.is_sent() && ahead_allowed;
         Interest {
@@ -241,6 +255,7 @@ impl Sides {
     /// Every wait has a deadline: the response timeout while the upstream owes the
     /// response head, else the transfer timeout since the last byte moved, blamed on the
     /// side that is holding things up.
+    #[inline]
     pub(super) fn deadline(&self, timeouts: &Timeouts) -> Deadline {
         if self.resp.owed_since != 0 && !self.resp.head_done() {
             return Deadline {
@@ -279,12 +294,14 @@ impl Sides {
     }
 
     /// The upstream connection failed or closed before the response was complete.
+    #[inline]
     pub(super) fn upstream_lost(&self) -> Failure {
         self.answer_or_abort(Answer::BadGateway, ErrorKind::UpstreamReset)
     }
 
     /// A proxy-made answer is only possible while the client has seen no byte of the
     /// response; after that, the connection can only be cut.
+    #[inline]
     pub(super) fn answer_or_abort(&self, answer: Answer, kind: ErrorKind) -> Failure {
         if self.resp.forwarded() == 0 {
             Failure::Answer(answer, kind)
@@ -295,6 +312,7 @@ impl Sides {
 
     /// The upstream accepted `n` request bytes at `t` (the caller drops them from the
     /// client buffer).
+    #[inline]
     pub(super) fn up_accepted(&mut self, n: usize, t: Tick, ex: &mut Exchange) {
         self.moved_at = t;
         self.req.pending -= n;
@@ -307,6 +325,7 @@ impl Sides {
 
     /// A write to the upstream failed. Once the response is complete that only means the
     /// upstream will not read the rest of the request: the exchange ends early.
+    #[inline]
     pub(super) fn up_write_failed(&mut self) -> Result<(), Failure> {
         if !self.resp.framing.done {
             return Err(self.upstream_lost());
@@ -319,6 +338,7 @@ impl Sides {
 
     /// The client accepted `n` response bytes at `t` (the caller drops them from the
     /// upstream buffer).
+    #[inline]
     pub(super) fn client_accepted(&mut self, n: usize, t: Tick, ex: &mut Exchange) {
         self.moved_at = t;
         if ex.t_write_first == 0
@@ -337,6 +357,7 @@ impl Sides {
     }
 
     /// Body bytes arrived at `t`; see [`RequestSide::body_read`].
+    #[inline]
     pub(super) fn body_read(&mut self, unframed: &[u8], t: Tick) -> Result<usize, Failure> {
         self.moved_at = t;
         self.req
@@ -385,6 +406,7 @@ impl Sides {
 
     /// The upstream closed its side at `t`: the end of a close-delimited body, else a
     /// lost upstream.
+    #[inline]
     pub(super) fn upstream_closed(&mut self, t: Tick, ex: &mut Exchange) -> Result<(), Failure> {
         if !self.resp.framing.close_delimited() {
             return Err(self.upstream_lost());
@@ -397,9 +419,9 @@ impl Sides {
         Ok(())
     }
 
-    /// Whether the exchange is over, and what it leaves: `buffered` is what the upstream
-    /// buffer still holds (bytes past the response's end, unless it became a tunnel).
-    pub(super) fn step(&self, buffered: usize) -> Step {
+    /// Whether the exchange is over.
+    #[inline]
+    pub(super) fn step(&self) -> Step {
         if !self.resp.is_flushed() {
             return Step::Continue;
         }
@@ -412,10 +434,13 @@ impl Sides {
         } else {
             return Step::Continue;
         };
-        Step::Done(self.relayed(buffered, early_end))
+        Step::Done { early_end }
     }
 
-    fn relayed(&self, buffered: usize, early_end: bool) -> Relayed {
+    /// What an exchange that is over leaves: `buffered` is what the upstream buffer still
+    /// holds (bytes past the response's end, unless it became a tunnel).
+    #[inline]
+    pub(super) fn relayed(&self, buffered: usize, early_end: bool) -> Relayed {
         let resp = &self.resp.framing;
         // Bytes past the framed end of the response answer nothing that was asked: that
         // upstream connection cannot carry on (the client's can, on a new one).
@@ -472,9 +497,10 @@ mod tests {
         s.client_accepted(n, t, ex);
     }
 
-    fn done(step: Step) -> Relayed {
-        match step {
-            Step::Done(r) => r,
+    /// What the exchange leaves, with `buffered` bytes left in the upstream buffer.
+    fn done(s: &Sides, buffered: usize) -> Relayed {
+        match s.step() {
+            Step::Done { early_end } => s.relayed(buffered, early_end),
             other => panic!("the exchange should be over: {other:?}"),
         }
     }
@@ -489,14 +515,14 @@ mod tests {
         // The request is sent: the next head may be read ahead, the response is owed.
         assert!(s.interest(true).read_client);
         assert!(!s.interest(false).read_client);
-        assert_eq!(s.step(0), Step::Continue);
+        assert_eq!(s.step(), Step::Continue);
         let read = s.response_read(OK2, 3_000, &mut ex).unwrap();
         assert!(read.began && read.drop_interim == 0 && read.drop_request == 0);
         assert_eq!(s.resp.pending(), OK2.len());
         assert!(s.interest(true).write_client && !s.interest(true).read_up);
         flush(&mut s, 4_000, &mut ex);
         assert_eq!((ex.t_write_first, ex.t_write_last), (4_000, 4_000));
-        let r = done(s.step(0));
+        let r = done(&s, 0);
         assert!(r.keep_alive && r.upstream_reusable && !r.early_end && !r.tunnel);
         assert_eq!((r.status, r.excess), (200, 0));
         assert_eq!(r.response_bytes, OK2.len() as u64);
@@ -520,7 +546,7 @@ mod tests {
         assert!(!s.interest(true).write_up);
         assert_eq!(s.body_read(b"hij", 2_600).unwrap(), 3);
         flush(&mut s, 3_000, &mut ex);
-        let r = done(s.step(0));
+        let r = done(&s, 0);
         assert!(
             !r.upstream_reusable,
             "an upstream that answered early is not reused"
@@ -536,7 +562,7 @@ mod tests {
         assert_eq!(ex.t_sent, 0, "the body is not all sent");
         s.response_read(OK2, 2_000, &mut ex).unwrap();
         flush(&mut s, 3_000, &mut ex);
-        let r = done(s.step(0));
+        let r = done(&s, 0);
         assert!(r.early_end && !r.keep_alive && !r.upstream_reusable);
     }
 
@@ -558,7 +584,7 @@ mod tests {
             "body or next request: nobody can tell"
         );
         flush(&mut s, 3_000, &mut ex);
-        let r = done(s.step(0));
+        let r = done(&s, 0);
         assert!(r.early_end && !r.keep_alive);
     }
 
@@ -575,7 +601,7 @@ mod tests {
         );
         flush(&mut s, 4_000, &mut ex);
         // The caller passes what the upstream buffer still holds: the late bytes.
-        let r = done(s.step(late.len() - OK2.len()));
+        let r = done(&s, late.len() - OK2.len());
         assert_eq!(r.excess, 17);
         assert!(
             !r.upstream_reusable,
@@ -605,7 +631,7 @@ mod tests {
             }
             flush(&mut s, 5_000, &mut ex);
             assert_eq!(ex.t_write_first, 5_000);
-            assert_eq!(done(s.step(0)).status, 200);
+            assert_eq!(done(&s, 0).status, 200);
         }
         // An interim response alone is not the response: the response deadline stays.
         let (mut s, mut ex) = start(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
@@ -626,7 +652,7 @@ mod tests {
         let tunnel_bytes = [SWITCH, b"frame"].concat();
         s.response_read(&tunnel_bytes, 3_000, &mut ex).unwrap();
         flush(&mut s, 4_000, &mut ex);
-        let r = done(s.step(5));
+        let r = done(&s, 5);
         assert!(r.tunnel && r.status == 101);
         assert_eq!(r.excess, 0, "bytes after a 101 belong to the tunnel");
 
@@ -652,7 +678,7 @@ mod tests {
         let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
         s.response_read(head, 3_000, &mut ex).unwrap();
         flush(&mut s, 4_000, &mut ex);
-        assert!(done(s.step(0)).upstream_reusable);
+        assert!(done(&s, 0).upstream_reusable);
 
         let (mut s, mut ex) = start(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         send_all(&mut s, 2_000, &mut ex);
@@ -664,13 +690,13 @@ mod tests {
         .unwrap();
         flush(&mut s, 4_000, &mut ex);
         assert_eq!(
-            s.step(0),
+            s.step(),
             Step::Continue,
             "the body runs until the upstream closes"
         );
         s.upstream_closed(5_000, &mut ex).unwrap();
         assert_eq!((ex.t_resp_last, ex.t_write_last), (5_000, 5_000));
-        let r = done(s.step(0));
+        let r = done(&s, 0);
         assert!(!r.keep_alive && !r.upstream_reusable);
     }
 
@@ -711,7 +737,7 @@ mod tests {
         s.response_read(OK2, 2_000, &mut ex).unwrap();
         s.body_read(b"defghij", 2_500).unwrap();
         flush(&mut s, 3_000, &mut ex);
-        assert!(!done(s.step(0)).early_end);
+        assert!(!done(&s, 0).early_end);
     }
 
     #[test]
