@@ -319,3 +319,104 @@ impl Relay<'_> {
         self.sides.step()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::config::{Protocol, TapConfig};
+    use crate::http1::{request, BodyFramer};
+    use crate::metrics::RouteTable;
+    use crate::recorder::Discard;
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+
+    /// A connected pair of loopback sockets.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let near = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (far, _) = listener.accept().await.unwrap();
+        (near, far)
+    }
+
+    /// Relays `GET` on a reused upstream connection, after `late` bytes from the upstream
+    /// arrived and the runtime's poller turned.
+    async fn relay_after(late: &[u8]) -> (Result<Outcome, Failure>, Vec<u8>) {
+        clock::init();
+        let (client, _client_far) = pair().await;
+        let (up, mut up_far) = pair().await;
+        if !late.is_empty() {
+            up_far.write_all(late).await.unwrap();
+        }
+        // A wait in the event loop, as between two keep-alive requests.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let cfg = TapConfig::new("t", Protocol::Http, "127.0.0.1:1".parse().unwrap(), "x:1");
+        let routes = Arc::new(RouteTable::new(&cfg).unwrap());
+        let tap = TapContext::new(cfg, Arc::new(Discard), routes);
+        let mut cbuf = Buf::new();
+        cbuf.spare(GET.len())[..GET.len()].copy_from_slice(GET);
+        cbuf.commit(GET.len());
+        let head = request::parse(GET, 100).unwrap();
+        let (mut ubuf, mut next, mut timer) = (Buf::new(), NextRequest::default(), Timer::new());
+        let mut corr = BackendCommand::default();
+        let mut ex = Exchange {
+            t_up_ready: clock::now(),
+            wait: Wait::None,
+            ..Exchange::default()
+        };
+        let sides = Sides::new(&head, BodyFramer::new(head.body), head.len, ex.t_up_ready);
+        let relay = Relay {
+            tap: &tap,
+            client: &client,
+            up: &up,
+            cbuf: &mut cbuf,
+            ubuf: &mut ubuf,
+            next: &mut next,
+            timer: &mut timer,
+            ex: &mut ex,
+            corr: &mut corr,
+            sides,
+        };
+        // The fake upstream never answers: a relay that sent the request waits until the
+        // timeout below.
+        let outcome = tokio::time::timeout(Duration::from_millis(300), relay.run()).await;
+        let outcome = outcome.unwrap_or(Err(Failure::Abort(ErrorKind::UpstreamTimeout)));
+        let mut got = vec![0; 256];
+        let n = tokio::time::timeout(Duration::from_millis(50), up_far.read(&mut got))
+            .await
+            .map_or(0, |r| r.unwrap_or(0));
+        got.truncate(n);
+        (outcome, got)
+    }
+
+    #[tokio::test]
+    async fn a_late_response_waiting_on_a_reused_upstream_is_never_this_requests_answer() {
+        let late = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil";
+        let (outcome, sent) = relay_after(late).await;
+        assert!(
+            matches!(outcome, Ok(Outcome::Stale(n)) if n == late.len()),
+            "the waiting bytes are found before the request goes out"
+        );
+        assert!(
+            sent.is_empty(),
+            "nothing was sent on that connection: {sent:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_clean_reused_upstream_gets_the_request() {
+        let (outcome, sent) = relay_after(b"").await;
+        assert!(matches!(
+            outcome,
+            Err(Failure::Abort(ErrorKind::UpstreamTimeout))
+        ));
+        assert_eq!(sent, GET);
+    }
+}
