@@ -114,6 +114,14 @@ pub struct ExchangeRecord<'a> {
     pub phases: Phases,
 }
 
+/// The shape of a request head: its size (empty line included) and its header fields,
+/// for the tap's head-shape statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadShape {
+    pub bytes: usize,
+    pub fields: usize,
+}
+
 /// Receives what happens on one tap. Implementations must be cheap and must not block:
 /// they run on the connection tasks.
 pub trait Recorder: Send + Sync + 'static {
@@ -131,8 +139,16 @@ pub trait Recorder: Send + Sync + 'static {
     /// A correlated HTTP request found (or did not find) its backend command.
     fn correlated(&self, _matched: bool) {}
     /// A request head of `bytes` bytes (empty line included) with `fields` header fields
-    /// was read; not called for the probe's own requests.
+    /// was read; not called for the probe's own requests. Called alone only for a request
+    /// that records no exchange; otherwise the shape comes with the exchange
+    /// ([`Recorder::exchange_with_head`]).
     fn request_head(&self, _bytes: usize, _fields: usize) {}
+    /// A completed HTTP exchange and its request head's shape, in one call, so that a
+    /// recorder can take both under one lock. The same as `request_head` then `exchange`.
+    fn exchange_with_head(&self, record: &ExchangeRecord<'_>, head: HeadShape) {
+        self.request_head(head.bytes, head.fields);
+        self.exchange(record);
+    }
     /// Called on shutdown, after the last exchange: flush whatever is buffered.
     fn flush(&self) {}
 }
@@ -190,6 +206,11 @@ impl Recorder for Fanout {
         self.sinks
             .iter()
             .for_each(|s| s.request_head(bytes, fields));
+    }
+    fn exchange_with_head(&self, record: &ExchangeRecord<'_>, head: HeadShape) {
+        self.sinks
+            .iter()
+            .for_each(|s| s.exchange_with_head(record, head));
     }
     fn flush(&self) {
         self.sinks.iter().for_each(|s| s.flush());

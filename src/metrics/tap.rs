@@ -12,7 +12,7 @@ use crate::metrics::hdr::{self, HdrSeries};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
 use crate::metrics::shard::{CachePadded, HeadShapes, SeriesShard, ThreadShard};
 use crate::phase::Phase;
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, Recorder, RouteId, Side};
+use crate::recorder::{Direction, ErrorKind, ExchangeRecord, HeadShape, Recorder, RouteId, Side};
 use crate::routes::RouteTable;
 use crate::sync::lock;
 
@@ -271,8 +271,9 @@ fn add<const N: usize>(acc: &mut [u64; N], v: &[u64; N]) {
     }
 }
 
-impl Recorder for TapMetrics {
-    fn exchange(&self, record: &ExchangeRecord<'_>) {
+impl TapMetrics {
+    /// Counts an exchange in this thread's shard, whose lock the caller holds.
+    fn exchange_in(&self, shard: &mut ThreadShard, record: &ExchangeRecord<'_>) {
         let method = method_index(self.protocol, record.method);
         let status = status_class_index(record.status);
         // An id from another table would grow the shard without bound: fold it.
@@ -281,7 +282,6 @@ impl Recorder for TapMetrics {
         } else {
             RouteId(0)
         };
-        let mut shard = self.shard();
         let rs = shard.route(route);
         rs.requests[method][status] += 1;
         for (phase, ns) in record.phases.iter() {
@@ -290,6 +290,19 @@ impl Recorder for TapMetrics {
             });
             series.observe(self.buckets.index(ns), ns);
         }
+    }
+}
+
+impl Recorder for TapMetrics {
+    fn exchange(&self, record: &ExchangeRecord<'_>) {
+        self.exchange_in(&mut self.shard(), record);
+    }
+
+    /// One shard lock for both, instead of one each.
+    fn exchange_with_head(&self, record: &ExchangeRecord<'_>, head: HeadShape) {
+        let mut shard = self.shard();
+        shard.heads.record(head.bytes, head.fields);
+        self.exchange_in(&mut shard, record);
     }
 
     fn error(&self, kind: ErrorKind) {

@@ -22,7 +22,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -31,51 +31,23 @@ use tokio::time::{timeout, Instant};
 
 use super::buffer::Buf;
 use super::exchange::{Exchange, Wait};
+use super::http_relay::{BackendCommand, Outcome, Relay, RESPONSE_BUFFER};
 use super::io::{pending_bytes, read_some};
 use super::next::NextRequest;
+use super::sides::{Failure, Sides};
 use super::stop::{self, Stop};
 use super::timer::Timer;
 use super::tunnel;
 use super::TapContext;
 use crate::clock::{self, Tick};
 use crate::correlate;
-use crate::http1::{
-    response, Answer, BodyError, BodyFramer, BodyKind, Method, RequestHead, ResponseHead,
-    ResponseScanner, Version,
-};
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
+use crate::http1::{Answer, BodyError, BodyFramer, BodyKind, RequestHead};
+use crate::recorder::{Direction, ErrorKind, ExchangeRecord, HeadShape, RouteId, Side};
 
-/// Largest response head accepted from an upstream.
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-/// Largest chunk of a response body buffered before it is written to the client.
-const RESPONSE_BUFFER: usize = 16 * 1024;
-/// Largest chunk of a request body buffered before it is written to the upstream.
-const REQUEST_BUFFER: usize = 16 * 1024;
 /// How long a proxy-made answer may take to write, and how long the client's remaining
 /// bytes are drained afterwards so that the answer is not lost to a reset.
 const ANSWER_WRITE: Duration = Duration::from_secs(2);
 const ANSWER_LINGER: Duration = Duration::from_millis(500);
-
-/// The HTTP relay's failures: the client gets a proxy-made response.
-type Failure = super::failure::Failure<Answer>;
-
-/// What a completed relay leaves behind.
-struct Relayed {
-    status: u16,
-    /// Both sides may carry on with another exchange.
-    keep_alive: bool,
-    /// The upstream connection may carry the next request.
-    upstream_reusable: bool,
-    /// Bytes the upstream sent past the end of the response.
-    excess: usize,
-    /// The exchange ended with the request body incomplete: the client's connection
-    /// closes, after a linger so that the response is not lost to a reset.
-    early_end: bool,
-    /// The connection became a tunnel after this response.
-    tunnel: bool,
-    request_bytes: u64,
-    response_bytes: u64,
-}
 
 enum HeadReady {
     Ready,
@@ -97,10 +69,12 @@ pub(super) struct HttpConnection {
     target: Vec<u8>,
     /// The backend command of the current request, when the tap is correlated, and the
     /// backend's report of it once found.
-    corr_key: Option<u64>,
-    corr_found: Option<correlate::Seen>,
+    corr: BackendCommand,
     /// Every deadline of the connection (see `timer`).
     timer: Timer,
+    /// The task waited in the event loop since the upstream was last read, so the
+    /// upstream's readiness flag is current (see `upstream_peek`).
+    turned: bool,
 }
 
 impl HttpConnection {
@@ -114,9 +88,9 @@ impl HttpConnection {
             next: NextRequest::default(),
             prev_end: 0,
             target: Vec::new(),
-            corr_key: None,
-            corr_found: None,
+            corr: BackendCommand::default(),
             timer: Timer::new(),
+            turned: false,
         }
     }
 
@@ -178,14 +152,28 @@ impl HttpConnection {
             // a malformed body is refused with the upstream having seen nothing.
             let mut body = BodyFramer::new(head.body);
             let buffered = &self.cbuf.filled()[head.len..];
-            let progress = body.advance(buffered).map_err(|e| self.bad_body(e))?;
+            let progress = body
+                .advance(buffered)
+                .map_err(|e| self.bad_body(&head, e))?;
             let to_up = head.len + progress.consumed;
 
-            if let Err(failure) = self.upstream_ready(&mut ex).await {
-                self.record_answer(&mut ex, route, &head, failure);
-                return Err(failure);
-            }
-            let relayed = match self.relay(&mut ex, &head, body, to_up).await {
+            let relayed = loop {
+                if let Err(failure) = self.upstream_ready(&mut ex).await {
+                    break Err(failure);
+                }
+                // The relay's own future runs inline here: no wrapper to hold its arguments.
+                let outcome = match self.relay(&mut ex, &head, body, to_up) {
+                    Ok(relay) => relay.run().await,
+                    Err(failure) => Err(failure),
+                };
+                match outcome {
+                    Ok(Outcome::Relayed(r)) => break Ok(r),
+                    // Nothing was sent: the request goes on a new upstream connection.
+                    Ok(Outcome::Stale(bytes)) => self.stale_upstream(bytes),
+                    Err(failure) => break Err(failure),
+                }
+            };
+            let relayed = match relayed {
                 Ok(r) => r,
                 Err(failure) => {
                     self.record_answer(&mut ex, route, &head, failure);
@@ -230,8 +218,8 @@ impl HttpConnection {
             self.target.clear();
             self.target.extend_from_slice(target);
         }
-        self.corr_found = None;
-        self.corr_key = self.tap.correlator.as_ref().and_then(|_| {
+        self.corr.found = None;
+        self.corr.key = self.tap.correlator.as_ref().and_then(|_| {
             // The body counts only when it is already here whole (it usually is).
             let body = match head.body {
                 BodyKind::Length(n) => raw.get(head.len..head.len.checked_add(n as usize)?),
@@ -240,12 +228,11 @@ impl HttpConnection {
             };
             correlate::webdis::command_key(head.method, target, body)
         });
-        // The probe's requests get a route of their own and stay out of the head shapes
-        // the probe reads back (docs/probe.md).
+        // The probe's requests get a route of their own (and stay out of the head shapes,
+        // see `record`).
         if head.probe {
             return self.tap.routes.probe();
         }
-        self.tap.recorder.request_head(head.len, head.fields);
         self.tap
             .routes
             .resolve(head.method.as_str().as_bytes(), target)
@@ -272,8 +259,11 @@ impl HttpConnection {
         self.ubuf = Buf::new();
     }
 
-    fn bad_body(&self, e: BodyError) -> Failure {
+    /// A body refused before anything went upstream: no exchange is recorded, so the
+    /// head's shape is recorded alone.
+    fn bad_body(&self, head: &RequestHead, e: BodyError) -> Failure {
         tracing::debug!(tap = %self.tap.config.name, error = %e, "bad request body");
+        self.head_unrecorded(head);
         Failure::Answer(Answer::BadRequest, ErrorKind::BadRequest)
     }
 
@@ -282,117 +272,149 @@ impl HttpConnection {
     /// ends the client's connection too. Once a head has begun, the head timeout applies,
     /// and to the first request of a connection from the accept.
     async fn await_head(&mut self, stop: &mut Stop<'_>) -> Result<HeadReady, Failure> {
-        let limits = &self.tap.config.limits;
-        let (max_head, max_headers) = (limits.max_head_bytes, limits.max_headers);
-        let timeouts = &self.tap.config.timeouts;
-        let (head_timeout, idle_timeout) = (timeouts.head, timeouts.idle);
         let idle_since = clock::now();
         // Buffers are taken again when bytes are readable.
         self.cbuf.release();
         self.ubuf.release();
+        self.turned = false;
         loop {
-            if !self.cbuf.is_empty() {
-                self.next.begin(clock::now());
-            }
-            match self.next.advance(self.cbuf.filled(), max_head, max_headers) {
-                Ok(true) => return Ok(HeadReady::Ready),
-                Ok(false) => {}
-                Err(e) => return Err(Failure::Answer(e.answer(), e.kind())),
-            }
-            if !self.next.started() && stop.requested() {
-                return Ok(HeadReady::Closed);
+            if let Some(ready) = self.head_progress(stop)? {
+                return Ok(ready);
             }
             let idle = !self.next.started();
-            // A new connection is not idle between requests: its first request is owed
-            // from the accept, within the head timeout (as nginx's client_header_timeout),
-            // so that connections that never send a byte do not stay for `idle`.
             let first = self.prev_end == 0;
-            let deadline = if idle && first {
-                self.timer.deadline(idle_since, head_timeout)
-            } else if idle {
-                self.timer.deadline(idle_since, idle_timeout)
-            } else if first {
-                self.timer
-                    .deadline(idle_since.min(self.next.t_first), head_timeout)
-            } else {
-                self.timer.deadline(self.next.t_first, head_timeout)
-            };
-            self.timer.arm(deadline);
-            let (client, upstream, timer) = (&self.client, self.upstream.as_ref(), &mut self.timer);
+            let d = self
+                .next
+                .deadline(first, idle_since, &self.tap.config.timeouts);
+            let at = self.timer.deadline(d.since, d.after);
+            self.timer.arm(at);
             let event = poll_fn(|cx| {
-                if let Poll::Ready(r) = client.poll_read_ready(cx) {
-                    return Poll::Ready(IdleEvent::Client(r));
-                }
-                // No request is in flight, whether or not the next head has begun: any
-                // byte from the upstream now answers nothing.
-                if let Some(Poll::Ready(_)) = upstream.map(|up| up.poll_read_ready(cx)) {
-                    return Poll::Ready(IdleEvent::Upstream);
-                }
-                if idle {
-                    stop.register(cx);
-                    if stop.requested() {
-                        return Poll::Ready(IdleEvent::Stop);
-                    }
-                }
-                timer.poll_fired(cx).map(|()| IdleEvent::Timer)
+                let event = self.poll_idle(cx, idle, stop);
+                self.turned |= event.is_pending();
+                event
             })
             .await;
-            match event {
-                IdleEvent::Client(r) => {
-                    r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
-                    match read_some(&self.client, self.cbuf.spare(max_head)) {
-                        Ok(0) if idle => return Ok(HeadReady::Closed),
-                        Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
-                        Ok(n) => {
-                            let t = clock::now();
-                            self.cbuf.commit(n);
-                            self.next.begin(t);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) if idle => return Ok(HeadReady::Closed),
-                        Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
-                    }
-                }
-                IdleEvent::Upstream => {
-                    if let Some(up) = self.upstream.as_ref() {
-                        match read_some(up, self.ubuf.spare(RESPONSE_BUFFER)) {
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                            // The upstream closed between requests (Amphp does after 15 s
-                            // idle): the client's side closes too, as it would have without
-                            // the proxy.
-                            Ok(0) | Err(_) if idle => return Ok(HeadReady::Closed),
-                            // The same while the client's next head is arriving: that
-                            // request goes on a new connection.
-                            Ok(0) | Err(_) => self.close_upstream(),
-                            // A response nobody asked for (Webdis 0.1.9 sometimes writes a
-                            // late answer meant for a closed connection whose descriptor it
-                            // reused). The client asked nothing, so it gets nothing: the
-                            // upstream connection is dropped, counted, and the next request
-                            // opens a new one.
-                            Ok(n) => self.unsolicited(n),
-                        }
-                    }
-                }
-                IdleEvent::Timer => {
-                    // The timer may have fired for an earlier deadline than this wait's;
-                    // then the loop arms it again.
-                    if Instant::now() >= deadline {
-                        if idle && first {
-                            // Nothing to answer: no request began. Counted, since it
-                            // is the client that held the connection.
-                            return Err(Failure::Abort(ErrorKind::ClientTimeout));
-                        }
-                        if idle {
-                            return Ok(HeadReady::Closed);
-                        }
-                        return Err(Failure::Answer(
-                            Answer::RequestTimeout,
-                            ErrorKind::ClientTimeout,
-                        ));
-                    }
-                }
-                IdleEvent::Stop => return Ok(HeadReady::Closed),
+            let ended = match event {
+                IdleEvent::Client(r) => self.client_readable_idle(r, idle)?,
+                IdleEvent::Upstream => self.upstream_readable_idle(idle),
+                IdleEvent::Timer => self.head_deadline_fired(at, first, idle_since)?,
+                IdleEvent::Stop => Some(HeadReady::Closed),
+            };
+            if let Some(ready) = ended {
+                return Ok(ready);
             }
+        }
+    }
+
+    /// Scans what the client buffer holds for the next head; `Some` once the wait is
+    /// over (the head is ready, or shutdown came while idle).
+    #[inline]
+    fn head_progress(&mut self, stop: &mut Stop<'_>) -> Result<Option<HeadReady>, Failure> {
+        let limits = &self.tap.config.limits;
+        if !self.cbuf.is_empty() {
+            self.next.begin(clock::now());
+        }
+        match self.next.advance(
+            self.cbuf.filled(),
+            limits.max_head_bytes,
+            limits.max_headers,
+        ) {
+            Ok(true) => return Ok(Some(HeadReady::Ready)),
+            Ok(false) => {}
+            Err(e) => return Err(Failure::Answer(e.answer(), e.kind())),
+        }
+        if !self.next.started() && stop.requested() {
+            return Ok(Some(HeadReady::Closed));
+        }
+        Ok(None)
+    }
+
+    /// The first event of a wait for the next head, if one is ready.
+    #[inline]
+    fn poll_idle(
+        &mut self,
+        cx: &mut Context<'_>,
+        idle: bool,
+        stop: &mut Stop<'_>,
+    ) -> Poll<IdleEvent> {
+        if let Poll::Ready(r) = self.client.poll_read_ready(cx) {
+            return Poll::Ready(IdleEvent::Client(r));
+        }
+        // No request is in flight, whether or not the next head has begun: any byte from
+        // the upstream now answers nothing.
+        if let Some(Poll::Ready(_)) = self.upstream.as_ref().map(|up| up.poll_read_ready(cx)) {
+            return Poll::Ready(IdleEvent::Upstream);
+        }
+        if idle {
+            stop.register(cx);
+            if stop.requested() {
+                return Poll::Ready(IdleEvent::Stop);
+            }
+        }
+        self.timer.poll_fired(cx).map(|()| IdleEvent::Timer)
+    }
+
+    /// The client sent bytes of its next head (or closed) while no request is in flight.
+    #[inline]
+    fn client_readable_idle(
+        &mut self,
+        ready: io::Result<()>,
+        idle: bool,
+    ) -> Result<Option<HeadReady>, Failure> {
+        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        let max_head = self.tap.config.limits.max_head_bytes;
+        match read_some(&self.client, self.cbuf.spare(max_head)) {
+            Ok(0) if idle => Ok(Some(HeadReady::Closed)),
+            Ok(0) => Err(Failure::Abort(ErrorKind::ClientReset)),
+            Ok(n) => {
+                let t = clock::now();
+                self.cbuf.commit(n);
+                self.next.begin(t);
+                Ok(None)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(_) if idle => Ok(Some(HeadReady::Closed)),
+            Err(_) => Err(Failure::Abort(ErrorKind::ClientReset)),
+        }
+    }
+
+    /// The upstream sent bytes (or closed) while no request is in flight.
+    #[inline]
+    fn upstream_readable_idle(&mut self, idle: bool) -> Option<HeadReady> {
+        let up = self.upstream.as_ref()?;
+        match read_some(up, self.ubuf.spare(RESPONSE_BUFFER)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // The upstream closed between requests (Amphp does after 15 s idle): the
+            // client's side closes too, as it would have without the proxy.
+            Ok(0) | Err(_) if idle => return Some(HeadReady::Closed),
+            // The same while the client's next head is arriving: that request goes on a
+            // new connection.
+            Ok(0) | Err(_) => self.close_upstream(),
+            // A response nobody asked for (Webdis 0.1.9 sometimes writes a late answer
+            // meant for a closed connection whose descriptor it reused). The client asked
+            // nothing, so it gets nothing: the upstream connection is dropped, counted,
+            // and the next request opens a new one.
+            Ok(n) => self.unsolicited(n),
+        }
+        None
+    }
+
+    /// The timer fired. It may have fired for an earlier deadline than this wait's
+    /// (`at`); then the loop arms it again.
+    #[inline]
+    fn head_deadline_fired(
+        &mut self,
+        at: Instant,
+        first: bool,
+        idle_since: Tick,
+    ) -> Result<Option<HeadReady>, Failure> {
+        if Instant::now() < at {
+            return Ok(None);
+        }
+        let timeouts = &self.tap.config.timeouts;
+        match self.next.deadline(first, idle_since, timeouts).expiry {
+            Some(failure) => Err(failure),
+            None => Ok(Some(HeadReady::Closed)),
         }
     }
 
@@ -410,14 +432,8 @@ impl HttpConnection {
             self.upstream = Some(stream);
             ex.wait = Wait::Connect;
             ex.t_up_ready = clock::now();
-        } else if let Some(bytes) = self.upstream.as_ref().and_then(pending_bytes) {
-            // Bytes waiting on an upstream connection with no request in flight (a late
-            // or doubled response): whatever they are, they must not become the answer
-            // to this request.
-            match bytes {
-                0 => self.close_upstream(),
-                n => self.unsolicited(n),
-            }
+        } else if let Some(bytes) = self.upstream_peek() {
+            self.stale_upstream(bytes);
             return Box::pin(self.upstream_ready(ex)).await;
         } else if self.prev_end > ex.t_head {
             ex.wait = Wait::Queue;
@@ -428,304 +444,58 @@ impl HttpConnection {
         Ok(())
     }
 
-    /// Step 4: moves the request up and the response down until both are complete.
-    async fn relay(
-        &mut self,
-        ex: &mut Exchange,
+    /// Bytes (or the end) waiting on a reused upstream connection with no request in
+    /// flight: a system call (`recv` with `MSG_PEEK`), made only when the runtime's
+    /// readiness flags may miss them. They are current when the task waited in the event
+    /// loop since the last upstream read: the wake-up that ended the wait came from a turn
+    /// of the runtime's poller, which saw the upstream too, and the relay's first wait
+    /// then looks at the upstream's flag before writing (`Relay::upstream_stale`). They
+    /// are not when the request was pipelined (no wait since the previous response):
+    /// then this looks.
+    fn upstream_peek(&self) -> Option<usize> {
+        if self.turned {
+            return None;
+        }
+        self.upstream.as_ref().and_then(pending_bytes)
+    }
+
+    /// Bytes waiting on an upstream connection before a request went on it (a late or
+    /// doubled response), or its end: whatever they are, they must not become the answer
+    /// to this request. The connection is dropped; a new one carries the request.
+    fn stale_upstream(&mut self, bytes: usize) {
+        match bytes {
+            0 => self.close_upstream(),
+            n => self.unsolicited(n),
+        }
+    }
+
+    /// Step 4: moves the request up and the response down until both are complete
+    /// (see `http_relay`).
+    fn relay<'c>(
+        &'c mut self,
+        ex: &'c mut Exchange,
         head: &RequestHead,
-        mut body: BodyFramer,
-        mut to_up: usize,
-    ) -> Result<Relayed, Failure> {
+        body: BodyFramer,
+        to_up: usize,
+    ) -> Result<Relay<'c>, Failure> {
         let Some(up) = self.upstream.as_ref() else {
             return Err(Failure::Answer(
                 Answer::BadGateway,
                 ErrorKind::UpstreamConnect,
             ));
         };
-        let client = &self.client;
-        let cbuf = &mut self.cbuf;
-        let ubuf = &mut self.ubuf;
-        let next = &mut self.next;
-        let timer = &mut self.timer;
-        let cfg = &self.tap.config;
-        let (max_head, max_headers) = (cfg.limits.max_head_bytes, cfg.limits.max_headers);
-
-        let mut req_done = body.is_done();
-        let mut resp = ResponseProgress::new(head);
-        let mut to_client = 0usize;
-        let mut request_bytes = 0u64;
-        let mut response_bytes = 0u64;
-        let mut final_response_from: Option<u64> = None;
-        // The ticks the response and body deadlines run from.
-        let mut resp_since: Option<Tick> = None;
-        // The last time a byte moved either way: the transfer deadline runs from it.
-        let mut moved_at = ex.t_up_ready;
-        let mut early_end = false;
-        // A final response arrived before the request body was complete: the upstream
-        // connection is not reused, and the rest of the body is never sent (docs/security.md).
-        let mut early = false;
-
-        loop {
-            if req_done && to_up == 0 && resp.done && to_client == 0 {
-                break;
-            }
-            // The upstream answered and will not read the rest of the body (or answered
-            // before it, so the rest is not sent): stop.
-            if resp.done && to_client == 0 && (early || !resp.keep_alive()) {
-                early_end = !(req_done && to_up == 0);
-                break;
-            }
-            // Bytes after this request belong to the next one: start on it.
-            if req_done && to_up == 0 && !cbuf.is_empty() {
-                next.begin(clock::now());
-                let _ = next.advance(cbuf.filled(), max_head, max_headers);
-            }
-            // After an early answer to `Expect: 100-continue`, what the client sends next
-            // may be its body or its next request (RFC 9110 §10.1.1 allows both): it is
-            // not read, and the connection closes once the answer is out.
-            let read_body = !req_done && to_up == 0 && !(early && head.expect_continue);
-            let read_ahead = req_done
-                && to_up == 0
-                && !next.is_ready()
-                && next.failed().is_none()
-                && cbuf.len() < max_head;
-            let read_client = read_body || read_ahead;
-            let read_up = to_client == 0 && !resp.done;
-            // Every wait has a deadline: the response timeout while the upstream owes
-            // the response head, else the transfer timeout since the last byte moved,
-            // blamed on the side that is holding things up.
-            let deadline = match resp_since {
-                Some(t) if !resp.head_done() => Some((
-                    timer.deadline(t, cfg.timeouts.response),
-                    Answer::GatewayTimeout,
-                    ErrorKind::UpstreamTimeout,
-                )),
-                _ => {
-                    let (answer, kind) = if to_client > 0 || (to_up == 0 && read_body) {
-                        (Answer::RequestTimeout, ErrorKind::ClientTimeout)
-                    } else {
-                        (Answer::GatewayTimeout, ErrorKind::UpstreamTimeout)
-                    };
-                    Some((
-                        timer.deadline(moved_at, cfg.timeouts.transfer),
-                        answer,
-                        kind,
-                    ))
-                }
-            };
-            if let Some((at, _, _)) = deadline {
-                timer.arm(at);
-            }
-
-            // In order of preference: move bytes already here before reading more.
-            let event = poll_fn(|cx| {
-                if to_up > 0 {
-                    if let Poll::Ready(r) = up.poll_write_ready(cx) {
-                        return Poll::Ready(RelayEvent::UpWritable(r));
-                    }
-                }
-                if to_client > 0 {
-                    if let Poll::Ready(r) = client.poll_write_ready(cx) {
-                        return Poll::Ready(RelayEvent::ClientWritable(r));
-                    }
-                }
-                if read_client {
-                    if let Poll::Ready(r) = client.poll_read_ready(cx) {
-                        return Poll::Ready(RelayEvent::ClientReadable(r));
-                    }
-                }
-                if read_up {
-                    if let Poll::Ready(r) = up.poll_read_ready(cx) {
-                        return Poll::Ready(RelayEvent::UpReadable(r));
-                    }
-                }
-                if deadline.is_some() {
-                    return timer.poll_fired(cx).map(|()| RelayEvent::Timer);
-                }
-                Poll::Pending
-            })
-            .await;
-
-            match event {
-                RelayEvent::UpWritable(r) => {
-                    r.map_err(|_| upstream_lost(response_bytes + to_client as u64))?;
-                    if ex.t_up_write == 0 {
-                        ex.t_up_write = clock::now();
-                    }
-                    match up.try_write(&cbuf.filled()[..to_up]) {
-                        Ok(n) => {
-                            moved_at = clock::now();
-                            cbuf.consume(n);
-                            to_up -= n;
-                            request_bytes += n as u64;
-                            if to_up == 0 && req_done {
-                                ex.t_sent = clock::now();
-                                resp_since = Some(ex.t_sent);
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) if resp.done => {
-                            early_end = true;
-                            to_up = 0;
-                            req_done = true;
-                        }
-                        Err(_) => return Err(upstream_lost(response_bytes + to_client as u64)),
-                    }
-                }
-                RelayEvent::ClientWritable(r) => {
-                    r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
-                    match client.try_write(&ubuf.filled()[..to_client]) {
-                        Ok(n) => {
-                            let t = clock::now();
-                            moved_at = t;
-                            if ex.t_write_first == 0
-                                && final_response_from
-                                    .is_some_and(|from| response_bytes + n as u64 > from)
-                            {
-                                ex.t_write_first = t;
-                            }
-                            ubuf.consume(n);
-                            to_client -= n;
-                            response_bytes += n as u64;
-                            if to_client == 0 && resp.done {
-                                ex.t_write_last = t;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
-                    }
-                }
-                RelayEvent::ClientReadable(r) => {
-                    r.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
-                    let limit = if read_body { REQUEST_BUFFER } else { max_head };
-                    match read_some(client, cbuf.spare(limit)) {
-                        // A client that closes its side mid-exchange is gone: the
-                        // upstream's work is abandoned (as nginx does by default).
-                        Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
-                        Ok(n) => {
-                            let t = clock::now();
-                            cbuf.commit(n);
-                            if read_body {
-                                moved_at = t;
-                                let p = body.advance(cbuf.filled()).map_err(|_| {
-                                    answer_or_abort(
-                                        Answer::BadRequest,
-                                        ErrorKind::BadRequest,
-                                        response_bytes + to_client as u64,
-                                    )
-                                })?;
-                                req_done = p.done;
-                                if early {
-                                    // Framed, and dropped: the client can carry on.
-                                    cbuf.consume(p.consumed);
-                                } else {
-                                    to_up = p.consumed;
-                                }
-                            } else {
-                                next.begin(t);
-                                let _ = next.advance(cbuf.filled(), max_head, max_headers);
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
-                    }
-                }
-                RelayEvent::UpReadable(r) => {
-                    r.map_err(|_| upstream_lost(response_bytes))?;
-                    let limit = if resp.head_done() {
-                        RESPONSE_BUFFER
-                    } else {
-                        MAX_RESPONSE_HEAD
-                    };
-                    match read_some(up, ubuf.spare(limit)) {
-                        Ok(0) => {
-                            if resp.close_delimited() {
-                                resp.done = true;
-                                ex.t_resp_last = clock::now();
-                                if to_client == 0 {
-                                    ex.t_write_last = ex.t_resp_last;
-                                }
-                            } else {
-                                return Err(upstream_lost(response_bytes));
-                            }
-                        }
-                        Ok(n) => {
-                            let t = clock::now();
-                            moved_at = t;
-                            ubuf.commit(n);
-                            let before = to_client;
-                            to_client +=
-                                resp.frame(&ubuf.filled()[to_client..], t, ex)
-                                    .map_err(|kind| {
-                                        answer_or_abort(Answer::BadGateway, kind, response_bytes)
-                                    })?;
-                            // RFC 9110 §15.2: an HTTP/1.0 client does not know 1xx
-                            // responses; a proxy drops them. They lead the batch (the
-                            // upstream is only read with nothing left to write).
-                            if head.version == Version::Http10 && resp.interim_in_batch > 0 {
-                                ubuf.consume(resp.interim_in_batch);
-                                to_client -= resp.interim_in_batch;
-                                resp.interim_in_batch = 0;
-                            }
-                            if final_response_from.is_none() && resp.head_done() {
-                                // The response began: its backend command is now complete.
-                                if let (Some(c), Some(key)) = (&self.tap.correlator, self.corr_key)
-                                {
-                                    self.corr_found = c.take(key, ex.t_up_write, ex.t_resp_first);
-                                }
-                                final_response_from =
-                                    Some(response_bytes + resp.final_offset(before) as u64);
-                                if !(req_done && to_up == 0) {
-                                    early = true;
-                                    cbuf.consume(to_up);
-                                    to_up = 0;
-                                }
-                            }
-                            if resp.head_done() {
-                                resp_since = None;
-                            }
-                            if resp.done && to_client == 0 {
-                                ex.t_write_last = clock::now();
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Err(upstream_lost(response_bytes)),
-                    }
-                }
-                RelayEvent::Timer => {
-                    // It may have fired for an earlier deadline than the current one; then
-                    // the loop arms it again.
-                    if let Some((at, answer, kind)) = deadline {
-                        if Instant::now() >= at {
-                            let forwarded = response_bytes + to_client as u64;
-                            if forwarded == 0 {
-                                return Err(Failure::Answer(answer, kind));
-                            }
-                            // Part of the response is out: the exchange is cut, and
-                            // recorded with what was measured.
-                            return Err(Failure::Cut {
-                                kind,
-                                status: resp.status,
-                                request_bytes,
-                                response_bytes,
-                            });
-                        }
-                    }
-                }
-            }
-        }
-        // Bytes past the framed end of the response answer nothing that was asked: that
-        // upstream connection cannot carry on (the client's can, on a new one).
-        let excess = if resp.tunnel { 0 } else { ubuf.len() };
-        Ok(Relayed {
-            status: resp.status,
-            keep_alive: head.keep_alive && resp.keep_alive() && !early_end,
-            upstream_reusable: !early && excess == 0 && resp.keep_alive(),
-            excess,
-            early_end,
-            tunnel: resp.tunnel,
-            request_bytes,
-            response_bytes,
+        let sides = Sides::new(head, body, to_up, ex.t_up_ready);
+        Ok(Relay {
+            tap: &self.tap,
+            client: &self.client,
+            up,
+            cbuf: &mut self.cbuf,
+            ubuf: &mut self.ubuf,
+            next: &mut self.next,
+            timer: &mut self.timer,
+            ex,
+            corr: &mut self.corr,
+            sides,
         })
     }
 
@@ -770,13 +540,13 @@ impl HttpConnection {
         rec.bytes(Direction::Request, request_bytes);
         rec.bytes(Direction::Response, response_bytes);
         let mut phases = ex.phases();
-        if self.corr_key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
-            if let Some(redis) = &self.corr_found {
+        if self.corr.key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
+            if let Some(redis) = &self.corr.found {
                 correlate::decompose(&mut phases, ex.t_sent, ex.t_resp_first, redis);
             }
-            rec.correlated(self.corr_found.is_some());
+            rec.correlated(self.corr.found.is_some());
         }
-        rec.exchange(&ExchangeRecord {
+        let record = ExchangeRecord {
             route,
             method: head.method.as_str(),
             target: &self.target,
@@ -784,7 +554,26 @@ impl HttpConnection {
             request_bytes,
             response_bytes,
             phases,
-        });
+        };
+        // The probe's requests stay out of the head shapes the probe reads back
+        // (docs/probe.md).
+        if head.probe {
+            rec.exchange(&record);
+        } else {
+            let shape = HeadShape {
+                bytes: head.len,
+                fields: head.fields,
+            };
+            rec.exchange_with_head(&record, shape);
+        }
+    }
+
+    /// Records the shape of a head whose exchange is not recorded (the connection was
+    /// cut before any answer).
+    fn head_unrecorded(&self, head: &RequestHead) {
+        if !head.probe {
+            self.tap.recorder.request_head(head.len, head.fields);
+        }
     }
 
     /// An exchange the proxy answered itself is still an exchange the client saw; it is
@@ -796,6 +585,9 @@ impl HttpConnection {
         head: &RequestHead,
         failure: Failure,
     ) {
+        if let Failure::Abort(_) = failure {
+            self.head_unrecorded(head);
+        }
         if let Failure::Cut {
             status,
             request_bytes,
@@ -865,146 +657,4 @@ enum IdleEvent {
     Upstream,
     Timer,
     Stop,
-}
-
-/// What ended a wait during an exchange.
-enum RelayEvent {
-    UpWritable(io::Result<()>),
-    ClientWritable(io::Result<()>),
-    ClientReadable(io::Result<()>),
-    UpReadable(io::Result<()>),
-    Timer,
-}
-
-/// A proxy-made answer is only possible while the client has seen no byte of the
-/// response; after that, the connection can only be cut.
-fn answer_or_abort(answer: Answer, kind: ErrorKind, forwarded: u64) -> Failure {
-    if forwarded == 0 {
-        Failure::Answer(answer, kind)
-    } else {
-        Failure::Abort(kind)
-    }
-}
-
-fn upstream_lost(forwarded: u64) -> Failure {
-    answer_or_abort(Answer::BadGateway, ErrorKind::UpstreamReset, forwarded)
-}
-
-/// Where the response to the current request has got to.
-struct ResponseProgress {
-    method: Method,
-    /// The request asked to switch protocols: only then may a 101 answer it.
-    upgrade_asked: bool,
-    scanner: ResponseScanner,
-    /// The tick of the read that brought the first byte of the head being scanned.
-    head_first: Tick,
-    parse_ns: u64,
-    head: Option<ResponseHead>,
-    body: BodyFramer,
-    /// Bytes of interim (1xx) responses at the start of the last framed batch.
-    interim_in_batch: usize,
-    status: u16,
-    done: bool,
-    tunnel: bool,
-}
-
-impl ResponseProgress {
-    fn new(head: &RequestHead) -> Self {
-        Self {
-            method: head.method,
-            upgrade_asked: head.upgrade,
-            scanner: ResponseScanner::new(),
-            head_first: 0,
-            parse_ns: 0,
-            head: None,
-            body: BodyFramer::new(BodyKind::None),
-            interim_in_batch: 0,
-            status: 0,
-            done: false,
-            tunnel: false,
-        }
-    }
-
-    fn head_done(&self) -> bool {
-        self.head.is_some()
-    }
-
-    fn close_delimited(&self) -> bool {
-        self.head.is_some() && self.body.is_close_delimited()
-    }
-
-    fn keep_alive(&self) -> bool {
-        self.head.is_some_and(|h| h.keep_alive)
-    }
-
-    /// Where the final response starts within a batch framed after `before` bytes that
-    /// were already framed: interim responses come first.
-    fn final_offset(&self, before: usize) -> usize {
-        before + self.interim_in_batch
-    }
-
-    /// Frames `fresh` bytes (just read at `t`); returns how many belong to this response
-    /// (interim responses included).
-    fn frame(&mut self, fresh: &[u8], t: Tick, ex: &mut Exchange) -> Result<usize, ErrorKind> {
-        let mut used = 0;
-        self.interim_in_batch = 0;
-        while used < fresh.len() && !self.done {
-            let rest = &fresh[used..];
-            if self.head.is_none() {
-                if self.head_first == 0 {
-                    self.head_first = t;
-                }
-                let t0 = clock::now();
-                let Ok(end) = self.scanner.find_end(rest) else {
-                    return Err(ErrorKind::BadResponse);
-                };
-                let parsed = end.map(|len| response::parse(&rest[..len], self.method));
-                self.parse_ns += clock::nanos_between(t0, clock::now());
-                let head = match parsed {
-                    None if rest.len() >= MAX_RESPONSE_HEAD => return Err(ErrorKind::BadResponse),
-                    None => return Ok(used),
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "bad response head");
-                        return Err(ErrorKind::BadResponse);
-                    }
-                    Some(Ok(h)) => h,
-                };
-                // RFC 9110 §15.2.2: a 101 only answers a request that asked to upgrade.
-                // Any other would turn the connection into a blind tunnel in which no
-                // later request is checked.
-                if head.status == 101 && !self.upgrade_asked {
-                    tracing::debug!("101 to a request that did not ask to upgrade");
-                    return Err(ErrorKind::BadResponse);
-                }
-                used += head.len;
-                self.scanner.reset();
-                if head.is_interim() {
-                    self.head_first = 0;
-                    self.interim_in_batch = used;
-                    continue;
-                }
-                ex.t_resp_first = self.head_first;
-                ex.response_parse_ns = self.parse_ns;
-                self.status = head.status;
-                self.tunnel = head.tunnel;
-                self.body = BodyFramer::new(head.body);
-                self.head = Some(head);
-                if self.body.is_done() {
-                    self.done = true;
-                    ex.t_resp_last = clock::now();
-                }
-            } else {
-                let p = self
-                    .body
-                    .advance(rest)
-                    .map_err(|_| ErrorKind::BadResponse)?;
-                used += p.consumed;
-                if p.done {
-                    self.done = true;
-                    ex.t_resp_last = t;
-                }
-            }
-        }
-        Ok(used)
-    }
 }

@@ -4,7 +4,11 @@
 //! exchange is still in flight. Its timing starts with its first byte either way, and
 //! the scan resumes where the previous read left it.
 
+use std::time::Duration;
+
+use super::sides::Failure;
 use crate::clock::{self, Tick};
+use crate::config::Timeouts;
 use crate::http1::{request, Answer, RequestError, RequestHead, RequestScanner};
 use crate::recorder::ErrorKind;
 
@@ -41,7 +45,43 @@ pub struct NextRequest {
     failed: Option<HeadError>,
 }
 
+/// The deadline of a wait for the next head: from `since`, `after` long. Its expiry ends
+/// the connection with `expiry`, or quietly when that is `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HeadDeadline {
+    pub since: Tick,
+    pub after: Duration,
+    pub expiry: Option<Failure>,
+}
+
 impl NextRequest {
+    /// The deadline of the wait for this head. Between requests the idle timeout applies
+    /// from `idle_since` and its expiry closes quietly; once a head has begun, the head
+    /// timeout from its first byte, answered 408. A new connection (`first`) is not idle
+    /// between requests: its first request is owed from the accept, within the head
+    /// timeout (as nginx's client_header_timeout), so that connections that never send a
+    /// byte do not stay for `idle`; when none began, nothing is answered, but it is
+    /// counted, since it is the client that held the connection.
+    #[inline]
+    pub(super) fn deadline(&self, first: bool, idle_since: Tick, t: &Timeouts) -> HeadDeadline {
+        let late = Failure::Answer(Answer::RequestTimeout, ErrorKind::ClientTimeout);
+        let (since, after, expiry) = match (self.started(), first) {
+            (false, true) => (
+                idle_since,
+                t.head,
+                Some(Failure::Abort(ErrorKind::ClientTimeout)),
+            ),
+            (false, false) => (idle_since, t.idle, None),
+            (true, true) => (idle_since.min(self.t_first), t.head, Some(late)),
+            (true, false) => (self.t_first, t.head, Some(late)),
+        };
+        HeadDeadline {
+            since,
+            after,
+            expiry,
+        }
+    }
+
     pub fn started(&self) -> bool {
         self.t_first != 0
     }
@@ -112,5 +152,34 @@ impl NextRequest {
         let out = (head, self.t_first, t_head, self.parse_ns);
         *self = NextRequest::default();
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_wait_for_a_head_has_its_deadline_and_its_ending() {
+        let t = Timeouts::default();
+        let late = Some(Failure::Answer(
+            Answer::RequestTimeout,
+            ErrorKind::ClientTimeout,
+        ));
+        let mut next = NextRequest::default();
+        // A new connection that sent nothing: the head timeout from the accept, counted.
+        let d = next.deadline(true, 100, &t);
+        assert_eq!((d.since, d.after), (100, t.head));
+        assert_eq!(d.expiry, Some(Failure::Abort(ErrorKind::ClientTimeout)));
+        // Idle between requests: the idle timeout, closed quietly.
+        let d = next.deadline(false, 100, &t);
+        assert_eq!((d.since, d.after, d.expiry), (100, t.idle, None));
+        // A head has begun: 408 past the head timeout, from its first byte (from the
+        // accept for a connection's first request).
+        next.begin(150);
+        assert_eq!(next.deadline(false, 100, &t).since, 150);
+        assert_eq!(next.deadline(true, 100, &t).since, 100);
+        let d = next.deadline(false, 100, &t);
+        assert_eq!((d.after, d.expiry), (t.head, late));
     }
 }
