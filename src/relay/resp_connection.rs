@@ -10,8 +10,8 @@
 //! reply (`upstream_wait`, which for a pipelined command starts only when the previous
 //! reply is complete, since Redis could not have answered it earlier; the time before
 //! that is `queue`) → the reply's last byte (`upstream_recv`) → written to the client
-//! (`write`). `proxy_overhead` is framed-to-sent plus reply-read-to-first-write, so for a
-//! reply that arrives in one read the sequential phases add up to `total`.
+//! (`write`). The instants go into an `Exchange`, and its `phases()` turns them into
+//! phases as it does for HTTP (see `command_timeline` for how a command maps onto it).
 //!
 //! Pub/sub and MONITOR break the pairing: after them the server sends messages nobody
 //! asked for. The connection then counts messages instead of timing commands, and in
@@ -39,13 +39,13 @@ use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
 use super::buffer::Buf;
+use super::exchange::{Exchange, Wait};
 use super::io::read_some;
 use super::stop::{self, Stop};
 use super::timer::Timer;
 use super::TapContext;
 use crate::clock::{self, nanos_between, Tick};
 use crate::correlate::{self, key::CommandKey};
-use crate::phase::{Phase, Phases};
 use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
 use crate::resp::{self, Kind, ModeSwitch, ReplyMode, RespError, Scanner};
 
@@ -118,11 +118,9 @@ enum Event {
 /// A command sent (or being sent) whose reply has not completed.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
-    t_first: Tick,
-    t_head: Tick,
-    parse_ns: u64,
-    /// When its last byte was accepted by the upstream socket (0: not yet).
-    t_sent: Tick,
+    /// Its timeline: `t_first`, `t_head` (framed; 0 while it streams through), `parse_ns`
+    /// and `t_sent` (its last byte accepted by the upstream socket; 0: not yet) so far.
+    ex: Exchange,
     /// Absolute offset, in the client→upstream stream, just past its last byte.
     end: u64,
     name: &'static str,
@@ -143,11 +141,9 @@ struct Seen {
 /// A reply complete (or being written) on its way to the client.
 #[derive(Debug, Clone, Copy)]
 struct Replied {
+    /// Its timeline is complete but for `t_write_first` (0 until a byte is written) and
+    /// `t_write_last`.
     cmd: Pending,
-    wait_from: Tick,
-    t_resp_first: Tick,
-    t_resp_last: Tick,
-    t_write_first: Tick,
     /// Absolute offset, in the upstream→client stream, just past its last byte.
     end: u64,
     bytes: u64,
@@ -269,8 +265,8 @@ impl RespConnection {
         }
         if self.mode == Mode::Paired {
             match self.pending.front() {
-                Some(p) if p.t_sent != 0 => {
-                    consider(p.t_sent.max(self.last_up_read), t.response, Due::Reply)
+                Some(p) if p.ex.t_sent != 0 => {
+                    consider(p.ex.t_sent.max(self.last_up_read), t.response, Due::Reply)
                 }
                 Some(_) => {}
                 None if to_up == 0 && to_client == 0 && self.cmd_first == 0 => {
@@ -472,12 +468,12 @@ impl RespConnection {
                     self.cmd_parse_ns += nanos_between(t0, t1);
                     let end = self.up_forwardable + len as u64;
                     let cmd = match self.cmd_streaming.take() {
-                        Some(p) => Some(Pending {
-                            t_head: t1,
-                            end,
-                            parse_ns: self.cmd_parse_ns,
-                            ..p
-                        }),
+                        Some(mut p) => {
+                            p.ex.t_head = t1;
+                            p.ex.t_up_ready = t1;
+                            p.ex.parse_ns = self.cmd_parse_ns;
+                            Some(Pending { end, ..p })
+                        }
                         None => {
                             let seen = seen(&rest[..len], self.tap.correlator.is_some());
                             self.classify(seen, t1, end)
@@ -519,10 +515,7 @@ impl RespConnection {
                 .and_then(resp::known_command)
                 .unwrap_or("other");
             self.cmd_streaming = Some(Pending {
-                t_first: self.cmd_first,
-                t_head: 0,
-                parse_ns: 0,
-                t_sent: 0,
+                ex: command_timeline(self.cmd_first, 0, 0),
                 end: u64::MAX,
                 name,
                 route: self.tap.routes.resolve_command(name),
@@ -562,10 +555,7 @@ impl RespConnection {
             return None;
         }
         Some(Pending {
-            t_first: self.cmd_first,
-            t_head,
-            parse_ns: self.cmd_parse_ns,
-            t_sent: 0,
+            ex: command_timeline(self.cmd_first, t_head, self.cmd_parse_ns),
             end,
             name,
             route: self.tap.routes.resolve_command(name),
@@ -592,9 +582,9 @@ impl RespConnection {
         self.last_moved = t;
         self.cbuf.consume(n);
         self.up_written += n as u64;
-        for p in self.pending.iter_mut().filter(|p| p.t_sent == 0) {
+        for p in self.pending.iter_mut().filter(|p| p.ex.t_sent == 0) {
             if p.end <= self.up_written {
-                p.t_sent = t;
+                p.ex.t_sent = t;
             } else {
                 break;
             }
@@ -674,7 +664,7 @@ impl RespConnection {
             }
             return;
         }
-        let Some(cmd) = self.pending.pop_front() else {
+        let Some(mut cmd) = self.pending.pop_front() else {
             // A reply nobody is waiting for (e.g. after CLIENT REPLY ON): relay it.
             return;
         };
@@ -692,22 +682,27 @@ impl RespConnection {
             }
             _ => {}
         }
-        let wait_from = cmd.t_sent.max(self.prev_reply_done);
+        let ex = &mut cmd.ex;
+        if self.prev_reply_done > ex.t_sent {
+            // Sent while the previous reply was still arriving: Redis could not have
+            // begun on it earlier.
+            ex.wait = Wait::Behind;
+            ex.t_up_free = self.prev_reply_done;
+        }
+        ex.t_resp_first = self.reply_first;
+        ex.t_resp_last = t;
+        ex.t_write_first = self.reply_write_first;
         if let (Some(correlator), Some(key)) = (&self.tap.correlator, cmd.key) {
             correlator.resp_seen(correlate::Seen {
                 key,
-                t_sent: cmd.t_sent,
-                t_reply: self.reply_first,
-                t_wait_from: wait_from,
+                t_sent: ex.t_sent,
+                t_reply: ex.t_resp_first,
+                t_wait_from: ex.wait_from(),
             });
         }
         self.prev_reply_done = t;
         self.replied.push_back(Replied {
             cmd,
-            wait_from,
-            t_resp_first: self.reply_first,
-            t_resp_last: t,
-            t_write_first: self.reply_write_first,
             end,
             bytes: end - self.reply_start,
         });
@@ -736,8 +731,8 @@ impl RespConnection {
             self.reply_write_first = t;
         }
         while let Some(r) = self.replied.front_mut() {
-            if r.t_write_first == 0 {
-                r.t_write_first = t;
+            if r.cmd.ex.t_write_first == 0 {
+                r.cmd.ex.t_write_first = t;
             }
             if r.end > self.down_written {
                 break;
@@ -749,29 +744,14 @@ impl RespConnection {
         Ok(Step::Continue)
     }
 
+    /// A reply was written whole at `t_write_last`: its exchange is recorded.
     fn record(&self, r: &Replied, t_write_last: Tick) {
         let c = &r.cmd;
-        let mut phases = Phases::default();
-        phases.set(Phase::ClientRecv, nanos_between(c.t_first, c.t_head));
-        phases.set(Phase::Parse, c.parse_ns);
-        if r.wait_from > c.t_sent {
-            // Pipelined behind a reply that was still arriving.
-            phases.set(Phase::Queue, nanos_between(c.t_sent, r.wait_from));
-        }
-        phases.set(
-            Phase::ProxyOverhead,
-            nanos_between(c.t_head, c.t_sent) + nanos_between(r.t_resp_first, r.t_write_first),
-        );
-        phases.set(
-            Phase::UpstreamWait,
-            nanos_between(r.wait_from, r.t_resp_first),
-        );
-        phases.set(
-            Phase::UpstreamRecv,
-            nanos_between(r.t_resp_first, r.t_resp_last),
-        );
-        phases.set(Phase::Write, nanos_between(r.t_write_first, t_write_last));
-        phases.set(Phase::Total, nanos_between(c.t_first, t_write_last));
+        let ex = Exchange {
+            t_write_last,
+            ..c.ex
+        };
+        let phases = ex.phases();
         self.tap.recorder.exchange(&ExchangeRecord {
             route: c.route,
             method: c.name,
@@ -781,6 +761,22 @@ impl RespConnection {
             response_bytes: r.bytes,
             phases,
         });
+    }
+}
+
+/// The timeline of a command whose first byte came at `t_first`, framed at `t_head`. It
+/// is forwarded as soon as it is framed, so the upstream is ready for it then: no
+/// `upstream_connect` and no wait before the send. Its first byte's write is not timed
+/// apart from its last byte's (`t_up_write` stays 0: no `upstream_send`), and a reply
+/// has no head to parse.
+fn command_timeline(t_first: Tick, t_head: Tick, parse_ns: u64) -> Exchange {
+    Exchange {
+        t_first,
+        t_head,
+        t_up_ready: t_head,
+        parse_ns,
+        headless: true,
+        ..Exchange::default()
     }
 }
 
