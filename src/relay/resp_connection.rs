@@ -24,6 +24,10 @@
 //! reads. Each event has its own method (`client_readable`, `upstream_writable`,
 //! `upstream_readable`, `client_writable`, `timer_fired`) returning a `Step` or a
 //! `Failure`, whose reply is a RESP error line.
+//!
+//! This file holds the connection, its waits and deadlines and the socket events;
+//! `commands` frames what the client sends, `replies` pairs what Redis sends back and
+//! records each exchange.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -38,16 +42,18 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
+mod commands;
+mod replies;
+
 use super::buffer::Buf;
-use super::exchange::{Exchange, Wait};
+use super::exchange::Exchange;
 use super::io::read_some;
 use super::stop::{self, Stop};
 use super::timer::Timer;
 use super::TapContext;
-use crate::clock::{self, nanos_between, Tick};
-use crate::correlate::{self, key::CommandKey};
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
-use crate::resp::{self, Kind, ModeSwitch, ReplyMode, RespError, Scanner};
+use crate::clock::{self, Tick};
+use crate::recorder::{Direction, ErrorKind, RouteId, Side};
+use crate::resp::{ModeSwitch, RespError, Scanner};
 
 /// A command is assembled in the buffer up to this size before it is forwarded; larger
 /// ones (big values) are streamed through as they arrive.
@@ -443,131 +449,6 @@ impl RespConnection {
         Ok(Step::Continue)
     }
 
-    /// Frames the commands that the bytes read at `t` complete.
-    fn frame_commands(&mut self, t: Tick) -> Result<(), Failure> {
-        loop {
-            // The current command starts at `up_forwardable` (nothing after it is
-            // forwardable yet), unless it is already streaming through.
-            let start = (self.up_forwardable - self.up_written) as usize;
-            let rest = &self.cbuf.filled()[start..];
-            if rest.is_empty() {
-                return Ok(());
-            }
-            if self.cmd_first == 0 {
-                self.cmd_first = t;
-            }
-            let t0 = clock::now();
-            let scanned = if self.cmd_streaming.is_some() {
-                self.commands.feed(rest)
-            } else {
-                self.commands.scan(rest)
-            };
-            let t1 = clock::now();
-            match scanned {
-                Ok(Some(len)) => {
-                    self.cmd_parse_ns += nanos_between(t0, t1);
-                    let end = self.up_forwardable + len as u64;
-                    let cmd = match self.cmd_streaming.take() {
-                        Some(mut p) => {
-                            p.ex.t_head = t1;
-                            p.ex.t_up_ready = t1;
-                            p.ex.parse_ns = self.cmd_parse_ns;
-                            Some(Pending { end, ..p })
-                        }
-                        None => {
-                            let seen = seen(&rest[..len], self.tap.correlator.is_some());
-                            self.classify(seen, t1, end)
-                        }
-                    };
-                    self.command_done(end, cmd);
-                }
-                Ok(None) => {
-                    self.cmd_parse_ns += nanos_between(t0, t1);
-                    self.command_incomplete(start);
-                    return Ok(());
-                }
-                Err(e) => {
-                    tracing::debug!(tap = %self.tap.config.name, error = %e, "malformed command");
-                    return Err(Failure::Answer(
-                        RespAnswer::ProtocolError(e),
-                        ErrorKind::BadRequest,
-                    ));
-                }
-            }
-        }
-    }
-
-    /// A command ends at stream offset `end`; `cmd` awaits its reply, if one will come.
-    fn command_done(&mut self, end: u64, cmd: Option<Pending>) {
-        self.up_forwardable = end;
-        self.cmd_first = 0;
-        self.cmd_parse_ns = 0;
-        if let Some(cmd) = cmd {
-            self.expect_reply(cmd);
-        }
-    }
-
-    /// The command starting at `start` in the buffer is not complete. One larger than the
-    /// buffer is forwarded as it arrives, and framing goes on.
-    fn command_incomplete(&mut self, start: usize) {
-        if self.cmd_streaming.is_none() && self.cbuf.len() >= COMMAND_BUFFER {
-            let name = resp::command_name(&self.cbuf.filled()[start..])
-                .and_then(resp::known_command)
-                .unwrap_or("other");
-            self.cmd_streaming = Some(Pending {
-                ex: command_timeline(self.cmd_first, 0, 0),
-                end: u64::MAX,
-                name,
-                route: self.tap.routes.resolve_command(name),
-                switch: None,
-                key: None,
-            });
-        }
-        if self.cmd_streaming.is_some() {
-            self.up_forwardable = self.up_read;
-        }
-    }
-
-    /// What a complete command means for pairing; `None` when no reply will answer it.
-    fn classify(&mut self, seen: Option<Seen>, t_head: Tick, end: u64) -> Option<Pending> {
-        let Seen {
-            empty,
-            name,
-            switch,
-            key,
-        } = seen?;
-        if empty {
-            return None;
-        }
-        match switch {
-            Some(ModeSwitch::Monitor)
-            | Some(ModeSwitch::ClientReply(ReplyMode::Off | ReplyMode::Skip)) => {
-                // Replies will no longer follow commands one to one.
-                self.mode = Mode::PassThrough;
-            }
-            // In RESP3 (un)subscribe confirmations are pushes, which never pair.
-            Some(ModeSwitch::Subscribe(_) | ModeSwitch::Unsubscribe(_)) if self.resp3 => {
-                return None
-            }
-            _ => {}
-        }
-        if self.mode != Mode::Paired {
-            return None;
-        }
-        Some(Pending {
-            ex: command_timeline(self.cmd_first, t_head, self.cmd_parse_ns),
-            end,
-            name,
-            route: self.tap.routes.resolve_command(name),
-            switch,
-            key,
-        })
-    }
-
-    fn expect_reply(&mut self, cmd: Pending) {
-        self.pending.push_back(cmd);
-    }
-
     /// The upstream accepts bytes: forwards framed commands, and notes which are now sent.
     fn upstream_writable(&mut self, ready: io::Result<()>, to_up: usize) -> Result<Step, Failure> {
         let Some(up) = self.upstream.as_ref() else {
@@ -617,97 +498,6 @@ impl RespConnection {
         Ok(Step::Continue)
     }
 
-    /// Frames the replies in the buffer from `at` on, read at `t`.
-    fn frame_replies(&mut self, mut at: usize, t: Tick) {
-        while at < self.ubuf.len() {
-            if !self.replies.in_message() {
-                self.reply_first = t;
-                self.reply_start = self.down_written + at as u64;
-                self.reply_write_first = 0;
-            }
-            // A message that began in an earlier read has its start already written out:
-            // `msg` below then holds only its tail.
-            let msg_start = at;
-            match self.replies.feed(&self.ubuf.filled()[at..]) {
-                Ok(Some(len)) => {
-                    at += len;
-                    let end = self.down_written + at as u64;
-                    let kind = self.replies.kind();
-                    let last_unsub = last_unsubscribe(&self.ubuf.filled()[msg_start..at]);
-                    self.reply_done(kind, last_unsub, t, end);
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    // Redis is trusted to speak RESP; if we cannot follow it, relay blindly
-                    // rather than mis-pair everything that follows.
-                    tracing::warn!(tap = %self.tap.config.name, error = %e, "unreadable reply stream; relaying without timing");
-                    self.tap.recorder.error(ErrorKind::BadResponse);
-                    self.mode = Mode::PassThrough;
-                    self.pending.clear();
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A reply ended at stream offset `end`, read at `t`. `last_unsub`: it confirms that
-    /// no subscription is left (RESP2 pub/sub).
-    fn reply_done(&mut self, kind: Option<Kind>, last_unsub: bool, t: Tick, end: u64) {
-        if kind.is_some_and(Kind::is_push) {
-            self.tap.recorder.pushed(1);
-            return;
-        }
-        if self.mode == Mode::Subscribed {
-            self.tap.recorder.pushed(1);
-            if last_unsub {
-                self.mode = Mode::Paired;
-            }
-            return;
-        }
-        let Some(mut cmd) = self.pending.pop_front() else {
-            // A reply nobody is waiting for (e.g. after CLIENT REPLY ON): relay it.
-            return;
-        };
-        match cmd.switch {
-            Some(ModeSwitch::Hello { protover: Some(v) }) if !kind.is_some_and(Kind::is_error) => {
-                self.resp3 = v == 3;
-            }
-            Some(ModeSwitch::Reset) => self.resp3 = false,
-            Some(ModeSwitch::Subscribe(_)) if !self.resp3 && !kind.is_some_and(Kind::is_error) => {
-                // Confirmations for every channel named, then messages: stop pairing.
-                // Commands sent after SUBSCRIBE in RESP2 are subscriber commands whose
-                // answers arrive as messages too.
-                self.mode = Mode::Subscribed;
-                self.pending.clear();
-            }
-            _ => {}
-        }
-        let ex = &mut cmd.ex;
-        if self.prev_reply_done > ex.t_sent {
-            // Sent while the previous reply was still arriving: Redis could not have
-            // begun on it earlier.
-            ex.wait = Wait::Behind;
-            ex.t_up_free = self.prev_reply_done;
-        }
-        ex.t_resp_first = self.reply_first;
-        ex.t_resp_last = t;
-        ex.t_write_first = self.reply_write_first;
-        if let (Some(correlator), Some(key)) = (&self.tap.correlator, cmd.key) {
-            correlator.resp_seen(correlate::Seen {
-                key,
-                t_sent: ex.t_sent,
-                t_reply: ex.t_resp_first,
-                t_wait_from: ex.wait_from(),
-            });
-        }
-        self.prev_reply_done = t;
-        self.replied.push_back(Replied {
-            cmd,
-            end,
-            bytes: end - self.reply_start,
-        });
-    }
-
     /// The client accepts bytes: forwards replies, and records those now written whole.
     fn client_writable(
         &mut self,
@@ -742,93 +532,5 @@ impl RespConnection {
             self.record(&r, t);
         }
         Ok(Step::Continue)
-    }
-
-    /// A reply was written whole at `t_write_last`: its exchange is recorded.
-    fn record(&self, r: &Replied, t_write_last: Tick) {
-        let c = &r.cmd;
-        let ex = Exchange {
-            t_write_last,
-            ..c.ex
-        };
-        let phases = ex.phases();
-        self.tap.recorder.exchange(&ExchangeRecord {
-            route: c.route,
-            method: c.name,
-            target: &[],
-            status: 0,
-            request_bytes: 0,
-            response_bytes: r.bytes,
-            phases,
-        });
-    }
-}
-
-/// The timeline of a command whose first byte came at `t_first`, framed at `t_head`. It
-/// is forwarded as soon as it is framed, so the upstream is ready for it then: no
-/// `upstream_connect` and no wait before the send. Its first byte's write is not timed
-/// apart from its last byte's (`t_up_write` stays 0: no `upstream_send`), and a reply
-/// has no head to parse.
-fn command_timeline(t_first: Tick, t_head: Tick, parse_ns: u64) -> Exchange {
-    Exchange {
-        t_first,
-        t_head,
-        t_up_ready: t_head,
-        parse_ns,
-        headless: true,
-        ..Exchange::default()
-    }
-}
-
-/// What a complete command `msg` says about itself; its correlator key only when the tap
-/// reports to a correlator. `None`: the framer accepted it but it is not a command.
-fn seen(msg: &[u8], correlated: bool) -> Option<Seen> {
-    let c = resp::command(msg).ok()?;
-    Some(Seen {
-        empty: c.is_empty(),
-        name: c.known_name().unwrap_or("other"),
-        switch: c.mode_switch(),
-        key: correlated.then(|| {
-            c.args()
-                .fold(CommandKey::new().name(c.name()), |k, a| k.arg(a))
-                .finish()
-        }),
-    })
-}
-
-/// A RESP2 `unsubscribe`/`punsubscribe`/`sunsubscribe` confirmation whose subscription
-/// count is 0: `*3\r\n$11\r\nunsubscribe\r\n$N\r\n<channel>\r\n:0\r\n`.
-fn last_unsubscribe(msg: &[u8]) -> bool {
-    if !msg.ends_with(b"\r\n:0\r\n") || !msg.starts_with(b"*3\r\n$") {
-        return false;
-    }
-    let head = &msg[..msg.len().min(24)];
-    [
-        &b"unsubscribe\r\n"[..],
-        b"punsubscribe\r\n",
-        b"sunsubscribe\r\n",
-    ]
-    .iter()
-    .any(|w| head.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::last_unsubscribe;
-
-    #[test]
-    fn recognizes_the_last_unsubscribe() {
-        assert!(last_unsubscribe(
-            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:0\r\n"
-        ));
-        assert!(last_unsubscribe(
-            b"*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n"
-        ));
-        assert!(!last_unsubscribe(
-            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:1\r\n"
-        ));
-        assert!(!last_unsubscribe(
-            b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n:0\r\n"
-        ));
     }
 }
