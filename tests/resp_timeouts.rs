@@ -1,5 +1,7 @@
 //! RESP taps honour `[tap.timeouts]`: a silent client is closed at `idle`, a half-sent
-//! command at `head`, a command whose reply never comes gets an error at `response`.
+//! command at `head`, a command whose reply never comes gets an error at `response` (a
+//! reply that stalls midway is cut then), a client or an upstream that stops reading is
+//! closed at `transfer`; an upstream that cannot be connected gets the client an error.
 //! Against a scripted upstream, with small timeouts; each test asserts the close came
 //! after its timeout and long before any other.
 
@@ -293,4 +295,25 @@ async fn an_upstream_that_stops_reading_is_dropped_at_the_transfer_timeout() {
     assert!(read.is_ok(), "the client's connection stayed open");
     assert!(sink.is_empty(), "no reply was made up: {sink:?}");
     writer.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_gets_an_error_line_and_the_close() {
+    // A port nothing listens on any more: the connect is refused.
+    let gone = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let p = proxy_with(gone, resp).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+        .await
+        .unwrap();
+    let (got, closed) = read_until_close_within(&mut s, SHORT * 10).await;
+    assert!(closed);
+    assert_eq!(got, b"-ERR phasescope: upstream unreachable\r\n");
+    assert_eq!(
+        p.capture.wait_errors(1).await,
+        vec![ErrorKind::UpstreamConnect]
+    );
 }
