@@ -70,7 +70,7 @@ type Failure = super::failure::Failure<RespAnswer>;
 
 /// The error line a RESP tap sends the client before it closes the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum RespAnswer {
+enum RespAnswer {
     /// The oldest command's reply did not begin within `timeouts.response`.
     UpstreamTimeout,
     /// The upstream could not be connected.
