@@ -32,7 +32,10 @@ pub enum Phase {
 impl Phase {
     pub const COUNT: usize = 15;
 
-    /// Every phase, in timeline order (the derived ones last).
+    /// Every phase, in timeline order (the derived ones last). This is also the order
+    /// readers show them in: the text report, the SVG and (through the snapshot's
+    /// `phase_order`) the live page all list phases in it, so a new phase takes its place
+    /// in each by being put here.
     pub const ALL: [Phase; Phase::COUNT] = [
         Phase::ClientRecv,
         Phase::Parse,
@@ -50,6 +53,20 @@ impl Phase {
         Phase::BackendOut,
         Phase::BackendQueue,
     ];
+
+    /// The phase this one lies inside, for those that are not laid end to end along the
+    /// exchange (docs/phases.md): CPU time inside the span it was spent in, and the Webdis
+    /// decomposition inside the `upstream_wait` it splits. `total` lies inside nothing and
+    /// is not laid end to end either: it is the whole.
+    pub const fn within(self) -> Option<Phase> {
+        match self {
+            Phase::Parse => Some(Phase::ClientRecv),
+            Phase::ResponseParse => Some(Phase::UpstreamRecv),
+            Phase::BackendIn | Phase::Backend | Phase::BackendOut => Some(Phase::UpstreamWait),
+            Phase::BackendQueue => Some(Phase::Backend),
+            _ => None,
+        }
+    }
 
     /// The label value.
     pub const fn name(self) -> &'static str {
@@ -126,6 +143,15 @@ mod tests {
         for (i, p) in Phase::ALL.into_iter().enumerate() {
             assert_eq!(p.index(), i);
             assert_eq!(Phase::from_name(p.name()), Some(p));
+        }
+    }
+
+    #[test]
+    fn a_phase_lies_inside_one_listed_before_it() {
+        for p in Phase::ALL {
+            if let Some(outer) = p.within() {
+                assert!(outer.index() < p.index(), "{p} within {outer}");
+            }
         }
     }
 

@@ -89,6 +89,7 @@ fn run(rng: &mut Rng, n: usize, wait_us: f64, factor: f64) -> Snapshot {
         since_unix: 1000.0,
         metrics_enabled: true,
         hdr: HdrLayout::CURRENT,
+        phase_order: Vec::new(),
         taps: BTreeMap::from([(
             "web".to_owned(),
             TapSnapshot {

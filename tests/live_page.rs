@@ -394,6 +394,28 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         tap.contains(r#"data-segment="upstream_wait""#),
         "the breakdown has no upstream_wait segment"
     );
+    // The rows come in the snapshot's phase order: the proxy's own list, not a copy.
+    let order = Snapshot::from_json(&proxy.admin_get("/api/snapshot").body_text())
+        .unwrap()
+        .phase_order;
+    let first = tap.find("<tr data-phase=").expect("phase rows");
+    let table = &tap[first..first + tap[first..].find("</table>").expect("the table ends")];
+    let listed: Vec<usize> = Regex::new(r#"<tr data-phase="([^"]+)""#)
+        .unwrap()
+        .captures_iter(table)
+        .map(|c| {
+            let name = &c[1];
+            order
+                .iter()
+                .position(|o| o == name)
+                .unwrap_or_else(|| panic!("{name} is not in the phase order {order:?}"))
+        })
+        .collect();
+    assert!(listed.len() >= PHASES.len(), "{listed:?}");
+    assert!(
+        listed.windows(2).all(|w| w[0] < w[1]),
+        "phase rows {listed:?} are not in the order {order:?}"
+    );
 
     // Routes, the live rate, errors.
     let routes = rows(tap, "route");

@@ -62,3 +62,53 @@ async fn in_flight_exchanges_finish_and_idle_connections_close() {
         .unwrap();
     assert_eq!(capture.exchanges().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp_commands_in_flight_finish_and_idle_resp_connections_close() {
+    let (up, _) = upstream(|mut c| async move {
+        let mut n = 0;
+        while c.read_until(b"PING", n + 1).await {
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c.write(b"+PONG\r\n").await;
+        }
+    })
+    .await;
+    let cfg = TapConfig::new(
+        "r",
+        Protocol::Resp,
+        "127.0.0.1:0".parse().unwrap(),
+        &up.to_string(),
+    );
+    let capture = Arc::new(Capture::default());
+    let tap = phasescope::app::bind_tap(&cfg, capture.clone())
+        .await
+        .unwrap();
+    let addr = tap.local_addr().unwrap();
+    let (stop, rx) = watch::channel(false);
+    let running = tokio::spawn(tap.run(rx, Duration::from_secs(5)));
+
+    const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+    // One idle connection (one command answered), one with a command in flight.
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(PING).await.unwrap();
+    assert_eq!(read_n(&mut idle, 7).await, b"+PONG\r\n");
+    let mut busy = TcpStream::connect(addr).await.unwrap();
+    busy.write_all(PING).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    stop.send(true).unwrap();
+    // The idle one is closed at once, without a byte: long before the busy reply.
+    let closed = tokio::time::timeout(Duration::from_millis(200), read_to_close(&mut idle))
+        .await
+        .expect("an idle RESP connection outlived the shutdown");
+    assert_eq!(closed, b"");
+    // The command in flight gets its reply, then its connection closes.
+    assert_eq!(read_to_close(&mut busy).await, b"+PONG\r\n");
+    tokio::time::timeout(Duration::from_secs(3), running)
+        .await
+        .expect("the tap stops once its connections are done")
+        .unwrap();
+    assert_eq!(capture.exchanges().len(), 2);
+    assert!(capture.errors().is_empty(), "{:?}", capture.errors());
+}

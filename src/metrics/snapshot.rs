@@ -40,6 +40,11 @@ pub struct Snapshot {
     pub metrics_enabled: bool,
     /// How the `histogram` pairs were recorded.
     pub hdr: HdrLayout,
+    /// Every phase name, in the order readers show them (`Phase::ALL`): JSON objects
+    /// have no order, and the live page lists phases in this one instead of keeping its
+    /// own copy. Empty in snapshots of older builds.
+    #[serde(default)]
+    pub phase_order: Vec<String>,
     /// Keyed by the `tap` label.
     pub taps: BTreeMap<String, TapSnapshot>,
 }
@@ -336,6 +341,10 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
         since_unix: unix_seconds(since),
         metrics_enabled: enabled,
         hdr: HdrLayout::CURRENT,
+        phase_order: crate::phase::Phase::ALL
+            .iter()
+            .map(|p| p.name().to_owned())
+            .collect(),
         taps: out,
     }
 }

@@ -24,8 +24,12 @@ pub enum Wait {
     None,
     /// A new upstream connection was opened for it.
     Connect,
-    /// It was pipelined behind the previous exchange on this connection.
+    /// It was pipelined behind the previous exchange on this connection, and held by the
+    /// proxy until that one was done (HTTP).
     Queue,
+    /// It was forwarded at once, and waited in the upstream behind the previous
+    /// exchange's response until `t_up_free` (RESP: Redis answers in order).
+    Behind,
 }
 
 /// The instants of one exchange, taken as it happens.
@@ -55,6 +59,12 @@ pub struct Exchange {
     /// CPU time in the response-head scanner and parser.
     pub response_parse_ns: u64,
     pub wait: Wait,
+    /// With [`Wait::Behind`]: the upstream was done with the previous exchange's response,
+    /// so its work on this one could begin.
+    pub t_up_free: Tick,
+    /// The response has no head to parse (a RESP reply is framed, and its framing is not
+    /// timed): there is no `response_parse`.
+    pub headless: bool,
 }
 
 /// `end - start` in ns, when both instants were taken.
@@ -71,8 +81,19 @@ impl Exchange {
         }
     }
 
-    /// The phases, converted to nanoseconds. Phases whose instants were not all taken
-    /// (no response, no connect) are absent.
+    /// When the upstream could begin on the request: its last byte was sent, or, for a
+    /// request sent while the upstream was still answering the previous one, when that
+    /// answer was complete. `upstream_wait` runs from here.
+    pub fn wait_from(&self) -> Tick {
+        match self.wait {
+            Wait::Behind => self.t_up_free.max(self.t_sent),
+            _ => self.t_sent,
+        }
+    }
+
+    /// The phases, converted to nanoseconds: the one place instants become phases, for
+    /// both protocols. Phases whose instants were not all taken (no response, no connect;
+    /// on a RESP tap no `t_up_write`, so no `upstream_send`) are absent.
     pub fn phases(&self) -> Phases {
         let mut p = Phases::default();
         let mut set = |phase, v: Option<u64>| {
@@ -87,20 +108,31 @@ impl Exchange {
         match self.wait {
             Wait::Connect => set(Phase::UpstreamConnect, span(self.t_head, self.t_up_ready)),
             Wait::Queue => set(Phase::Queue, span(self.t_head, self.t_up_ready)),
+            Wait::Behind => set(Phase::Queue, span(self.t_sent, self.t_up_free)),
             Wait::None => {}
         }
         set(Phase::UpstreamSend, span(self.t_up_write, self.t_sent));
-        set(Phase::UpstreamWait, span(self.t_sent, self.t_resp_first));
+        set(
+            Phase::UpstreamWait,
+            span(self.wait_from(), self.t_resp_first),
+        );
         set(
             Phase::UpstreamRecv,
             span(self.t_resp_first, self.t_resp_last),
         );
-        if self.t_resp_first != 0 {
+        if self.t_resp_first != 0 && !self.headless {
             set(Phase::ResponseParse, Some(self.response_parse_ns));
         }
         set(Phase::Write, span(self.t_write_first, self.t_write_last));
+        // Up to the first byte's write; where that write is not timed apart from the
+        // last byte's (RESP forwards commands as one stream), up to `t_sent`.
+        let first_write = if self.t_up_write != 0 {
+            self.t_up_write
+        } else {
+            self.t_sent
+        };
         if let (Some(before), Some(after)) = (
-            span(self.t_up_ready, self.t_up_write),
+            span(self.t_up_ready, first_write),
             span(self.t_resp_first, self.t_write_first),
         ) {
             set(Phase::ProxyOverhead, Some(before + after));
@@ -136,6 +168,7 @@ mod tests {
             parse_ns: 300,
             response_parse_ns: 200,
             wait: Wait::Connect,
+            ..Exchange::default()
         };
         let p = ex.phases();
         let sum: u64 = [
@@ -153,6 +186,61 @@ mod tests {
         assert!(sum.abs_diff(total) <= 1_000, "sum {sum} total {total}");
         assert_eq!(p.get(Phase::Queue), None);
         assert_eq!(p.get(Phase::Parse), Some(300));
+    }
+
+    #[test]
+    fn a_resp_command_behind_a_reply_has_queue_and_no_send_or_response_parse() {
+        clock::init();
+        let mut t = [0u64; 8];
+        for slot in t.iter_mut() {
+            *slot = clock::now();
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        // As the RESP tap records a pipelined command: ready when framed, no t_up_write,
+        // sent at t[2], the previous reply complete at t[3].
+        let ex = Exchange {
+            t_first: t[0],
+            t_head: t[1],
+            t_up_ready: t[1],
+            t_sent: t[2],
+            wait: Wait::Behind,
+            t_up_free: t[3],
+            t_resp_first: t[4],
+            t_resp_last: t[4],
+            t_write_first: t[5],
+            t_write_last: t[6],
+            parse_ns: 100,
+            headless: true,
+            ..Exchange::default()
+        };
+        let p = ex.phases();
+        let ns = |a: usize, b: usize| clock::nanos_between(t[a], t[b]);
+        assert_eq!(p.get(Phase::Queue), Some(ns(2, 3)));
+        assert_eq!(p.get(Phase::UpstreamWait), Some(ns(3, 4)));
+        assert_eq!(p.get(Phase::ProxyOverhead), Some(ns(1, 2) + ns(4, 5)));
+        assert_eq!(p.get(Phase::UpstreamSend), None);
+        assert_eq!(p.get(Phase::ResponseParse), None);
+        assert_eq!(p.get(Phase::UpstreamConnect), None);
+        let sum: u64 = [
+            Phase::ClientRecv,
+            Phase::Queue,
+            Phase::UpstreamWait,
+            Phase::ProxyOverhead,
+            Phase::Write,
+        ]
+        .iter()
+        .map(|&ph| p.get(ph).unwrap())
+        .sum();
+        let total = p.get(Phase::Total).unwrap();
+        assert!(sum.abs_diff(total) <= 1_000, "sum {sum} total {total}");
+        // Not behind anything: no queue, and the wait runs from the send.
+        let alone = Exchange {
+            wait: Wait::None,
+            t_up_free: 0,
+            ..ex
+        };
+        assert_eq!(alone.phases().get(Phase::Queue), None);
+        assert_eq!(alone.phases().get(Phase::UpstreamWait), Some(ns(2, 4)));
     }
 
     #[test]

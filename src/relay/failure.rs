@@ -23,3 +23,12 @@ pub(super) enum Failure<R> {
         response_bytes: u64,
     },
 }
+
+impl<R> Failure<R> {
+    /// The `ErrorKind` the failure is counted under.
+    pub(super) fn kind(&self) -> ErrorKind {
+        match self {
+            Failure::Answer(_, kind) | Failure::Abort(kind) | Failure::Cut { kind, .. } => *kind,
+        }
+    }
+}

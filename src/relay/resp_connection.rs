@@ -10,30 +10,50 @@
 //! reply (`upstream_wait`, which for a pipelined command starts only when the previous
 //! reply is complete, since Redis could not have answered it earlier; the time before
 //! that is `queue`) → the reply's last byte (`upstream_recv`) → written to the client
-//! (`write`). `proxy_overhead` is framed-to-sent plus reply-read-to-first-write, so for a
-//! reply that arrives in one read the sequential phases add up to `total`.
+//! (`write`). The instants go into an `Exchange`, and its `phases()` turns them into
+//! phases as it does for HTTP (see `command_timeline` for how a command maps onto it).
 //!
 //! Pub/sub and MONITOR break the pairing: after them the server sends messages nobody
 //! asked for. The connection then counts messages instead of timing commands, and in
 //! RESP2 returns to pairing when the last subscription is gone. RESP3 push frames never
 //! pair with a command.
+//!
+//! The sockets are driven as the HTTP connection drives them (see `connection`): one
+//! `poll_fn` over the readiness of just the operations that can make progress, the
+//! connection's one lazy `Timer` for every deadline, `Stop` for shutdown, `read_some` for
+//! reads. Each event has its own method (`client_readable`, `upstream_writable`,
+//! `upstream_readable`, `client_writable`, `timer_fired`) returning a `Step` or a
+//! `Failure`, whose reply is a RESP error line.
+//!
+//! This file holds the connection, its waits and deadlines and the socket events;
+//! `commands` frames what the client sends, `replies` pairs what Redis sends back and
+//! records each exchange.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::time::timeout;
+use tokio::sync::watch;
+use tokio::time::{timeout, Instant};
+
+mod commands;
+mod replies;
 
 use super::buffer::Buf;
+use super::exchange::Exchange;
+use super::io::read_some;
+use super::stop::{self, Stop};
 use super::timer::Timer;
 use super::TapContext;
-use crate::clock::{self, nanos_between, Tick};
-use crate::correlate::{self, key::CommandKey};
-use crate::phase::{Phase, Phases};
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, RouteId, Side};
-use crate::resp::{self, Kind, ModeSwitch, ReplyMode, Scanner};
+use crate::clock::{self, Tick};
+use crate::recorder::{Direction, ErrorKind, RouteId, Side};
+use crate::resp::{ModeSwitch, RespError, Scanner};
 
 /// A command is assembled in the buffer up to this size before it is forwarded; larger
 /// ones (big values) are streamed through as they arrive.
@@ -42,15 +62,71 @@ const REPLY_BUFFER: usize = 16 * 1024;
 /// Commands in flight whose replies are awaited, at most; past it the client is not read
 /// until replies come back (Redis itself has no such limit, but a proxy's memory must).
 const MAX_IN_FLIGHT: usize = 16 * 1024;
+/// How long the error line sent before a close may take to write.
+const ANSWER_WRITE: Duration = Duration::from_secs(2);
+
+/// The RESP relay's failures: the client gets a RESP error line, or only the close.
+type Failure = super::failure::Failure<RespAnswer>;
+
+/// The error line a RESP tap sends the client before it closes the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RespAnswer {
+    /// The oldest command's reply did not begin within `timeouts.response`.
+    UpstreamTimeout,
+    /// The upstream could not be connected.
+    UpstreamUnreachable,
+    /// A command the framer refused; Redis answers the same way and closes.
+    ProtocolError(RespError),
+}
+
+impl RespAnswer {
+    fn line(self) -> Cow<'static, str> {
+        match self {
+            RespAnswer::UpstreamTimeout => "-ERR phasescope: upstream timed out\r\n".into(),
+            RespAnswer::UpstreamUnreachable => "-ERR phasescope: upstream unreachable\r\n".into(),
+            RespAnswer::ProtocolError(e) => format!("-ERR Protocol error: {e}\r\n").into(),
+        }
+    }
+}
+
+/// What a socket event leaves the connection to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Continue,
+    /// The connection ends without an error: a side closed, the idle deadline, shutdown.
+    Close,
+}
+
+/// What the next wait is for, worked out from the connection's state before each wait.
+#[derive(Debug, Clone, Copy)]
+struct Interest {
+    /// Framed command bytes not yet written upstream, and reply bytes not yet written to
+    /// the client.
+    to_up: usize,
+    to_client: usize,
+    read_client: bool,
+    read_up: bool,
+    /// Nothing in flight either way: shutdown closes the connection now.
+    idle: bool,
+    due: Option<(Instant, Due)>,
+}
+
+/// What ended a wait.
+enum Event {
+    UpWritable(io::Result<()>),
+    ClientWritable(io::Result<()>),
+    ClientReadable(io::Result<()>),
+    UpReadable(io::Result<()>),
+    Timer,
+    Stop,
+}
 
 /// A command sent (or being sent) whose reply has not completed.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
-    t_first: Tick,
-    t_head: Tick,
-    parse_ns: u64,
-    /// When its last byte was accepted by the upstream socket (0: not yet).
-    t_sent: Tick,
+    /// Its timeline: `t_first`, `t_head` (framed; 0 while it streams through), `parse_ns`
+    /// and `t_sent` (its last byte accepted by the upstream socket; 0: not yet) so far.
+    ex: Exchange,
     /// Absolute offset, in the client→upstream stream, just past its last byte.
     end: u64,
     name: &'static str,
@@ -71,11 +147,9 @@ struct Seen {
 /// A reply complete (or being written) on its way to the client.
 #[derive(Debug, Clone, Copy)]
 struct Replied {
+    /// Its timeline is complete but for `t_write_first` (0 until a byte is written) and
+    /// `t_write_last`.
     cmd: Pending,
-    wait_from: Tick,
-    t_resp_first: Tick,
-    t_resp_last: Tick,
-    t_write_first: Tick,
     /// Absolute offset, in the upstream→client stream, just past its last byte.
     end: u64,
     bytes: u64,
@@ -197,8 +271,8 @@ impl RespConnection {
         }
         if self.mode == Mode::Paired {
             match self.pending.front() {
-                Some(p) if p.t_sent != 0 => {
-                    consider(p.t_sent.max(self.last_up_read), t.response, Due::Reply)
+                Some(p) if p.ex.t_sent != 0 => {
+                    consider(p.ex.t_sent.max(self.last_up_read), t.response, Due::Reply)
                 }
                 Some(_) => {}
                 None if to_up == 0 && to_client == 0 && self.cmd_first == 0 => {
@@ -211,41 +285,35 @@ impl RespConnection {
     }
 
     /// A deadline passed: how the connection ends.
-    fn expired(
-        &self,
-        due: Due,
-        to_client: usize,
-    ) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+    fn expired(&self, due: Due, to_client: usize) -> Result<Step, Failure> {
         match due {
-            Due::Idle => Ok(()),
-            Due::Command => Err(Some((ErrorKind::ClientTimeout, None))),
+            Due::Idle => Ok(Step::Close),
+            Due::Command => Err(Failure::Abort(ErrorKind::ClientTimeout)),
             // An error reply for the oldest command, unless part of a reply is out.
-            Due::Reply => {
-                let clean = to_client == 0 && !self.replies.in_message();
-                let reply = clean.then(|| "-ERR phasescope: upstream timed out\r\n".to_owned());
-                Err(Some((ErrorKind::UpstreamTimeout, reply)))
-            }
-            Due::Transfer if to_client > 0 => Err(Some((ErrorKind::ClientTimeout, None))),
-            Due::Transfer => Err(Some((ErrorKind::UpstreamTimeout, None))),
+            Due::Reply if to_client == 0 && !self.replies.in_message() => Err(Failure::Answer(
+                RespAnswer::UpstreamTimeout,
+                ErrorKind::UpstreamTimeout,
+            )),
+            Due::Reply => Err(Failure::Abort(ErrorKind::UpstreamTimeout)),
+            Due::Transfer if to_client > 0 => Err(Failure::Abort(ErrorKind::ClientTimeout)),
+            Due::Transfer => Err(Failure::Abort(ErrorKind::UpstreamTimeout)),
         }
     }
 
-    pub(super) async fn serve(mut self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    /// Serves the connection until either side ends it, or shutdown finds it idle.
+    pub(super) async fn serve(mut self, shutdown: watch::Receiver<bool>) {
+        let changed = std::pin::pin!(stop::changed(shutdown.clone()));
+        let mut stop = Stop::new(shutdown, changed);
+        let outcome = self.pump(&mut stop).await;
         let rec = self.tap.recorder.clone();
-        match self.pump(&mut shutdown).await {
-            Ok(()) => {}
-            Err(Some((kind, reply))) => {
-                rec.error(kind);
-                tracing::info!(tap = %self.tap.config.name, kind = kind.name(), "resp connection closed on error");
-                if let Some(reply) = reply {
-                    let _ = timeout(
-                        std::time::Duration::from_secs(2),
-                        self.client.write_all(reply.as_bytes()),
-                    )
-                    .await;
-                }
+        if let Err(failure) = outcome {
+            let kind = failure.kind();
+            rec.error(kind);
+            tracing::info!(tap = %self.tap.config.name, kind = kind.name(), "resp connection closed on error");
+            if let Failure::Answer(answer, _) = failure {
+                let line = answer.line();
+                let _ = timeout(ANSWER_WRITE, self.client.write_all(line.as_bytes())).await;
             }
-            Err(None) => {}
         }
         rec.bytes(Direction::Request, self.up_written);
         rec.bytes(Direction::Response, self.down_written);
@@ -254,470 +322,215 @@ impl RespConnection {
         }
     }
 
-    /// Moves bytes both ways until either side closes. `Err(Some(..))` is an error to
-    /// count (with a RESP error to send the client, if it can still be sent cleanly);
-    /// `Err(None)` a close that is nobody's fault.
-    async fn pump(
-        &mut self,
-        shutdown: &mut tokio::sync::watch::Receiver<bool>,
-    ) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+    /// Moves bytes both ways until either side closes: one readiness wait, then the one
+    /// method for the event it found.
+    async fn pump(&mut self, stop: &mut Stop<'_>) -> Result<(), Failure> {
         loop {
-            let to_up = (self.up_forwardable - self.up_written) as usize;
-            let to_client = (self.down_read - self.down_written) as usize;
-            if to_up > 0 && self.upstream.is_none() {
+            let want = self.interest();
+            if want.to_up > 0 && self.upstream.is_none() {
                 self.connect().await?;
             }
-            // Stop reading commands while the buffer holds a whole one not yet sent, or
-            // too many await replies.
-            let read_client = self.cbuf.len() < COMMAND_BUFFER
-                && self.pending.len() < MAX_IN_FLIGHT
-                && (self.cmd_streaming.is_none() || to_up == 0);
-            let read_up = to_client == 0;
-            let idle = self.pending.is_empty() && to_up == 0 && to_client == 0;
-            let due = self.due(to_up, to_client);
-            if let Some((at, _)) = due {
+            if let Some((at, _)) = want.due {
                 self.timer.arm(at);
             }
-            let up = self.upstream.as_ref();
-            let timer = &mut self.timer;
-            tokio::select! {
-                biased;
-                r = async { up?.writable().await.ok() }, if to_up > 0 && up.is_some() => {
-                    let _ = r;
-                    self.write_upstream(to_up)?;
-                }
-                r = self.client.writable(), if to_client > 0 => {
-                    r.map_err(|_| Some((ErrorKind::ClientReset, None)))?;
-                    self.write_client(to_client)?;
-                }
-                r = self.client.readable(), if read_client => {
-                    r.map_err(|_| Some((ErrorKind::ClientReset, None)))?;
-                    if !self.read_client()? {
-                        return Ok(());
-                    }
-                }
-                r = async { up?.readable().await.ok() }, if read_up && up.is_some() => {
-                    let _ = r;
-                    if !self.read_upstream()? {
-                        // Redis closed (QUIT, or it went away): what it sent is already
-                        // written, since we read only with nothing left to write.
-                        return Ok(());
-                    }
-                }
-                _ = shutdown.changed(), if idle => return Ok(()),
-                () = std::future::poll_fn(|cx| timer.poll_fired(cx)), if due.is_some() => {
-                    // It may have fired for an earlier deadline; then the loop arms it again.
-                    if let Some((at, which)) = due {
-                        if tokio::time::Instant::now() >= at {
-                            tracing::debug!(tap = %self.tap.config.name, due = ?which, "resp deadline passed");
-                            return self.expired(which, to_client);
-                        }
-                    }
-                }
+            let step = match self.wait(&want, stop).await {
+                Event::UpWritable(ready) => self.upstream_writable(ready, want.to_up)?,
+                Event::ClientWritable(ready) => self.client_writable(ready, want.to_client)?,
+                Event::ClientReadable(ready) => self.client_readable(ready)?,
+                Event::UpReadable(ready) => self.upstream_readable(ready)?,
+                Event::Timer => self.timer_fired(want.due, want.to_client)?,
+                Event::Stop => Step::Close,
+            };
+            if step == Step::Close {
+                return Ok(());
             }
         }
     }
 
-    async fn connect(&mut self) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+    /// What the next wait is for.
+    fn interest(&self) -> Interest {
+        let to_up = (self.up_forwardable - self.up_written) as usize;
+        let to_client = (self.down_read - self.down_written) as usize;
+        Interest {
+            to_up,
+            to_client,
+            // Stop reading commands while the buffer holds a whole one not yet sent, or
+            // too many await replies.
+            read_client: self.cbuf.len() < COMMAND_BUFFER
+                && self.pending.len() < MAX_IN_FLIGHT
+                && (self.cmd_streaming.is_none() || to_up == 0),
+            // Replies are read only with nothing left to write, so a close from Redis
+            // comes after everything it sent is out.
+            read_up: to_client == 0,
+            idle: self.pending.is_empty() && to_up == 0 && to_client == 0,
+            due: self.due(to_up, to_client),
+        }
+    }
+
+    /// Waits for the first of: a socket ready for what `want` asks of it (in order of
+    /// preference: move bytes already here before reading more), shutdown while idle, the
+    /// timer. One `poll_fn` over the sockets' readiness: no future per wait.
+    async fn wait(&mut self, want: &Interest, stop: &mut Stop<'_>) -> Event {
+        let (client, up, timer) = (&self.client, self.upstream.as_ref(), &mut self.timer);
+        poll_fn(|cx| {
+            if let Some(up) = up.filter(|_| want.to_up > 0) {
+                if let Poll::Ready(r) = up.poll_write_ready(cx) {
+                    return Poll::Ready(Event::UpWritable(r));
+                }
+            }
+            if want.to_client > 0 {
+                if let Poll::Ready(r) = client.poll_write_ready(cx) {
+                    return Poll::Ready(Event::ClientWritable(r));
+                }
+            }
+            if want.read_client {
+                if let Poll::Ready(r) = client.poll_read_ready(cx) {
+                    return Poll::Ready(Event::ClientReadable(r));
+                }
+            }
+            if let Some(up) = up.filter(|_| want.read_up) {
+                if let Poll::Ready(r) = up.poll_read_ready(cx) {
+                    return Poll::Ready(Event::UpReadable(r));
+                }
+            }
+            if want.idle {
+                stop.register(cx);
+                if stop.requested() {
+                    return Poll::Ready(Event::Stop);
+                }
+            }
+            if want.due.is_some() {
+                return timer.poll_fired(cx).map(|()| Event::Timer);
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// The timer fired. It may have fired for an earlier deadline than the current one;
+    /// then the loop arms it again.
+    fn timer_fired(&self, due: Option<(Instant, Due)>, to_client: usize) -> Result<Step, Failure> {
+        match due {
+            Some((at, which)) if Instant::now() >= at => {
+                tracing::debug!(tap = %self.tap.config.name, due = ?which, "resp deadline passed");
+                self.expired(which, to_client)
+            }
+            _ => Ok(Step::Continue),
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), Failure> {
         match self.tap.connect_upstream().await {
             Some(stream) => {
                 self.upstream = Some(stream);
                 Ok(())
             }
-            None => Err(Some((
+            None => Err(Failure::Answer(
+                RespAnswer::UpstreamUnreachable,
                 ErrorKind::UpstreamConnect,
-                Some("-ERR phasescope: upstream unreachable\r\n".into()),
-            ))),
+            )),
         }
     }
 
-    /// Reads commands; returns false when the client closed.
-    fn read_client(&mut self) -> Result<bool, Option<(ErrorKind, Option<String>)>> {
-        let n = match self.client.try_read(self.cbuf.spare(COMMAND_BUFFER)) {
-            Ok(0) => return Ok(false),
+    /// The client sent bytes: frames the commands they complete.
+    fn client_readable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
+        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        let n = match read_some(&self.client, self.cbuf.spare(COMMAND_BUFFER)) {
+            Ok(0) => return Ok(Step::Close),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
-            Err(_) => return Err(Some((ErrorKind::ClientReset, None))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
+            Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
         };
         let t = clock::now();
         self.last_moved = t;
         self.cbuf.commit(n);
         self.up_read += n as u64;
         self.frame_commands(t)?;
-        Ok(true)
+        Ok(Step::Continue)
     }
 
-    /// Frames the commands that the bytes read at `t` complete.
-    fn frame_commands(&mut self, t: Tick) -> Result<(), Option<(ErrorKind, Option<String>)>> {
-        loop {
-            // The current command starts at `up_forwardable` (nothing after it is
-            // forwardable yet), unless it is already streaming through.
-            let start = (self.up_forwardable - self.up_written) as usize;
-            let rest = &self.cbuf.filled()[start..];
-            if rest.is_empty() {
-                return Ok(());
-            }
-            if self.cmd_first == 0 {
-                self.cmd_first = t;
-            }
-            let t0 = clock::now();
-            let scanned = if self.cmd_streaming.is_some() {
-                self.commands.feed(rest)
-            } else {
-                self.commands.scan(rest)
-            };
-            let done = match scanned {
-                Ok(done) => done,
-                Err(e) => {
-                    tracing::debug!(tap = %self.tap.config.name, error = %e, "malformed command");
-                    return Err(Some((
-                        ErrorKind::BadRequest,
-                        Some(format!("-ERR Protocol error: {e}\r\n")),
-                    )));
-                }
-            };
-            let t1 = clock::now();
-            self.cmd_parse_ns += nanos_between(t0, t1);
-            match done {
-                Some(len) => {
-                    let end = self.up_forwardable + len as u64;
-                    let cmd = match self.cmd_streaming.take() {
-                        Some(mut p) => {
-                            p.t_head = t1;
-                            p.end = end;
-                            p.parse_ns = self.cmd_parse_ns;
-                            Some(p)
-                        }
-                        None => {
-                            let correlated = self.tap.correlator.is_some();
-                            let seen = resp::command(&rest[..len]).ok().map(|c| Seen {
-                                empty: c.is_empty(),
-                                name: c.known_name().unwrap_or("other"),
-                                switch: c.mode_switch(),
-                                key: correlated.then(|| {
-                                    c.args()
-                                        .fold(CommandKey::new().name(c.name()), |k, a| k.arg(a))
-                                        .finish()
-                                }),
-                            });
-                            self.classify(seen, t1, end)
-                        }
-                    };
-                    self.up_forwardable = end;
-                    self.cmd_first = 0;
-                    self.cmd_parse_ns = 0;
-                    if let Some(cmd) = cmd {
-                        self.expect_reply(cmd);
-                    }
-                }
-                None => {
-                    // A command larger than the buffer: forward what we have, keep framing.
-                    if self.cmd_streaming.is_none() && self.cbuf.len() >= COMMAND_BUFFER {
-                        let name = resp::command_name(rest)
-                            .and_then(resp::known_command)
-                            .unwrap_or("other");
-                        self.cmd_streaming = Some(Pending {
-                            t_first: self.cmd_first,
-                            t_head: 0,
-                            parse_ns: 0,
-                            t_sent: 0,
-                            end: u64::MAX,
-                            name,
-                            route: self.tap.routes.resolve_command(name),
-                            switch: None,
-                            key: None,
-                        });
-                    }
-                    if self.cmd_streaming.is_some() {
-                        self.up_forwardable = self.up_read;
-                    }
-                    return Ok(());
-                }
-            }
-        }
-    }
-
-    /// What a complete command means for pairing; `None` when no reply will answer it.
-    fn classify(&mut self, seen: Option<Seen>, t_head: Tick, end: u64) -> Option<Pending> {
-        let Seen {
-            empty,
-            name,
-            switch,
-            key,
-        } = seen?;
-        if empty {
-            return None;
-        }
-        match switch {
-            Some(ModeSwitch::Monitor)
-            | Some(ModeSwitch::ClientReply(ReplyMode::Off | ReplyMode::Skip)) => {
-                // Replies will no longer follow commands one to one.
-                self.mode = Mode::PassThrough;
-            }
-            // In RESP3 (un)subscribe confirmations are pushes, which never pair.
-            Some(ModeSwitch::Subscribe(_) | ModeSwitch::Unsubscribe(_)) if self.resp3 => {
-                return None
-            }
-            _ => {}
-        }
-        if self.mode != Mode::Paired {
-            return None;
-        }
-        Some(Pending {
-            t_first: self.cmd_first,
-            t_head,
-            parse_ns: self.cmd_parse_ns,
-            t_sent: 0,
-            end,
-            name,
-            route: self.tap.routes.resolve_command(name),
-            switch,
-            key,
-        })
-    }
-
-    fn expect_reply(&mut self, cmd: Pending) {
-        self.pending.push_back(cmd);
-    }
-
-    fn write_upstream(&mut self, to_up: usize) -> Result<(), Option<(ErrorKind, Option<String>)>> {
+    /// The upstream accepts bytes: forwards framed commands, and notes which are now sent.
+    fn upstream_writable(&mut self, ready: io::Result<()>, to_up: usize) -> Result<Step, Failure> {
         let Some(up) = self.upstream.as_ref() else {
-            return Ok(());
+            return Ok(Step::Continue);
         };
-        match up.try_write(&self.cbuf.filled()[..to_up]) {
-            Ok(n) => {
-                let t = clock::now();
-                self.last_moved = t;
-                self.cbuf.consume(n);
-                self.up_written += n as u64;
-                for p in self.pending.iter_mut().filter(|p| p.t_sent == 0) {
-                    if p.end <= self.up_written {
-                        p.t_sent = t;
-                    } else {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Err(_) => Err(Some((ErrorKind::UpstreamReset, None))),
-        }
-    }
-
-    /// Reads replies; returns false when the upstream closed.
-    fn read_upstream(&mut self) -> Result<bool, Option<(ErrorKind, Option<String>)>> {
-        let Some(up) = self.upstream.as_ref() else {
-            return Ok(true);
-        };
-        let n = match up.try_read(self.ubuf.spare(REPLY_BUFFER)) {
-            Ok(0) => return Ok(false),
+        let n = match ready.and_then(|()| up.try_write(&self.cbuf.filled()[..to_up])) {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
-            Err(_) => {
-                return if self.pending.is_empty() {
-                    Ok(false)
-                } else {
-                    Err(Some((ErrorKind::UpstreamReset, None)))
-                }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
+            Err(_) => return Err(Failure::Abort(ErrorKind::UpstreamReset)),
+        };
+        let t = clock::now();
+        self.last_moved = t;
+        self.cbuf.consume(n);
+        self.up_written += n as u64;
+        for p in self.pending.iter_mut().filter(|p| p.ex.t_sent == 0) {
+            if p.end <= self.up_written {
+                p.ex.t_sent = t;
+            } else {
+                break;
             }
+        }
+        Ok(Step::Continue)
+    }
+
+    /// The upstream sent bytes (or closed): frames the replies they complete.
+    fn upstream_readable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
+        let Some(up) = self.upstream.as_ref() else {
+            return Ok(Step::Continue);
+        };
+        let n = match ready.and_then(|()| read_some(up, self.ubuf.spare(REPLY_BUFFER))) {
+            // Redis closed (QUIT, or it went away): what it sent is already written, since
+            // it is read only with nothing left to write.
+            Ok(0) => return Ok(Step::Close),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
+            Err(_) if self.pending.is_empty() => return Ok(Step::Close),
+            Err(_) => return Err(Failure::Abort(ErrorKind::UpstreamReset)),
         };
         let t = clock::now();
         self.last_moved = t;
         self.last_up_read = t;
         self.ubuf.commit(n);
-        let fresh_from = self.ubuf.len() - n;
         self.down_read += n as u64;
-        if self.mode == Mode::PassThrough {
-            return Ok(true);
+        if self.mode != Mode::PassThrough {
+            self.frame_replies(self.ubuf.len() - n, t);
         }
-        let mut at = fresh_from;
-        while at < self.ubuf.len() {
-            if !self.replies.in_message() {
-                self.reply_first = t;
-                self.reply_start = self.down_written + at as u64;
-                self.reply_write_first = 0;
-            }
-            // A message that began in an earlier read has its start already written out:
-            // `msg` below then holds only its tail.
-            let msg_start = at;
-            match self.replies.feed(&self.ubuf.filled()[at..]) {
-                Ok(Some(len)) => {
-                    at += len;
-                    let end = self.down_written + at as u64;
-                    let kind = self.replies.kind();
-                    let last_unsub = last_unsubscribe(&self.ubuf.filled()[msg_start..at]);
-                    self.reply_done(kind, last_unsub, t, end);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    // Redis is trusted to speak RESP; if we cannot follow it, relay blindly
-                    // rather than mis-pair everything that follows.
-                    tracing::warn!(tap = %self.tap.config.name, error = %e, "unreadable reply stream; relaying without timing");
-                    self.tap.recorder.error(ErrorKind::BadResponse);
-                    self.mode = Mode::PassThrough;
-                    self.pending.clear();
-                    break;
-                }
-            }
-        }
-        Ok(true)
+        Ok(Step::Continue)
     }
 
-    /// A reply ended at stream offset `end`, read at `t`. `last_unsub`: it confirms that
-    /// no subscription is left (RESP2 pub/sub).
-    fn reply_done(&mut self, kind: Option<Kind>, last_unsub: bool, t: Tick, end: u64) {
-        if kind.is_some_and(Kind::is_push) {
-            self.tap.recorder.pushed(1);
-            return;
-        }
-        if self.mode == Mode::Subscribed {
-            self.tap.recorder.pushed(1);
-            if last_unsub {
-                self.mode = Mode::Paired;
-            }
-            return;
-        }
-        let Some(cmd) = self.pending.pop_front() else {
-            // A reply nobody is waiting for (e.g. after CLIENT REPLY ON): relay it.
-            return;
-        };
-        match cmd.switch {
-            Some(ModeSwitch::Hello { protover: Some(v) }) if !kind.is_some_and(Kind::is_error) => {
-                self.resp3 = v == 3;
-            }
-            Some(ModeSwitch::Reset) => self.resp3 = false,
-            Some(ModeSwitch::Subscribe(_)) if !self.resp3 && !kind.is_some_and(Kind::is_error) => {
-                // Confirmations for every channel named, then messages: stop pairing.
-                // Commands sent after SUBSCRIBE in RESP2 are subscriber commands whose
-                // answers arrive as messages too.
-                self.mode = Mode::Subscribed;
-                self.pending.clear();
-            }
-            _ => {}
-        }
-        let wait_from = cmd.t_sent.max(self.prev_reply_done);
-        if let (Some(correlator), Some(key)) = (&self.tap.correlator, cmd.key) {
-            correlator.resp_seen(correlate::Seen {
-                key,
-                t_sent: cmd.t_sent,
-                t_reply: self.reply_first,
-                t_wait_from: wait_from,
-            });
-        }
-        self.prev_reply_done = t;
-        self.replied.push_back(Replied {
-            cmd,
-            wait_from,
-            t_resp_first: self.reply_first,
-            t_resp_last: t,
-            t_write_first: self.reply_write_first,
-            end,
-            bytes: end - self.reply_start,
-        });
-    }
-
-    fn write_client(
+    /// The client accepts bytes: forwards replies, and records those now written whole.
+    fn client_writable(
         &mut self,
+        ready: io::Result<()>,
         to_client: usize,
-    ) -> Result<(), Option<(ErrorKind, Option<String>)>> {
-        match self.client.try_write(&self.ubuf.filled()[..to_client]) {
-            Ok(n) => {
-                let t = clock::now();
-                self.last_moved = t;
-                self.ubuf.consume(n);
-                self.down_written += n as u64;
-                if self.reply_write_first == 0
-                    && self.replies.in_message()
-                    && self.reply_start < self.down_written
-                {
-                    self.reply_write_first = t;
-                }
-                while let Some(r) = self.replied.front_mut() {
-                    if r.t_write_first == 0 {
-                        r.t_write_first = t;
-                    }
-                    if r.end > self.down_written {
-                        break;
-                    }
-                    let r = *r;
-                    self.replied.pop_front();
-                    self.record(&r, t);
-                }
-                Ok(())
+    ) -> Result<Step, Failure> {
+        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        let n = match self.client.try_write(&self.ubuf.filled()[..to_client]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
+            Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+        };
+        let t = clock::now();
+        self.last_moved = t;
+        self.ubuf.consume(n);
+        self.down_written += n as u64;
+        if self.reply_write_first == 0
+            && self.replies.in_message()
+            && self.reply_start < self.down_written
+        {
+            self.reply_write_first = t;
+        }
+        while let Some(r) = self.replied.front_mut() {
+            if r.cmd.ex.t_write_first == 0 {
+                r.cmd.ex.t_write_first = t;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Err(_) => Err(Some((ErrorKind::ClientReset, None))),
+            if r.end > self.down_written {
+                break;
+            }
+            let r = *r;
+            self.replied.pop_front();
+            self.record(&r, t);
         }
-    }
-
-    fn record(&self, r: &Replied, t_write_last: Tick) {
-        let c = &r.cmd;
-        let mut phases = Phases::default();
-        phases.set(Phase::ClientRecv, nanos_between(c.t_first, c.t_head));
-        phases.set(Phase::Parse, c.parse_ns);
-        if r.wait_from > c.t_sent {
-            // Pipelined behind a reply that was still arriving.
-            phases.set(Phase::Queue, nanos_between(c.t_sent, r.wait_from));
-        }
-        phases.set(
-            Phase::ProxyOverhead,
-            nanos_between(c.t_head, c.t_sent) + nanos_between(r.t_resp_first, r.t_write_first),
-        );
-        phases.set(
-            Phase::UpstreamWait,
-            nanos_between(r.wait_from, r.t_resp_first),
-        );
-        phases.set(
-            Phase::UpstreamRecv,
-            nanos_between(r.t_resp_first, r.t_resp_last),
-        );
-        phases.set(Phase::Write, nanos_between(r.t_write_first, t_write_last));
-        phases.set(Phase::Total, nanos_between(c.t_first, t_write_last));
-        self.tap.recorder.exchange(&ExchangeRecord {
-            route: c.route,
-            method: c.name,
-            target: &[],
-            status: 0,
-            request_bytes: 0,
-            response_bytes: r.bytes,
-            phases,
-        });
-    }
-}
-
-/// A RESP2 `unsubscribe`/`punsubscribe`/`sunsubscribe` confirmation whose subscription
-/// count is 0: `*3\r\n$11\r\nunsubscribe\r\n$N\r\n<channel>\r\n:0\r\n`.
-fn last_unsubscribe(msg: &[u8]) -> bool {
-    if !msg.ends_with(b"\r\n:0\r\n") || !msg.starts_with(b"*3\r\n$") {
-        return false;
-    }
-    let head = &msg[..msg.len().min(24)];
-    [
-        &b"unsubscribe\r\n"[..],
-        b"punsubscribe\r\n",
-        b"sunsubscribe\r\n",
-    ]
-    .iter()
-    .any(|w| head.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::last_unsubscribe;
-
-    #[test]
-    fn recognizes_the_last_unsubscribe() {
-        assert!(last_unsubscribe(
-            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:0\r\n"
-        ));
-        assert!(last_unsubscribe(
-            b"*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n"
-        ));
-        assert!(!last_unsubscribe(
-            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:1\r\n"
-        ));
-        assert!(!last_unsubscribe(
-            b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n:0\r\n"
-        ));
+        Ok(Step::Continue)
     }
 }

@@ -14,18 +14,15 @@ use crate::phase::Phase;
 const WIDTH: u32 = 1280;
 const HEIGHT_PER_TAP: u32 = 460;
 
-/// The phases laid end to end along an exchange (parse lies inside client_recv and
-/// response_parse inside upstream_recv, so those are not stacked).
-const STACKED: [Phase; 8] = [
-    Phase::ClientRecv,
-    Phase::UpstreamConnect,
-    Phase::Queue,
-    Phase::UpstreamSend,
-    Phase::UpstreamWait,
-    Phase::UpstreamRecv,
-    Phase::ProxyOverhead,
-    Phase::Write,
-];
+/// The phases laid end to end along an exchange, in timeline order: those that lie inside
+/// no other (parse lies inside client_recv, response_parse inside upstream_recv, so those
+/// are not stacked), `total` aside. The Webdis decomposition is drawn in place of the
+/// `upstream_wait` it splits (see `segments`).
+fn stacked() -> impl Iterator<Item = Phase> {
+    Phase::ALL
+        .into_iter()
+        .filter(|&p| p != Phase::Total && p.within().is_none())
+}
 
 /// The picture for `ds`, as an SVG document.
 pub fn render(ds: &Dataset) -> anyhow::Result<String> {
@@ -135,15 +132,18 @@ fn segments(tap: &TapData, route: Option<&str>) -> anyhow::Result<Vec<(String, f
     let sum = |p: Phase| -> anyhow::Result<Option<f64>> {
         Ok(tap.series(p.name(), route)?.map(|s: Series| s.sum))
     };
-    let backend = [Phase::BackendIn, Phase::Backend, Phase::BackendOut];
+    // The parts of the wait, laid end to end inside it.
+    let backend = Phase::ALL
+        .into_iter()
+        .filter(|p| p.within() == Some(Phase::UpstreamWait));
     let mut out = Vec::new();
-    for phase in STACKED {
+    for phase in stacked() {
         let Some(s) = sum(phase)? else { continue };
         if phase == Phase::UpstreamWait && sum(Phase::Backend)?.is_some() {
             // The Webdis decomposition replaces the wait it splits; what the correlator
             // could not pair stays as upstream_wait.
             let mut split = 0.0;
-            for b in backend {
+            for b in backend.clone() {
                 if let Some(v) = sum(b)? {
                     split += v;
                     out.push((b.name().to_owned(), v / n));

@@ -22,12 +22,9 @@
   const KEEP_POINTS = 600; // ten minutes of one-second points
   const RATE_WINDOW_S = 5; // the rate on the cards: steadier than one interval
 
-  /* Phases in timeline order (docs/phases.md), then the aggregate. */
-  const PHASES = [
-    "client_recv", "parse", "upstream_connect", "queue", "upstream_send", "upstream_wait",
-    "backend_in", "backend", "backend_queue", "backend_out", "upstream_recv", "response_parse",
-    "proxy_overhead", "write", "total",
-  ];
+  /* Phases in timeline order, then the aggregate: the snapshot's `phase_order`, which the
+   * proxy takes from its own list of phases (src/phase.rs), so the page keeps no copy. */
+  let phaseOrder = [];
 
   const COLORS = {
     client_recv: "#8da0cb",
@@ -708,7 +705,7 @@
 
     renderPhases(merged, totalSum, snap) {
       this.phaseSub.textContent = `exact (HDR) since ${fmtClock(snap.since_unix)}`;
-      const names = PHASES.filter((p) => merged[p]).concat(Object.keys(merged).filter((p) => !PHASES.includes(p)).sort());
+      const names = phaseOrder.filter((p) => merged[p]).concat(Object.keys(merged).filter((p) => !phaseOrder.includes(p)).sort());
       if (!names.length) {
         this.phaseBody.replaceChildren(h("tr", { class: "empty-row" }, h("td", { colspan: "9", text: "no requests in this window yet" })));
         return;
@@ -830,6 +827,7 @@
   }
 
   function render(snap) {
+    phaseOrder = snap.phase_order || [];
     const span = snap.taken_at_unix - snap.since_unix;
     meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
     // Front to back (the snapshot's `position`): the tap clients reach first on top.
