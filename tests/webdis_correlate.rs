@@ -30,20 +30,20 @@ fn count(snap: &Value, tap: &str, phase: &str, route: &str) -> u64 {
 
 #[test]
 fn under_load_the_wait_on_webdis_splits_into_webdis_and_redis() {
-    let c = WebdisChain::start();
     // Load on GET and on SET, every request with its own key: identical commands in
     // flight together can be paired crosswise, which the decomposition's sums survive
     // but `backend` does not (a swapped pair's span is cut to the other's wait; see
     // src/correlate/mod.rs). The swapped case is `identical_concurrent_commands_keep_exact_sums`.
-    for path in ["/GET/k%d_%d", "/SET/k%d_%d/v"] {
+    // Each route on a chain of its own: a second load in the same chain, after wrk
+    // stopped the first with requests in flight, was seen to leave 3-7 % of its requests
+    // unmatched (docs/architecture.md, known debts).
+    for (route, path) in [("GET", "/GET/k%d_%d"), ("SET", "/SET/k%d_%d/v")] {
+        let c = WebdisChain::start();
         let report = run_wrk_distinct(&c.proxy.url("/"), path, 3, 20, 2);
         assert_eq!(report.non_2xx_3xx, 0, "{}", report.output);
         assert_eq!(report.socket_errors, [0; 4], "{}", report.output);
         assert!(report.requests > 100, "{}", report.output);
-    }
-
-    let snap = snapshot(&c.proxy);
-    for route in ["GET", "SET"] {
+        let snap = snapshot(&c.proxy);
         assert_matched_and_exact(&snap, route);
 
         // Redis as the HTTP tap sees it, against Redis as the RESP tap sees it.
