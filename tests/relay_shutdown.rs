@@ -22,19 +22,7 @@ async fn in_flight_exchanges_finish_and_idle_connections_close() {
         }
     })
     .await;
-    let cfg = TapConfig::new(
-        "t",
-        Protocol::Http,
-        "127.0.0.1:0".parse().unwrap(),
-        &up.to_string(),
-    );
-    let capture = Arc::new(Capture::default());
-    let tap = phasescope::app::bind_tap(&cfg, capture.clone())
-        .await
-        .unwrap();
-    let addr = tap.local_addr().unwrap();
-    let (stop, rx) = watch::channel(false);
-    let running = tokio::spawn(tap.run(rx, Duration::from_secs(5)));
+    let (addr, capture, stop, running) = start_tap("t", Protocol::Http, up).await;
 
     // One idle keep-alive connection (one exchange done), one with a request in flight.
     let mut idle = TcpStream::connect(addr).await.unwrap();
@@ -74,19 +62,7 @@ async fn resp_commands_in_flight_finish_and_idle_resp_connections_close() {
         }
     })
     .await;
-    let cfg = TapConfig::new(
-        "r",
-        Protocol::Resp,
-        "127.0.0.1:0".parse().unwrap(),
-        &up.to_string(),
-    );
-    let capture = Arc::new(Capture::default());
-    let tap = phasescope::app::bind_tap(&cfg, capture.clone())
-        .await
-        .unwrap();
-    let addr = tap.local_addr().unwrap();
-    let (stop, rx) = watch::channel(false);
-    let running = tokio::spawn(tap.run(rx, Duration::from_secs(5)));
+    let (addr, capture, stop, running) = start_tap("r", Protocol::Resp, up).await;
 
     const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
     // One idle connection (one command answered), one with a command in flight.
@@ -111,4 +87,32 @@ async fn resp_commands_in_flight_finish_and_idle_resp_connections_close() {
         .unwrap();
     assert_eq!(capture.exchanges().len(), 2);
     assert!(capture.errors().is_empty(), "{:?}", capture.errors());
+}
+
+/// A tap of `protocol` in front of `up`, running with a 5 s drain: its address, what it
+/// recorded, the stop switch and the running tap.
+async fn start_tap(
+    name: &str,
+    protocol: Protocol,
+    up: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    Arc<Capture>,
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let cfg = TapConfig::new(
+        name,
+        protocol,
+        "127.0.0.1:0".parse().unwrap(),
+        &up.to_string(),
+    );
+    let capture = Arc::new(Capture::default());
+    let tap = phasescope::app::bind_tap(&cfg, capture.clone())
+        .await
+        .unwrap();
+    let addr = tap.local_addr().unwrap();
+    let (stop, rx) = watch::channel(false);
+    let running = tokio::spawn(tap.run(rx, Duration::from_secs(5)));
+    (addr, capture, stop, running)
 }

@@ -158,14 +158,20 @@ mod tests {
     use super::*;
     use crate::clock;
 
-    #[test]
-    fn sequential_phases_add_up_to_total() {
+    /// `N` clock readings 200 µs apart.
+    fn spaced_ticks<const N: usize>() -> [u64; N] {
         clock::init();
-        let mut t = [0u64; 9];
+        let mut t = [0u64; N];
         for slot in t.iter_mut() {
             *slot = clock::now();
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
+        t
+    }
+
+    #[test]
+    fn sequential_phases_add_up_to_total() {
+        let t = spaced_ticks::<9>();
         let ex = Exchange {
             t_first: t[0],
             t_head: t[1],
@@ -201,12 +207,7 @@ mod tests {
 
     #[test]
     fn a_resp_command_behind_a_reply_has_queue_and_no_send_or_response_parse() {
-        clock::init();
-        let mut t = [0u64; 8];
-        for slot in t.iter_mut() {
-            *slot = clock::now();
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
+        let t = spaced_ticks::<8>();
         // As the RESP tap records a pipelined command: ready when framed, no t_up_write,
         // sent at t[2], the previous reply complete at t[3].
         let ex = Exchange {
