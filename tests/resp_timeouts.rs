@@ -1,7 +1,8 @@
 //! RESP taps honour `[tap.timeouts]`: a silent client is closed at `idle`, a half-sent
 //! command at `head`, a command whose reply never comes gets an error at `response` (a
 //! reply that stalls midway is cut then), a client or an upstream that stops reading is
-//! closed at `transfer`; an upstream that cannot be connected gets the client an error.
+//! closed at `transfer`; an upstream that cannot be connected (refused, or never accepting
+//! until `connect`) gets the client an error.
 //! Against a scripted upstream, with small timeouts; each test asserts the close came
 //! after its timeout and long before any other.
 
@@ -312,6 +313,73 @@ async fn an_unreachable_upstream_gets_an_error_line_and_the_close() {
     let (got, closed) = read_until_close_within(&mut s, SHORT * 10).await;
     assert!(closed);
     assert_eq!(got, b"-ERR phasescope: upstream unreachable\r\n");
+    assert_eq!(
+        p.capture.wait_errors(1).await,
+        vec![ErrorKind::UpstreamConnect]
+    );
+}
+
+/// A listener whose accept queue is full and never drained: the kernel drops further
+/// SYNs, so a connect to it hangs until the connector gives up. The streams that fill the
+/// queue come back with it and must be kept alive.
+fn black_hole() -> (
+    std::net::SocketAddr,
+    socket2::Socket,
+    Vec<std::net::TcpStream>,
+) {
+    use socket2::{Domain, Socket, Type};
+    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    l.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    // Fill the queue: connects that complete without an accept, until one does not.
+    let mut fill = Vec::new();
+    loop {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(&addr.into());
+        // A loopback handshake completes within microseconds when the queue has room.
+        let until = Instant::now() + Duration::from_millis(300);
+        let mut done = false;
+        while !done && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+            done = s.peer_addr().is_ok();
+        }
+        fill.push(std::net::TcpStream::from(s));
+        if !done || fill.len() > 16 {
+            break;
+        }
+    }
+    (addr, l, fill)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_never_accepts_times_out_at_connect() {
+    let (hole, _listener, _fill) = black_hole();
+    let p = proxy_with(hole, |t| {
+        resp(t);
+        t.timeouts.connect = SHORT;
+    })
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let started = Instant::now();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+        .await
+        .unwrap();
+    let (got, closed) = read_until_close_within(&mut s, SHORT * 10).await;
+    let took = started.elapsed();
+    assert!(closed, "still open after {took:?}");
+    assert_eq!(got, b"-ERR phasescope: upstream unreachable\r\n");
+    assert!(
+        took >= SHORT,
+        "gave up after {took:?}, before the connect timeout"
+    );
     assert_eq!(
         p.capture.wait_errors(1).await,
         vec![ErrorKind::UpstreamConnect]
