@@ -1,7 +1,8 @@
 //! A deadline on every wait: stalls after the response head, a client that stops reading,
-//! an upstream that stops reading the request body, and connections that never send a
-//! byte. Timeouts are set small (300 ms) and each test asserts the close came after the
-//! timeout and well before any other deadline could have ended it.
+//! an upstream that stops reading the request body, connections that never send a byte,
+//! and an upstream that never accepts (502 at the connect timeout). Timeouts are set
+//! small (300 ms) and each test asserts the close came after the timeout and well before
+//! any other deadline could have ended it.
 
 mod fake;
 
@@ -261,5 +262,35 @@ async fn a_connection_that_never_sends_a_byte_is_closed_at_the_head_timeout() {
     assert!(
         !closed,
         "an idle keep-alive connection was closed at the head timeout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_never_accepts_gets_502_at_the_connect_timeout() {
+    let (hole, _listener, _fill) = fake::black_hole();
+    let p = proxy_with(hole, |t| {
+        tune(t);
+        t.timeouts.transfer = FAR;
+        t.timeouts.connect = TRANSFER;
+    })
+    .await;
+    let mut c = TcpStream::connect(p.addr).await.unwrap();
+    let started = Instant::now();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let (got, closed) = read_until_close_within(&mut c, FAR).await;
+    let elapsed = started.elapsed();
+    let text = String::from_utf8_lossy(&got);
+    assert!(closed, "{text}");
+    assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    assert_in_window(elapsed, TRANSFER);
+    assert_eq!(
+        p.capture.wait_errors(1).await,
+        vec![ErrorKind::UpstreamConnect]
     );
 }

@@ -238,3 +238,43 @@ pub async fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
 pub async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
     read_n(s, usize::MAX).await
 }
+
+/// A listener whose accept queue is full and never drained: the kernel drops further
+/// SYNs, so a connect to it hangs until the connector gives up. The streams that fill the
+/// queue come back with it and must be kept alive.
+pub fn black_hole() -> (
+    std::net::SocketAddr,
+    socket2::Socket,
+    Vec<std::net::TcpStream>,
+) {
+    use socket2::{Domain, Socket, Type};
+    let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    l.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    // Fill the queue: connects that complete without an accept, until one does not.
+    let mut fill = Vec::new();
+    loop {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(&addr.into());
+        // A loopback handshake completes within microseconds when the queue has room.
+        let until = std::time::Instant::now() + Duration::from_millis(300);
+        let mut done = false;
+        while !done && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+            done = s.peer_addr().is_ok();
+        }
+        fill.push(std::net::TcpStream::from(s));
+        if !done || fill.len() > 16 {
+            break;
+        }
+    }
+    (addr, l, fill)
+}
