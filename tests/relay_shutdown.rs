@@ -4,12 +4,10 @@ mod fake;
 
 use std::time::Duration;
 
-use fake::{read_n, read_to_close, upstream, Capture};
-use phasescope::config::{Protocol, TapConfig};
-use std::sync::Arc;
+use fake::{proxy_draining, read_n, read_to_close, upstream};
+use phasescope::config::Protocol;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 
@@ -22,7 +20,9 @@ async fn in_flight_exchanges_finish_and_idle_connections_close() {
         }
     })
     .await;
-    let (addr, capture, stop, running) = start_tap("t", Protocol::Http, up).await;
+    let (p, running) =
+        proxy_draining(up, Duration::from_secs(5), |t| t.protocol = Protocol::Http).await;
+    let (addr, capture) = (p.addr, p.capture.clone());
 
     // One idle keep-alive connection (one exchange done), one with a request in flight.
     let mut idle = TcpStream::connect(addr).await.unwrap();
@@ -36,7 +36,7 @@ async fn in_flight_exchanges_finish_and_idle_connections_close() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
 
-    stop.send(true).unwrap();
+    p.stop.send(true).unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     // While the busy exchange drains, new clients are refused.
     assert!(TcpStream::connect(addr).await.is_err());
@@ -62,7 +62,9 @@ async fn resp_commands_in_flight_finish_and_idle_resp_connections_close() {
         }
     })
     .await;
-    let (addr, capture, stop, running) = start_tap("r", Protocol::Resp, up).await;
+    let (p, running) =
+        proxy_draining(up, Duration::from_secs(5), |t| t.protocol = Protocol::Resp).await;
+    let (addr, capture) = (p.addr, p.capture.clone());
 
     const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
     // One idle connection (one command answered), one with a command in flight.
@@ -73,7 +75,7 @@ async fn resp_commands_in_flight_finish_and_idle_resp_connections_close() {
     busy.write_all(PING).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
 
-    stop.send(true).unwrap();
+    p.stop.send(true).unwrap();
     // The idle one is closed at once, without a byte: long before the busy reply.
     let closed = tokio::time::timeout(Duration::from_millis(200), read_to_close(&mut idle))
         .await
@@ -87,32 +89,4 @@ async fn resp_commands_in_flight_finish_and_idle_resp_connections_close() {
         .unwrap();
     assert_eq!(capture.exchanges().len(), 2);
     assert!(capture.errors().is_empty(), "{:?}", capture.errors());
-}
-
-/// A tap of `protocol` in front of `up`, running with a 5 s drain: its address, what it
-/// recorded, the stop switch and the running tap.
-async fn start_tap(
-    name: &str,
-    protocol: Protocol,
-    up: std::net::SocketAddr,
-) -> (
-    std::net::SocketAddr,
-    Arc<Capture>,
-    watch::Sender<bool>,
-    tokio::task::JoinHandle<()>,
-) {
-    let cfg = TapConfig::new(
-        name,
-        protocol,
-        "127.0.0.1:0".parse().unwrap(),
-        &up.to_string(),
-    );
-    let capture = Arc::new(Capture::default());
-    let tap = phasescope::app::bind_tap(&cfg, capture.clone())
-        .await
-        .unwrap();
-    let addr = tap.local_addr().unwrap();
-    let (stop, rx) = watch::channel(false);
-    let running = tokio::spawn(tap.run(rx, Duration::from_secs(5)));
-    (addr, capture, stop, running)
 }

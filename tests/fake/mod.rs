@@ -82,7 +82,8 @@ impl Recorder for Capture {
 pub struct Proxy {
     pub addr: SocketAddr,
     pub capture: Arc<Capture>,
-    stop: watch::Sender<bool>,
+    /// Stops the tap (dropping the proxy does too).
+    pub stop: watch::Sender<bool>,
 }
 
 impl Drop for Proxy {
@@ -96,6 +97,18 @@ pub async fn proxy(upstream: SocketAddr) -> Proxy {
 }
 
 pub async fn proxy_with(upstream: SocketAddr, tune: impl FnOnce(&mut TapConfig)) -> Proxy {
+    proxy_draining(upstream, Duration::from_secs(1), tune)
+        .await
+        .0
+}
+
+/// Like [`proxy_with`], draining for up to `drain` once stopped; also the running tap,
+/// which ends when the drain does.
+pub async fn proxy_draining(
+    upstream: SocketAddr,
+    drain: Duration,
+    tune: impl FnOnce(&mut TapConfig),
+) -> (Proxy, tokio::task::JoinHandle<()>) {
     let mut cfg = TapConfig::new(
         "test",
         Protocol::Http,
@@ -109,12 +122,15 @@ pub async fn proxy_with(upstream: SocketAddr, tune: impl FnOnce(&mut TapConfig))
         .unwrap();
     let addr = tap.local_addr().unwrap();
     let (stop, rx) = watch::channel(false);
-    tokio::spawn(tap.run(rx, Duration::from_secs(1)));
-    Proxy {
-        addr,
-        capture,
-        stop,
-    }
+    let running = tokio::spawn(tap.run(rx, drain));
+    (
+        Proxy {
+            addr,
+            capture,
+            stop,
+        },
+        running,
+    )
 }
 
 /// Bytes an upstream received, per connection.
