@@ -486,8 +486,11 @@ fn webdis_logging_every_request_is_slower_in_backend_in_not_in_redis() {
     // the proxy), so what is asked of it is that the difference lies elsewhere: the
     // change in backend_in is several times Redis's.
     let redis_row = row("backend");
-    assert_ne!(
-        redis_row["verdict"], "different",
+    // Never slower: logging is Webdis's work. It can come out `different` (faster): a
+    // Webdis that logs sends Redis fewer commands at once, so they queue less there
+    // (measured once: -19 %, which backend_queue, inside backend, accounts for).
+    assert!(
+        !(redis_row["verdict"] == "different" && redis_row["direction"] == "slower"),
         "logging is Webdis's work, not Redis's: {redis_row:#}"
     );
     let change = |r: &Value| r["change"].as_f64().unwrap();
