@@ -8,7 +8,7 @@ mod fake;
 
 use std::time::{Duration, Instant};
 
-use fake::{proxy_with, read_n, upstream};
+use fake::{proxy_with, read_n, read_until_close_within, upstream};
 use phasescope::recorder::ErrorKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -23,21 +23,6 @@ fn tune(t: &mut phasescope::config::TapConfig) {
     t.timeouts.response = FAR;
     t.timeouts.idle = FAR;
     t.timeouts.head = FAR;
-}
-
-/// Reads until the peer closes or `limit` passes; returns the bytes and whether it closed.
-async fn read_until_close_within(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 65536];
-    let end = Instant::now() + limit;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, s.read(&mut chunk)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
-            Ok(Ok(n)) => out.extend_from_slice(&chunk[..n]),
-            Err(_) => return (out, false),
-        }
-    }
 }
 
 fn assert_in_window(elapsed: Duration, timeout: Duration) {

@@ -10,7 +10,7 @@ mod fake;
 
 use std::time::{Duration, Instant};
 
-use fake::{black_hole, proxy_with, upstream};
+use fake::{black_hole, proxy_with, read_until_close_within, upstream};
 use phasescope::config::{Protocol, TapConfig};
 use phasescope::recorder::ErrorKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,20 +25,6 @@ fn resp(t: &mut TapConfig) {
     t.timeouts.head = FAR;
     t.timeouts.response = FAR;
     t.timeouts.transfer = FAR;
-}
-
-async fn read_until_close_within(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let end = Instant::now() + limit;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, s.read(&mut chunk)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
-            Ok(Ok(n)) => out.extend_from_slice(&chunk[..n]),
-            Err(_) => return (out, false),
-        }
-    }
 }
 
 fn assert_in_window(elapsed: Duration) {

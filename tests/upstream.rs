@@ -96,10 +96,7 @@ fn cpu_per_request_of_a_known_upstream() {
     // (about PARSER_US + BACKEND_US; measured by the upstream's own CPU clock, since on a
     // busy machine the calibrated loop costs more). The kernel's work for the request's
     // read and write is real CPU too, counted as system time, not part of it.
-    let truth = ((after.parser_ns - before.parser_ns) + (after.backend_ns - before.backend_ns))
-        as f64
-        / 1e3
-        / (after.requests - before.requests).max(1) as f64;
+    let truth = after.burn_us_per_request_since(&before);
     eprintln!("burn upstream: {n} requests, per request user {user:.1} µs (burns {truth:.1} µs), system {system:.1} µs, run queue {runq:.1} µs");
     assert!(
         (user - truth).abs() <= 0.15 * truth,
@@ -109,15 +106,7 @@ fn cpu_per_request_of_a_known_upstream() {
         system > 0.0 && system < truth,
         "system CPU per request {system:.1} µs"
     );
-    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args([
-            "report",
-            "--from",
-            &format!("http://{}", proxy.admin_addr()),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = report_text(&proxy, &[]);
     let line = format!("inside burn-upstream (pid {}, ", up.process().pid());
     assert!(text.contains(&line), "no {line:?} in the report:\n{text}");
     assert!(text.contains("µs waiting for a CPU"), "{text}");
@@ -252,16 +241,7 @@ fn profiling_finds_the_parser_share_of_a_known_upstream() {
         m.contains("phasescope_upstream_samples_total{tap=\"webdis\",component=\"http_parser\"}"),
         "no samples in /metrics"
     );
-    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args([
-            "report",
-            "--from",
-            &format!("http://{}", proxy.admin_addr()),
-        ])
-        .args(["--what-if", "3"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = report_text(&proxy, &["--what-if", "3"]);
     assert!(text.contains("HTTP parser "), "{text}");
     assert!(
         text.contains("what if: a parser 3× faster saves ≤ "),
@@ -303,15 +283,7 @@ fn real_webdis_is_found_and_costs_cpu_per_request() {
         by.keys().any(|k| k.starts_with("libc")),
         "no libc in {by:?}"
     );
-    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args([
-            "report",
-            "--from",
-            &format!("http://{}", proxy.admin_addr()),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = report_text(&proxy, &[]);
     eprintln!("{text}");
     assert!(text.contains("inside webdis (pid "), "{text}");
     assert!(text.contains("webdis (own code) "), "{text}");
@@ -551,4 +523,18 @@ fn without_permission_the_proxy_serves_and_warns_once() {
         let m = parse_response(&http_exchange(loopback(admin), &get_request("/metrics")));
         assert!(!m.body_text().contains("phasescope_upstream_samples_total"));
     }
+}
+
+/// `phasescope report --from` the proxy's admin server with `flags`, as text.
+fn report_text(proxy: &Proxy, flags: &[&str]) -> String {
+    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            &format!("http://{}", proxy.admin_addr()),
+        ])
+        .args(flags)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&report.stdout).into_owned()
 }

@@ -294,3 +294,21 @@ pub fn black_hole() -> (
     }
     (addr, l, fill)
 }
+
+/// Reads until the peer closes or `limit` passes; returns the bytes and whether it closed.
+pub async fn read_until_close_within(
+    s: &mut tokio::net::TcpStream,
+    limit: Duration,
+) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let end = std::time::Instant::now() + limit;
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, tokio::io::AsyncReadExt::read(s, &mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
+            Ok(Ok(n)) => out.extend_from_slice(&chunk[..n]),
+            Err(_) => return (out, false),
+        }
+    }
+}

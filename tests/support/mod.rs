@@ -516,9 +516,17 @@ pub struct BurnTruth {
 impl BurnTruth {
     /// CPU µs per request in `http_parser_execute` between `earlier` and `self`.
     pub fn parser_us_per_request_since(&self, earlier: &BurnTruth) -> f64 {
-        (self.parser_ns - earlier.parser_ns) as f64
-            / 1e3
-            / (self.requests - earlier.requests).max(1) as f64
+        self.per_request_us(earlier, self.parser_ns - earlier.parser_ns)
+    }
+
+    /// CPU µs per request in both burns between `earlier` and `self`.
+    pub fn burn_us_per_request_since(&self, earlier: &BurnTruth) -> f64 {
+        let ns = (self.parser_ns - earlier.parser_ns) + (self.backend_ns - earlier.backend_ns);
+        self.per_request_us(earlier, ns)
+    }
+
+    fn per_request_us(&self, earlier: &BurnTruth, ns: u64) -> f64 {
+        ns as f64 / 1e3 / (self.requests - earlier.requests).max(1) as f64
     }
 }
 
