@@ -29,6 +29,28 @@ pub fn nanos_between(start: Tick, end: Tick) -> u64 {
     clock().delta_as_nanos(start, end)
 }
 
+/// The tick `after` past `since`: deadlines are kept as ticks, so that checking one costs a
+/// clock read and a comparison, with no conversion on the way.
+#[inline]
+pub fn after(since: Tick, after: std::time::Duration) -> Tick {
+    let nanos = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+    since.saturating_add(ticks_in(nanos))
+}
+
+/// How many ticks `nanos` nanoseconds last.
+#[inline]
+fn ticks_in(nanos: u64) -> u64 {
+    // quanta scales ticks to nanoseconds with a fixed factor; this is its inverse, read
+    // once from the nanoseconds of a long span of ticks, as a 32.32 fixed-point factor.
+    static TICKS_PER_NANO: OnceLock<u128> = OnceLock::new();
+    const SPAN: u64 = 1 << 40;
+    let factor = *TICKS_PER_NANO.get_or_init(|| {
+        let span_nanos = nanos_between(0, SPAN).max(1);
+        (u128::from(SPAN) << 32) / u128::from(span_nanos)
+    });
+    u64::try_from((u128::from(nanos) * factor) >> 32).unwrap_or(u64::MAX)
+}
+
 /// Which source the clock runs on: `"tsc"` or `"os"`. Reported in the startup log line and
 /// in `phasescope_build_info{clock}` so that a reader knows how fine the timings are.
 pub fn source() -> &'static str {
@@ -65,5 +87,22 @@ mod tests {
         assert!(ns >= 20_000_000, "slept 20 ms, measured {ns} ns");
         assert_eq!(nanos_between(b, a), 0);
         assert!(matches!(source(), "tsc" | "os"));
+    }
+
+    #[test]
+    fn a_duration_after_a_tick_is_that_many_nanoseconds_later() {
+        init();
+        let t = now();
+        for d in [1_000u64, 1_000_000, 30_000_000_000, 3_600_000_000_000] {
+            let later = after(t, std::time::Duration::from_nanos(d));
+            let back = nanos_between(t, later);
+            // Two conversions, each rounding down: off by at most a few nanoseconds per
+            // second of span.
+            assert!(
+                back <= d && d - back <= 2 + d / 1_000_000_000 * 2,
+                "{d} ns -> {back} ns"
+            );
+        }
+        assert_eq!(after(t, std::time::Duration::MAX), u64::MAX);
     }
 }

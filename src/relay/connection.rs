@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
 use super::buffer::Buf;
 use super::exchange::{parse_time, Exchange, Wait};
@@ -404,11 +404,11 @@ impl HttpConnection {
     #[inline]
     fn head_deadline_fired(
         &mut self,
-        at: Instant,
+        at: Tick,
         first: bool,
         idle_since: Tick,
     ) -> Result<Option<HeadReady>, Failure> {
-        if Instant::now() < at {
+        if !self.timer.passed(at) {
             return Ok(None);
         }
         let timeouts = &self.tap.config.timeouts;
@@ -448,8 +448,8 @@ impl HttpConnection {
     /// flight: a system call (`recv` with `MSG_PEEK`), made only when the runtime's
     /// readiness flags may miss them. They are current when the task waited in the event
     /// loop since the last upstream read: the wake-up that ended the wait came from a turn
-    /// of the runtime's poller, which saw the upstream too, and the relay's first wait
-    /// then looks at the upstream's flag before writing (`Relay::upstream_stale`). They
+    /// of the runtime's poller, which saw the upstream too, and the relay then looks at
+    /// the upstream's flag before its first write (`Relay::upstream_stale`). They
     /// are not when the request was pipelined (no wait since the previous response):
     /// then this looks.
     fn upstream_peek(&self) -> Option<usize> {

@@ -40,7 +40,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
 mod commands;
 mod replies;
@@ -108,7 +108,7 @@ struct Interest {
     read_up: bool,
     /// Nothing in flight either way: shutdown closes the connection now.
     idle: bool,
-    due: Option<(Instant, Due)>,
+    due: Option<(Tick, Due)>,
 }
 
 /// What ended a wait.
@@ -254,9 +254,9 @@ impl RespConnection {
     /// The deadline that applies now, if any. Subscribers and MONITOR wait for messages
     /// for as long as they like (Redis's own `timeout` spares them too); a command being
     /// streamed through, larger than the buffer, is under the transfer deadline.
-    fn due(&self, to_up: usize, to_client: usize) -> Option<(tokio::time::Instant, Due)> {
+    fn due(&self, to_up: usize, to_client: usize) -> Option<(Tick, Due)> {
         let t = &self.tap.config.timeouts;
-        let mut best: Option<(tokio::time::Instant, Due)> = None;
+        let mut best: Option<(Tick, Due)> = None;
         let mut consider = |since: Tick, after: std::time::Duration, due: Due| {
             let at = self.timer.deadline(since, after);
             if best.is_none_or(|(b, _)| at < b) {
@@ -409,9 +409,9 @@ impl RespConnection {
 
     /// The timer fired. It may have fired for an earlier deadline than the current one;
     /// then the loop arms it again.
-    fn timer_fired(&self, due: Option<(Instant, Due)>, to_client: usize) -> Result<Step, Failure> {
+    fn timer_fired(&self, due: Option<(Tick, Due)>, to_client: usize) -> Result<Step, Failure> {
         match due {
-            Some((at, which)) if Instant::now() >= at => {
+            Some((at, which)) if self.timer.passed(at) => {
                 tracing::debug!(tap = %self.tap.config.name, due = ?which, "resp deadline passed");
                 self.expired(which, to_client)
             }

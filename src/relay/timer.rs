@@ -7,9 +7,10 @@
 //! then, the caller finds nothing expired and arms it again. Under load that is one
 //! wake-up per timeout period instead of two wheel operations per request.
 //!
-//! Deadlines are given as a clock tick plus a duration, because the relay already holds a
-//! tick for every instant it times; the tick is placed on tokio's clock through a pair of
-//! readings of both clocks taken when the timer was last armed.
+//! Deadlines are clock ticks (`clock::after`), because the relay already holds a tick for
+//! every instant it times: computing one and checking it are integer operations. A tick is
+//! placed on tokio's clock only when the timer is actually moved, from a pair of readings
+//! of both clocks taken then, so the two clocks' drift never accumulates.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,40 +25,40 @@ pub(super) struct Timer {
     /// Created unarmed; registered with the runtime only once armed.
     sleep: Pin<Box<Sleep>>,
     /// When the timer fires, if it is armed.
-    armed: Option<Instant>,
-    /// A tick and the tokio instant read together with it.
-    origin: (Tick, Instant),
+    armed: Option<Tick>,
 }
 
 impl Timer {
     /// Must be called within a tokio runtime with its timer enabled.
     pub(super) fn new() -> Self {
-        let now = Instant::now();
         Self {
-            sleep: Box::pin(sleep_until(now)),
+            sleep: Box::pin(sleep_until(Instant::now())),
             armed: None,
-            origin: (clock::now(), now),
         }
     }
 
-    /// The instant `after` past the tick `since`.
-    pub(super) fn deadline(&self, since: Tick, after: Duration) -> Instant {
-        let (tick, instant) = self.origin;
-        let later = Duration::from_nanos(clock::nanos_between(tick, since));
-        let earlier = Duration::from_nanos(clock::nanos_between(since, tick));
-        let at = instant + later;
-        at.checked_sub(earlier).unwrap_or(at) + after
+    /// The tick `after` past the tick `since`.
+    #[inline]
+    pub(super) fn deadline(&self, since: Tick, after: Duration) -> Tick {
+        clock::after(since, after)
+    }
+
+    /// Whether the deadline `at` has passed.
+    #[inline]
+    pub(super) fn passed(&self, at: Tick) -> bool {
+        clock::now() >= at
     }
 
     /// Makes sure the timer fires no later than `at` (it may fire earlier).
-    pub(super) fn arm(&mut self, at: Instant) {
+    #[inline]
+    pub(super) fn arm(&mut self, at: Tick) {
         if self.armed.is_some_and(|armed| armed <= at) {
             return;
         }
-        self.sleep.as_mut().reset(at);
+        let (now, instant) = (clock::now(), Instant::now());
+        let when = instant + Duration::from_nanos(clock::nanos_between(now, at));
+        self.sleep.as_mut().reset(when);
         self.armed = Some(at);
-        // Re-reading both clocks now and then keeps their drift apart out of deadlines.
-        self.origin = (clock::now(), Instant::now());
     }
 
     /// Ready once the armed timer fires; it is then unarmed. Never ready when unarmed.
@@ -80,9 +81,10 @@ mod tests {
         clock::init();
         let mut timer = Timer::new();
         let start = Instant::now();
-        timer.arm(start + Duration::from_millis(400));
-        timer.arm(start + Duration::from_secs(30));
-        timer.arm(start + Duration::from_millis(100));
+        let t0 = clock::now();
+        timer.arm(timer.deadline(t0, Duration::from_millis(400)));
+        timer.arm(timer.deadline(t0, Duration::from_secs(30)));
+        timer.arm(timer.deadline(t0, Duration::from_millis(100)));
         std::future::poll_fn(|cx| timer.poll_fired(cx)).await;
         let fired = start.elapsed();
         assert!(fired >= Duration::from_millis(100), "{fired:?}");
@@ -90,22 +92,18 @@ mod tests {
         // Unarmed now: it does not fire again until armed.
         let unarmed = std::future::poll_fn(|cx| Poll::Ready(timer.poll_fired(cx))).await;
         assert!(unarmed.is_pending());
-        timer.arm(Instant::now() + Duration::from_millis(50));
+        timer.arm(timer.deadline(clock::now(), Duration::from_millis(50)));
         std::future::poll_fn(|cx| timer.poll_fired(cx)).await;
         assert!(start.elapsed() >= fired + Duration::from_millis(50));
     }
 
     #[tokio::test]
-    async fn ticks_become_instants() {
+    async fn a_deadline_passes_after_its_duration() {
         clock::init();
         let timer = Timer::new();
-        let before = clock::now();
+        let at = timer.deadline(clock::now(), Duration::from_millis(20));
+        assert!(!timer.passed(at));
         std::thread::sleep(Duration::from_millis(20));
-        let after = clock::now();
-        let a = timer.deadline(before, Duration::from_secs(1));
-        let b = timer.deadline(after, Duration::from_secs(1));
-        let gap = b - a;
-        assert!(gap >= Duration::from_millis(20), "{gap:?}");
-        assert!(gap < Duration::from_secs(1), "{gap:?}");
+        assert!(timer.passed(at));
     }
 }
