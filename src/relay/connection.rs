@@ -272,7 +272,13 @@ impl HttpConnection {
     /// ends the client's connection too. Once a head has begun, the head timeout applies,
     /// and to the first request of a connection from the accept.
     async fn await_head(&mut self, stop: &mut Stop<'_>) -> Result<HeadReady, Failure> {
-        let idle_since = clock::now();
+        // The previous response's last write is when the connection went idle (the first
+        // request's deadline runs from the accept instead, see `NextRequest::deadline`).
+        let idle_since = if self.prev_end != 0 {
+            self.prev_end
+        } else {
+            clock::now()
+        };
         // Buffers are taken again when bytes are readable.
         self.cbuf.release();
         self.ubuf.release();
@@ -312,7 +318,7 @@ impl HttpConnection {
     fn head_progress(&mut self, stop: &mut Stop<'_>) -> Result<Option<HeadReady>, Failure> {
         let limits = &self.tap.config.limits;
         if !self.cbuf.is_empty() {
-            self.next.begin(clock::now());
+            self.next.begin_now();
         }
         match self.next.advance(
             self.cbuf.filled(),

@@ -138,7 +138,7 @@ impl Relay<'_> {
     fn read_ahead(&mut self) {
         if self.sides.req.is_sent() && !self.cbuf.is_empty() {
             let limits = &self.tap.config.limits;
-            self.next.begin(clock::now());
+            self.next.begin_now();
             let _ = self.next.advance(
                 self.cbuf.filled(),
                 limits.max_head_bytes,

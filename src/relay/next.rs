@@ -103,6 +103,13 @@ impl NextRequest {
         }
     }
 
+    /// [`begin`](Self::begin) now, reading the clock only if the request has not begun.
+    pub fn begin_now(&mut self) {
+        if self.t_first == 0 {
+            self.t_first = clock::now();
+        }
+    }
+
     /// Looks for the complete head at the start of `buf`, resuming the scan. Returns
     /// whether it is ready. Time spent here is the request's `parse` phase.
     pub fn advance(
