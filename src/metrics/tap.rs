@@ -298,10 +298,14 @@ impl Recorder for TapMetrics {
         self.exchange_in(&mut self.shard(), record);
     }
 
-    /// One shard lock for both, instead of one each.
-    fn exchange_with_head(&self, record: &ExchangeRecord<'_>, head: HeadShape) {
+    /// One shard lock for the bytes, the head and the exchange, instead of one each.
+    fn exchange_relayed(&self, record: &ExchangeRecord<'_>, head: Option<HeadShape>) {
         let mut shard = self.shard();
-        shard.heads.record(head.bytes, head.fields);
+        shard.bytes[direction_index(Direction::Request)] += record.request_bytes;
+        shard.bytes[direction_index(Direction::Response)] += record.response_bytes;
+        if let Some(head) = head {
+            shard.heads.record(head.bytes, head.fields);
+        }
         self.exchange_in(&mut shard, record);
     }
 
