@@ -9,6 +9,7 @@
 
 use hdrhistogram::Histogram;
 
+use crate::metrics::hdr::HdrCounts;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::phase::Phase;
 use crate::recorder::{ErrorKind, RouteId};
@@ -135,7 +136,7 @@ pub struct SeriesShard {
     pub sum_ns: u128,
     /// This thread's HDR copy, since the process started (a reset subtracts a baseline
     /// instead of emptying it, so that the native histograms derived from it only grow).
-    pub hdr: Histogram<u64>,
+    pub hdr: HdrCounts,
     /// Exact extremes since the last reset (`u64::MAX` and 0 when none).
     pub min_ns: u64,
     pub max_ns: u64,
@@ -146,7 +147,7 @@ impl SeriesShard {
         Self {
             buckets: vec![0; slots].into_boxed_slice(),
             sum_ns: 0,
-            hdr: hdr.clone(),
+            hdr: HdrCounts::new(hdr),
             min_ns: u64::MAX,
             max_ns: 0,
         }
@@ -156,7 +157,7 @@ impl SeriesShard {
     pub fn observe(&mut self, bucket: usize, ns: u64) {
         self.buckets[bucket] += 1;
         self.sum_ns += u128::from(ns);
-        self.hdr.saturating_record(ns);
+        self.hdr.record(ns);
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
     }
@@ -184,15 +185,19 @@ mod tests {
             series.observe(1, ns);
         }
         assert_eq!(series.buckets[1], 4);
-        assert_eq!(series.hdr.len(), 4);
+        assert_eq!(series.hdr.to_histogram(&template).len(), 4);
         assert_eq!(series.sum_ns, 1_300 + u128::from(HIGHEST_NS) * 2);
         assert_eq!((series.min_ns, series.max_ns), (0, HIGHEST_NS * 2));
-        let p50 = series.hdr.value_at_quantile(0.5);
+        let p50 = series.hdr.to_histogram(&template).value_at_quantile(0.5);
         assert!((300..=303).contains(&p50), "{p50}");
 
         series.restart_extremes();
         assert_eq!((series.min_ns, series.max_ns), (u64::MAX, 0));
-        assert_eq!(series.hdr.len(), 4, "the HDR copy is never emptied");
+        assert_eq!(
+            series.hdr.to_histogram(&template).len(),
+            4,
+            "the HDR copy is never emptied"
+        );
         series.observe(0, 7);
         assert_eq!((series.min_ns, series.max_ns), (7, 7));
         assert_eq!(shard.routes.len(), 4);

@@ -194,13 +194,8 @@ impl TapMetrics {
                     s.max_ns = s.max_ns.max(series.max_ns);
                     if what != Collect::Counts {
                         match &mut s.hdr {
-                            None => s.hdr = Some(series.hdr.clone()),
-                            Some(h) => {
-                                if let Err(e) = h.add(&series.hdr) {
-                                    // Same layout everywhere, so this cannot happen.
-                                    tracing::error!(error = %e, "merging HDR copies failed");
-                                }
-                            }
+                            None => s.hdr = Some(series.hdr.to_histogram(&self.hdr_template)),
+                            Some(h) => series.hdr.add_to(h),
                         }
                     }
                 }
