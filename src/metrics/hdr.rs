@@ -38,16 +38,17 @@ const LEADING_ZERO_COUNT_BASE: u32 = 64 - UNIT_MAGNITUDE - SUB_BUCKET_HALF_MAGNI
 // The constants follow the figures above (a test holds them to hdrhistogram itself).
 const _: () = assert!(SIGNIFICANT_FIGURES == 2 && LOWEST_NS == 1 << UNIT_MAGNITUDE);
 
-/// The index of the HDR bucket of `ns`, as hdrhistogram computes it.
+/// The index of the HDR bucket of `ns`, as hdrhistogram computes it (past the end of the
+/// counts for a value past the histogram's range).
 #[inline]
-fn index_of(ns: u64) -> usize {
+pub fn index_of(ns: u64) -> usize {
     let bucket = LEADING_ZERO_COUNT_BASE - (ns | SUB_BUCKET_MASK).leading_zeros();
     let sub = (ns >> (bucket + UNIT_MAGNITUDE)) as usize;
     ((bucket as usize + 1) << SUB_BUCKET_HALF_MAGNITUDE) + sub - SUB_BUCKET_HALF
 }
 
 /// The lowest value of the HDR bucket at `index`, as hdrhistogram computes it.
-fn value_of(index: usize) -> u64 {
+pub fn value_of(index: usize) -> u64 {
     let bucket = (index >> SUB_BUCKET_HALF_MAGNITUDE).saturating_sub(1);
     let mut sub = (index & (SUB_BUCKET_HALF - 1)) + SUB_BUCKET_HALF;
     if index < SUB_BUCKET_HALF {
@@ -79,10 +80,9 @@ impl HdrCounts {
         }
     }
 
-    /// Counts one value, as `Histogram::saturating_record` would.
+    /// Counts one value whose [`index_of`] is `i`, as `Histogram::saturating_record` would.
     #[inline]
-    pub fn record(&mut self, ns: u64) {
-        let i = index_of(ns);
+    pub fn record_at(&mut self, i: usize) {
         let i = if i < self.counts.len() { i } else { self.clamp };
         if let Some(c) = self.counts.get_mut(i) {
             *c += 1;
@@ -164,7 +164,7 @@ mod tests {
         let mut counts = HdrCounts::new(&t);
         for v in probes() {
             direct.saturating_record(v);
-            counts.record(v);
+            counts.record_at(index_of(v));
         }
         let built = counts.to_histogram(&t);
         assert_eq!(built, direct);

@@ -153,11 +153,14 @@ impl SeriesShard {
         }
     }
 
+    /// Counts `ns`, whose bucket is `bucket` and HDR index (`hdr::index_of`) `hdr`.
     #[inline]
-    pub fn observe(&mut self, bucket: usize, ns: u64) {
-        self.buckets[bucket] += 1;
+    pub fn observe(&mut self, bucket: usize, hdr: usize, ns: u64) {
+        if let Some(n) = self.buckets.get_mut(bucket) {
+            *n += 1;
+        }
         self.sum_ns += u128::from(ns);
-        self.hdr.record(ns);
+        self.hdr.record_at(hdr);
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
     }
@@ -172,7 +175,7 @@ impl SeriesShard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::hdr::{template, HIGHEST_NS};
+    use crate::metrics::hdr::{index_of, template, HIGHEST_NS};
 
     #[test]
     fn a_series_records_buckets_hdr_and_extremes_and_restarts_its_extremes() {
@@ -182,7 +185,7 @@ mod tests {
         let series = route.phases[Phase::Total.index()]
             .get_or_insert_with(|| Box::new(SeriesShard::new(4, &template)));
         for ns in [300, 1_000, 0, HIGHEST_NS * 2] {
-            series.observe(1, ns);
+            series.observe(1, index_of(ns), ns);
         }
         assert_eq!(series.buckets[1], 4);
         assert_eq!(series.hdr.to_histogram(&template).len(), 4);
@@ -198,7 +201,7 @@ mod tests {
             4,
             "the HDR copy is never emptied"
         );
-        series.observe(0, 7);
+        series.observe(0, index_of(7), 7);
         assert_eq!((series.min_ns, series.max_ns), (7, 7));
         assert_eq!(shard.routes.len(), 4);
     }

@@ -283,7 +283,9 @@ impl TapMetrics {
             let series = rs.phases[phase.index()].get_or_insert_with(|| {
                 Box::new(SeriesShard::new(self.buckets.slots(), &self.hdr_template))
             });
-            series.observe(self.buckets.index(ns), ns);
+            // The HDR index is worked out once, for the HDR copy and to find the bucket.
+            let hdr = hdr::index_of(ns);
+            series.observe(self.buckets.index_by_hdr(hdr, ns), hdr, ns);
         }
     }
 }
