@@ -2,7 +2,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::headers::{FramingError, FramingFields};
+use super::headers::{FieldName, FramingError, FramingFields};
 use super::{Answer, BodyKind, Method, Version};
 
 /// Heads with up to this many fields are parsed with a header array on the stack.
@@ -33,6 +33,9 @@ pub struct RequestHead {
 /// The field `phasescope probe` marks its requests with, so that a tap in front of the
 /// probed server records them under the route `probe`, apart from the real traffic.
 pub const PROBE_HEADER: &str = "X-Phasescope-Probe";
+
+/// [`PROBE_HEADER`], lower-cased (a test holds the two together).
+const PROBE: FieldName = FieldName::new(b"x-phasescope-probe");
 
 impl RequestHead {
     pub fn target<'a>(&self, head: &'a [u8]) -> &'a [u8] {
@@ -179,10 +182,7 @@ fn parse_with<'h>(
         upgrade: fields.upgrade && version == Version::Http11,
         expect_continue: fields.expect_continue,
         fields: req.headers.len(),
-        probe: req
-            .headers
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case(PROBE_HEADER)),
+        probe: req.headers.iter().any(|h| PROBE.matches(h.name.as_bytes())),
     })
 }
 
@@ -328,6 +328,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_probe_field_is_found_in_any_case() {
+        assert!(PROBE.matches(PROBE_HEADER.as_bytes()));
+        let raw = "GET / HTTP/1.1\r\nHost: a\r\nx-PHASESCOPE-probe: 1\r\n\r\n";
+        assert!(p(raw).unwrap().probe);
+        assert!(
+            !p("GET / HTTP/1.1\r\nHost: a\r\nX-Phasescope-Prob: 1\r\n\r\n")
+                .unwrap()
+                .probe
+        );
     }
 
     #[test]
