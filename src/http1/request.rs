@@ -191,23 +191,26 @@ fn parse_with<'h>(
 /// sees `A: b\nContent-Length: 5` as one field where we saw two: that difference is a
 /// smuggling channel. Every LF of a request head must follow a CR.
 fn reject_bare_lf(head: &[u8]) -> Result<(), RequestError> {
-    use super::scan::{bytes_equal, word_at};
-    if head.first() == Some(&b'\n') {
-        return Err(RequestError::BareLf);
-    }
-    // Eight bytes at a time: the line feeds of the word at `i`, against the carriage
-    // returns of the word one byte earlier (heads are too short for a library search to
-    // pay for its setup, see `scan`).
-    let mut i = 1;
-    while let (Some(word), Some(before)) = (word_at(head, i), word_at(head, i - 1)) {
-        if bytes_equal(word, b'\n') & !bytes_equal(before, b'\r') != 0 {
-            return Err(RequestError::BareLf);
+    use super::scan::block;
+    let bare = if head.len() <= block::LEN {
+        head.first() == Some(&b'\n') || head.windows(2).any(|w| w[1] == b'\n' && w[0] != b'\r')
+    } else {
+        // A block at a time (heads are too short for a library search to pay for its
+        // setup, see `scan`): the line feeds of the block at `i` against the carriage
+        // returns of the block one byte earlier. The last block ends with the head,
+        // overlapping the one before.
+        let mut bare = head[0] == b'\n';
+        let mut i = 1;
+        while i < head.len() && !bare {
+            let start = i.min(head.len() - block::LEN);
+            let lfs = block::equal(head, start, b'\n').unwrap_or(0);
+            let crs = block::equal(head, start - 1, b'\r').unwrap_or(0);
+            bare = lfs & !crs != 0;
+            i = start + block::LEN;
         }
-        i += 8;
-    }
-    // The last few bytes, each with the one before it.
-    let tail = head.get(i - 1..).unwrap_or_default();
-    if tail.windows(2).any(|w| w[1] == b'\n' && w[0] != b'\r') {
+        bare
+    };
+    if bare {
         return Err(RequestError::BareLf);
     }
     Ok(())
@@ -319,7 +322,7 @@ mod tests {
                     body.push(alphabet[c % 3]);
                     c /= 3;
                 }
-                for prefix in [0, 1, 6, 7, 8, 9, 15] {
+                for prefix in [0, 1, 6, 7, 8, 9, 15, 16, 17, 23] {
                     let mut head = vec![b'x'; prefix];
                     head.extend_from_slice(&body);
                     let bare = (0..head.len())
