@@ -141,12 +141,19 @@ pub trait Recorder: Send + Sync + 'static {
     /// A request head of `bytes` bytes (empty line included) with `fields` header fields
     /// was read; not called for the probe's own requests. Called alone only for a request
     /// that records no exchange; otherwise the shape comes with the exchange
-    /// ([`Recorder::exchange_with_head`]).
+    /// ([`Recorder::exchange_relayed`]).
     fn request_head(&self, _bytes: usize, _fields: usize) {}
-    /// A completed HTTP exchange and its request head's shape, in one call, so that a
-    /// recorder can take both under one lock. The same as `request_head` then `exchange`.
-    fn exchange_with_head(&self, record: &ExchangeRecord<'_>, head: HeadShape) {
-        self.request_head(head.bytes, head.fields);
+    /// A completed HTTP exchange, in one call so that a recorder can take everything under
+    /// one lock: the bytes it moved (`record.request_bytes` and `record.response_bytes`,
+    /// counted as if passed to [`Recorder::bytes`]), its request head's shape (`None` for a
+    /// head that stays out of the head shapes), and the exchange. The same as `bytes` for
+    /// each direction, `request_head`, then `exchange`.
+    fn exchange_relayed(&self, record: &ExchangeRecord<'_>, head: Option<HeadShape>) {
+        self.bytes(Direction::Request, record.request_bytes);
+        self.bytes(Direction::Response, record.response_bytes);
+        if let Some(head) = head {
+            self.request_head(head.bytes, head.fields);
+        }
         self.exchange(record);
     }
     /// Called on shutdown, after the last exchange: flush whatever is buffered.
@@ -207,10 +214,10 @@ impl Recorder for Fanout {
             .iter()
             .for_each(|s| s.request_head(bytes, fields));
     }
-    fn exchange_with_head(&self, record: &ExchangeRecord<'_>, head: HeadShape) {
+    fn exchange_relayed(&self, record: &ExchangeRecord<'_>, head: Option<HeadShape>) {
         self.sinks
             .iter()
-            .for_each(|s| s.exchange_with_head(record, head));
+            .for_each(|s| s.exchange_relayed(record, head));
     }
     fn flush(&self) {
         self.sinks.iter().for_each(|s| s.flush());

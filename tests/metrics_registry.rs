@@ -565,3 +565,61 @@ fn snapshots_round_trip_and_merge() {
     assert!(Snapshot::from_json(&newer.to_string()).is_err());
     assert!(Snapshot::from_json("{\"format\": \"x\"}").is_err());
 }
+
+/// The relay's one call per exchange counts what the separate calls would: its bytes in
+/// `phasescope_bytes_total`, its head in the request-head shapes, its phases; a probe's
+/// exchange (no head) only stays out of the shapes.
+#[test]
+fn an_exchange_relayed_counts_what_the_separate_calls_count() {
+    use phasescope::recorder::HeadShape;
+    let reg = registry();
+    let one = tap("one", Protocol::Http, RouteRule::None);
+    let many = tap("many", Protocol::Http, RouteRule::None);
+    let one_m = reg
+        .tap(&one, Arc::new(RouteTable::new(&one).unwrap()))
+        .unwrap();
+    let many_m = reg
+        .tap(&many, Arc::new(RouteTable::new(&many).unwrap()))
+        .unwrap();
+    let mut rng = Rng::new(16);
+    for i in 0..50u64 {
+        let mut record = exchange(
+            Default::default(),
+            "GET",
+            200,
+            phases(&[(Phase::Parse, rng.below(1_000)), (Phase::Total, 5_000 + i)]),
+        );
+        record.request_bytes = 30 + rng.below(100);
+        record.response_bytes = 60 + rng.below(1_000);
+        let head = (i % 7 != 0).then_some(HeadShape {
+            bytes: 20 + rng.below(200) as usize,
+            fields: rng.below(20) as usize,
+        });
+        one_m.exchange_relayed(&record, head);
+        many_m.bytes(Direction::Request, record.request_bytes);
+        many_m.bytes(Direction::Response, record.response_bytes);
+        if let Some(h) = head {
+            many_m.request_head(h.bytes, h.fields);
+        }
+        many_m.exchange(&record);
+    }
+    let e = Exposition::parse(&reg.encode_prometheus());
+    for d in ["request", "response"] {
+        let got = e.value(BYTES, &[("tap", "one"), ("direction", d)]);
+        assert!(got > 0.0, "{d}");
+        assert_eq!(
+            got,
+            e.value(BYTES, &[("tap", "many"), ("direction", d)]),
+            "{d}"
+        );
+    }
+    for p in ["parse", "total"] {
+        let count = |t| e.value(DURATION_COUNT, &[("tap", t), ("phase", p)]);
+        assert_eq!(count("one"), 50.0);
+        assert_eq!(count("one"), count("many"));
+    }
+    let snap = serde_json::to_value(reg.snapshot()).unwrap();
+    let heads = |t: &str| snap["taps"][t]["request_heads"].clone();
+    assert_eq!(heads("one")["count"], 42, "{snap}");
+    assert_eq!(heads("one"), heads("many"));
+}

@@ -39,6 +39,80 @@ pub enum FramingError {
     InvalidTransferEncoding,
 }
 
+/// A field name of 8 to 24 bytes, to compare names with eight bytes at a time: a head's
+/// every field is checked against the names below, and `eq_ignore_ascii_case` goes one
+/// byte at a time.
+pub(crate) struct FieldName {
+    len: usize,
+    /// Per word of the name (at offsets 0, 8, … and the last at `len - 8`, overlapping
+    /// the one before): the lower-case bytes, and 0x20 in each byte that is a letter.
+    words: [(u64, u64); 3],
+    count: usize,
+}
+
+impl FieldName {
+    /// `lower`, lower-case, 8 to 24 bytes (checked when the constant is built).
+    pub(crate) const fn new(lower: &[u8]) -> Self {
+        assert!(lower.len() >= 8 && lower.len() <= 24);
+        let mut words = [(0, 0); 3];
+        let mut count = 0;
+        loop {
+            let start = if count * 8 + 8 > lower.len() {
+                lower.len() - 8
+            } else {
+                count * 8
+            };
+            let (mut value, mut fold) = (0u64, 0u64);
+            let mut k = 0;
+            while k < 8 {
+                let b = lower[start + k];
+                assert!(!b.is_ascii_uppercase());
+                value |= (b as u64) << (8 * k);
+                if b.is_ascii_lowercase() {
+                    fold |= 0x20 << (8 * k);
+                }
+                k += 1;
+            }
+            words[count] = (value, fold);
+            count += 1;
+            if start + 8 == lower.len() {
+                break;
+            }
+        }
+        Self {
+            len: lower.len(),
+            words,
+            count,
+        }
+    }
+
+    /// `name.eq_ignore_ascii_case(lower)`. Setting 0x20 in a letter's position makes an
+    /// upper-case letter its lower-case one and changes nothing that equals a lower-case
+    /// letter after it but the upper-case one, and the other bytes are compared as they
+    /// are: exactly the case-insensitive comparison.
+    #[inline]
+    pub(crate) fn matches(&self, name: &[u8]) -> bool {
+        if name.len() != self.len {
+            return false;
+        }
+        let mut i = 0;
+        while i < self.count {
+            let start = (i * 8).min(self.len - 8);
+            let (value, fold) = self.words[i];
+            match super::scan::word_at(name, start) {
+                Some(w) if w | fold == value => {}
+                _ => return false,
+            }
+            i += 1;
+        }
+        true
+    }
+}
+
+const CONTENT_LENGTH: FieldName = FieldName::new(b"content-length");
+const TRANSFER_ENCODING: FieldName = FieldName::new(b"transfer-encoding");
+const CONNECTION: FieldName = FieldName::new(b"connection");
+
 impl FramingFields {
     pub fn read(headers: &[httparse::Header<'_>]) -> Result<Self, FramingError> {
         let mut f = FramingFields::default();
@@ -46,13 +120,13 @@ impl FramingFields {
         let mut upgrade_token = false;
         for h in headers {
             let name = h.name.as_bytes();
-            if name.eq_ignore_ascii_case(b"content-length") {
+            if CONTENT_LENGTH.matches(name) {
                 let n = parse_content_length(h.value)?;
                 match f.content_length {
                     Some(prev) if prev != n => return Err(FramingError::ConflictingContentLength),
                     _ => f.content_length = Some(n),
                 }
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            } else if TRANSFER_ENCODING.matches(name) {
                 if f.transfer_encoding {
                     return Err(FramingError::DuplicateTransferEncoding);
                 }
@@ -61,7 +135,7 @@ impl FramingFields {
                 f.chunked = codings.last_is_chunked;
                 f.codings = codings.count;
                 f.chunked_repeated = codings.chunked > 1;
-            } else if name.eq_ignore_ascii_case(b"connection") {
+            } else if CONNECTION.matches(name) {
                 for token in tokens(h.value) {
                     if token.eq_ignore_ascii_case(b"close") {
                         f.close = true;
@@ -169,6 +243,41 @@ mod tests {
             })
             .collect();
         FramingFields::read(&headers)
+    }
+
+    /// Every name of the right length that differs from a field name in one byte, or only
+    /// in case, compares as `eq_ignore_ascii_case` says.
+    #[test]
+    fn field_names_match_exactly_case_insensitively() {
+        let names: [(&FieldName, &[u8]); 4] = [
+            (&CONTENT_LENGTH, b"content-length"),
+            (&TRANSFER_ENCODING, b"transfer-encoding"),
+            (&CONNECTION, b"connection"),
+            (
+                &FieldName::new(b"x-phasescope-probe"),
+                b"x-phasescope-probe",
+            ),
+        ];
+        for (name, lower) in names {
+            assert!(name.matches(lower));
+            assert!(name.matches(&lower.to_ascii_uppercase()));
+            assert!(!name.matches(&lower[1..]));
+            let mut longer = lower.to_vec();
+            longer.push(b'x');
+            assert!(!name.matches(&longer));
+            for at in 0..lower.len() {
+                for b in 0..=255u8 {
+                    let mut other = lower.to_vec();
+                    other[at] = b;
+                    assert_eq!(
+                        name.matches(&other),
+                        other.eq_ignore_ascii_case(lower),
+                        "{:?}",
+                        String::from_utf8_lossy(&other)
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::headers::{FramingError, FramingFields};
+use super::headers::{FieldName, FramingError, FramingFields};
 use super::{Answer, BodyKind, Method, Version};
 
 /// Heads with up to this many fields are parsed with a header array on the stack.
@@ -33,6 +33,9 @@ pub struct RequestHead {
 /// The field `phasescope probe` marks its requests with, so that a tap in front of the
 /// probed server records them under the route `probe`, apart from the real traffic.
 pub const PROBE_HEADER: &str = "X-Phasescope-Probe";
+
+/// [`PROBE_HEADER`], lower-cased (a test holds the two together).
+const PROBE: FieldName = FieldName::new(b"x-phasescope-probe");
 
 impl RequestHead {
     pub fn target<'a>(&self, head: &'a [u8]) -> &'a [u8] {
@@ -179,10 +182,7 @@ fn parse_with<'h>(
         upgrade: fields.upgrade && version == Version::Http11,
         expect_continue: fields.expect_continue,
         fields: req.headers.len(),
-        probe: req
-            .headers
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case(PROBE_HEADER)),
+        probe: req.headers.iter().any(|h| PROBE.matches(h.name.as_bytes())),
     })
 }
 
@@ -191,10 +191,27 @@ fn parse_with<'h>(
 /// sees `A: b\nContent-Length: 5` as one field where we saw two: that difference is a
 /// smuggling channel. Every LF of a request head must follow a CR.
 fn reject_bare_lf(head: &[u8]) -> Result<(), RequestError> {
-    for i in memchr::memchr_iter(b'\n', head) {
-        if i == 0 || head[i - 1] != b'\r' {
-            return Err(RequestError::BareLf);
+    use super::scan::block;
+    let bare = if head.len() <= block::LEN {
+        head.first() == Some(&b'\n') || head.windows(2).any(|w| w[1] == b'\n' && w[0] != b'\r')
+    } else {
+        // A block at a time (heads are too short for a library search to pay for its
+        // setup, see `scan`): the line feeds of the block at `i` against the carriage
+        // returns of the block one byte earlier. The last block ends with the head,
+        // overlapping the one before.
+        let mut bare = head[0] == b'\n';
+        let mut i = 1;
+        while i < head.len() && !bare {
+            let start = i.min(head.len() - block::LEN);
+            let lfs = block::equal(head, start, b'\n').unwrap_or(0);
+            let crs = block::equal(head, start - 1, b'\r').unwrap_or(0);
+            bare = lfs & !crs != 0;
+            i = start + block::LEN;
         }
+        bare
+    };
+    if bare {
+        return Err(RequestError::BareLf);
     }
     Ok(())
 }
@@ -290,6 +307,42 @@ mod tests {
 
     fn p(s: &str) -> Result<RequestHead, RequestError> {
         parse(s.as_bytes(), 100)
+    }
+
+    /// Every string of up to 9 bytes of `a`, CR and LF, shifted across word boundaries:
+    /// the word-at-a-time check finds a bare LF exactly when one is there.
+    #[test]
+    fn bare_lfs_are_found_wherever_they_are() {
+        let alphabet = [b'a', b'\r', b'\n'];
+        for len in 0..=9u32 {
+            for code in 0..3usize.pow(len) {
+                let mut body = Vec::new();
+                let mut c = code;
+                for _ in 0..len {
+                    body.push(alphabet[c % 3]);
+                    c /= 3;
+                }
+                for prefix in [0, 1, 6, 7, 8, 9, 15, 16, 17, 23] {
+                    let mut head = vec![b'x'; prefix];
+                    head.extend_from_slice(&body);
+                    let bare = (0..head.len())
+                        .any(|i| head[i] == b'\n' && (i == 0 || head[i - 1] != b'\r'));
+                    assert_eq!(reject_bare_lf(&head).is_err(), bare, "{head:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_probe_field_is_found_in_any_case() {
+        assert!(PROBE.matches(PROBE_HEADER.as_bytes()));
+        let raw = "GET / HTTP/1.1\r\nHost: a\r\nx-PHASESCOPE-probe: 1\r\n\r\n";
+        assert!(p(raw).unwrap().probe);
+        assert!(
+            !p("GET / HTTP/1.1\r\nHost: a\r\nX-Phasescope-Prob: 1\r\n\r\n")
+                .unwrap()
+                .probe
+        );
     }
 
     #[test]

@@ -4,17 +4,85 @@
 //! byte a second), so the scan remembers how far it got and resumes there: each byte of a
 //! head is examined once by the scan and once by the parser, however many reads it took.
 
-use std::sync::LazyLock;
-
 use memchr::memchr_iter;
-use memchr::memmem::Finder;
 
 use super::headers::is_tchar;
 use super::request::RequestError;
 
-/// The two ways a head's last line ends (see [`HeadScanner::find_end`]).
-static CRLF_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\r\n"));
-static LF_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\n"));
+/// Eight bytes at a time, read as a little-endian word so that byte `k` is bits `8k..8k+8`.
+const WORD: usize = 8;
+
+/// The word of `buf` starting at `at`, if eight bytes are there.
+#[inline]
+pub(crate) fn word_at(buf: &[u8], at: usize) -> Option<u64> {
+    buf.get(at..)
+        .and_then(|rest| rest.first_chunk::<WORD>())
+        .map(|w| u64::from_le_bytes(*w))
+}
+
+/// The top bit of each byte of `word` that equals `byte`, and no other bit. Exact (no
+/// false positives from borrows, unlike the shorter `(x - 0x01..) & !x & 0x80..`).
+/// The 16-byte blocks of x86-64 need it only in tests, which hold it to a plain comparison.
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
+#[inline]
+pub(crate) fn bytes_equal(word: u64, byte: u8) -> u64 {
+    const LOW7: u64 = u64::from_ne_bytes([0x7f; WORD]);
+    let x = word ^ u64::from_ne_bytes([byte; WORD]);
+    !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7)
+}
+
+/// Comparing many bytes of a buffer with one byte at once: sixteen with SSE2, which every
+/// x86-64 has, elsewhere a 64-bit word ([`bytes_equal`]).
+pub(crate) mod block {
+    /// Bytes compared at once.
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    pub const LEN: usize = 16;
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    pub const LEN: usize = 8;
+    /// Bits of a mask per byte: byte `k` is bit `k * BITS` and up.
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    pub const BITS: u32 = 1;
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    pub const BITS: u32 = 8;
+
+    /// A mask of the bytes among the `LEN` at `at` that equal `byte`, if `LEN` are there.
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[inline]
+    pub fn equal(buf: &[u8], at: usize, byte: u8) -> Option<u64> {
+        let b = buf.get(at..)?.first_chunk::<LEN>()?;
+        let lo = i64::from_le_bytes(*b.first_chunk::<8>()?);
+        let hi = i64::from_le_bytes(*b.last_chunk::<8>()?);
+        // SAFETY: `sse2_equal` needs SSE2, which this build enables (the cfg above), as
+        // every x86-64 target does; it reads nothing but its arguments.
+        Some(unsafe { sse2_equal(lo, hi, byte) })
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[target_feature(enable = "sse2")]
+    fn sse2_equal(lo: i64, hi: i64, byte: u8) -> u64 {
+        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_set1_epi8, _mm_set_epi64x};
+        let eq = _mm_cmpeq_epi8(_mm_set_epi64x(hi, lo), _mm_set1_epi8(byte as i8));
+        // One bit per byte, in the low 16 bits.
+        u64::from(_mm_movemask_epi8(eq) as u16)
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    #[inline]
+    pub fn equal(buf: &[u8], at: usize, byte: u8) -> Option<u64> {
+        super::word_at(buf, at).map(|w| super::bytes_equal(w, byte))
+    }
+}
+
+/// Where the head ends if the line feed at `lf` starts its empty line: `\n\n` or
+/// `\n\r\n`. `None` also when the bytes that would tell have not arrived yet.
+#[inline]
+fn end_after(buf: &[u8], lf: usize) -> Option<usize> {
+    match (buf.get(lf + 1), buf.get(lf + 2)) {
+        (Some(b'\n'), _) => Some(lf + 2),
+        (Some(b'\r'), Some(b'\n')) => Some(lf + 3),
+        _ => None,
+    }
+}
 
 /// Resumable end-of-head scanner.
 #[derive(Debug, Default, Clone, Copy)]
@@ -37,22 +105,40 @@ impl HeadScanner {
     /// would not need.
     pub fn find_end(&mut self, buf: &[u8]) -> Option<usize> {
         // Step back two bytes so that a terminator split across reads is seen whole.
-        let from = self.scanned.saturating_sub(2);
-        let rest = &buf[from..];
-        // A head ends at the first `\n\r\n` or `\n\n`. Two whole-buffer searches cost
-        // less than stopping at every line end: a head of a dozen lines took a dozen
-        // searches, and most heads arrive whole.
-        let crlf = CRLF_END.find(rest);
-        let lf = LF_END.find(&rest[..crlf.map_or(rest.len(), |i| i + 2)]);
-        let end = match (lf, crlf) {
-            (Some(i), _) => Some(i + 2),
-            (None, Some(i)) => Some(i + 3),
-            (None, None) => None,
-        };
-        if end.is_none() {
-            self.scanned = buf.len();
+        let mut at = self.scanned.saturating_sub(2);
+        // A head ends after the first line feed followed by `\n` or `\r\n`: every line
+        // feed is a candidate, found a block of bytes at a time. Heads are short (40–70
+        // bytes from load generators, a few hundred from browsers), and at that size a
+        // library substring search spends more on setting up and dispatching than on
+        // searching; this examines each byte once, in one pass for both terminators.
+        if buf.len() < block::LEN {
+            for (lf, &b) in buf.iter().enumerate().skip(at) {
+                if b == b'\n' {
+                    if let Some(end) = end_after(buf, lf) {
+                        return Some(end);
+                    }
+                }
+            }
+        } else {
+            while at < buf.len() {
+                // The last block ends with the buffer, overlapping the one before: a line
+                // feed seen twice gives the same answer twice.
+                let start = at.min(buf.len() - block::LEN);
+                let Some(mut lfs) = block::equal(buf, start, b'\n') else {
+                    break;
+                };
+                while lfs != 0 {
+                    let lf = start + (lfs.trailing_zeros() / block::BITS) as usize;
+                    if let Some(end) = end_after(buf, lf) {
+                        return Some(end);
+                    }
+                    lfs &= lfs - 1;
+                }
+                at = start + block::LEN;
+            }
         }
-        end.map(|n| from + n)
+        self.scanned = buf.len();
+        None
     }
 
     pub fn reset(&mut self) {
@@ -351,6 +437,92 @@ mod tests {
                 Some(5),
                 "piece {piece}"
             );
+        }
+    }
+
+    /// The word-at-a-time comparison (the block elsewhere than on x86-64) marks exactly
+    /// the equal bytes, whatever the others hold.
+    #[test]
+    fn bytes_equal_marks_exactly_the_equal_bytes() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let byte = (round % 256) as u8;
+            // Plant the byte in some positions, its neighbours in others.
+            let mut bytes = x.to_le_bytes();
+            for (k, b) in bytes.iter_mut().enumerate() {
+                match (x >> (k * 3)) & 7 {
+                    0 | 1 => *b = byte,
+                    2 => *b = byte.wrapping_add(1),
+                    3 => *b = byte ^ 0x80,
+                    _ => {}
+                }
+            }
+            let want = bytes.iter().enumerate().fold(0u64, |m, (k, &b)| {
+                if b == byte {
+                    m | 0x80 << (8 * k)
+                } else {
+                    m
+                }
+            });
+            assert_eq!(
+                bytes_equal(u64::from_le_bytes(bytes), byte),
+                want,
+                "{bytes:?} {byte}"
+            );
+            // A block holding the word twice, off by three: its mask marks the same bytes.
+            let mut blocks = [0u8; 24];
+            blocks[3..11].copy_from_slice(&bytes);
+            blocks[11..19].copy_from_slice(&bytes);
+            let mask = block::equal(&blocks, 3, byte).unwrap();
+            let per_byte = (1u64 << block::BITS) - 1;
+            for k in 0..block::LEN {
+                let set = (mask >> (k as u32 * block::BITS)) & per_byte != 0;
+                assert_eq!(set, blocks[3 + k] == byte, "{blocks:?} {byte} at {k}");
+            }
+            assert_eq!(mask >> (block::LEN as u32 * block::BITS - 1) >> 1, 0);
+        }
+    }
+
+    /// The first `\n\n` or `\n\r\n`, the plain way.
+    fn naive_end(msg: &[u8]) -> Option<usize> {
+        (0..msg.len()).find_map(|i| {
+            if msg[i..].starts_with(b"\n\n") {
+                Some(i + 2)
+            } else if msg[i..].starts_with(b"\n\r\n") {
+                Some(i + 3)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Every message of up to 8 bytes of `a`, CR and LF, shifted across word boundaries by
+    /// a prefix, read whole and in pieces: the word-at-a-time scan finds what a byte-by-byte
+    /// search finds.
+    #[test]
+    fn the_word_scan_finds_the_first_terminator_like_a_plain_search() {
+        let alphabet = [b'a', b'\r', b'\n'];
+        for len in 0..=8u32 {
+            for code in 0..3usize.pow(len) {
+                let mut body = Vec::new();
+                let mut c = code;
+                for _ in 0..len {
+                    body.push(alphabet[c % 3]);
+                    c /= 3;
+                }
+                for prefix in [0, 1, 5, 7, 8, 13, 15, 16, 17, 24] {
+                    let mut msg = vec![b'x'; prefix];
+                    msg.extend_from_slice(&body);
+                    msg.extend_from_slice(b"yz");
+                    let want = naive_end(&msg);
+                    for piece in [1, 2, 7, msg.len()] {
+                        assert_eq!(scan_in_pieces(&msg, piece), want, "{msg:?} in {piece}s");
+                    }
+                }
+            }
         }
     }
 

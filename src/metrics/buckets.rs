@@ -16,6 +16,8 @@
 
 use anyhow::{bail, ensure};
 
+use crate::metrics::hdr;
+
 /// The smallest default bound, in nanoseconds.
 const DEFAULT_FIRST_NS: f64 = 100.0;
 /// The default layout ends at the first bound at or above this (60 s, the default
@@ -33,7 +35,15 @@ pub struct Buckets {
     /// `octave[k]` is the first bucket whose bound is ≥ 2^k; a value in [2^k, 2^(k+1)) can
     /// only belong to a bucket in `octave[k]..=octave[k+1]`.
     octave: [u16; 65],
+    /// The bucket of every value in each HDR bucket (by `hdr::index_of`), or
+    /// [`STRADDLES`] where a bound cuts the HDR bucket in two. The recorder works out a
+    /// value's HDR index anyway, so this finds its bucket with one load for all values but
+    /// the few near a bound.
+    by_hdr: Box<[u16]>,
 }
+
+/// A `by_hdr` entry whose HDR bucket holds values of more than one bucket.
+const STRADDLES: u16 = u16::MAX;
 
 impl Buckets {
     /// The configured layout (`[metrics] buckets`, seconds), or the default when empty.
@@ -106,11 +116,26 @@ impl Buckets {
             // At most MAX_BUCKETS bounds, so the index fits.
             *slot = first as u16;
         }
-        Self {
+        let mut b = Self {
             bounds_ns: bounds_ns.into_boxed_slice(),
             bounds_s: bounds_s.into_boxed_slice(),
             octave,
-        }
+            by_hdr: Box::default(),
+        };
+        // HDR buckets tile 0..=HIGHEST_NS in order, each from its lowest value to the one
+        // below the next bucket's. At most MAX_BUCKETS + 1 slots, so a bucket fits in u16.
+        b.by_hdr = (0..=hdr::index_of(hdr::HIGHEST_NS))
+            .map(|i| {
+                let lo = b.index(hdr::value_of(i));
+                let hi = b.index(hdr::value_of(i + 1).saturating_sub(1));
+                if lo == hi {
+                    lo as u16
+                } else {
+                    STRADDLES
+                }
+            })
+            .collect();
+        b
     }
 
     /// Finite bucket upper bounds, in nanoseconds.
@@ -141,6 +166,17 @@ impl Buckets {
         // The default layout has at most three bounds per octave, so this is a couple of
         // comparisons; a dense configured layout degrades to a binary search.
         lo + self.bounds_ns[lo..hi].partition_point(|&b| b < ns)
+    }
+}
+
+impl Buckets {
+    /// [`Buckets::index`] of a value whose HDR index (`hdr::index_of(ns)`) is `hdr`.
+    #[inline]
+    pub fn index_by_hdr(&self, hdr: usize, ns: u64) -> usize {
+        match self.by_hdr.get(hdr) {
+            Some(&b) if b != STRADDLES => usize::from(b),
+            _ => self.index(ns),
+        }
     }
 }
 
@@ -205,6 +241,31 @@ mod tests {
             }
             for v in probes {
                 assert_eq!(b.index(v), naive_index(b, v), "value {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_index_by_hdr_bucket_agrees_with_the_index() {
+        let layouts = [
+            Buckets::default_layout(),
+            Buckets::from_config(&[1e-9, 2e-9, 3e-9, 1e-6, 1.0]).unwrap(),
+            Buckets::from_config(&[0.5]).unwrap(),
+            Buckets::from_config(&(1..200).map(|i| f64::from(i) * 1.3e-7).collect::<Vec<_>>())
+                .unwrap(),
+        ];
+        for b in &layouts {
+            let mut probes = vec![0, 1, 2, 255, 256, 257, u64::MAX, hdr::HIGHEST_NS];
+            probes.push(hdr::HIGHEST_NS + 1);
+            for &x in b.bounds_ns() {
+                probes.extend([x.saturating_sub(1), x, x + 1, x + x / 100, x - x / 100]);
+            }
+            for i in 0..=hdr::index_of(hdr::HIGHEST_NS) + 2 {
+                let v = hdr::value_of(i);
+                probes.extend([v, v.saturating_sub(1), v + 1]);
+            }
+            for v in probes {
+                assert_eq!(b.index_by_hdr(hdr::index_of(v), v), b.index(v), "value {v}");
             }
         }
     }

@@ -9,6 +9,7 @@
 
 use hdrhistogram::Histogram;
 
+use crate::metrics::hdr::HdrCounts;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::phase::Phase;
 use crate::recorder::{ErrorKind, RouteId};
@@ -135,7 +136,7 @@ pub struct SeriesShard {
     pub sum_ns: u128,
     /// This thread's HDR copy, since the process started (a reset subtracts a baseline
     /// instead of emptying it, so that the native histograms derived from it only grow).
-    pub hdr: Histogram<u64>,
+    pub hdr: HdrCounts,
     /// Exact extremes since the last reset (`u64::MAX` and 0 when none).
     pub min_ns: u64,
     pub max_ns: u64,
@@ -146,17 +147,20 @@ impl SeriesShard {
         Self {
             buckets: vec![0; slots].into_boxed_slice(),
             sum_ns: 0,
-            hdr: hdr.clone(),
+            hdr: HdrCounts::new(hdr),
             min_ns: u64::MAX,
             max_ns: 0,
         }
     }
 
+    /// Counts `ns`, whose bucket is `bucket` and HDR index (`hdr::index_of`) `hdr`.
     #[inline]
-    pub fn observe(&mut self, bucket: usize, ns: u64) {
-        self.buckets[bucket] += 1;
+    pub fn observe(&mut self, bucket: usize, hdr: usize, ns: u64) {
+        if let Some(n) = self.buckets.get_mut(bucket) {
+            *n += 1;
+        }
         self.sum_ns += u128::from(ns);
-        self.hdr.saturating_record(ns);
+        self.hdr.record_at(hdr);
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
     }
@@ -171,7 +175,7 @@ impl SeriesShard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::hdr::{template, HIGHEST_NS};
+    use crate::metrics::hdr::{index_of, template, HIGHEST_NS};
 
     #[test]
     fn a_series_records_buckets_hdr_and_extremes_and_restarts_its_extremes() {
@@ -181,19 +185,23 @@ mod tests {
         let series = route.phases[Phase::Total.index()]
             .get_or_insert_with(|| Box::new(SeriesShard::new(4, &template)));
         for ns in [300, 1_000, 0, HIGHEST_NS * 2] {
-            series.observe(1, ns);
+            series.observe(1, index_of(ns), ns);
         }
         assert_eq!(series.buckets[1], 4);
-        assert_eq!(series.hdr.len(), 4);
+        assert_eq!(series.hdr.to_histogram(&template).len(), 4);
         assert_eq!(series.sum_ns, 1_300 + u128::from(HIGHEST_NS) * 2);
         assert_eq!((series.min_ns, series.max_ns), (0, HIGHEST_NS * 2));
-        let p50 = series.hdr.value_at_quantile(0.5);
+        let p50 = series.hdr.to_histogram(&template).value_at_quantile(0.5);
         assert!((300..=303).contains(&p50), "{p50}");
 
         series.restart_extremes();
         assert_eq!((series.min_ns, series.max_ns), (u64::MAX, 0));
-        assert_eq!(series.hdr.len(), 4, "the HDR copy is never emptied");
-        series.observe(0, 7);
+        assert_eq!(
+            series.hdr.to_histogram(&template).len(),
+            4,
+            "the HDR copy is never emptied"
+        );
+        series.observe(0, index_of(7), 7);
         assert_eq!((series.min_ns, series.max_ns), (7, 7));
         assert_eq!(shard.routes.len(), 4);
     }

@@ -194,13 +194,8 @@ impl TapMetrics {
                     s.max_ns = s.max_ns.max(series.max_ns);
                     if what != Collect::Counts {
                         match &mut s.hdr {
-                            None => s.hdr = Some(series.hdr.clone()),
-                            Some(h) => {
-                                if let Err(e) = h.add(&series.hdr) {
-                                    // Same layout everywhere, so this cannot happen.
-                                    tracing::error!(error = %e, "merging HDR copies failed");
-                                }
-                            }
+                            None => s.hdr = Some(series.hdr.to_histogram(&self.hdr_template)),
+                            Some(h) => series.hdr.add_to(h),
                         }
                     }
                 }
@@ -288,7 +283,9 @@ impl TapMetrics {
             let series = rs.phases[phase.index()].get_or_insert_with(|| {
                 Box::new(SeriesShard::new(self.buckets.slots(), &self.hdr_template))
             });
-            series.observe(self.buckets.index(ns), ns);
+            // The HDR index is worked out once, for the HDR copy and to find the bucket.
+            let hdr = hdr::index_of(ns);
+            series.observe(self.buckets.index_by_hdr(hdr, ns), hdr, ns);
         }
     }
 }
@@ -298,10 +295,14 @@ impl Recorder for TapMetrics {
         self.exchange_in(&mut self.shard(), record);
     }
 
-    /// One shard lock for both, instead of one each.
-    fn exchange_with_head(&self, record: &ExchangeRecord<'_>, head: HeadShape) {
+    /// One shard lock for the bytes, the head and the exchange, instead of one each.
+    fn exchange_relayed(&self, record: &ExchangeRecord<'_>, head: Option<HeadShape>) {
         let mut shard = self.shard();
-        shard.heads.record(head.bytes, head.fields);
+        shard.bytes[direction_index(Direction::Request)] += record.request_bytes;
+        shard.bytes[direction_index(Direction::Response)] += record.response_bytes;
+        if let Some(head) = head {
+            shard.heads.record(head.bytes, head.fields);
+        }
         self.exchange_in(&mut shard, record);
     }
 

@@ -543,8 +543,6 @@ impl HttpConnection {
         response_bytes: u64,
     ) {
         let rec = &self.tap.recorder;
-        rec.bytes(Direction::Request, request_bytes);
-        rec.bytes(Direction::Response, response_bytes);
         let mut phases = ex.phases();
         if self.corr.key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
             if let Some(redis) = &self.corr.found {
@@ -562,16 +560,12 @@ impl HttpConnection {
             phases,
         };
         // The probe's requests stay out of the head shapes the probe reads back
-        // (docs/probe.md).
-        if head.probe {
-            rec.exchange(&record);
-        } else {
-            let shape = HeadShape {
-                bytes: head.len,
-                fields: head.fields,
-            };
-            rec.exchange_with_head(&record, shape);
-        }
+        // (docs/probe.md). The byte counts travel with the record.
+        let shape = (!head.probe).then_some(HeadShape {
+            bytes: head.len,
+            fields: head.fields,
+        });
+        rec.exchange_relayed(&record, shape);
     }
 
     /// Records the shape of a head whose exchange is not recorded (the connection was

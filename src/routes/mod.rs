@@ -8,7 +8,9 @@
 //! Resolution runs once per request on every worker, so the known keys are copied into a
 //! per-thread cache: a hit is a hash of a few bytes with no lock and no shared write. The
 //! shared table is locked only to learn a key the thread has not seen yet, which stops for
-//! good once the table is full and the thread's cache holds all of it.
+//! good once the table is full and the thread's cache holds all of it. In front of that,
+//! each thread remembers the last request it resolved and its route: a repeated target
+//! skips the key and its hash altogether.
 //!
 //! The relay resolves a request's route from its head, before anything is recorded; the
 //! metrics name their series with [`RouteTable::name`]; config validates a tap's rules by
@@ -116,6 +118,62 @@ struct LocalCache {
     ids: HashMap<Box<[u8]>, RouteId, Fnv>,
     /// The shared table is full and every key in it is in `ids`: a miss is `other`.
     complete: bool,
+    last: LastRequest,
+}
+
+/// Method and target bytes a [`LastRequest`] holds at most; a longer request is not kept.
+const LAST_REQUEST_BYTES: usize = 96;
+
+/// The last request a thread resolved on a table, and its route. Clients that repeat one
+/// target (a poll, a health check, a load generator, the same Webdis command on one key)
+/// get it back for two comparisons, without working out and hashing the key again. It
+/// cannot go stale: the route of a request depends on its method, its target and the
+/// table alone, and the table's answer for a key never changes (a label, once given, is
+/// kept; a key refused is refused for good, and a full table stays full).
+struct LastRequest {
+    /// `method` then `target`; `method_len` 0 and `target_len` 0 when empty (no request
+    /// has an empty method, so an empty memo matches nothing).
+    bytes: [u8; LAST_REQUEST_BYTES],
+    method_len: u8,
+    target_len: u8,
+    route: RouteId,
+}
+
+impl Default for LastRequest {
+    fn default() -> Self {
+        Self {
+            bytes: [0; LAST_REQUEST_BYTES],
+            method_len: 0,
+            target_len: 0,
+            route: RouteId(0),
+        }
+    }
+}
+
+impl LastRequest {
+    #[inline]
+    fn get(&self, method: &[u8], target: &[u8]) -> Option<RouteId> {
+        let (m, t) = (usize::from(self.method_len), usize::from(self.target_len));
+        (m != 0
+            && m == method.len()
+            && t == target.len()
+            && self.bytes[..m] == *method
+            && self.bytes[m..m + t] == *target)
+            .then_some(self.route)
+    }
+
+    fn set(&mut self, method: &[u8], target: &[u8], route: RouteId) {
+        let (m, t) = (method.len(), target.len());
+        if m == 0 || m + t > LAST_REQUEST_BYTES {
+            return;
+        }
+        self.bytes[..m].copy_from_slice(method);
+        self.bytes[m..m + t].copy_from_slice(target);
+        // Both at most LAST_REQUEST_BYTES, checked above.
+        self.method_len = m as u8;
+        self.target_len = t as u8;
+        self.route = route;
+    }
 }
 
 impl RouteTable {
@@ -158,6 +216,25 @@ impl RouteTable {
     /// The route of a request. Called once per request with the head in the read buffer;
     /// allocates nothing once the route is known to the calling thread.
     pub fn resolve(&self, method: &[u8], target: &[u8]) -> RouteId {
+        if let Rule::None = self.rule {
+            return RouteId(0);
+        }
+        let cell = self.local();
+        let last = cell.borrow().last.get(method, target);
+        if let Some(route) = last {
+            return route;
+        }
+        let route = self.resolve_key(method, target);
+        cell.borrow_mut().last.set(method, target, route);
+        route
+    }
+
+    fn local(&self) -> &RefCell<LocalCache> {
+        self.local.get_or(|| RefCell::new(LocalCache::default()))
+    }
+
+    /// [`RouteTable::resolve`] without the memo of the thread's last request.
+    fn resolve_key(&self, method: &[u8], target: &[u8]) -> RouteId {
         let mut buf = [0u8; MAX_KEY_BYTES];
         let key = match &self.rule {
             Rule::None => return RouteId(0),
@@ -238,8 +315,7 @@ impl RouteTable {
         {
             return RouteId(0);
         }
-        let cell = self.local.get_or(|| RefCell::new(LocalCache::default()));
-        let mut cache = cell.borrow_mut();
+        let mut cache = self.local().borrow_mut();
         if let Some(&id) = cache.ids.get(key) {
             return id;
         }
@@ -637,6 +713,70 @@ mod tests {
         assert_eq!(label(&t, "GET", "/A"), OTHER);
         cfg.max_routes = MAX_ROUTES_LIMIT + 1;
         assert!(RouteTable::new(cfg).is_err());
+    }
+
+    /// The memo of the last request gives every request the route the table would give it
+    /// without the memo, under every rule: repeated, alternating and long targets, POST
+    /// after GET on one target, and a table filling up halfway.
+    #[test]
+    fn the_last_request_memo_changes_no_route() {
+        let rules = [RegexRoute {
+            name: "g".into(),
+            pattern: "^/G".into(),
+        }];
+        let long = format!("/GET/{}", "k".repeat(LAST_REQUEST_BYTES));
+        let requests: Vec<(&[u8], &[u8])> = vec![
+            (b"GET", b"/"),
+            (b"GET", b"/"),
+            (b"POST", b"/"),
+            (b"GET", b"/"),
+            (b"GET", b"/GET/a"),
+            (b"GET", b"/GET/a"),
+            (b"GET", b"/SET/a"),
+            (b"GET", b"/GET/a?x"),
+            (b"PUT", b"/GET/a"),
+            (b"GET", long.as_bytes()),
+            (b"GET", long.as_bytes()),
+            (b"GET", b"/HGET/x"),
+            (b"GET", b"/INCR/x"),
+            (b"GET", b"/INCR/x"),
+            (b"GET", b"/DEL/x"),
+            (b"GET", b"/GET/a"),
+            (b"get", b"/a"),
+            (b"GET", b""),
+            (b"GET", b"*"),
+            (b"GET", b"*"),
+        ];
+        for (by_command, rule) in [
+            (false, RouteRule::Webdis),
+            (false, RouteRule::Prefix),
+            (false, RouteRule::Regex),
+            (true, RouteRule::None),
+        ] {
+            let spec = RouteSpec {
+                by_command,
+                rules: &rules,
+                max_routes: 4,
+                ..tap(Protocol::Http, rule)
+            };
+            let (memo, plain) = (
+                RouteTable::new(spec).unwrap(),
+                RouteTable::new(spec).unwrap(),
+            );
+            for _ in 0..2 {
+                for &(method, target) in &requests {
+                    let (a, b) = (
+                        memo.resolve(method, target),
+                        plain.resolve_key(method, target),
+                    );
+                    assert_eq!(
+                        memo.name(a),
+                        plain.name(b),
+                        "{rule:?} {method:?} {target:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
