@@ -416,7 +416,10 @@ def markdown(results, s):
           f"calls count as the instructions that issue them). `bench-client --sequential` makes "
           f"500 requests to warm up, `callgrind_control --zero`, then {req:,} requests one after "
           "another on one keep-alive connection, then `callgrind_control --dump`; the count is "
-          "divided by the requests. This figure does not depend on the machine's load.\n")
+          "divided by the requests. This figure does not depend on the machine's load. For "
+          "phasescope only its worker threads count (`--separate-threads=yes`): its other threads "
+          "do periodic work that is no request's (the upstream watcher reads `/proc` once a "
+          "second), which, landing inside the window or not, moved the figure by thousands.\n")
         a("| proxy | instructions per request |")
         a("|---|---|")
         for i in results["instructions"]:

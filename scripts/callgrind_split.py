@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
 """Splits a callgrind profile of phasescope into relay, framing, timeline and recording.
 
-Usage: callgrind_split.py CALLGRIND_OUT REQUESTS [--top N]
+Usage: callgrind_split.py CALLGRIND_OUT... REQUESTS [--top N] [--workers]
+
+Several files are the per-thread dumps of one run (valgrind --separate-threads=yes), and
+are added up. With --workers, only the threads that ran connection tasks count: the
+proxy's other threads do periodic work (the upstream watcher reads /proc once a second,
+and scans every process's descriptors while the upstream is not found), which is no
+request's cost and, landing inside the measured window or not, made the per-request
+figure jump by thousands of instructions from one run to the next.
 
 Prints JSON: instructions per request in total and per part, and (with --top) the
 functions with the highest self cost. Each function belongs to the first part whose
@@ -89,8 +96,31 @@ def parse(path):
     return total, self_cost, edges
 
 
-def split(path, requests):
-    total, self_cost, edges = parse(path)
+# A thread that ran this served connections.
+WORKER = re.compile(r"phasescope::relay::(connection|resp_connection)::")
+
+
+def parse_all(paths, workers_only):
+    """`parse` of each per-thread dump, added up (only workers' with `workers_only`)."""
+    total = 0
+    self_cost = defaultdict(int)
+    edges = defaultdict(int)
+    for path in paths:
+        t, s, e = parse(path)
+        if workers_only and not any(WORKER.search(fn) for fn in s):
+            continue
+        total += t
+        for k, v in s.items():
+            self_cost[k] += v
+        for k, v in e.items():
+            edges[k] += v
+    return total, self_cost, edges
+
+
+def split(paths, requests, workers_only=False):
+    if isinstance(paths, str):
+        paths = [paths]
+    total, self_cost, edges = parse_all(paths, workers_only)
     parts = defaultdict(int)
     for fn, cost in self_cost.items():
         p = part_of(fn)
@@ -114,8 +144,11 @@ def main():
         i = args.index("--top")
         top = int(args[i + 1])
         del args[i:i + 2]
-    path, requests = args[0], int(args[1])
-    out, self_cost = split(path, requests)
+    workers_only = "--workers" in args
+    if workers_only:
+        args.remove("--workers")
+    paths, requests = args[:-1], int(args[-1])
+    out, self_cost = split(paths, requests, workers_only)
     if top:
         out["top_self"] = [
             [fn, round(cost / requests)]
