@@ -25,7 +25,6 @@ const SLOT: usize = 4096;
 /// in them reached); past that, given-back slots are unmapped at once.
 const POOL_MAX: usize = 256;
 
-#[derive(Default)]
 struct Pool {
     pages: Vec<Page>,
     /// The fewest pages the pool held since the last trim: that many went unused.
@@ -33,7 +32,13 @@ struct Pool {
 }
 
 thread_local! {
-    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
+    // Initialised at compile time: no first-use check on each request's take and give.
+    static POOL: RefCell<Pool> = const {
+        RefCell::new(Pool {
+            pages: Vec::new(),
+            low: 0,
+        })
+    };
 }
 
 /// One page of anonymous memory: zero-filled, resident once touched, returned to the
