@@ -14,6 +14,12 @@ use phasescope::cli::{Cli, Command, RunArgs};
 use phasescope::config::{Config, Overrides};
 use phasescope::report::ReportArgs;
 
+/// jemalloc's size classes are aligned to themselves: the task cells and socket
+/// registrations tokio aligns to 128 bytes cost no slack (glibc's `memalign` leaves a
+/// fragment in front of each), docs/BENCHMARKS.md.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Bad usage or configuration, the same code clap uses for a bad command line.
 const EXIT_CONFIG: u8 = 2;
 const EXIT_FAILED: u8 = 1;

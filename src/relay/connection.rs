@@ -35,6 +35,7 @@ use super::http_relay::{BackendCommand, Outcome, Relay, RESPONSE_BUFFER};
 use super::io::{pending_bytes, read_some};
 use super::next::NextRequest;
 use super::sides::{Failure, Sides};
+use super::slot::Slot;
 use super::stop::{self, Stop};
 use super::timer::Timer;
 use super::tunnel;
@@ -48,6 +49,12 @@ use crate::recorder::{Direction, ErrorKind, ExchangeRecord, HeadShape, RouteId, 
 /// bytes are drained afterwards so that the answer is not lost to a reset.
 const ANSWER_WRITE: Duration = Duration::from_secs(2);
 const ANSWER_LINGER: Duration = Duration::from_millis(500);
+
+/// Whether the connection carries on after an exchange.
+enum Then {
+    Next,
+    Close,
+}
 
 enum HeadReady {
     Ready,
@@ -94,8 +101,10 @@ impl HttpConnection {
         }
     }
 
-    /// Serves the connection until either side ends it.
-    pub(super) async fn serve(mut self, shutdown: watch::Receiver<bool>) {
+    /// Serves the connection until either side ends it. By reference: an `async fn`
+    /// keeps a second copy of every argument it takes by value, and the connection is
+    /// most of what an idle connection's task holds.
+    pub(super) async fn serve(&mut self, shutdown: watch::Receiver<bool>) {
         let changed = std::pin::pin!(stop::changed(shutdown.clone()));
         let mut stop = Stop::new(shutdown, changed);
         let outcome = self.exchanges(&mut stop).await;
@@ -137,8 +146,24 @@ impl HttpConnection {
             if let HeadReady::Closed = self.await_head(stop).await? {
                 return Ok(());
             }
-            let Some((head, t_first, t_head, parse_ns)) = self.next.take() else {
+            // Steps 2 to 5 run in a pooled slot taken now and given back when the exchange
+            // is over (`slot`): their state is most of a connection's, and an idle
+            // connection's task would otherwise hold it between requests.
+            let then = Slot::new(|| self.exchange()).await?;
+            if let Then::Close = then {
                 return Ok(());
+            }
+            if stop.requested() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Steps 2 to 5 of the exchange whose head is ready.
+    async fn exchange(&mut self) -> Result<Then, Failure> {
+        {
+            let Some((head, t_first, t_head, parse_ns)) = self.next.take() else {
+                return Ok(Then::Close);
             };
             let mut ex = Exchange {
                 t_first,
@@ -191,7 +216,7 @@ impl HttpConnection {
             );
             if relayed.tunnel {
                 Box::pin(self.tunnel()).await;
-                return Ok(());
+                return Ok(Then::Close);
             }
             if relayed.excess > 0 {
                 self.unsolicited(relayed.excess);
@@ -200,11 +225,13 @@ impl HttpConnection {
             }
             if relayed.early_end {
                 Box::pin(self.linger()).await;
-                return Ok(());
+                return Ok(Then::Close);
             }
-            if !relayed.keep_alive || stop.requested() {
-                return Ok(());
-            }
+            Ok(if relayed.keep_alive {
+                Then::Next
+            } else {
+                Then::Close
+            })
         }
     }
 

@@ -11,6 +11,7 @@ mod next;
 mod resp_connection;
 mod response;
 mod sides;
+mod slot;
 mod stop;
 mod timer;
 mod tunnel;

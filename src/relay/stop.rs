@@ -68,9 +68,13 @@ impl<'a> Stop<'a> {
 }
 
 /// The future a [`Stop`] registers with: completes when `rx`'s value changes or its
-/// sender is dropped.
-pub(super) async fn changed(mut rx: watch::Receiver<bool>) {
-    let _ = rx.changed().await;
+/// sender is dropped. Not an `async fn`, which would hold a second copy of `rx` in every
+/// connection's task.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn changed(mut rx: watch::Receiver<bool>) -> impl Future<Output = ()> + Send {
+    async move {
+        let _ = rx.changed().await;
+    }
 }
 
 #[cfg(test)]
