@@ -450,6 +450,7 @@ def markdown(results, s):
     a(LAYOUT_TEXT.format(layout=layout_figures(s)))
     a(CHANGES_TEXT)
     a(ROUND2_TEXT)
+    a(round3_text(results))
     a("## Reproducing\n")
     a("```sh")
     a(f"{results['command'].strip()}        # this run")
@@ -668,6 +669,13 @@ def sharing(results):
     return "\n".join(out)
 
 
+def round3_text(results):
+    """Round 3's hand-measured text, with this run's instruction count where it has one."""
+    ps = next((i for i in results.get("instructions", []) if i["target"] == "phasescope"), None)
+    now = f"{ps['total']:,} (this run)" if ps else "10,791"
+    return ROUND3_TEXT.replace("{instructions_now}", now)
+
+
 def layout_figures(s):
     rows = []
     for c in s["conns"]:
@@ -796,8 +804,90 @@ load's noise.
 
 What is left after a burst is the idle connection's own state, 3.4–3.6 KB: the task
 (under 2 KiB, `relay::listener` test), its two sockets' registrations with the runtime,
-its timer entry, and the allocator's overhead; bringing that under 2 KiB is the relay-core work (issue 14).
+its timer entry, and the allocator's overhead; round 3 below brings that under 2 KiB.
+"""
 
+# Measured by hand on 2026-12-01 (the commands are in the text); kept here so that a run of
+# the script keeps them in docs/BENCHMARKS.md. `{instructions_now}` is this run's figure.
+ROUND3_TEXT = """## Round 3: a blind relay's cost
+
+**Instructions per request**, each change measured alone with callgrind as above (5,000
+sequential keep-alive requests through one worker in front of `fixed-upstream`):
+
+| change | before → after |
+|---|---|
+| deadlines kept as clock ticks (`clock::after`), converted to tokio's clock only when the connection's timer really moves, instead of an `Instant` computed and compared on every wait | 13,426 → 12,939 |
+| a read is followed at once by the write it feeds (`try_write` answers from the readiness flag, with no system call, when the socket is not writable), instead of a turn of the loop to learn that the other socket is writable; the stale-upstream check before the first write is a read answered from the same flag | 12,939 → 12,517 |
+| the idle wait runs from the previous response's last write, and a begun request reads no clock: two clock reads fewer | 12,517 → 12,483 |
+| an exchange's byte counts travel with its record, under its one shard lock, instead of two more recorder calls | recording 1,576 → 1,441 |
+| each thread remembers its last (method, target) and route per route table (a table's answer for a key never changes) | route resolution 487 → 169 |
+| a head's end and its bare LFs found in one pass, 16 bytes at a time with SSE2 (8 elsewhere), instead of two `memmem` searches and a `memchr` per line | head scans 512 → 202 |
+| framing field names compared 8 bytes at a time | `FramingFields::read` 345 → 231 |
+| each worker's HDR copy is a bare counts array in hdrhistogram's layout, made a `Histogram` only when a scrape or snapshot reads it; the classic bucket comes from a table indexed by the HDR bucket | recording 1,441 → 743 |
+| an exchange in flight runs in a pooled slot (below), so that idle connections hold none of its state | + 78 |
+| **all of round 3** | **13,426 → {instructions_now}** |
+
+Where the rest goes, by self cost: the runtime takes about 3,000. Each request is two
+turns of tokio's loop (one waiting for the request, one for the response), and each turn
+reads the clock several times (the time driver's `Instant::now` and `duration_since`, the
+worker's busy-time metrics, which tokio keeps unconditionally), walks the timer wheel
+(`next_expiration`, `process_at_time`) and wakes the task; each readiness poll that finds
+nothing (`Registration::poll_ready`) registers the waker under a lock. httparse takes
+about 1,200 (its SIMD code is chosen at run time, once per header value). HAProxy `mode
+tcp` parses nothing and runs its own event loop.
+
+**CPU per request, and why it stays above HAProxy `mode tcp`.** At `-c 50` the kernel's
+TCP work is most of a relay's CPU. `perf record -g` of phasescope's process at `-c 50`
+(wrk, fixed upstream, 2 workers) put @KERNEL@ of its samples in the kernel, in the socket
+calls that any relay makes per request: `perf stat -e raw_syscalls:sys_enter` counted
+@SYSCALLS@ system calls per request (one `recv` and one `send` on each side, and an
+`epoll_wait` shared by the requests of one turn). Utime and stime from `/proc/PID/stat`
+over 4 s wrk runs, alternated, µs per request: @CPUSPLIT@. Round 3 cut the user part;
+the kernel part is the same calls HAProxy makes, so 0.9 × HAProxy would need
+phasescope's user time to be well under half of HAProxy's, which parses nothing.
+
+### Where an idle connection's bytes go
+
+Measured by hand (`bench-client --hold 5000` and `--hold 9000` through `phasescope run` with
+2 workers in front of `fixed-upstream`, VmRSS 3 s after, as `scripts/bench_proxies.py`
+does; the heap by `valgrind --tool=massif` with a detailed snapshot while 1,000 connections
+are held idle; the futures' layouts by `-Zprint-type-sizes`):
+
+| part | before | task slot, glibc | task slot, jemalloc (kept) |
+|---|---|---|---|
+| task cell: tokio's header and trailer and the task's future, one allocation aligned to 128 B | 2,432 B (future 2,256 B) | 1,024 B (future 904 B) | 1,024 B |
+| the two sockets' registrations (tokio `ScheduledIo`, aligned to 128 B, 256 B each) | 512 B | 512 B | 512 B |
+| the timer (`Box<Sleep>`) | 112 B | 112 B | 112 B |
+| the rest: allocator headers and alignment slack, the metrics' first use (720 KiB) spread over the connections | ≈ 550 B | ≈ 500 B | ≈ 150–220 B |
+| **RSS per idle connection, 5,000 / 9,000 connections** | **3,612 / 3,542 B** | **2,205 / 2,142 B** | **1,879 / 1,791 B** |
+| RSS before any connection | 7.7–8.7 MB | 7.6–8.0 MB | 9.1–9.7 MB |
+
+The future was 2,256 B because a task is as large as the largest state any of its awaits
+needs, and it holds that for the life of the connection: the relay's future (560 B:
+`Sides` 192, the `Relay` references, the wait's locals) with the exchange's locals
+(`Exchange` 96, `RequestHead` 56, `BodyFramer` 16) made the exchange loop 776 B, while its
+idle wait (`await_head`) needs 88. And an `async fn` keeps a second copy of every argument
+it takes by value: `HttpConnection::serve(self)` held the connection (408 B) twice, the
+listener's `serve` its stream, address, context and shutdown receiver twice, and the
+worker's wrapper held the `serve` closure (72 B) and the registration `Result` (32 B) for
+the life of the task. Now an exchange in flight runs as a future of its own in a pooled,
+page-sized slot (`src/relay/slot.rs`: taken when a head is complete, given back when the
+exchange is over, per-worker pool, unmapped once unused for a second like the buffers),
+the connection is served by reference, and the listener's task is an `async move` block
+over the connection built before it runs. Building the connection on the accepting
+thread instead of the worker (so that the wrapper held nothing) measured 3,155 B: what the
+socket registration and the timer allocate then lands in another allocator arena.
+
+**The allocator.** glibc's `memalign` serves tokio's 128-byte-aligned cells and
+registrations by cutting an aligned chunk out of a larger one, and the fragment left in
+front is rarely reused: ≈ 350 B per connection. jemalloc's size classes of 256 and
+1,024 B are aligned to themselves, so they cost no slack; it starts 1.3 MB higher (its
+arenas and thread caches), which 700 idle connections pay back. mimalloc, tried for the
+burst in round 2, cost more per connection opened one by one than glibc. No request
+allocates (buffers and exchange slots come from per-worker pools), so the allocator costs
+no instructions per request either way (callgrind 13,352 with glibc, 13,430 with the slot
+and jemalloc, the slot's 78 included). The tables above are with jemalloc
+(`tikv-jemallocator`, the maintained binding that TiKV and rustc's own builds use).
 """
 
 
