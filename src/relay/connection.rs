@@ -13,6 +13,10 @@
 //!    pipelined head is read ahead (but not sent) meanwhile;
 //! 5. the exchange is recorded, and the connection lives on if both sides keep it alive.
 //!
+//! Steps 2 to 5 ([`exchange`](HttpConnection::exchange)) run in a pooled slot (`slot`)
+//! taken when the head is ready, so that an idle connection's task holds none of their
+//! state.
+//!
 //! Both sockets are driven by readiness (`poll_*_ready` + `try_*`), so one task can move
 //! bytes in both directions without blocking one on the other. Each wait polls the
 //! readiness of exactly the operations that can make progress, in one `poll_fn`: no
@@ -161,78 +165,76 @@ impl HttpConnection {
 
     /// Steps 2 to 5 of the exchange whose head is ready.
     async fn exchange(&mut self) -> Result<Then, Failure> {
-        {
-            let Some((head, t_first, t_head, parse_ns)) = self.next.take() else {
-                return Ok(Then::Close);
-            };
-            let mut ex = Exchange {
-                t_first,
-                t_head,
-                parse_ns: parse_time(parse_ns),
-                ..Exchange::default()
-            };
-            let route = self.route(&head);
+        let Some((head, t_first, t_head, parse_ns)) = self.next.take() else {
+            return Ok(Then::Close);
+        };
+        let mut ex = Exchange {
+            t_first,
+            t_head,
+            parse_ns: parse_time(parse_ns),
+            ..Exchange::default()
+        };
+        let route = self.route(&head);
 
-            // Frame the body bytes already here before anything goes upstream, so that
-            // a malformed body is refused with the upstream having seen nothing.
-            let mut body = BodyFramer::new(head.body);
-            let buffered = &self.cbuf.filled()[head.len..];
-            let progress = body
-                .advance(buffered)
-                .map_err(|e| self.bad_body(&head, e))?;
-            let to_up = head.len + progress.consumed;
+        // Frame the body bytes already here before anything goes upstream, so that
+        // a malformed body is refused with the upstream having seen nothing.
+        let mut body = BodyFramer::new(head.body);
+        let buffered = &self.cbuf.filled()[head.len..];
+        let progress = body
+            .advance(buffered)
+            .map_err(|e| self.bad_body(&head, e))?;
+        let to_up = head.len + progress.consumed;
 
-            let relayed = loop {
-                if let Err(failure) = self.upstream_ready(&mut ex).await {
-                    break Err(failure);
-                }
-                // The relay's own future runs inline here: no wrapper to hold its arguments.
-                let outcome = match self.relay(&mut ex, &head, body, to_up) {
-                    Ok(relay) => relay.run().await,
-                    Err(failure) => Err(failure),
-                };
-                match outcome {
-                    Ok(Outcome::Relayed(r)) => break Ok(r),
-                    // Nothing was sent: the request goes on a new upstream connection.
-                    Ok(Outcome::Stale(bytes)) => self.stale_upstream(bytes),
-                    Err(failure) => break Err(failure),
-                }
+        let relayed = loop {
+            if let Err(failure) = self.upstream_ready(&mut ex).await {
+                break Err(failure);
+            }
+            // The relay's own future runs inline here: no wrapper to hold its arguments.
+            let outcome = match self.relay(&mut ex, &head, body, to_up) {
+                Ok(relay) => relay.run().await,
+                Err(failure) => Err(failure),
             };
-            let relayed = match relayed {
-                Ok(r) => r,
-                Err(failure) => {
-                    self.record_answer(&mut ex, route, &head, failure);
-                    return Err(failure);
-                }
-            };
-            self.prev_end = ex.t_write_last;
-            self.record(
-                &ex,
-                route,
-                &head,
-                relayed.status,
-                relayed.request_bytes,
-                relayed.response_bytes,
-            );
-            if relayed.tunnel {
-                Box::pin(self.tunnel()).await;
-                return Ok(Then::Close);
+            match outcome {
+                Ok(Outcome::Relayed(r)) => break Ok(r),
+                // Nothing was sent: the request goes on a new upstream connection.
+                Ok(Outcome::Stale(bytes)) => self.stale_upstream(bytes),
+                Err(failure) => break Err(failure),
             }
-            if relayed.excess > 0 {
-                self.unsolicited(relayed.excess);
-            } else if !relayed.upstream_reusable {
-                self.close_upstream();
+        };
+        let relayed = match relayed {
+            Ok(r) => r,
+            Err(failure) => {
+                self.record_answer(&mut ex, route, &head, failure);
+                return Err(failure);
             }
-            if relayed.early_end {
-                Box::pin(self.linger()).await;
-                return Ok(Then::Close);
-            }
-            Ok(if relayed.keep_alive {
-                Then::Next
-            } else {
-                Then::Close
-            })
+        };
+        self.prev_end = ex.t_write_last;
+        self.record(
+            &ex,
+            route,
+            &head,
+            relayed.status,
+            relayed.request_bytes,
+            relayed.response_bytes,
+        );
+        if relayed.tunnel {
+            Box::pin(self.tunnel()).await;
+            return Ok(Then::Close);
         }
+        if relayed.excess > 0 {
+            self.unsolicited(relayed.excess);
+        } else if !relayed.upstream_reusable {
+            self.close_upstream();
+        }
+        if relayed.early_end {
+            Box::pin(self.linger()).await;
+            return Ok(Then::Close);
+        }
+        Ok(if relayed.keep_alive {
+            Then::Next
+        } else {
+            Then::Close
+        })
     }
 
     /// Resolves the route, keeps a copy of the target if a recorder wants it, and derives
