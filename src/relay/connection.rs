@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 
 use super::buffer::Buf;
-use super::exchange::{parse_time, Exchange, Wait};
+use super::exchange::{Exchange, Wait};
 use super::http_relay::{BackendCommand, Outcome, Relay, RESPONSE_BUFFER};
 use super::io::{pending_bytes, read_some};
 use super::next::NextRequest;
@@ -171,7 +171,7 @@ impl HttpConnection {
         let mut ex = Exchange {
             t_first,
             t_head,
-            parse_ns: parse_time(parse_ns),
+            parse_ns,
             ..Exchange::default()
         };
         let route = self.route(&head);

@@ -54,12 +54,10 @@ pub struct Exchange {
     pub t_write_first: Tick,
     /// The last response byte was accepted by the client socket.
     pub t_write_last: Tick,
-    /// CPU time in the request-head scanner and parser, summed over attempts. 32 bits
-    /// (over 4 s of parsing saturates, see [`parse_time`]) keep the exchange, which every
-    /// connection task holds, within the task's memory budget.
-    pub parse_ns: u32,
+    /// CPU time in the request-head scanner and parser, summed over attempts.
+    pub parse_ns: u64,
     /// CPU time in the response-head scanner and parser.
-    pub response_parse_ns: u32,
+    pub response_parse_ns: u64,
     pub wait: Wait,
     /// With [`Wait::Behind`]: the upstream was done with the previous exchange's response,
     /// so its work on this one could begin.
@@ -70,12 +68,6 @@ pub struct Exchange {
 }
 
 /// `end - start` in ns, when both instants were taken.
-/// A parse time for [`Exchange::parse_ns`]: saturates at `u32::MAX` ns (4.3 s of CPU in
-/// one head's parser, which a 64 KiB head never costs).
-pub fn parse_time(ns: u64) -> u32 {
-    u32::try_from(ns).unwrap_or(u32::MAX)
-}
-
 fn span(start: Tick, end: Tick) -> Option<u64> {
     (start != 0 && end != 0).then(|| nanos_between(start, end))
 }
@@ -111,7 +103,7 @@ impl Exchange {
         };
         set(Phase::ClientRecv, span(self.t_first, self.t_head));
         if self.t_head != 0 {
-            set(Phase::Parse, Some(u64::from(self.parse_ns)));
+            set(Phase::Parse, Some(self.parse_ns));
         }
         match self.wait {
             Wait::Connect => set(Phase::UpstreamConnect, span(self.t_head, self.t_up_ready)),
@@ -129,10 +121,7 @@ impl Exchange {
             span(self.t_resp_first, self.t_resp_last),
         );
         if self.t_resp_first != 0 && !self.headless {
-            set(
-                Phase::ResponseParse,
-                Some(u64::from(self.response_parse_ns)),
-            );
+            set(Phase::ResponseParse, Some(self.response_parse_ns));
         }
         set(Phase::Write, span(self.t_write_first, self.t_write_last));
         // Up to the first byte's write; where that write is not timed apart from the

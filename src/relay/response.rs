@@ -5,7 +5,7 @@
 //! the final one; the body is framed as the head says (length, chunked, until close). The
 //! limits are the relay's: upstreams are trusted more than clients, but not without bound.
 
-use super::exchange::{parse_time, Exchange};
+use super::exchange::Exchange;
 use crate::clock::{self, Tick};
 use crate::http1::{
     response, BodyFramer, BodyKind, Method, RequestHead, ResponseHead, ResponseScanner,
@@ -123,7 +123,7 @@ impl ResponseProgress {
                     continue;
                 }
                 ex.t_resp_first = self.head_first;
-                ex.response_parse_ns = parse_time(self.parse_ns);
+                ex.response_parse_ns = self.parse_ns;
                 self.status = head.status;
                 self.tunnel = head.tunnel;
                 self.body = BodyFramer::new(head.body);

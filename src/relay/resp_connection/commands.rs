@@ -5,7 +5,7 @@ use super::{Failure, Mode, Pending, RespAnswer, RespConnection, Seen, COMMAND_BU
 use crate::clock::{self, nanos_between, Tick};
 use crate::correlate::key::CommandKey;
 use crate::recorder::ErrorKind;
-use crate::relay::exchange::{parse_time, Exchange};
+use crate::relay::exchange::Exchange;
 use crate::resp::{self, ModeSwitch, ReplyMode};
 
 impl RespConnection {
@@ -37,7 +37,7 @@ impl RespConnection {
                         Some(mut p) => {
                             p.ex.t_head = t1;
                             p.ex.t_up_ready = t1;
-                            p.ex.parse_ns = parse_time(self.cmd_parse_ns);
+                            p.ex.parse_ns = self.cmd_parse_ns;
                             Some(Pending { end, ..p })
                         }
                         None => {
@@ -145,7 +145,7 @@ fn command_timeline(t_first: Tick, t_head: Tick, parse_ns: u64) -> Exchange {
         t_first,
         t_head,
         t_up_ready: t_head,
-        parse_ns: parse_time(parse_ns),
+        parse_ns,
         headless: true,
         ..Exchange::default()
     }
