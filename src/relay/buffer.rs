@@ -23,6 +23,8 @@
 
 use std::cell::RefCell;
 
+use super::pages::{Pages, Pool};
+
 /// Capacity of a buffer when it is first needed.
 pub const INITIAL: usize = 8 * 1024;
 /// Buffers each thread keeps for reuse (8 MiB); past that, given-back buffers are
@@ -32,27 +34,14 @@ const POOL_MAX: usize = 1024;
 /// How often each worker calls [`trim`].
 pub const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-#[derive(Default)]
-struct Pool {
-    buffers: Vec<Pages>,
-    /// The fewest buffers the pool held since the last trim: that many went unused.
-    low: usize,
-}
-
 thread_local! {
-    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
+    static POOL: RefCell<Pool<INITIAL, POOL_MAX>> = const { RefCell::new(Pool::new()) };
 }
 
 /// A buffer of `INITIAL` bytes, from the pool when it has one, else newly mapped (or from
 /// the heap if the system refuses a mapping).
 fn take() -> Block {
-    let pooled = POOL.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        let b = pool.buffers.pop();
-        pool.low = pool.low.min(pool.buffers.len());
-        b
-    });
-    match pooled.or_else(Pages::map) {
+    match POOL.with(|pool| pool.borrow_mut().take()) {
         Some(p) => Block::Pages(p),
         None => Block::Heap(vec![0; INITIAL].into_boxed_slice()),
     }
@@ -60,78 +49,21 @@ fn take() -> Block {
 
 #[cfg(test)]
 fn pooled() -> usize {
-    POOL.with(|pool| pool.borrow().buffers.len())
+    POOL.with(|pool| pool.borrow().len())
 }
 
 /// Keeps mapped pages for reuse while the pool has room; frees anything else.
 fn give(block: Block) {
     if let Block::Pages(p) = block {
-        POOL.with(|pool| {
-            let mut pool = pool.borrow_mut();
-            if pool.buffers.len() < POOL_MAX {
-                pool.buffers.push(p);
-            }
-        });
+        POOL.with(|pool| pool.borrow_mut().give(p));
     }
 }
 
 /// Unmaps the pooled buffers this thread did not use since the last call. Each worker
 /// calls it every [`TRIM_EVERY`]; returns the bytes given back.
 pub fn trim() -> usize {
-    let dropped = POOL.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        let keep = pool.buffers.len() - pool.low.min(pool.buffers.len());
-        let dropped: Vec<Pages> = pool.buffers.drain(keep..).collect();
-        pool.low = pool.buffers.len();
-        dropped
-    });
+    let dropped = POOL.with(|pool| pool.borrow_mut().trim());
     dropped.len() * INITIAL
-}
-
-/// `INITIAL` bytes of anonymous memory mapped for one buffer: zero-filled, resident only
-/// once touched, and returned to the system whole when dropped.
-struct Pages(std::ptr::NonNull<u8>);
-
-// SAFETY: the mapping is owned by one `Pages` and only reached through it.
-unsafe impl Send for Pages {}
-
-impl Pages {
-    fn map() -> Option<Pages> {
-        // SAFETY: a fresh private anonymous mapping touches no existing memory.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                INITIAL,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        std::ptr::NonNull::new(p.cast()).map(Pages)
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: the mapping is INITIAL bytes, readable, and lives as long as self.
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr(), INITIAL) }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, writable, and borrowed mutably through self only.
-        unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), INITIAL) }
-    }
-}
-
-impl Drop for Pages {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`, which nothing else refers to.
-        unsafe {
-            libc::munmap(self.0.as_ptr().cast(), INITIAL);
-        }
-    }
 }
 
 /// What a buffer's bytes live in.
@@ -140,7 +72,7 @@ enum Block {
     #[default]
     None,
     /// The pooled size, mapped pages.
-    Pages(Pages),
+    Pages(Pages<INITIAL>),
     /// Smaller (a tap with a lower limit) or grown past `INITIAL`: from the heap. A boxed
     /// slice rather than a Vec keeps a `Buf` at 40 bytes, in every connection's state.
     Heap(Box<[u8]>),

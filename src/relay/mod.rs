@@ -8,6 +8,7 @@ mod http_relay;
 mod io;
 mod listener;
 mod next;
+mod pages;
 mod resp_connection;
 mod response;
 mod sides;

@@ -18,6 +18,8 @@ use std::pin::Pin;
 use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
+use super::pages::{Pages, Pool};
+
 /// The size of a slot: one page. The futures placed in one are checked against it when
 /// the program is built.
 const SLOT: usize = 4096;
@@ -25,93 +27,31 @@ const SLOT: usize = 4096;
 /// in them reached); past that, given-back slots are unmapped at once.
 const POOL_MAX: usize = 256;
 
-struct Pool {
-    pages: Vec<Page>,
-    /// The fewest pages the pool held since the last trim: that many went unused.
-    low: usize,
-}
-
 thread_local! {
     // Initialised at compile time: no first-use check on each request's take and give.
-    static POOL: RefCell<Pool> = const {
-        RefCell::new(Pool {
-            pages: Vec::new(),
-            low: 0,
-        })
-    };
+    static POOL: RefCell<Pool<SLOT, POOL_MAX>> = const { RefCell::new(Pool::new()) };
 }
 
-/// One page of anonymous memory: zero-filled, resident once touched, returned to the
-/// system whole when dropped.
-struct Page(NonNull<u8>);
-
-// SAFETY: the mapping is owned by one `Page` and only reached through it.
-unsafe impl Send for Page {}
-
-impl Page {
-    fn map() -> Option<Page> {
-        // SAFETY: a fresh private anonymous mapping touches no existing memory.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SLOT,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        NonNull::new(p.cast()).map(Page)
-    }
-}
-
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`, which nothing else refers to.
-        unsafe {
-            libc::munmap(self.0.as_ptr().cast(), SLOT);
-        }
-    }
-}
+type Page = Pages<SLOT>;
 
 fn take() -> Option<Page> {
-    let pooled = POOL.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        let p = pool.pages.pop();
-        pool.low = pool.low.min(pool.pages.len());
-        p
-    });
-    pooled.or_else(Page::map)
+    POOL.with(|pool| pool.borrow_mut().take())
 }
 
 fn give(page: Page) {
-    POOL.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        if pool.pages.len() < POOL_MAX {
-            pool.pages.push(page);
-        }
-    });
+    POOL.with(|pool| pool.borrow_mut().give(page));
 }
 
 /// Unmaps the pooled slots this thread did not use since the last call (each worker calls
 /// it with `buffer::trim`); returns the bytes given back.
 pub fn trim() -> usize {
-    let dropped = POOL.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        let keep = pool.pages.len() - pool.low.min(pool.pages.len());
-        let dropped: Vec<Page> = pool.pages.drain(keep..).collect();
-        pool.low = pool.pages.len();
-        dropped
-    });
+    let dropped = POOL.with(|pool| pool.borrow_mut().trim());
     dropped.len() * SLOT
 }
 
 #[cfg(test)]
 fn pooled() -> usize {
-    POOL.with(|pool| pool.borrow().pages.len())
+    POOL.with(|pool| pool.borrow().len())
 }
 
 /// A future placed in a pooled slot (or, if the system refuses a mapping, on the heap).
@@ -140,7 +80,7 @@ impl<F: Future> Slot<F> {
         }
         match take() {
             Some(page) => {
-                let at = page.0.cast::<F>();
+                let at = page.as_ptr().cast::<F>();
                 // SAFETY: the page is SLOT bytes, page-aligned, writable, unused (taken
                 // from the pool or freshly mapped), and F fits it (checked above).
                 unsafe { at.as_ptr().write(make()) };
