@@ -76,3 +76,28 @@ impl Method {
         }
     }
 }
+
+/// Test input for the word-at-a-time scans: every string of up to `max_len` bytes of `a`,
+/// CR and LF, after each of `prefixes` bytes of `x` (which shift it across word and
+/// block boundaries).
+#[cfg(test)]
+pub(crate) fn cr_lf_strings(max_len: u32, prefixes: &[usize]) -> Vec<Vec<u8>> {
+    let alphabet = [b'a', b'\r', b'\n'];
+    let mut out = Vec::new();
+    for len in 0..=max_len {
+        for code in 0..3usize.pow(len) {
+            let mut body = Vec::new();
+            let mut c = code;
+            for _ in 0..len {
+                body.push(alphabet[c % 3]);
+                c /= 3;
+            }
+            for &prefix in prefixes {
+                let mut s = vec![b'x'; prefix];
+                s.extend_from_slice(&body);
+                out.push(s);
+            }
+        }
+    }
+    out
+}

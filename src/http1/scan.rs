@@ -504,24 +504,11 @@ mod tests {
     /// search finds.
     #[test]
     fn the_word_scan_finds_the_first_terminator_like_a_plain_search() {
-        let alphabet = [b'a', b'\r', b'\n'];
-        for len in 0..=8u32 {
-            for code in 0..3usize.pow(len) {
-                let mut body = Vec::new();
-                let mut c = code;
-                for _ in 0..len {
-                    body.push(alphabet[c % 3]);
-                    c /= 3;
-                }
-                for prefix in [0, 1, 5, 7, 8, 13, 15, 16, 17, 24] {
-                    let mut msg = vec![b'x'; prefix];
-                    msg.extend_from_slice(&body);
-                    msg.extend_from_slice(b"yz");
-                    let want = naive_end(&msg);
-                    for piece in [1, 2, 7, msg.len()] {
-                        assert_eq!(scan_in_pieces(&msg, piece), want, "{msg:?} in {piece}s");
-                    }
-                }
+        for mut msg in crate::http1::cr_lf_strings(8, &[0, 1, 5, 7, 8, 13, 15, 16, 17, 24]) {
+            msg.extend_from_slice(b"yz");
+            let want = naive_end(&msg);
+            for piece in [1, 2, 7, msg.len()] {
+                assert_eq!(scan_in_pieces(&msg, piece), want, "{msg:?} in {piece}s");
             }
         }
     }
