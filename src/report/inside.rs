@@ -351,6 +351,10 @@ mod tests {
             top_symbols: None,
             stripped,
             lost_samples: None,
+            frames: None,
+            inclusive: None,
+            functions: None,
+            stacks: None,
         }
     }
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use snapshot::{SymbolSnapshot, UpstreamSnapshot};
+pub use snapshot::{Frame, FunctionSnapshot, Stack, Stacks, SymbolSnapshot, UpstreamSnapshot};
 pub use watch::{ProfileSettings, Watcher};
 
 use crate::sync::lock;

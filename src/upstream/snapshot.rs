@@ -40,7 +40,83 @@ pub struct UpstreamSnapshot {
     /// When profiling: samples the kernel dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_samples: Option<u64>,
+    /// When profiling with call stacks: `native` (machine code: the binary, its libraries,
+    /// the kernel) or `php` (the PHP interpreter's own call stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<String>,
+    /// When profiling with call stacks: component → samples whose stack holds at least
+    /// one frame of it (so a component's inclusive count is at least its self count in
+    /// `samples`, and they do not add up to the total).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inclusive: Option<BTreeMap<String, u64>>,
+    /// When profiling with call stacks: the [`TOP_FUNCTIONS`] functions with the most
+    /// inclusive samples, with their self samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub functions: Option<Vec<FunctionSnapshot>>,
+    /// When profiling with call stacks: the sampled stacks themselves (flame graphs,
+    /// folded stacks and pprof are made from them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<Stacks>,
 }
+
+/// One function's samples: `self_samples` with it as the leaf, `inclusive_samples` with
+/// it anywhere on the stack (a recursive function counts once per sample).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionSnapshot {
+    pub name: String,
+    pub object: String,
+    pub component: String,
+    pub self_samples: u64,
+    pub inclusive_samples: u64,
+}
+
+/// A frame of a sampled stack: a function, the object it lies in, and the component its
+/// own rule gives it.
+///
+/// Native frames: `name` is the symbol (`http_parser_execute`, `[unknown]`), `object` the
+/// file name of the mapping (`webdis`, `libc.so.6`, `[kernel]`). PHP frames: `name` as
+/// PHP prints it (`Amp\Http\Http1\Rfc7230::parseHeaders`, `{closure}`, `fwrite`),
+/// `object` the defining script's path (empty for a function built into PHP), `line` the
+/// line the function starts on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Frame {
+    pub name: String,
+    pub object: String,
+    pub component: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// The stacks sampled in a window: a frame table and the distinct stacks as indices into
+/// it, **root first**, each with its samples. At most [`MAX_STACKS`] stacks are kept: the
+/// samples of the rest are one stack of the single frame [`OTHER_STACKS`], so the samples
+/// still add up to the window's total.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stacks {
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Stack>,
+    /// Samples whose stack could not be followed to its root (the copied stack ran out,
+    /// or no unwind information covered a frame): their stacks start at the frame
+    /// [`TRUNCATED`], and the callers they lost are missing from the inclusive counts.
+    #[serde(default)]
+    pub truncated_samples: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stack {
+    /// Indices into [`Stacks::frames`], root first, leaf last.
+    pub frames: Vec<u32>,
+    pub samples: u64,
+}
+
+/// Functions kept in a snapshot's `functions`.
+pub const TOP_FUNCTIONS: usize = 50;
+/// Distinct stacks kept in a snapshot's `stacks`.
+pub const MAX_STACKS: usize = 5000;
+/// The frame that stands for the stacks beyond [`MAX_STACKS`].
+pub const OTHER_STACKS: &str = "[other stacks]";
+/// The root frame of a stack that could not be followed to its root.
+pub const TRUNCATED: &str = "[truncated]";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SymbolSnapshot {
@@ -70,6 +146,10 @@ impl UpstreamSnapshot {
             top_symbols: None,
             stripped: None,
             lost_samples: None,
+            frames: None,
+            inclusive: None,
+            functions: None,
+            stacks: None,
         }
     }
 }
@@ -134,6 +214,134 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
             (x, y) => Some(x.unwrap_or(false) || y.unwrap_or(false)),
         },
         lost_samples: add(a.lost_samples, b.lost_samples),
+        frames: b.frames.clone().or(a.frames),
+        inclusive: add_maps(a.inclusive, b.inclusive.as_ref()),
+        functions: merge_functions(a.functions, b.functions.as_deref()),
+        stacks: match (a.stacks, &b.stacks) {
+            (None, None) => None,
+            (x, y) => {
+                let mut stacks = x.unwrap_or_default();
+                if let Some(y) = y {
+                    stacks.merge(y);
+                }
+                Some(stacks)
+            }
+        },
+    }
+}
+
+fn add_maps(
+    a: Option<BTreeMap<String, u64>>,
+    b: Option<&BTreeMap<String, u64>>,
+) -> Option<BTreeMap<String, u64>> {
+    match (a, b) {
+        (None, None) => None,
+        (x, y) => {
+            let mut m = x.unwrap_or_default();
+            for (k, v) in y.into_iter().flatten() {
+                *m.entry(k.clone()).or_default() += v;
+            }
+            Some(m)
+        }
+    }
+}
+
+/// Two windows' top functions as one: counts of the same (name, object, component) add
+/// up. A function in the top of one window only is counted from that window alone, so a
+/// merged count is a lower bound for functions near the cut.
+fn merge_functions(
+    a: Option<Vec<FunctionSnapshot>>,
+    b: Option<&[FunctionSnapshot]>,
+) -> Option<Vec<FunctionSnapshot>> {
+    if a.is_none() && b.is_none() {
+        return None;
+    }
+    let mut all: BTreeMap<(String, String, String), (u64, u64)> = BTreeMap::new();
+    for f in a.iter().flatten().chain(b.into_iter().flatten()) {
+        let e = all
+            .entry((f.name.clone(), f.object.clone(), f.component.clone()))
+            .or_default();
+        e.0 += f.self_samples;
+        e.1 += f.inclusive_samples;
+    }
+    let mut v: Vec<FunctionSnapshot> = all
+        .into_iter()
+        .map(
+            |((name, object, component), (self_samples, inclusive_samples))| FunctionSnapshot {
+                name,
+                object,
+                component,
+                self_samples,
+                inclusive_samples,
+            },
+        )
+        .collect();
+    sort_functions(&mut v);
+    v.truncate(TOP_FUNCTIONS);
+    Some(v)
+}
+
+/// Most inclusive samples first, then most self samples, then by name.
+pub fn sort_functions(v: &mut [FunctionSnapshot]) {
+    v.sort_by(|x, y| {
+        y.inclusive_samples
+            .cmp(&x.inclusive_samples)
+            .then(y.self_samples.cmp(&x.self_samples))
+            .then_with(|| x.name.cmp(&y.name))
+            .then_with(|| x.object.cmp(&y.object))
+    });
+}
+
+impl Stacks {
+    /// All samples of all stacks.
+    pub fn total(&self) -> u64 {
+        self.stacks.iter().map(|s| s.samples).sum()
+    }
+
+    /// The frames of a stack, root first (an index out of the table is skipped).
+    pub fn frames_of<'a>(&'a self, stack: &'a Stack) -> impl Iterator<Item = &'a Frame> + 'a {
+        stack
+            .frames
+            .iter()
+            .filter_map(|&i| self.frames.get(i as usize))
+    }
+
+    /// Adds `other`'s stacks to these, frames matched by value.
+    pub fn merge(&mut self, other: &Stacks) {
+        let mut index: std::collections::HashMap<Frame, u32> = self
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.clone(), i as u32))
+            .collect();
+        let mut by_frames: std::collections::HashMap<Vec<u32>, usize> = self
+            .stacks
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.frames.clone(), i))
+            .collect();
+        for stack in &other.stacks {
+            let frames: Vec<u32> = other
+                .frames_of(stack)
+                .map(|f| {
+                    *index.entry(f.clone()).or_insert_with(|| {
+                        self.frames.push(f.clone());
+                        (self.frames.len() - 1) as u32
+                    })
+                })
+                .collect();
+            match by_frames.get(&frames) {
+                Some(&i) => self.stacks[i].samples += stack.samples,
+                None => {
+                    by_frames.insert(frames.clone(), self.stacks.len());
+                    self.stacks.push(Stack {
+                        frames,
+                        samples: stack.samples,
+                    });
+                }
+            }
+        }
+        self.truncated_samples += other.truncated_samples;
     }
 }
 
