@@ -43,7 +43,7 @@ pub use walk::MAX_DEPTH;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PhpFrame {
     /// `Class::method`, `function`, `{closure}`, `{main}`; `[truncated]` at the root of a
-    /// stack cut at [`MAX_DEPTH`], `[unknown]` for a function that read as garbage.
+    /// stack cut at [`MAX_DEPTH`].
     pub function: Arc<str>,
     /// The file the function is defined in; "" for internal functions.
     pub file: Arc<str>,
@@ -92,6 +92,8 @@ pub enum PhpError {
         #[source]
         source: io::Error,
     },
+    #[error("the PHP stack of pid {pid} kept changing while it was read")]
+    Torn { pid: u32 },
     #[error("PHP sampling frequency {0} Hz is out of range (1 to 10000)")]
     Frequency(u32),
     #[error("cannot start the PHP sampler thread: {0}")]

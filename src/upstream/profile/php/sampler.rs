@@ -42,6 +42,7 @@ pub struct PhpStacks {
     errors: u64,
     missed: u64,
     reads: u64,
+    torn: u64,
     ended: bool,
 }
 
@@ -88,6 +89,12 @@ impl PhpStacks {
         self.reads
     }
 
+    /// Walks that read a stack torn by the running process and were tried again (a
+    /// sample whose every attempt was torn counts in [`PhpStacks::errors`]).
+    pub fn torn(&self) -> u64 {
+        self.torn
+    }
+
     /// Whether the PHP thread has exited (the sampler stopped).
     pub fn ended(&self) -> bool {
         self.ended
@@ -105,6 +112,7 @@ struct Tally {
     errors: u64,
     missed: u64,
     reads: u64,
+    torn: u64,
     ended: bool,
 }
 
@@ -191,6 +199,7 @@ impl PhpSampler {
             errors: tally.errors,
             missed: tally.missed,
             reads: tally.reads,
+            torn: tally.torn,
             ended: tally.ended,
         }
     }
@@ -248,6 +257,7 @@ fn run(
     let mut deadline = monotonic_ns();
     let mut last_cpu = schedstat.as_ref().and_then(|f| cpu_ns(f, &mut buf));
     let mut reads = walker.reads();
+    let mut torn = walker.torn;
     while !shared.stop.load(Ordering::Relaxed) {
         deadline += period_ns;
         let now = monotonic_ns();
@@ -311,6 +321,8 @@ fn run(
         let now_reads = walker.reads();
         tally.reads += now_reads - reads;
         reads = now_reads;
+        tally.torn += walker.torn - torn;
+        torn = walker.torn;
     }
 }
 

@@ -1,6 +1,6 @@
 //! One walk of the PHP call stack: from `EG(current_execute_data)` along
 //! `prev_execute_data`, naming each frame's `zend_function` once and remembering the name
-//! by the function's address.
+//! by the fields it is made of, so that a frame costs one read once its function is known.
 //!
 //! Fibers need no special case. `Fiber::start`, `::resume` and `::throw` write the
 //! resumer's `EG(current_execute_data)` into the `prev_execute_data` of the fiber's bottom
@@ -33,6 +33,8 @@ const MAX_HOPS: usize = 4 * MAX_DEPTH;
 /// Function names (with the class) and file names longer than these are read as garbage.
 const MAX_NAME: u64 = 1024;
 const MAX_FILE: u64 = 4096;
+/// Walks tried per sample before a torn stack is given up.
+pub const ATTEMPTS: usize = 3;
 /// Names kept before the cache is emptied: a long-running process that creates functions
 /// (eval, closures in new files) keeps a bounded cache, refilled as they are met again.
 pub const MAX_CACHED: usize = 16 * 1024;
@@ -44,10 +46,20 @@ const INTERNAL_FUNCTION: u8 = 1;
 const USER_FUNCTION: u8 = 2;
 const EVAL_CODE: u8 = 4;
 
+/// The fields of a `zend_function` its name is made of, as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Head {
+    user: bool,
+    name: u64,
+    scope: u64,
+    filename: u64,
+    line: u32,
+}
+
 /// What a `zend_function` turns into on a stack.
 #[derive(Clone, Debug)]
 enum Function {
-    Named(PhpFrame),
+    Named { frame: PhpFrame, user: bool },
     /// A script's top-level code (no function name): `{main}` at the bottom of the stack,
     /// `{include}` when an include/require/eval runs it from a caller's frame.
     TopLevel { main: PhpFrame, include: PhpFrame },
@@ -60,9 +72,10 @@ pub struct Walker {
     memory: Memory,
     offsets: &'static Offsets,
     executor_globals: u64,
-    functions: HashMap<u64, Function>,
+    functions: HashMap<Head, Function>,
     scratch: Vec<u8>,
-    unknown: PhpFrame,
+    /// Walks found torn so far.
+    pub torn: u64,
 }
 
 impl Walker {
@@ -73,12 +86,12 @@ impl Walker {
             executor_globals: target.executor_globals,
             functions: HashMap::new(),
             scratch: Vec::new(),
-            unknown: marker("[unknown]"),
+            torn: 0,
         }
     }
 
-    /// Forgets every name: a function's address may since hold another function (a freed
-    /// closure's memory reused).
+    /// Forgets every name: the strings a cached head points to may since have been freed
+    /// and their memory reused.
     pub fn clear_cache(&mut self) {
         self.functions.clear();
     }
@@ -89,10 +102,29 @@ impl Walker {
     }
 
     /// Reads the current stack into `out`, leaf first; Ok(true) when it was cut (deeper
-    /// than [`MAX_DEPTH`], or a frame could not be read after the first). An error means
-    /// not even the leaf could be read; Ok with no frames means PHP runs no code (between
-    /// requests, or still starting).
+    /// than [`MAX_DEPTH`], or a frame could not be read after the first). Ok with no
+    /// frames means PHP runs no code (between requests, or still starting).
+    ///
+    /// The process runs on while its stack is read, so a walk can mix two moments: the
+    /// leaf frame's slot reused by the next call before it is read, a fiber suspended
+    /// under the walk. Such a walk ends at a frame that no real stack ends at (an internal
+    /// function, a fiber's bottom frame): a real one ends in user code, the script's
+    /// `{main}` or a callback the engine called with no PHP caller (shutdown functions,
+    /// destructors at shutdown). A torn walk is tried again, up to [`ATTEMPTS`] times, and
+    /// then is an error: dropping it rather than keeping a stack that never happened.
     pub fn walk(&mut self, pid: u32, out: &mut Vec<PhpFrame>) -> Result<bool, PhpError> {
+        for _ in 0..ATTEMPTS {
+            if let Some(truncated) = self.walk_once(pid, out)? {
+                return Ok(truncated);
+            }
+            self.torn += 1;
+        }
+        out.clear();
+        Err(PhpError::Torn { pid })
+    }
+
+    /// One attempt: None when it was torn.
+    fn walk_once(&mut self, pid: u32, out: &mut Vec<PhpFrame>) -> Result<Option<bool>, PhpError> {
         out.clear();
         self.memory.reset();
         let o = self.offsets;
@@ -104,10 +136,15 @@ impl Walker {
             source,
         })?;
         let mut hops = 0;
+        // Whether the last frame seen runs user code.
+        let mut bottom_user = true;
         while frame != 0 {
             hops += 1;
-            if out.len() == MAX_DEPTH || hops > MAX_HOPS || frame % 8 != 0 {
-                return Ok(true);
+            if out.len() == MAX_DEPTH || hops > MAX_HOPS {
+                return Ok(Some(true));
+            }
+            if frame % 8 != 0 {
+                return Ok(None);
             }
             // `func` through `prev_execute_data` in one piece (32 bytes in 8.1–8.4).
             let bytes: [u8; 32] = match self.memory.read_stack(frame + o.ex_func) {
@@ -120,68 +157,102 @@ impl Walker {
                         source,
                     })
                 }
-                Err(_) => return Ok(true),
+                Err(_) => return Ok(Some(true)),
             };
             let func = word(&bytes, 0);
             let prev = word(&bytes, (o.ex_prev - o.ex_func) as usize);
             if func != 0 {
                 match self.function(func) {
-                    Some(Function::Named(named)) => out.push(named.clone()),
-                    Some(Function::TopLevel { main, include }) => {
-                        out.push(if prev == 0 { main.clone() } else { include.clone() })
+                    Some(Function::Named { frame, user }) => {
+                        bottom_user = *user;
+                        out.push(frame.clone());
                     }
-                    Some(Function::Skip) => {}
-                    None => out.push(self.unknown.clone()),
+                    Some(Function::TopLevel { main, include }) => {
+                        bottom_user = true;
+                        out.push(if prev == 0 { main.clone() } else { include.clone() });
+                    }
+                    Some(Function::Skip) => bottom_user = false,
+                    // Garbage where a function should be: the frame was reused under us.
+                    None => return Ok(None),
                 }
             }
             frame = prev;
         }
-        Ok(false)
+        Ok(bottom_user.then_some(false))
     }
 
-    /// The cached naming of the function at `addr`, reading it on a miss. None when it
-    /// reads as garbage (not cached: the next sample tries again).
+    /// The naming of the function at `addr`: its head is read every time (one read), the
+    /// names only for a head not seen before. None when it reads as garbage (not
+    /// cached: the next sample tries again).
+    ///
+    /// The cache is keyed by the head, not by the function's address: a closure's
+    /// `zend_function` is a copy inside its Closure object, freed with it, and the next
+    /// closure, often of another declaration (same name `{closure}`, another line), is
+    /// allocated at the same address; a script's functions are freed at the end of an FPM
+    /// request (without opcache) and the next request's may land where they were. The
+    /// head's pointers to the name, class and file strings and its line only match when
+    /// the names do.
     fn function(&mut self, addr: u64) -> Option<&Function> {
-        if !self.functions.contains_key(&addr) {
-            let function = self.read_function(addr).ok()?;
+        let head = self.read_head(addr).ok()?;
+        if !self.functions.contains_key(&head) {
+            let function = self.name(&head).ok()?;
             if self.functions.len() >= MAX_CACHED {
                 self.functions.clear();
             }
-            self.functions.insert(addr, function);
+            self.functions.insert(head, function);
         }
-        self.functions.get(&addr)
+        self.functions.get(&head)
     }
 
-    fn read_function(&mut self, addr: u64) -> io::Result<Function> {
+    /// The fields of a `zend_function` that decide its name, in one read.
+    fn read_head(&mut self, addr: u64) -> io::Result<Head> {
         let o = self.offsets;
         if addr % 8 != 0 {
             return Err(garbage());
         }
-        // The whole head at once; an internal function is shorter than a user one, and
-        // when the longer read runs off the end of its mapping the common part will do.
-        let mut head = [0u8; 256];
-        let span = (o.function_span() as usize).min(head.len());
-        if self.memory.read(addr, &mut head[..span]).is_err() {
-            let common = (o.fn_scope + 8) as usize;
-            self.memory.read(addr, &mut head[..common])?;
+        // An internal function is shorter than a user one: when the longer read runs off
+        // the end of its mapping, the common part will do.
+        let mut bytes = [0u8; 256];
+        let span = (o.function_span() as usize).min(bytes.len());
+        let mut got = span;
+        if self.memory.read(addr, &mut bytes[..span]).is_err() {
+            got = (o.fn_scope + 8) as usize;
+            self.memory.read(addr, &mut bytes[..got])?;
         }
-        let kind = head[o.fn_type as usize];
+        let kind = bytes[o.fn_type as usize];
         if !matches!(kind, INTERNAL_FUNCTION | USER_FUNCTION | EVAL_CODE) {
             return Err(garbage());
         }
-        let name_at = word(&head, o.fn_name as usize);
-        let scope_at = word(&head, o.fn_scope as usize);
         let user = kind != INTERNAL_FUNCTION;
-        let (file, line) = if user {
-            let file = self.read_string(word(&head, o.op_filename as usize), MAX_FILE)?;
+        if user && got < span {
+            return Err(garbage());
+        }
+        let (filename, line) = if user {
             let at = o.op_line_start as usize;
-            let line = u32::from_ne_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
-            (file, line)
+            let line = u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+            (word(&bytes, o.op_filename as usize), line)
         } else {
-            (Arc::from(""), 0)
+            (0, 0)
         };
-        if name_at == 0 {
-            if !user {
+        Ok(Head {
+            user,
+            name: word(&bytes, o.fn_name as usize),
+            scope: word(&bytes, o.fn_scope as usize),
+            filename,
+            line,
+        })
+    }
+
+    /// Reads the names a head points to.
+    fn name(&mut self, head: &Head) -> io::Result<Function> {
+        let o = self.offsets;
+        let file = if head.user {
+            self.read_string(head.filename, MAX_FILE)?
+        } else {
+            Arc::from("")
+        };
+        if head.name == 0 {
+            if !head.user {
                 return Ok(Function::Skip);
             }
             let frame = |function: &str| PhpFrame {
@@ -194,23 +265,26 @@ impl Walker {
                 include: frame("{include}"),
             });
         }
-        let name = self.read_string(name_at, MAX_NAME)?;
+        let name = self.read_string(head.name, MAX_NAME)?;
         // PHP prints methods, static or not, and closures bound in a class as
-        // `Class::name`; a closure's own name is `{closure}` (8.1–8.3) or
-        // `{closure:file:line}` (8.4), and a namespaced function's name carries its
-        // namespace already.
-        let function = if scope_at != 0 {
-            let class_at = self.memory.read_u64(scope_at + o.ce_name)?;
+        // `Class::name`; a closure's own name is `{closure}` (8.1–8.3, with the namespace:
+        // `Ns\{closure}`) or `{closure:file:line}` (8.4), and a namespaced function's name
+        // carries its namespace already.
+        let function = if head.scope != 0 {
+            let class_at = self.memory.read_u64(head.scope + o.ce_name)?;
             let class = self.read_string(class_at, MAX_NAME)?;
             Arc::from(format!("{class}::{name}"))
         } else {
             name
         };
-        Ok(Function::Named(PhpFrame {
-            function,
-            file,
-            line,
-        }))
+        Ok(Function::Named {
+            frame: PhpFrame {
+                function,
+                file,
+                line: head.line,
+            },
+            user: head.user,
+        })
     }
 
     /// A `zend_string`'s characters: header and the first characters in one read, the rest
@@ -247,7 +321,7 @@ impl Walker {
     }
 }
 
-/// A frame that is no PHP function: `[truncated]`, `[unknown]`.
+/// A frame that is no PHP function: `[truncated]`.
 pub fn marker(name: &str) -> PhpFrame {
     PhpFrame {
         function: Arc::from(name),
