@@ -26,6 +26,11 @@ const QUERY: &str = "Burn\\Backend::query";
 /// How far a sampled share may be from the measured one, in percentage points.
 const TOLERANCE: f64 = 5.0;
 const SAMPLE_FOR: Duration = Duration::from_secs(3);
+/// CPU per /work request in each burn function (30:70), long against the loop's own work
+/// per request (accept, parse, two fiber switches, the write) so that "the rest" is a few
+/// percent.
+const PARSE_US: &str = "600";
+const QUERY_US: &str = "1400";
 
 /// The tests load the machine's cores; run one at a time so that none skews another.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -217,7 +222,8 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
         (Some(a), Some(b)) => 100.0 * (b - a).as_secs_f64() / elapsed.as_secs_f64(),
         _ => f64::NAN,
     };
-    let (ticks, off_cpu, errors, truncated, reads, torn) = (
+    let (missed, ticks, off_cpu, errors, truncated, reads, torn) = (
+        stacks.missed(),
         stacks.ticks(),
         stacks.off_cpu(),
         stacks.errors(),
@@ -228,7 +234,7 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
     let stacks = stacks.take();
     let samples: u64 = stacks.iter().map(|(_, n)| n).sum();
     println!(
-        "ticks {ticks}, on-CPU samples {samples}, off-CPU {off_cpu}, errors {errors}, \
+        "ticks {ticks} ({missed} missed), on-CPU samples {samples}, off-CPU {off_cpu}, errors {errors}, \
          torn walks retried {torn}, truncated {truncated}, reads {reads} ({:.2} per sample), requests {}, \
          sampler CPU {cost:.2}% of a core",
         reads as f64 / samples.max(1) as f64,
@@ -251,7 +257,7 @@ struct Sampled {
 #[test]
 fn shares_match_the_measured_truth_and_fibers_chain_under_the_resumer() {
     let _serial = serial();
-    let burn = Burn::start(&[("BURN_PARSE_US", "300"), ("BURN_QUERY_US", "700")]);
+    let burn = Burn::start(&[("BURN_PARSE_US", PARSE_US), ("BURN_QUERY_US", QUERY_US)]);
     let target = php::detect(burn.process.pid()).unwrap().unwrap();
     assert!(target.version().starts_with("8."), "{}", target.version());
     let sampled = sample_under_load(&burn, || {});
@@ -333,12 +339,21 @@ fn an_idle_server_gives_no_samples() {
     let target = php::detect(burn.process.pid()).unwrap().unwrap();
     let mut sampler = PhpSampler::start(target, 1000).unwrap();
     let _ = sampler.collect();
+    let cpu_before = sampler.sampler_cpu();
     thread::sleep(Duration::from_secs(1));
     let mut stacks = sampler.collect();
+    let cost = match (cpu_before, sampler.sampler_cpu()) {
+        (Some(a), Some(b)) => 100.0 * (b - a).as_secs_f64(),
+        _ => f64::NAN,
+    };
     let (ticks, off_cpu) = (stacks.ticks(), stacks.off_cpu());
     let stacks = stacks.take();
     let samples: u64 = stacks.iter().map(|(_, n)| n).sum();
-    println!("idle: {ticks} ticks, {off_cpu} off CPU, {samples} samples\n{}", show(&stacks, 5));
+    println!(
+        "idle: {ticks} ticks, {off_cpu} off CPU, {samples} samples, sampler CPU {cost:.2}% \
+         of a core\n{}",
+        show(&stacks, 5)
+    );
     assert!(ticks >= 900, "the sampler ticked {ticks} times in a second");
     // The loop wakes every 100 ms to look for signals: a sample or two may catch that.
     assert!(samples <= 5, "an idle server gave {samples} samples\n{}", show(&stacks, 5));
@@ -353,8 +368,8 @@ fn shares_agree_with_excimer() {
         .unwrap();
     let out = excimer_out.path().join("collapsed.txt");
     let burn = Burn::start(&[
-        ("BURN_PARSE_US", "300"),
-        ("BURN_QUERY_US", "700"),
+        ("BURN_PARSE_US", PARSE_US),
+        ("BURN_QUERY_US", QUERY_US),
         ("EXCIMER_OUT", out.to_str().unwrap()),
     ]);
     let _ = &burn.dir;
@@ -425,4 +440,46 @@ fn shares_agree_with_excimer() {
             show(&sampled.stacks, 8)
         );
     }
+}
+
+/// A loop that makes no system call: the thread's CPU time in /proc is only brought up
+/// to date at scheduler ticks, and every tick must still count.
+#[test]
+fn a_busy_loop_without_syscalls_counts_every_tick() {
+    let _serial = serial();
+    let php = require_tool("php");
+    let dir = tempfile::Builder::new().prefix("php-spin-").tempdir().unwrap();
+    let log = dir.path().join("spin.log");
+    let script = "function spinForever() { $x = 0.0; while (true) { $x += 1.5; } } \
+                  echo \"spinning\\n\"; spinForever();";
+    let mut command = Command::new(php);
+    command.arg("-r").arg(script);
+    let process = Managed::spawn("php -r spin", &mut command, &log);
+    assert!(support::wait_for(STARTUP_DEADLINE, || fs::read_to_string(&log)
+        .is_ok_and(|t| t.contains("spinning"))));
+    let target = php::detect(process.pid()).unwrap().unwrap();
+    let mut sampler = PhpSampler::start(target, 1000).unwrap();
+    let _ = sampler.collect();
+    thread::sleep(Duration::from_secs(1));
+    let mut stacks = sampler.collect();
+    let (ticks, off_cpu, errors, torn, missed) = (
+        stacks.ticks(),
+        stacks.off_cpu(),
+        stacks.errors(),
+        stacks.torn(),
+        stacks.missed(),
+    );
+    let stacks = stacks.take();
+    let samples: u64 = stacks.iter().map(|(_, n)| n).sum();
+    println!(
+        "busy loop: {ticks} ticks ({missed} missed by a late sampler), {off_cpu} off CPU, \
+         {errors} errors, {torn} torn, {samples} samples\n{}",
+        show(&stacks, 3)
+    );
+    let taken = ticks - missed;
+    assert!(
+        off_cpu * 50 <= taken && samples as f64 >= 0.95 * taken as f64,
+        "{samples} samples and {off_cpu} off CPU of {taken} ticks for a thread always on CPU"
+    );
+    assert!(inclusive(&stacks, "spinForever") > 99.0, "{}", show(&stacks, 3));
 }

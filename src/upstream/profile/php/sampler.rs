@@ -3,15 +3,17 @@
 //!
 //! On-CPU is decided from /proc, never from the stack: an event loop blocked in
 //! `stream_select` or `epoll_wait` still has `{main}` → `Loop::run` → `stream_select` on
-//! its stack, and counting it would show idle time as work. A tick counts when
-//! - the thread's state in /proc/PID/task/TID/stat is `R` (running or runnable), and
-//! - its CPU time in /proc/PID/task/TID/schedstat grew since the previous tick, which drops
-//!   ticks where it was runnable but waiting for a CPU all along (just woken, or preempted
-//!   on a busy machine): `R` alone counts time in the run queue as the function's. (Where
-//!   schedstat is missing, a kernel without CONFIG_SCHED_INFO, the state alone decides.)
+//! its stack, and counting it would show idle time as work. A tick counts when the
+//! thread's state in /proc/PID/task/TID/stat is `R` (running, or runnable and waiting for
+//! a CPU). Telling those two apart from /proc does not work: schedstat's CPU time of a
+//! thread that is running is only brought up to date at scheduler ticks and context
+//! switches, so "did its CPU time grow since the last tick" drops ticks of a thread that
+//! never left the CPU (12 % of them for a PHP loop without system calls, measured). The
+//! run-queue wait counted as `R` is time the function was due to run; on a machine with
+//! a free core it is small, and it does not favour one function over another.
 //!
-//! Both files stay open and are read with pread, so a tick off CPU costs two small
-//! system calls and no stack read. The deadline of tick n is start + n × period on the
+//! The file stays open and is read with pread, so a tick off CPU costs one small system
+//! call and no stack read. The deadline of tick n is start + n × period on the
 //! monotonic clock (clock_nanosleep with TIMER_ABSTIME), so the rate does not drift with
 //! the time a tick takes; a sampler that falls behind by more than a period skips the
 //! missed ticks (counted) instead of bursting.
@@ -101,11 +103,39 @@ impl PhpStacks {
     }
 }
 
+/// A stack as walked, leaf first, compared by the identity of its names: the walker hands
+/// out the same `Arc`s for a function until its cache is emptied, so a sample hashes a
+/// few pointers, not every character of every name. After the cache is emptied the same
+/// stack comes back with new `Arc`s and a second entry, merged by content in `collect`.
+struct Walked(Vec<PhpFrame>);
+
+impl PartialEq for Walked {
+    fn eq(&self, other: &Walked) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| {
+                Arc::ptr_eq(&a.function, &b.function) && Arc::ptr_eq(&a.file, &b.file) && a.line == b.line
+            })
+    }
+}
+
+impl Eq for Walked {}
+
+impl std::hash::Hash for Walked {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_usize(self.0.len());
+        for frame in &self.0 {
+            state.write_usize(Arc::as_ptr(&frame.function).cast::<u8>() as usize);
+            state.write_usize(Arc::as_ptr(&frame.file).cast::<u8>() as usize);
+            state.write_u32(frame.line);
+        }
+    }
+}
+
 /// What the thread hands to `collect`.
 #[derive(Default)]
 struct Tally {
     /// Leaf first, as walked (reversed once per collect, not per sample).
-    stacks: HashMap<Vec<PhpFrame>, u64>,
+    stacks: HashMap<Walked, u64>,
     truncated: u64,
     ticks: u64,
     off_cpu: u64,
@@ -147,7 +177,6 @@ impl PhpSampler {
             what: "thread state",
             source,
         })?;
-        let schedstat = proc_file("schedstat").ok();
         let shared = Arc::new(Shared {
             tally: Mutex::new(Tally::default()),
             stop: AtomicBool::new(false),
@@ -155,14 +184,24 @@ impl PhpSampler {
             tid: AtomicU32::new(0),
         });
         let period = Duration::from_secs(1) / frequency_hz;
+        let (started, ready) = std::sync::mpsc::channel();
         let thread = {
             let shared = shared.clone();
             let target = target.clone();
             std::thread::Builder::new()
                 .name("php-sampler".to_owned())
-                .spawn(move || run(&shared, &target, period, stat, schedstat))
+                .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    shared.tid.store(tid as u32, Ordering::Relaxed);
+                    let _ = started.send(());
+                    run(&shared, &target, period, stat)
+                })
                 .map_err(PhpError::Thread)?
         };
+        // Its id is known once start returns (for `sampler_cpu`); a thread that died
+        // before saying so has dropped the sender, which ends the wait too.
+        let _ = ready.recv();
         tracing::info!(
             pid = target.pid,
             version = %target.version,
@@ -183,14 +222,12 @@ impl PhpSampler {
             std::mem::take(&mut *tally)
         };
         self.shared.generation.fetch_add(1, Ordering::Relaxed);
-        let stacks = tally
-            .stacks
-            .into_iter()
-            .map(|(mut stack, count)| {
-                stack.reverse();
-                (stack, count)
-            })
-            .collect();
+        let mut merged: HashMap<Vec<PhpFrame>, u64> = HashMap::with_capacity(tally.stacks.len());
+        for (Walked(mut stack), count) in tally.stacks {
+            stack.reverse();
+            *merged.entry(stack).or_insert(0) += count;
+        }
+        let stacks = merged.into_iter().collect();
         PhpStacks {
             stacks,
             truncated: tally.truncated,
@@ -212,16 +249,15 @@ impl PhpSampler {
         &self.target
     }
 
-    /// CPU time the sampler thread has used so far (its own cost), None before it started
-    /// or where schedstat is missing.
+    /// CPU time the sampler thread has used so far (its own cost), None where schedstat
+    /// is missing.
     pub fn sampler_cpu(&self) -> Option<Duration> {
         let tid = self.shared.tid.load(Ordering::Relaxed);
         if tid == 0 {
             return None;
         }
-        let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-        let nanos = text.split_whitespace().next()?.parse::<u64>().ok()?;
-        Some(Duration::from_nanos(nanos))
+        let text = std::fs::read(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+        parse_cpu(&text).map(Duration::from_nanos)
     }
 }
 
@@ -238,16 +274,7 @@ fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
     tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn run(
-    shared: &Shared,
-    target: &PhpTarget,
-    period: Duration,
-    stat: File,
-    schedstat: Option<File>,
-) {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    shared.tid.store(tid as u32, Ordering::Relaxed);
+fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
     let mut walker = Walker::new(target);
     let mut stack: Vec<PhpFrame> = Vec::with_capacity(MAX_DEPTH + 1);
     let mut buf = [0u8; 1024];
@@ -255,7 +282,6 @@ fn run(
     let mut generation = shared.generation.load(Ordering::Relaxed);
     let period_ns = period.as_nanos().max(1) as i128;
     let mut deadline = monotonic_ns();
-    let mut last_cpu = schedstat.as_ref().and_then(|f| cpu_ns(f, &mut buf));
     let mut reads = walker.reads();
     let mut torn = walker.torn;
     while !shared.stop.load(Ordering::Relaxed) {
@@ -279,15 +305,7 @@ fn run(
                 break;
             }
         };
-        let ran = match (&schedstat, last_cpu) {
-            (Some(file), Some(before)) => {
-                let now = cpu_ns(file, &mut buf);
-                last_cpu = now;
-                now.is_some_and(|now| now > before)
-            }
-            _ => true,
-        };
-        let on_cpu = state == b'R' && ran;
+        let on_cpu = state == b'R';
         let seen = shared.generation.load(Ordering::Relaxed);
         if seen != generation {
             generation = seen;
@@ -305,15 +323,20 @@ fn run(
                     tally.truncated += 1;
                     stack.push(truncated_root.clone());
                 }
-                if let Some(count) = tally.stacks.get_mut(stack.as_slice()) {
+                // The lookup borrows the walk's buffer; only a new stack is copied.
+                let key = Walked(std::mem::take(&mut stack));
+                if let Some(count) = tally.stacks.get_mut(&key) {
                     *count += 1;
+                    stack = key.0;
                 } else if tally.stacks.len() < MAX_STACKS {
-                    tally.stacks.insert(stack.clone(), 1);
+                    tally.stacks.insert(Walked(key.0.clone()), 1);
+                    stack = key.0;
                 } else {
+                    stack = key.0;
                     tally.truncated += 1;
                     *tally
                         .stacks
-                        .entry(vec![truncated_root.clone()])
+                        .entry(Walked(vec![truncated_root.clone()]))
                         .or_insert(0) += 1;
                 }
             }
@@ -339,11 +362,6 @@ fn parse_state(text: &[u8]) -> Option<u8> {
 }
 
 /// The first field of schedstat: nanoseconds the thread has spent on CPU.
-fn cpu_ns(schedstat: &File, buf: &mut [u8]) -> Option<u64> {
-    let n = schedstat.read_at(buf, 0).ok()?;
-    parse_cpu(&buf[..n])
-}
-
 fn parse_cpu(text: &[u8]) -> Option<u64> {
     let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
     std::str::from_utf8(&text[..digits]).ok()?.parse().ok()

@@ -38,6 +38,9 @@ pub const ATTEMPTS: usize = 3;
 /// Names kept before the cache is emptied: a long-running process that creates functions
 /// (eval, closures in new files) keeps a bounded cache, refilled as they are met again.
 pub const MAX_CACHED: usize = 16 * 1024;
+/// The most of a function's head read (the user-function fields end before 200 bytes in
+/// 8.1–8.4).
+const HEAD_BYTES: usize = 256;
 /// The characters a string read brings with its header, enough for most names.
 const INLINE_CHARS: usize = 96;
 
@@ -74,6 +77,11 @@ pub struct Walker {
     executor_globals: u64,
     functions: HashMap<Head, Function>,
     scratch: Vec<u8>,
+    /// Per walk: the frames' functions and callers, and the functions' heads.
+    funcs: Vec<u64>,
+    prevs: Vec<u64>,
+    heads: Vec<u8>,
+    head_len: Vec<usize>,
     /// Walks found torn so far.
     pub torn: u64,
 }
@@ -86,6 +94,10 @@ impl Walker {
             executor_globals: target.executor_globals,
             functions: HashMap::new(),
             scratch: Vec::new(),
+            funcs: Vec::with_capacity(MAX_HOPS),
+            prevs: Vec::with_capacity(MAX_HOPS),
+            heads: Vec::new(),
+            head_len: Vec::with_capacity(MAX_HOPS),
             torn: 0,
         }
     }
@@ -124,9 +136,15 @@ impl Walker {
     }
 
     /// One attempt: None when it was torn.
+    ///
+    /// Two passes: the frames first (func and caller of each, from the VM stack windows),
+    /// then the heads of all their functions in one batched read, so that a sample costs
+    /// a handful of system calls however deep the stack.
     fn walk_once(&mut self, pid: u32, out: &mut Vec<PhpFrame>) -> Result<Option<bool>, PhpError> {
         out.clear();
         self.memory.reset();
+        self.funcs.clear();
+        self.prevs.clear();
         let o = self.offsets;
         let leaf_at = self.executor_globals + o.eg_current_execute_data;
         let mut frame = self.memory.read_u64(leaf_at).map_err(|source| PhpError::Read {
@@ -135,13 +153,13 @@ impl Walker {
             what: "EG(current_execute_data)",
             source,
         })?;
+        let mut cut = false;
         let mut hops = 0;
-        // Whether the last frame seen runs user code.
-        let mut bottom_user = true;
         while frame != 0 {
             hops += 1;
-            if out.len() == MAX_DEPTH || hops > MAX_HOPS {
-                return Ok(Some(true));
+            if hops > MAX_HOPS {
+                cut = true;
+                break;
             }
             if frame % 8 != 0 {
                 return Ok(None);
@@ -149,7 +167,7 @@ impl Walker {
             // `func` through `prev_execute_data` in one piece (32 bytes in 8.1–8.4).
             let bytes: [u8; 32] = match self.memory.read_stack(frame + o.ex_func) {
                 Ok(bytes) => bytes,
-                Err(source) if out.is_empty() => {
+                Err(source) if self.funcs.is_empty() => {
                     return Err(PhpError::Read {
                         pid,
                         addr: frame,
@@ -157,33 +175,77 @@ impl Walker {
                         source,
                     })
                 }
-                Err(_) => return Ok(Some(true)),
+                Err(_) => {
+                    cut = true;
+                    break;
+                }
             };
             let func = word(&bytes, 0);
             let prev = word(&bytes, (o.ex_prev - o.ex_func) as usize);
             if func != 0 {
-                match self.function(func) {
-                    Some(Function::Named { frame, user }) => {
-                        bottom_user = *user;
-                        out.push(frame.clone());
-                    }
-                    Some(Function::TopLevel { main, include }) => {
-                        bottom_user = true;
-                        out.push(if prev == 0 { main.clone() } else { include.clone() });
-                    }
-                    Some(Function::Skip) => bottom_user = false,
-                    // Garbage where a function should be: the frame was reused under us.
-                    None => return Ok(None),
+                if func % 8 != 0 {
+                    return Ok(None);
                 }
+                self.funcs.push(func);
+                self.prevs.push(prev);
             }
             frame = prev;
+        }
+
+        let span = (o.function_span() as usize).min(HEAD_BYTES);
+        let n = self.funcs.len();
+        self.heads.resize(n * span, 0);
+        self.head_len.clear();
+        self.head_len.resize(n, span);
+        let whole = self.memory.read_many(&self.funcs, span, &mut self.heads);
+        for i in whole..n {
+            // An internal function is shorter than a user one: when the longer read runs
+            // off the end of its mapping, the common part will do.
+            let common = (o.fn_scope + 8) as usize;
+            let head = &mut self.heads[i * span..(i + 1) * span];
+            if self.memory.read(self.funcs[i], head).is_err() {
+                if self.memory.read(self.funcs[i], &mut head[..common]).is_err() {
+                    return Ok(None);
+                }
+                self.head_len[i] = common;
+            }
+        }
+
+        // Whether the last frame seen runs user code.
+        let mut bottom_user = true;
+        for i in 0..n {
+            if out.len() == MAX_DEPTH {
+                cut = true;
+                break;
+            }
+            let Some(head) = parse_head(o, &self.heads[i * span..i * span + self.head_len[i]])
+            else {
+                // Garbage where a function should be: the frame was reused under us.
+                return Ok(None);
+            };
+            let bottom = self.prevs[i] == 0;
+            match self.function(head) {
+                Some(Function::Named { frame, user }) => {
+                    bottom_user = *user;
+                    out.push(frame.clone());
+                }
+                Some(Function::TopLevel { main, include }) => {
+                    bottom_user = true;
+                    out.push(if bottom { main.clone() } else { include.clone() });
+                }
+                Some(Function::Skip) => bottom_user = false,
+                None => return Ok(None),
+            }
+        }
+        if cut {
+            return Ok(Some(true));
         }
         Ok(bottom_user.then_some(false))
     }
 
-    /// The naming of the function at `addr`: its head is read every time (one read), the
-    /// names only for a head not seen before. None when it reads as garbage (not
-    /// cached: the next sample tries again).
+    /// The naming of a function from its head (read for every frame of every sample): the
+    /// names are read only for a head not seen before. None when they read as garbage
+    /// (not cached: the next sample tries again).
     ///
     /// The cache is keyed by the head, not by the function's address: a closure's
     /// `zend_function` is a copy inside its Closure object, freed with it, and the next
@@ -192,8 +254,7 @@ impl Walker {
     /// request (without opcache) and the next request's may land where they were. The
     /// head's pointers to the name, class and file strings and its line only match when
     /// the names do.
-    fn function(&mut self, addr: u64) -> Option<&Function> {
-        let head = self.read_head(addr).ok()?;
+    fn function(&mut self, head: Head) -> Option<&Function> {
         if !self.functions.contains_key(&head) {
             let function = self.name(&head).ok()?;
             if self.functions.len() >= MAX_CACHED {
@@ -202,45 +263,6 @@ impl Walker {
             self.functions.insert(head, function);
         }
         self.functions.get(&head)
-    }
-
-    /// The fields of a `zend_function` that decide its name, in one read.
-    fn read_head(&mut self, addr: u64) -> io::Result<Head> {
-        let o = self.offsets;
-        if addr % 8 != 0 {
-            return Err(garbage());
-        }
-        // An internal function is shorter than a user one: when the longer read runs off
-        // the end of its mapping, the common part will do.
-        let mut bytes = [0u8; 256];
-        let span = (o.function_span() as usize).min(bytes.len());
-        let mut got = span;
-        if self.memory.read(addr, &mut bytes[..span]).is_err() {
-            got = (o.fn_scope + 8) as usize;
-            self.memory.read(addr, &mut bytes[..got])?;
-        }
-        let kind = bytes[o.fn_type as usize];
-        if !matches!(kind, INTERNAL_FUNCTION | USER_FUNCTION | EVAL_CODE) {
-            return Err(garbage());
-        }
-        let user = kind != INTERNAL_FUNCTION;
-        if user && got < span {
-            return Err(garbage());
-        }
-        let (filename, line) = if user {
-            let at = o.op_line_start as usize;
-            let line = u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-            (word(&bytes, o.op_filename as usize), line)
-        } else {
-            (0, 0)
-        };
-        Ok(Head {
-            user,
-            name: word(&bytes, o.fn_name as usize),
-            scope: word(&bytes, o.fn_scope as usize),
-            filename,
-            line,
-        })
     }
 
     /// Reads the names a head points to.
@@ -319,6 +341,32 @@ impl Walker {
         };
         Ok(Arc::from(text.as_ref()))
     }
+}
+
+/// The fields of a `zend_function` that decide its name, from the first bytes of it
+/// (fewer for an internal function read near the end of its mapping). None when it is no
+/// function.
+fn parse_head(o: &Offsets, bytes: &[u8]) -> Option<Head> {
+    let kind = *bytes.get(o.fn_type as usize)?;
+    if !matches!(kind, INTERNAL_FUNCTION | USER_FUNCTION | EVAL_CODE) {
+        return None;
+    }
+    let user = kind != INTERNAL_FUNCTION;
+    let (filename, line) = if user {
+        let at = o.op_line_start as usize;
+        let line = bytes.get(at..at + 4)?;
+        let line = u32::from_ne_bytes([line[0], line[1], line[2], line[3]]);
+        (word(bytes.get(..o.op_filename as usize + 8)?, o.op_filename as usize), line)
+    } else {
+        (0, 0)
+    };
+    Some(Head {
+        user,
+        name: word(bytes.get(..o.fn_name as usize + 8)?, o.fn_name as usize),
+        scope: word(bytes.get(..o.fn_scope as usize + 8)?, o.fn_scope as usize),
+        filename,
+        line,
+    })
 }
 
 /// A frame that is no PHP function: `[truncated]`.
