@@ -2,7 +2,7 @@
 //! (x86-64, NTS, 64-bit pointers), and the parser of the version string that picks a row.
 //!
 //! These are the only facts the sampler needs from php-src, kept as plain numbers rather
-//! than generated bindings: a walk touches seven fields, and a table that says where each
+//! than generated bindings: a walk touches eleven fields, and a table that says where each
 //! comes from is easier to check against the headers of a new release than a bindgen step
 //! that needs those headers at build time. The numbers only change when a struct in front
 //! of a field changes; in 8.1–8.4 `zend_execute_data`, `zend_string` and the common head of
@@ -20,8 +20,6 @@ pub struct Offsets {
     pub ex_prev: u64,
     /// `zend_function.type` (the first byte of every member of the union).
     pub fn_type: u64,
-    /// `zend_function.common.fn_flags` (Zend/zend_compile.h).
-    pub fn_flags: u64,
     /// `zend_function.common.function_name` (a `zend_string *`, NULL for a script's
     /// top-level code).
     pub fn_name: u64,
@@ -64,8 +62,7 @@ const fn common(op_filename: u64) -> Offsets {
         // After `This`, a 16-byte zval at 32.
         ex_prev: 48,
         fn_type: 0,
-        // type, arg_flags[3], then the 32-bit flags.
-        fn_flags: 4,
+        // type, arg_flags[3] and the 32-bit fn_flags come first.
         fn_name: 8,
         fn_scope: 16,
         op_filename,
@@ -213,10 +210,16 @@ mod tests {
     #[test]
     fn version_found_in_binary_bytes() {
         let blob = b"\0\0junk\0X-Powered-By: PHP/8.1.27\0Zend Engine v4.2.0\0";
-        assert_eq!(version_in_binary(blob).map(|v| v.to_string()), Some("8.1.27".into()));
+        assert_eq!(
+            version_in_binary(blob).map(|v| v.to_string()),
+            Some("8.1.27".into())
+        );
         // Without the header literal the engine version decides: 4.3 is PHP 8.3.
         let blob = b"\0Zend Engine v3.4.0\0Zend Engine v4.3.6, Copyright\0";
-        assert_eq!(version_in_binary(blob).map(|v| v.to_string()), Some("8.3.6".into()));
+        assert_eq!(
+            version_in_binary(blob).map(|v| v.to_string()),
+            Some("8.3.6".into())
+        );
         assert_eq!(version_in_binary(b"no version here"), None);
     }
 

@@ -113,7 +113,9 @@ impl PartialEq for Walked {
     fn eq(&self, other: &Walked) -> bool {
         self.0.len() == other.0.len()
             && self.0.iter().zip(&other.0).all(|(a, b)| {
-                Arc::ptr_eq(&a.function, &b.function) && Arc::ptr_eq(&a.file, &b.file) && a.line == b.line
+                Arc::ptr_eq(&a.function, &b.function)
+                    && Arc::ptr_eq(&a.file, &b.file)
+                    && a.line == b.line
             })
     }
 }
@@ -271,7 +273,9 @@ impl Drop for PhpSampler {
 }
 
 fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
-    tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    tally
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
@@ -296,14 +300,12 @@ fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        let state = match thread_state(&stat, &mut buf) {
-            Ok(state) => state,
-            Err(_) => {
-                // The thread (or process) is gone: nothing more to sample.
-                let mut tally = lock(&shared.tally);
-                tally.ended = true;
-                break;
-            }
+        // Gone (the read fails once it is reaped), or exited and not yet reaped (Z, X):
+        // nothing more to sample.
+        let state = thread_state(&stat, &mut buf).ok();
+        let Some(state) = state.filter(|state| !matches!(state, b'Z' | b'X')) else {
+            lock(&shared.tally).ended = true;
+            break;
         };
         let on_cpu = state == b'R';
         let seen = shared.generation.load(Ordering::Relaxed);

@@ -12,9 +12,10 @@
 //! an on-CPU sample.
 //!
 //! What is read is not trusted: a frame or function is read while the VM changes it, a
-//! freed closure's memory can be reused. Names longer than a bound or a type byte that is
-//! no function type end in a placeholder frame, never in a large allocation, and the walk
-//! stops after [`MAX_DEPTH`] frames or at the first frame it cannot read.
+//! freed closure's memory can be reused. A name longer than a bound, a type byte that is
+//! no function type or a misaligned pointer makes the walk torn (tried again, then
+//! dropped), never a large allocation; the walk keeps at most [`MAX_DEPTH`] frames and
+//! stops at the first frame it cannot read.
 
 use std::collections::HashMap;
 use std::io;
@@ -62,10 +63,16 @@ struct Head {
 /// What a `zend_function` turns into on a stack.
 #[derive(Clone, Debug)]
 enum Function {
-    Named { frame: PhpFrame, user: bool },
+    Named {
+        frame: PhpFrame,
+        user: bool,
+    },
     /// A script's top-level code (no function name): `{main}` at the bottom of the stack,
     /// `{include}` when an include/require/eval runs it from a caller's frame.
-    TopLevel { main: PhpFrame, include: PhpFrame },
+    TopLevel {
+        main: PhpFrame,
+        include: PhpFrame,
+    },
     /// The engine's nameless internal frames (a fiber's bottom frame): not a PHP function.
     Skip,
 }
@@ -147,12 +154,15 @@ impl Walker {
         self.prevs.clear();
         let o = self.offsets;
         let leaf_at = self.executor_globals + o.eg_current_execute_data;
-        let mut frame = self.memory.read_u64(leaf_at).map_err(|source| PhpError::Read {
-            pid,
-            addr: leaf_at,
-            what: "EG(current_execute_data)",
-            source,
-        })?;
+        let mut frame = self
+            .memory
+            .read_u64(leaf_at)
+            .map_err(|source| PhpError::Read {
+                pid,
+                addr: leaf_at,
+                what: "EG(current_execute_data)",
+                source,
+            })?;
         let mut cut = false;
         let mut hops = 0;
         while frame != 0 {
@@ -161,7 +171,7 @@ impl Walker {
                 cut = true;
                 break;
             }
-            if frame % 8 != 0 {
+            if !frame.is_multiple_of(8) {
                 return Ok(None);
             }
             // `func` through `prev_execute_data` in one piece (32 bytes in 8.1–8.4).
@@ -183,7 +193,7 @@ impl Walker {
             let func = word(&bytes, 0);
             let prev = word(&bytes, (o.ex_prev - o.ex_func) as usize);
             if func != 0 {
-                if func % 8 != 0 {
+                if !func.is_multiple_of(8) {
                     return Ok(None);
                 }
                 self.funcs.push(func);
@@ -204,7 +214,11 @@ impl Walker {
             let common = (o.fn_scope + 8) as usize;
             let head = &mut self.heads[i * span..(i + 1) * span];
             if self.memory.read(self.funcs[i], head).is_err() {
-                if self.memory.read(self.funcs[i], &mut head[..common]).is_err() {
+                if self
+                    .memory
+                    .read(self.funcs[i], &mut head[..common])
+                    .is_err()
+                {
                     return Ok(None);
                 }
                 self.head_len[i] = common;
@@ -231,7 +245,11 @@ impl Walker {
                 }
                 Some(Function::TopLevel { main, include }) => {
                     bottom_user = true;
-                    out.push(if bottom { main.clone() } else { include.clone() });
+                    out.push(if bottom {
+                        main.clone()
+                    } else {
+                        include.clone()
+                    });
                 }
                 Some(Function::Skip) => bottom_user = false,
                 None => return Ok(None),
@@ -314,7 +332,7 @@ impl Walker {
     /// replaced characters, never an error.
     fn read_string(&mut self, addr: u64, max: u64) -> io::Result<Arc<str>> {
         let o = self.offsets;
-        if addr == 0 || addr % 8 != 0 {
+        if addr == 0 || !addr.is_multiple_of(8) {
             return Err(garbage());
         }
         let header = o.str_val as usize;
@@ -356,7 +374,13 @@ fn parse_head(o: &Offsets, bytes: &[u8]) -> Option<Head> {
         let at = o.op_line_start as usize;
         let line = bytes.get(at..at + 4)?;
         let line = u32::from_ne_bytes([line[0], line[1], line[2], line[3]]);
-        (word(bytes.get(..o.op_filename as usize + 8)?, o.op_filename as usize), line)
+        (
+            word(
+                bytes.get(..o.op_filename as usize + 8)?,
+                o.op_filename as usize,
+            ),
+            line,
+        )
     } else {
         (0, 0)
     };
@@ -386,4 +410,232 @@ fn word(bytes: &[u8], at: usize) -> u64 {
 
 fn garbage() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "implausible interpreter data")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Interpreter structs laid out in this process's memory as PHP 8.2 lays them out, so
+    /// that the walker reads them with process_vm_readv on itself.
+    struct Fake {
+        blocks: Vec<Box<[u64]>>,
+        offsets: &'static Offsets,
+    }
+
+    impl Fake {
+        fn new() -> Fake {
+            let offsets = super::super::offsets::parse_version(b"8.2.0")
+                .and_then(|v| v.offsets())
+                .unwrap();
+            Fake {
+                blocks: Vec::new(),
+                offsets,
+            }
+        }
+
+        fn alloc(&mut self, words: usize) -> u64 {
+            let block = vec![0u64; words].into_boxed_slice();
+            let addr = block.as_ptr() as u64;
+            self.blocks.push(block);
+            addr
+        }
+
+        fn put(&mut self, addr: u64, at: u64, value: u64) {
+            // SAFETY: every address handed out is the start of a live block, and callers
+            // stay inside it.
+            unsafe { ((addr + at) as *mut u64).write_unaligned(value) }
+        }
+
+        fn string(&mut self, text: &str) -> u64 {
+            let addr = self.alloc(3 + text.len() / 8 + 1);
+            self.put(addr, self.offsets.str_len, text.len() as u64);
+            // SAFETY: the block has room for the characters after the 24-byte header.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    text.as_ptr(),
+                    (addr + self.offsets.str_val) as *mut u8,
+                    text.len(),
+                )
+            };
+            addr
+        }
+
+        fn class(&mut self, name: &str) -> u64 {
+            let addr = self.alloc(4);
+            let name = self.string(name);
+            self.put(addr, self.offsets.ce_name, name);
+            addr
+        }
+
+        /// A function: `name` None for top-level code, `file` None for internal ones.
+        fn function(&mut self, name: Option<&str>, scope: u64, file: Option<(&str, u32)>) -> u64 {
+            let addr = self.alloc(HEAD_BYTES / 8);
+            let o = self.offsets;
+            let kind = if file.is_some() {
+                USER_FUNCTION
+            } else {
+                INTERNAL_FUNCTION
+            };
+            self.put(addr, o.fn_type, u64::from(kind));
+            if let Some(name) = name {
+                let name = self.string(name);
+                self.put(addr, o.fn_name, name);
+            }
+            self.put(addr, o.fn_scope, scope);
+            if let Some((file, line)) = file {
+                let file = self.string(file);
+                self.put(addr, o.op_filename, file);
+                self.put(addr, o.op_line_start, u64::from(line));
+            }
+            addr
+        }
+
+        /// Frames calling each other, root first, on one VM stack; returns the leaf.
+        fn frames(&mut self, funcs: &[u64], below: u64) -> u64 {
+            let size = 10; // words: a zend_execute_data without arguments
+            let stack = self.alloc(size * funcs.len());
+            let mut prev = below;
+            for (i, &func) in funcs.iter().enumerate() {
+                let frame = stack + (i * size * 8) as u64;
+                self.put(frame, self.offsets.ex_func, func);
+                self.put(frame, self.offsets.ex_prev, prev);
+                prev = frame;
+            }
+            prev
+        }
+
+        /// Executor globals whose current frame is `leaf`, and a walker over them.
+        fn walker(&mut self, leaf: u64) -> Walker {
+            let globals = self.alloc(128);
+            self.put(globals, self.offsets.eg_current_execute_data, leaf);
+            Walker::new(&PhpTarget {
+                pid: std::process::id(),
+                tid: std::process::id(),
+                version: "8.2.0".to_owned(),
+                binary: "fake".to_owned(),
+                executor_globals: globals,
+                offsets: self.offsets,
+            })
+        }
+    }
+
+    fn names(frames: &[PhpFrame]) -> Vec<&str> {
+        frames.iter().map(|f| &*f.function).collect()
+    }
+
+    #[test]
+    fn names_read_as_php_prints_them() {
+        let mut fake = Fake::new();
+        let foo = fake.class("App\\Foo");
+        let main = fake.function(None, 0, Some(("/srv/index.php", 1)));
+        let bar = fake.function(Some("bar"), foo, Some(("/srv/Foo.php", 12)));
+        let closure = fake.function(Some("App\\{closure}"), foo, Some(("/srv/Foo.php", 14)));
+        let strlen = fake.function(Some("strlen"), 0, None);
+        let leaf = fake.frames(&[main, bar, closure, strlen], 0);
+        let mut walker = fake.walker(leaf);
+        let mut out = Vec::new();
+        assert!(!walker.walk(std::process::id(), &mut out).unwrap());
+        assert_eq!(
+            names(&out),
+            [
+                "strlen",
+                "App\\Foo::App\\{closure}",
+                "App\\Foo::bar",
+                "{main}"
+            ]
+        );
+        assert_eq!((&*out[2].file, out[2].line), ("/srv/Foo.php", 12));
+        assert_eq!((&*out[0].file, out[0].line), ("", 0));
+        assert_eq!((&*out[3].file, out[3].line), ("/srv/index.php", 0));
+
+        // Known functions cost no name reads: the EG pointer, one window, one batch.
+        let reads = walker.reads();
+        walker.walk(std::process::id(), &mut out).unwrap();
+        assert_eq!(walker.reads() - reads, 3);
+        assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn fiber_frames_chain_to_the_resumer() {
+        let mut fake = Fake::new();
+        let fiber_class = fake.class("Fiber");
+        let main = fake.function(None, 0, Some(("/srv/loop.php", 1)));
+        let loop_class = fake.class("Loop");
+        let run = fake.function(Some("run"), loop_class, Some(("/srv/loop.php", 5)));
+        let resume = fake.function(Some("resume"), fiber_class, None);
+        let bottom = fake.function(None, 0, None);
+        let handler = fake.function(Some("handler"), 0, Some(("/srv/app.php", 3)));
+        // The fiber's frames are on a VM stack of their own.
+        let resumer = fake.frames(&[main, run, resume], 0);
+        let leaf = fake.frames(&[bottom, handler], resumer);
+        let mut out = Vec::new();
+        fake.walker(leaf)
+            .walk(std::process::id(), &mut out)
+            .unwrap();
+        assert_eq!(
+            names(&out),
+            ["handler", "Fiber::resume", "Loop::run", "{main}"]
+        );
+    }
+
+    #[test]
+    fn a_stack_ending_in_an_internal_frame_is_torn() {
+        let mut fake = Fake::new();
+        let sqrt = fake.function(Some("sqrt"), 0, None);
+        let spin = fake.function(Some("spin"), 0, Some(("/srv/a.php", 2)));
+        // A reused slot: an internal function where the caller chain ended.
+        let leaf = fake.frames(&[sqrt, spin], 0);
+        let mut walker = fake.walker(leaf);
+        let mut out = Vec::new();
+        let walked = walker.walk(std::process::id(), &mut out);
+        assert!(matches!(walked, Err(PhpError::Torn { .. })), "{walked:?}");
+        assert_eq!(walker.torn, ATTEMPTS as u64);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn garbage_never_allocates_and_reads_as_torn() {
+        let mut fake = Fake::new();
+        let main = fake.function(None, 0, Some(("/srv/a.php", 1)));
+        let liar = fake.function(Some("f"), 0, Some(("/srv/a.php", 2)));
+        let name = fake.string("f");
+        fake.put(name, fake.offsets.str_len, 1 << 40);
+        fake.put(liar, fake.offsets.fn_name, name);
+        let leaf = fake.frames(&[main, liar], 0);
+        let mut out = Vec::new();
+        let walked = fake.walker(leaf).walk(std::process::id(), &mut out);
+        assert!(matches!(walked, Err(PhpError::Torn { .. })), "{walked:?}");
+
+        // No function type at all.
+        let junk = fake.alloc(HEAD_BYTES / 8);
+        fake.put(junk, 0, 0x77);
+        let leaf = fake.frames(&[main, junk], 0);
+        let walked = fake.walker(leaf).walk(std::process::id(), &mut out);
+        assert!(matches!(walked, Err(PhpError::Torn { .. })), "{walked:?}");
+
+        // Unreadable leaf: an error, not a panic.
+        let walked = fake.walker(8).walk(std::process::id(), &mut out);
+        assert!(matches!(walked, Err(PhpError::Read { .. })), "{walked:?}");
+    }
+
+    #[test]
+    fn deep_stacks_keep_the_leaf_frames_and_say_so() {
+        let mut fake = Fake::new();
+        let main = fake.function(None, 0, Some(("/srv/a.php", 1)));
+        let recurse = fake.function(Some("recurse"), 0, Some(("/srv/a.php", 2)));
+        let leafward = fake.function(Some("leaf"), 0, Some(("/srv/a.php", 9)));
+        let mut funcs = vec![main];
+        funcs.extend(std::iter::repeat_n(recurse, 300));
+        funcs.push(leafward);
+        let leaf = fake.frames(&funcs, 0);
+        let mut out = Vec::new();
+        assert!(fake
+            .walker(leaf)
+            .walk(std::process::id(), &mut out)
+            .unwrap());
+        assert_eq!(out.len(), MAX_DEPTH);
+        assert_eq!(&*out[0].function, "leaf");
+        assert_eq!(&*out[MAX_DEPTH - 1].function, "recurse");
+    }
 }
