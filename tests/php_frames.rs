@@ -531,3 +531,14 @@ fn a_busy_loop_without_syscalls_counts_every_tick() {
         show(&stacks, 3)
     );
 }
+
+#[test]
+fn a_process_that_is_not_php_is_none_and_a_gone_one_an_error() {
+    // This test binary: no Zend engine in it or its libraries.
+    assert!(php::detect(std::process::id()).unwrap().is_none());
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let err = php::detect(pid).unwrap_err();
+    assert!(err.to_string().contains(&pid.to_string()), "{err}");
+}

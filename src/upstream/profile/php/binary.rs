@@ -74,60 +74,50 @@ pub struct Engine {
     pub executor_globals: u64,
 }
 
-/// What one ELF file says about the engine, before relocation.
-#[derive(Debug, PartialEq, Eq)]
-enum Symbols {
-    /// Not the engine: no `zend_parse_parameters` exported (every PHP build exports it for
-    /// extensions).
-    NotEngine,
-    /// A thread-safe build: the globals are per thread, reached through TSRM.
-    Zts,
-    /// The engine, but `executor_globals` is not exported (a build with hidden symbols).
-    Hidden,
-    /// `executor_globals` at this link-time address; the lowest PT_LOAD address, to relate
-    /// it to a mapping.
-    Nts {
-        executor_globals: u64,
-        first_load: u64,
-    },
+/// What one ELF file's dynamic symbols say, before relocation. Only definitions count: a
+/// program that embeds libphp imports `zend_parse_parameters` without being the engine.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Symbols {
+    /// Defines `zend_parse_parameters`, which every PHP build exports for extensions.
+    engine: bool,
+    /// Defines `executor_globals_offset` or `tsrm_get_ls_cache`: a thread-safe build, whose
+    /// globals are per thread, behind TSRM.
+    zts: bool,
+    /// The link-time address of a defined `executor_globals`.
+    executor_globals: Option<u64>,
+    /// The lowest PT_LOAD address, to relate link-time addresses to a mapping.
+    first_load: u64,
 }
 
 fn symbols(file: &object::File<'_>) -> Symbols {
-    let mut engine = false;
-    let mut zts = false;
-    let mut globals = None;
+    let mut found = Symbols::default();
     for symbol in file.dynamic_symbols() {
+        if symbol.is_undefined() {
+            continue;
+        }
         match symbol.name() {
-            Ok("zend_parse_parameters") => engine = true,
-            Ok("executor_globals") if symbol.is_definition() => globals = Some(symbol.address()),
-            Ok("executor_globals_offset" | "tsrm_get_ls_cache") => zts = true,
+            Ok("zend_parse_parameters") => found.engine = true,
+            Ok("executor_globals") => found.executor_globals = Some(symbol.address()),
+            Ok("executor_globals_offset" | "tsrm_get_ls_cache") => found.zts = true,
             _ => {}
         }
     }
-    if zts {
-        return Symbols::Zts;
-    }
-    if !engine && globals.is_none() {
-        return Symbols::NotEngine;
-    }
-    match globals {
-        Some(executor_globals) => {
-            let first_load = file
-                .segments()
-                .map(|segment| segment.address())
-                .min()
-                .unwrap_or(0);
-            Symbols::Nts {
-                executor_globals,
-                first_load,
-            }
-        }
-        None => Symbols::Hidden,
-    }
+    found.first_load = file
+        .segments()
+        .map(|segment| segment.address())
+        .min()
+        .unwrap_or(0);
+    found
 }
 
 /// Finds the engine in `pid`: its executable first, then a mapped libphp. Ok(None) when
 /// neither is PHP.
+///
+/// The globals and the engine can be in two files: a program that embeds libphp and
+/// touches `EG(...)` itself gets a copy relocation, and then the executable's .bss holds
+/// the one `executor_globals` both use. So the first file (the executable comes first)
+/// that defines `executor_globals` gives the address, and the file that defines the
+/// engine's functions gives the version.
 pub fn find_engine(pid: u32) -> Result<Option<Engine>, PhpError> {
     let maps_path = format!("/proc/{pid}/maps");
     let maps = fs::read_to_string(&maps_path).map_err(|source| PhpError::Process {
@@ -147,58 +137,53 @@ pub fn find_engine(pid: u32) -> Result<Option<Engine>, PhpError> {
     // in another mount namespace), libraries through /proc/PID/root.
     let exe_path = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_owned();
     let mut candidates = vec![(exe_path, PathBuf::from(format!("/proc/{pid}/exe")))];
-    let mut seen = Vec::new();
     for mapping in &maps {
-        if is_libphp(&mapping.path) && !seen.contains(&mapping.path) {
-            seen.push(mapping.path.clone());
+        if is_libphp(&mapping.path) && !candidates.iter().any(|(path, _)| *path == mapping.path) {
             let inside = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));
             candidates.push((mapping.path.clone(), inside));
         }
     }
+    let mut globals: Option<u64> = None;
     for (mapped, open) in candidates {
-        let data = match fs::read(&open) {
-            Ok(data) => data,
-            Err(source) => {
-                return Err(PhpError::Process {
-                    pid,
-                    what: "binary",
-                    source,
-                })
-            }
-        };
+        let data = fs::read(&open).map_err(|source| PhpError::Process {
+            pid,
+            what: "binary",
+            source,
+        })?;
         let Ok(file) = object::File::parse(&*data) else {
             continue;
         };
-        let (executor_globals, first_load) = match symbols(&file) {
-            Symbols::NotEngine => continue,
-            Symbols::Zts => return Err(PhpError::Zts { path: mapped }),
-            Symbols::Hidden => return Err(PhpError::NoSymbol { path: mapped }),
-            Symbols::Nts {
-                executor_globals,
-                first_load,
-            } => (executor_globals, first_load),
-        };
+        let found = symbols(&file);
+        if found.zts {
+            return Err(PhpError::Zts { path: mapped });
+        }
+        if let (None, Some(link_time)) = (globals, found.executor_globals) {
+            let fixed = file.kind() == object::ObjectKind::Executable;
+            let bias = load_bias(&maps, &mapped, fixed, found.first_load).ok_or_else(|| {
+                PhpError::NotMapped {
+                    pid,
+                    path: mapped.clone(),
+                }
+            })?;
+            globals = Some(link_time.wrapping_add(bias));
+        }
+        if !found.engine {
+            continue;
+        }
+        let executor_globals = globals.ok_or_else(|| PhpError::NoSymbol {
+            path: mapped.clone(),
+        })?;
         let version = offsets::version_in_binary(&data).ok_or_else(|| {
             PhpError::UnknownVersion(format!("no PHP version string in {mapped}"))
         })?;
         let offsets = version
             .offsets()
             .ok_or_else(|| PhpError::UnknownVersion(format!("PHP {version} ({mapped})")))?;
-        let bias = load_bias(
-            &maps,
-            &mapped,
-            file.kind() == object::ObjectKind::Executable,
-            first_load,
-        )
-        .ok_or_else(|| PhpError::NotMapped {
-            pid,
-            path: mapped.clone(),
-        })?;
         return Ok(Some(Engine {
             path: mapped,
             version,
             offsets,
-            executor_globals: executor_globals.wrapping_add(bias),
+            executor_globals,
         }));
     }
     Ok(None)
