@@ -201,6 +201,48 @@ fn show(stacks: &[(Vec<PhpFrame>, u64)], top: usize) -> String {
         .collect()
 }
 
+/// A thread that only sleeps to absolute 1 ms deadlines for `time`, as the sampler's
+/// loop does, and returns its CPU share of one core: what the wake-ups alone cost on this
+/// machine (on a virtual machine they cost several times what they do on bare metal).
+fn wakeup_baseline(time: Duration) -> JoinHandle<f64> {
+    thread::spawn(move || {
+        let thread_cpu = || {
+            let mut now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `now` is a valid timespec to write to.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+            Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+        };
+        let start = Instant::now();
+        let cpu = thread_cpu();
+        let mut deadline = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: as above.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut deadline) };
+        while start.elapsed() < time {
+            deadline.tv_nsec += 1_000_000;
+            if deadline.tv_nsec >= 1_000_000_000 {
+                deadline.tv_nsec -= 1_000_000_000;
+                deadline.tv_sec += 1;
+            }
+            // SAFETY: a valid absolute deadline; no remainder with TIMER_ABSTIME.
+            unsafe {
+                libc::clock_nanosleep(
+                    libc::CLOCK_MONOTONIC,
+                    libc::TIMER_ABSTIME,
+                    &deadline,
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+        100.0 * (thread_cpu() - cpu).as_secs_f64() / start.elapsed().as_secs_f64()
+    })
+}
+
 /// Samples `burn` under load for [`SAMPLE_FOR`]; returns the stacks, the truth shares in
 /// that window and the sampler's CPU share of one core.
 fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
@@ -222,6 +264,7 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
     let _ = sampler.collect();
     let cpu_before = sampler.sampler_cpu();
     let started = Instant::now();
+    let baseline = wakeup_baseline(SAMPLE_FOR);
     thread::sleep(SAMPLE_FOR);
     let mut stacks = sampler.collect();
     let elapsed = started.elapsed();
@@ -234,6 +277,7 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
         (Some(a), Some(b)) => 100.0 * (b - a).as_secs_f64() / elapsed.as_secs_f64(),
         _ => f64::NAN,
     };
+    let wakeups = baseline.join().unwrap();
     let (missed, ticks, off_cpu, errors, truncated, reads, torn) = (
         stacks.missed(),
         stacks.ticks(),
@@ -248,7 +292,7 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
     println!(
         "ticks {ticks} ({missed} missed), on-CPU samples {samples}, off-CPU {off_cpu}, errors {errors}, \
          torn walks retried {torn}, truncated {truncated}, reads {reads} ({:.2} per sample), requests {}, \
-         sampler CPU {cost:.2}% of a core",
+         sampler CPU {cost:.2}% of a core (a bare 1 kHz sleep loop: {wakeups:.2}%)",
         reads as f64 / samples.max(1) as f64,
         after.requests - before.requests,
     );
@@ -256,6 +300,7 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
         truth: after.shares_since(&before),
         stacks,
         cost,
+        wakeups,
     }
 }
 
@@ -263,7 +308,10 @@ struct Sampled {
     stacks: Vec<(Vec<PhpFrame>, u64)>,
     /// (parseHead, query) in percent of the process's CPU time.
     truth: (f64, f64),
+    /// The sampler thread's CPU, and that of a thread that only wakes up as often, in
+    /// percent of one core.
     cost: f64,
+    wakeups: f64,
 }
 
 #[test]
@@ -352,10 +400,14 @@ fn shares_match_the_measured_truth_and_fibers_chain_under_the_resumer() {
         "internal functions have no file"
     );
 
+    // What reading stacks costs on top of waking up 1000 times a second: under 2 % of a
+    // core built with optimisations (about 0.5 % measured), several times that unoptimised.
+    let budget = if cfg!(debug_assertions) { 6.0 } else { 2.0 };
     assert!(
-        sampled.cost.is_nan() || sampled.cost < 5.0,
-        "the sampler used {:.2}% of a core",
-        sampled.cost
+        sampled.cost.is_nan() || sampled.cost - sampled.wakeups < budget,
+        "the sampler used {:.2}% of a core, {:.2}% more than its wake-ups alone",
+        sampled.cost,
+        sampled.cost - sampled.wakeups
     );
 }
 
