@@ -5,7 +5,7 @@
 //! `ZEND_DO_FCALL_SPEC_…`), not the PHP functions they run; the PHP functions are in the
 //! interpreter's data. [`detect`] finds the Zend engine in a process (its executable, or a
 //! mapped libphp*.so), the address of `executor_globals` and the PHP version, which picks
-//! the struct layout ([`offsets`]). [`PhpSampler`] then reads `EG(current_execute_data)`
+//! the struct layout ([`Offsets`]). [`PhpSampler`] then reads `EG(current_execute_data)`
 //! and walks `prev_execute_data` at a fixed rate with process_vm_readv, without stopping
 //! the process, and counts the stacks it saw while the PHP thread was on CPU.
 //!
@@ -18,13 +18,14 @@
 //! CAP_SYS_PTRACE (root). Missing, [`detect`] fails with [`PhpError::Read`] and a message
 //! that says so.
 //!
-//! Names read as PHP prints them: `Class::method` for methods (static or not),
-//! `Ns\function`, `Class::{closure}` / `Ns\{closure}` for closures (8.4: `{closure:file:line}`,
-//! PHP's own name there), `Fiber::resume` for the internal method that resumed a fiber, and
-//! `{main}` for a script's top-level code, as in PHP's exception traces (Excimer names that
-//! frame by its file instead; the file is in [`PhpFrame::file`] either way, and a name that
-//! cannot be mistaken for a file keeps "which function" and "where" apart). Top-level code
-//! of an included file reads `{include}`.
+//! Names read as PHP's exception traces print them, with `::` for `->`: `Class::method`
+//! for methods (static or not), `Ns\function`, closures by their engine name with the
+//! class they are bound to (`Foo::{closure}`, `Ns\Foo::Ns\{closure}` in a namespace; 8.4
+//! names them `{closure:file:line}`), `Fiber::resume` for the internal method that
+//! resumed a fiber, and `{main}` for a script's top-level code (Excimer names that frame
+//! by its file instead; the file is in [`PhpFrame::file`] either way, and a name that
+//! cannot be mistaken for a file keeps "which function" and "where" apart). Top-level
+//! code of an included file reads `{include}`.
 
 mod binary;
 mod memory;
@@ -43,7 +44,8 @@ pub use walk::MAX_DEPTH;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PhpFrame {
     /// `Class::method`, `function`, `{closure}`, `{main}`; `[truncated]` at the root of a
-    /// stack cut at [`MAX_DEPTH`].
+    /// stack cut at [`MAX_DEPTH`], and `[no PHP code]` alone for a sample on CPU while
+    /// no PHP frame runs (startup, compiling, an FPM worker between requests).
     pub function: Arc<str>,
     /// The file the function is defined in; "" for internal functions.
     pub file: Arc<str>,

@@ -55,12 +55,14 @@ impl PhpStacks {
     }
 
     /// Samples whose stack was deeper than [`MAX_DEPTH`] (or could not be read to its
-    /// root): their stacks hold the leaf-most frames under a `[truncated]` root.
+    /// root): their stacks hold the leaf-most frames under a `[truncated]` root. Also the
+    /// samples of new stacks past the bound on distinct stacks per collect (64 Ki), which
+    /// count as the stack `[truncated]` alone.
     pub fn truncated(&self) -> u64 {
         self.truncated
     }
 
-    /// On-CPU samples (the sum of the counts).
+    /// On-CPU samples (the sum of the counts; 0 once taken).
     pub fn samples(&self) -> u64 {
         self.stacks.iter().map(|(_, n)| n).sum()
     }
@@ -283,6 +285,7 @@ fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
     let mut stack: Vec<PhpFrame> = Vec::with_capacity(MAX_DEPTH + 1);
     let mut buf = [0u8; 1024];
     let truncated_root = marker("[truncated]");
+    let no_code = marker("[no PHP code]");
     let mut generation = shared.generation.load(Ordering::Relaxed);
     let period_ns = period.as_nanos().max(1) as i128;
     let mut deadline = monotonic_ns();
@@ -321,6 +324,12 @@ fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
             None => tally.off_cpu += 1,
             Some(Err(_)) => tally.errors += 1,
             Some(Ok(cut)) => {
+                // On CPU with no PHP frame: the engine starting, compiling the script,
+                // or an FPM worker between requests. Its own stack, so that the shares
+                // of the PHP functions stay shares of all the thread's CPU.
+                if stack.is_empty() {
+                    stack.push(no_code.clone());
+                }
                 if cut {
                     tally.truncated += 1;
                     stack.push(truncated_root.clone());
