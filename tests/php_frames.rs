@@ -447,6 +447,14 @@ fn an_idle_server_gives_no_samples() {
 #[test]
 fn shares_agree_with_excimer() {
     let _serial = serial();
+    let modules = Command::new(require_tool("php"))
+        .arg("-m")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&modules.stdout).contains("excimer"),
+        "the excimer extension is missing: run scripts/test, which installs php-excimer"
+    );
     let excimer_out = tempfile::Builder::new()
         .prefix("excimer-")
         .tempdir()
