@@ -11,6 +11,7 @@ pub mod account;
 pub mod find;
 pub mod profile;
 pub mod snapshot;
+mod stacks;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,6 +23,7 @@ pub use watch::{ProfileSettings, Watcher};
 
 use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
+use stacks::StackWindow;
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.
 pub struct Upstream {
@@ -46,6 +48,11 @@ struct Samples {
     window: BTreeMap<String, u64>,
     window_symbols: HashMap<(String, String, String), u64>,
     window_lost: u64,
+    /// With call stacks: component → samples with a frame of it, in the window.
+    window_inclusive: BTreeMap<String, u64>,
+    window_stacks: StackWindow,
+    /// What the frames are (`native`, `php`); `None` without call stacks.
+    frames: Option<&'static str>,
     stripped: bool,
 }
 
@@ -106,6 +113,8 @@ impl Upstream {
             samples.window.clear();
             samples.window_symbols.clear();
             samples.window_lost = 0;
+            samples.window_inclusive.clear();
+            samples.window_stacks.clear();
         }
     }
 
@@ -134,6 +143,16 @@ impl Upstream {
                 .or_default() += sym.samples;
         }
         samples.window_lost += delta.lost;
+        if let Some(frames) = delta.frames {
+            samples.frames = Some(frames);
+            for (component, n) in &delta.inclusive {
+                *samples
+                    .window_inclusive
+                    .entry(component.clone())
+                    .or_default() += n;
+            }
+            samples.window_stacks.add(&delta.stacks);
+        }
     }
 
     /// Samples per component since start; `None` when nothing is sampled.
@@ -168,6 +187,12 @@ impl Upstream {
             snap.top_symbols = Some(top);
             snap.stripped = Some(samples.stripped);
             snap.lost_samples = Some(samples.window_lost);
+            if let Some(frames) = samples.frames {
+                snap.frames = Some(frames.to_owned());
+                snap.inclusive = Some(samples.window_inclusive.clone());
+                snap.functions = Some(samples.window_stacks.functions());
+                snap.stacks = Some(samples.window_stacks.snapshot());
+            }
         }
         snap
     }

@@ -16,6 +16,7 @@ use super::Upstream;
 #[derive(Debug, Clone)]
 pub struct ProfileSettings {
     pub frequency: u32,
+    pub stack_bytes: u32,
     pub rules: Vec<UserComponentRule>,
 }
 
@@ -25,6 +26,7 @@ impl ProfileSettings {
         let p = &tap.process;
         p.profile.then(|| ProfileSettings {
             frequency: p.frequency,
+            stack_bytes: p.stack_bytes,
             rules: p
                 .components
                 .iter()
@@ -229,7 +231,7 @@ fn start_profiler(
             return None;
         }
     };
-    match Profiler::start(info.pid, settings.frequency, rules) {
+    match Profiler::start(info.pid, settings.frequency, settings.stack_bytes, rules) {
         Ok(p) => {
             let stripped = info.exe.as_deref().is_some_and(profile::is_stripped);
             upstream.profiling(stripped);
