@@ -208,7 +208,7 @@ fn check_process(i: usize, tap: &TapConfig, who: &str) -> Result<(), Problem> {
         ));
     }
     let max_stack = crate::upstream::profile::MAX_STACK_BYTES;
-    if p.stack_bytes > max_stack || p.stack_bytes % 8 != 0 {
+    if p.stack_bytes > max_stack || !p.stack_bytes.is_multiple_of(8) {
         return Err(Problem::at(
             key("stack_bytes"),
             format!(

@@ -65,7 +65,7 @@ impl StackWindow {
 
     fn compact(&mut self) {
         let mut all: Vec<(Box<[u32]>, u64)> = self.stacks.drain().collect();
-        all.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        all.sort_unstable_by_key(|s| std::cmp::Reverse(s.1));
         let rest: u64 = all.iter().skip(MAX_STACKS).map(|(_, n)| n).sum();
         all.truncate(MAX_STACKS);
         self.stacks = all.into_iter().collect();
