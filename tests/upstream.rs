@@ -525,6 +525,105 @@ fn without_permission_the_proxy_serves_and_warns_once() {
     }
 }
 
+/// The parser's time is all in a helper it calls: through the whole proxy, the snapshot's
+/// stacks and the report's inclusive share find it, and the what-if takes it.
+#[test]
+fn call_stacks_credit_the_parser_with_the_helper_it_calls() {
+    let mut up = BurnUpstream::start_with(PARSER_US, BACKEND_US, |c| {
+        c.env("BURN_PARSER_HELPER", "1");
+    });
+    let proxy = Proxy::in_front_of(up.addr(), &["--profile-upstream"]);
+    await_watched(&proxy, "webdis", up.process().pid());
+    reset(&proxy);
+    let before = up.truth();
+    let wrk = run_wrk(&proxy.url("/"), 4, 4, 1);
+    assert!(wrk.requests > 2000, "too little load: {}", wrk.output);
+    let parser_us = up.truth().parser_us_per_request_since(&before);
+    thread::sleep(Duration::from_millis(1500));
+    let (u, _) = window(&snapshot(&proxy), "webdis");
+    let (by, total) = samples(&u);
+    let (user, system, _, n) = per_request(&proxy, "webdis");
+    let truth = parser_us / (user + system);
+    assert!(total > 1000, "too few samples: {u}");
+    assert_eq!(u["frames"], "native", "{u}");
+    // The snapshot: the parser is not the running function, but on the stack.
+    assert_eq!(
+        by.get("http_parser").copied().unwrap_or(0) * 50 <= total,
+        true,
+        "{by:?}"
+    );
+    let inclusive = u["inclusive"]["http_parser"].as_u64().unwrap_or(0) as f64 / total as f64;
+    let functions = u["functions"].as_array().unwrap();
+    let function = |name: &str| {
+        functions
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing from {functions:?}"))
+    };
+    assert!(function("scan_token")["self_samples"].as_u64().unwrap() > 0);
+    assert_eq!(
+        function("http_parser_execute")["inclusive_samples"],
+        u["inclusive"]["http_parser"],
+        "the parser's component is its one function"
+    );
+    let stacks = &u["stacks"];
+    let frames = stacks["frames"].as_array().unwrap();
+    let in_stacks: u64 = stacks["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(in_stacks, total, "every sample is in a stack");
+    assert!(frames.iter().any(|f| f["name"] == "scan_token"));
+    eprintln!(
+        "{n} requests, {total} samples: http_parser inclusive {:.1} % (truth {:.1} %: {parser_us:.1} µs of {:.1} µs)",
+        inclusive * 100.0,
+        truth * 100.0,
+        user + system
+    );
+    assert!(
+        (inclusive - truth).abs() <= 0.04,
+        "http_parser inclusive {inclusive:.3}, true share {truth:.3}"
+    );
+
+    // The report: the component's inclusive share, the functions, the what-if on it.
+    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            &format!("http://{}", proxy.admin_addr()),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let json: Value = serde_json::from_slice(&report.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&report.stdout)));
+    let inside = &json["taps"][0]["inside"];
+    assert_eq!(inside["frames"], "native", "{inside}");
+    let parser = inside["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "http_parser")
+        .unwrap_or_else(|| panic!("{inside}"));
+    assert!((parser["inclusive"].as_f64().unwrap() - inclusive).abs() < 1e-9);
+    assert_eq!(inside["what_if"]["inclusive"], true, "{inside}");
+    assert!((inside["what_if"]["share"].as_f64().unwrap() - inclusive).abs() < 1e-9);
+    assert!(inside["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["name"] == "http_parser_execute" && f["self"].as_f64().unwrap() < 0.02));
+    let text = report_text(&proxy, &[]);
+    assert!(
+        text.contains("with all they call (native call stacks)"),
+        "{text}"
+    );
+    assert!(text.contains("of its CPU with all it calls"), "{text}");
+}
+
 /// `phasescope report --from` the proxy's admin server with `flags`, as text.
 fn report_text(proxy: &Proxy, flags: &[&str]) -> String {
     let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
