@@ -547,9 +547,8 @@ fn call_stacks_credit_the_parser_with_the_helper_it_calls() {
     assert!(total > 1000, "too few samples: {u}");
     assert_eq!(u["frames"], "native", "{u}");
     // The snapshot: the parser is not the running function, but on the stack.
-    assert_eq!(
+    assert!(
         by.get("http_parser").copied().unwrap_or(0) * 50 <= total,
-        true,
         "{by:?}"
     );
     let inclusive = u["inclusive"]["http_parser"].as_u64().unwrap_or(0) as f64 / total as f64;
