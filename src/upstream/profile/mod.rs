@@ -27,6 +27,7 @@
 //!   binaries.
 
 mod events;
+pub mod php;
 mod rules;
 mod symbols;
 mod unwind;
