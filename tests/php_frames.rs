@@ -31,7 +31,9 @@ const SAMPLE_FOR: Duration = Duration::from_secs(3);
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The fixture on a port it picked itself, killed on drop.
@@ -45,7 +47,10 @@ impl Burn {
     fn start(env: &[(&str, &str)]) -> Burn {
         let php = require_tool("php");
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/php-burn.php");
-        let dir = tempfile::Builder::new().prefix("php-burn-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("php-burn-")
+            .tempdir()
+            .unwrap();
         let log = dir.path().join("php-burn.log");
         let mut command = Command::new(php);
         command.arg(script).arg("0").current_dir(dir.path());
@@ -90,7 +95,11 @@ impl Burn {
     fn truth(&self) -> Truth {
         let body = self.get("/truth");
         let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let field = |name: &str| json[name].as_f64().unwrap_or_else(|| panic!("{name} in {body}"));
+        let field = |name: &str| {
+            json[name]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name} in {body}"))
+        };
         Truth {
             parse_us: field("parse_us"),
             query_us: field("query_us"),
@@ -196,7 +205,10 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
     let load = Load::start(burn.addr(), 3);
     // Past the first requests (class loading, the first fibers).
     assert!(
-        support::wait_for(Duration::from_secs(10), || load.done.load(Ordering::Relaxed) > 50),
+        support::wait_for(Duration::from_secs(10), || load
+            .done
+            .load(Ordering::Relaxed)
+            > 50),
         "no load got through\n{}",
         burn.process.log_tail()
     );
@@ -273,7 +285,11 @@ fn shares_match_the_measured_truth_and_fibers_chain_under_the_resumer() {
         }
     }
     let samples: u64 = stacks.iter().map(|(_, n)| n).sum();
-    assert!(samples > 1000, "too few samples: {samples}\n{}", show(stacks, 8));
+    assert!(
+        samples > 1000,
+        "too few samples: {samples}\n{}",
+        show(stacks, 8)
+    );
     assert!(
         (parse - parse_truth).abs() <= TOLERANCE,
         "parseHead {parse:.1}% sampled, {parse_truth:.1}% measured\n{}",
@@ -301,13 +317,22 @@ fn shares_match_the_measured_truth_and_fibers_chain_under_the_resumer() {
     };
     assert_eq!(names[0], "{main}", "{names:?}");
     assert!(stack[0].file.ends_with("php-burn.php"), "{:?}", stack[0]);
-    assert!(at("Burn\\EventLoop::run") < at("Fiber::resume"), "{names:?}");
-    assert!(at("Fiber::resume") < at("Burn\\Server::handle"), "{names:?}");
+    assert!(
+        at("Burn\\EventLoop::run") < at("Fiber::resume"),
+        "{names:?}"
+    );
+    assert!(
+        at("Fiber::resume") < at("Burn\\Server::handle"),
+        "{names:?}"
+    );
     assert!(at("Burn\\Server::handle") < at(PARSE), "{names:?}");
     // Between the loop and Fiber::resume, the loop's deferred closure, named as PHP's
     // traces name it (`Burn\Server->Burn\{closure}()`), with `::`.
     let resumer = &stack[at("Fiber::resume") - 1];
-    assert_eq!(&*resumer.function, "Burn\\Server::Burn\\{closure}", "{names:?}");
+    assert_eq!(
+        &*resumer.function, "Burn\\Server::Burn\\{closure}",
+        "{names:?}"
+    );
     // The fiber's own closure is another declaration, on another line.
     let fiber_closure = &stack[at("Fiber::resume") + 1];
     assert_eq!(fiber_closure.function, resumer.function);
@@ -315,7 +340,11 @@ fn shares_match_the_measured_truth_and_fibers_chain_under_the_resumer() {
     let parse_frame = &stack[at(PARSE)];
     assert!(parse_frame.file.ends_with("php-burn.php") && parse_frame.line > 0);
     let resume = &stack[at("Fiber::resume")];
-    assert_eq!((&*resume.file, resume.line), ("", 0), "internal functions have no file");
+    assert_eq!(
+        (&*resume.file, resume.line),
+        ("", 0),
+        "internal functions have no file"
+    );
 
     assert!(
         sampled.cost.is_nan() || sampled.cost < 5.0,
@@ -338,10 +367,17 @@ fn an_idle_server_gives_no_samples() {
     let (ticks, off_cpu) = (stacks.ticks(), stacks.off_cpu());
     let stacks = stacks.take();
     let samples: u64 = stacks.iter().map(|(_, n)| n).sum();
-    println!("idle: {ticks} ticks, {off_cpu} off CPU, {samples} samples\n{}", show(&stacks, 5));
+    println!(
+        "idle: {ticks} ticks, {off_cpu} off CPU, {samples} samples\n{}",
+        show(&stacks, 5)
+    );
     assert!(ticks >= 900, "the sampler ticked {ticks} times in a second");
     // The loop wakes every 100 ms to look for signals: a sample or two may catch that.
-    assert!(samples <= 5, "an idle server gave {samples} samples\n{}", show(&stacks, 5));
+    assert!(
+        samples <= 5,
+        "an idle server gave {samples} samples\n{}",
+        show(&stacks, 5)
+    );
 }
 
 #[test]
@@ -390,7 +426,10 @@ fn shares_agree_with_excimer() {
     assert!(total > 500, "Excimer took {total} samples:\n{text}");
     let mut lines: Vec<(u64, &str)> = text
         .lines()
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(s, n)| Some((n.parse().ok()?, s))))
+        .filter_map(|l| {
+            l.rsplit_once(' ')
+                .and_then(|(s, n)| Some((n.parse().ok()?, s)))
+        })
         .collect();
     lines.sort_by(|a, b| b.0.cmp(&a.0));
     for (n, stack) in lines.iter().take(10) {
@@ -400,7 +439,10 @@ fn shares_agree_with_excimer() {
         100.0 * parse_n as f64 / total as f64,
         100.0 * query_n as f64 / total as f64,
     );
-    let ours = (inclusive(&sampled.stacks, PARSE), inclusive(&sampled.stacks, QUERY));
+    let ours = (
+        inclusive(&sampled.stacks, PARSE),
+        inclusive(&sampled.stacks, QUERY),
+    );
     let rest = |(a, b): (f64, f64)| 100.0 - a - b;
     println!(
         "Excimer ({total} samples) parseHead {:.1}%, query {:.1}%, rest {:.1}%; \

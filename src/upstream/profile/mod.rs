@@ -28,6 +28,7 @@
 
 mod events;
 pub mod php;
+mod php_profile;
 mod rules;
 mod symbols;
 mod unwind;
@@ -39,6 +40,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use php_profile::{PhpProfiler, PHP_FRAMES};
 pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
@@ -114,6 +116,8 @@ pub enum ProfileError {
     Symbolizer(#[source] io::Error),
     #[error("symbolizing samples failed: {0}")]
     Symbolize(String),
+    #[error("cannot read PHP frames: {0}")]
+    Php(#[source] php::PhpError),
 }
 
 impl ProfileError {

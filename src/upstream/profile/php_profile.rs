@@ -67,7 +67,10 @@ impl PhpProfiler {
         if self.components.len() > 1 << 16 {
             self.components.clear();
         }
-        let c: Arc<str> = self.rules.php_component(&frame.function, &frame.file).into();
+        let c: Arc<str> = self
+            .rules
+            .php_component(&frame.function, &frame.file)
+            .into();
         self.components.insert(key, c.clone());
         c
     }
@@ -101,8 +104,7 @@ impl PhpProfiler {
                         stacks.frames.push(Frame {
                             name: frame.function.to_string(),
                             object: frame.file.to_string(),
-                            component: if &*frame.function == crate::upstream::snapshot::TRUNCATED
-                            {
+                            component: if &*frame.function == crate::upstream::snapshot::TRUNCATED {
                                 String::new()
                             } else {
                                 component.to_string()
@@ -129,7 +131,8 @@ impl PhpProfiler {
             });
         }
         let sorted = |m: HashMap<Arc<str>, u64>| {
-            let mut v: Vec<(String, u64)> = m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+            let mut v: Vec<(String, u64)> =
+                m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
             v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             v
         };

@@ -86,7 +86,10 @@ enum Symbols {
     Hidden,
     /// `executor_globals` at this link-time address; the lowest PT_LOAD address, to relate
     /// it to a mapping.
-    Nts { executor_globals: u64, first_load: u64 },
+    Nts {
+        executor_globals: u64,
+        first_load: u64,
+    },
 }
 
 fn symbols(file: &object::File<'_>) -> Symbols {
@@ -181,11 +184,16 @@ pub fn find_engine(pid: u32) -> Result<Option<Engine>, PhpError> {
         let offsets = version
             .offsets()
             .ok_or_else(|| PhpError::UnknownVersion(format!("PHP {version} ({mapped})")))?;
-        let bias = load_bias(&maps, &mapped, file.kind() == object::ObjectKind::Executable, first_load)
-            .ok_or_else(|| PhpError::NotMapped {
-                pid,
-                path: mapped.clone(),
-            })?;
+        let bias = load_bias(
+            &maps,
+            &mapped,
+            file.kind() == object::ObjectKind::Executable,
+            first_load,
+        )
+        .ok_or_else(|| PhpError::NotMapped {
+            pid,
+            path: mapped.clone(),
+        })?;
         return Ok(Some(Engine {
             path: mapped,
             version,
@@ -205,7 +213,14 @@ fn load_bias(maps: &[Mapping], path: &str, fixed: bool, first_load: u64) -> Opti
     }
     let base = maps
         .iter()
-        .find(|mapping| mapping.offset == 0 && mapping.path.strip_suffix(" (deleted)").unwrap_or(&mapping.path) == path)?
+        .find(|mapping| {
+            mapping.offset == 0
+                && mapping
+                    .path
+                    .strip_suffix(" (deleted)")
+                    .unwrap_or(&mapping.path)
+                    == path
+        })?
         .start;
     Some(base.wrapping_sub(first_load & !0xfff))
 }
@@ -244,7 +259,10 @@ mod tests {
     #[test]
     fn load_bias_comes_from_the_offset_zero_mapping() {
         let maps = parse_maps(MAPS);
-        assert_eq!(load_bias(&maps, "/usr/bin/php8.2", false, 0), Some(0x5581e2a00000));
+        assert_eq!(
+            load_bias(&maps, "/usr/bin/php8.2", false, 0),
+            Some(0x5581e2a00000)
+        );
         assert_eq!(load_bias(&maps, "/usr/bin/php8.2", true, 0x400000), Some(0));
         assert_eq!(load_bias(&maps, "/usr/bin/php8.3", false, 0), None);
         assert_eq!(

@@ -213,10 +213,16 @@ mod tests {
     #[test]
     fn version_found_in_binary_bytes() {
         let blob = b"\0\0junk\0X-Powered-By: PHP/8.1.27\0Zend Engine v4.2.0\0";
-        assert_eq!(version_in_binary(blob).map(|v| v.to_string()), Some("8.1.27".into()));
+        assert_eq!(
+            version_in_binary(blob).map(|v| v.to_string()),
+            Some("8.1.27".into())
+        );
         // Without the header literal the engine version decides: 4.3 is PHP 8.3.
         let blob = b"\0Zend Engine v3.4.0\0Zend Engine v4.3.6, Copyright\0";
-        assert_eq!(version_in_binary(blob).map(|v| v.to_string()), Some("8.3.6".into()));
+        assert_eq!(
+            version_in_binary(blob).map(|v| v.to_string()),
+            Some("8.3.6".into())
+        );
         assert_eq!(version_in_binary(b"no version here"), None);
     }
 

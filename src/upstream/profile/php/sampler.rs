@@ -235,16 +235,12 @@ impl Drop for PhpSampler {
 }
 
 fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
-    tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    tally
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn run(
-    shared: &Shared,
-    target: &PhpTarget,
-    period: Duration,
-    stat: File,
-    schedstat: Option<File>,
-) {
+fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File, schedstat: Option<File>) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     shared.tid.store(tid as u32, Ordering::Relaxed);

@@ -59,10 +59,16 @@ struct Head {
 /// What a `zend_function` turns into on a stack.
 #[derive(Clone, Debug)]
 enum Function {
-    Named { frame: PhpFrame, user: bool },
+    Named {
+        frame: PhpFrame,
+        user: bool,
+    },
     /// A script's top-level code (no function name): `{main}` at the bottom of the stack,
     /// `{include}` when an include/require/eval runs it from a caller's frame.
-    TopLevel { main: PhpFrame, include: PhpFrame },
+    TopLevel {
+        main: PhpFrame,
+        include: PhpFrame,
+    },
     /// The engine's nameless internal frames (a fiber's bottom frame): not a PHP function.
     Skip,
 }
@@ -129,12 +135,15 @@ impl Walker {
         self.memory.reset();
         let o = self.offsets;
         let leaf_at = self.executor_globals + o.eg_current_execute_data;
-        let mut frame = self.memory.read_u64(leaf_at).map_err(|source| PhpError::Read {
-            pid,
-            addr: leaf_at,
-            what: "EG(current_execute_data)",
-            source,
-        })?;
+        let mut frame = self
+            .memory
+            .read_u64(leaf_at)
+            .map_err(|source| PhpError::Read {
+                pid,
+                addr: leaf_at,
+                what: "EG(current_execute_data)",
+                source,
+            })?;
         let mut hops = 0;
         // Whether the last frame seen runs user code.
         let mut bottom_user = true;
@@ -169,7 +178,11 @@ impl Walker {
                     }
                     Some(Function::TopLevel { main, include }) => {
                         bottom_user = true;
-                        out.push(if prev == 0 { main.clone() } else { include.clone() });
+                        out.push(if prev == 0 {
+                            main.clone()
+                        } else {
+                            include.clone()
+                        });
                     }
                     Some(Function::Skip) => bottom_user = false,
                     // Garbage where a function should be: the frame was reused under us.
