@@ -402,6 +402,105 @@ fn burn_upstream_parser_inclusive_share_through_a_helper() {
     assert!(seen.inclusive_parser >= seen.under_parser, "{seen:?}");
 }
 
+/// `perf record --call-graph dwarf` and `perf report --children` on the same process at
+/// the same time: the parser's inclusive share (perf's "Children") agrees with ours.
+#[test]
+fn inclusive_shares_agree_with_perf() {
+    let perf = require_tool("perf");
+    let mut burn = BurnUpstream::start_with(30, 70, |c| {
+        c.env("BURN_PARSER_HELPER", "1");
+    });
+    let pid = burn.process().pid();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(burn.addr(), 2, stop.clone());
+    thread::sleep(Duration::from_millis(300));
+    let mut profiler = Profiler::start(
+        pid,
+        997,
+        DEFAULT_STACK_BYTES,
+        ComponentRules::new(&[]).unwrap(),
+    )
+    .unwrap();
+    profiler.collect().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("perf.data");
+    // The threads exist already: perf follows them from the start.
+    let record = Command::new(&perf)
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "997",
+            "--call-graph",
+            "dwarf,16384",
+        ])
+        .arg("-p")
+        .arg(pid.to_string())
+        .arg("-o")
+        .arg(&data)
+        .args(["--", "sleep", "4"])
+        .output()
+        .unwrap();
+    let delta = profiler.collect().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert!(
+        record.status.success(),
+        "perf record: {}",
+        String::from_utf8_lossy(&record.stderr)
+    );
+    let total: u64 = delta.stacks.total();
+    let ours = delta
+        .inclusive
+        .iter()
+        .find(|(c, _)| c == "http_parser")
+        .map_or(0, |(_, n)| *n) as f64
+        / total as f64;
+    let report = Command::new(&perf)
+        .arg("report")
+        .arg("-i")
+        .arg(&data)
+        .args([
+            "--children",
+            "--stdio",
+            "-g",
+            "none",
+            "--sort",
+            "symbol",
+            "--percent-limit",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success(),
+        "perf report: {}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    // `Children  Self  Symbol …`: "    26.10%     0.02%  [.] http_parser_execute  -  -".
+    let children = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(3) == Some("http_parser_execute"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|p| p.trim_end_matches('%').parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no http_parser_execute in perf report:\n{text}"))
+        / 100.0;
+    eprintln!(
+        "http_parser inclusive: ours {:.1} % of {total} samples, perf --children {:.1} %",
+        ours * 100.0,
+        children * 100.0
+    );
+    assert!(
+        (ours - children).abs() <= 0.04,
+        "ours {ours:.3} against perf's {children:.3}:\n{text}"
+    );
+}
+
 #[test]
 fn webdis_components_under_load() {
     let redis = RedisServer::start();
