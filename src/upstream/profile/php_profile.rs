@@ -78,7 +78,8 @@ impl PhpProfiler {
     fn fold(&mut self, taken: &[(Vec<PhpFrame>, u64)], truncated: u64) -> ProfileDelta {
         let mut by_component: HashMap<Arc<str>, u64> = HashMap::new();
         let mut inclusive: HashMap<Arc<str>, u64> = HashMap::new();
-        let mut symbols: HashMap<(Arc<str>, Arc<str>, Arc<str>), u64> = HashMap::new();
+        // (function, file, component) of the leaf → samples.
+        let mut symbols: HashMap<[Arc<str>; 3], u64> = HashMap::new();
         let mut index: HashMap<&PhpFrame, u32> = HashMap::new();
         let mut stacks = Stacks {
             truncated_samples: truncated,
@@ -91,7 +92,7 @@ impl PhpProfiler {
             let own = self.component(leaf);
             *by_component.entry(own.clone()).or_insert(0) += n;
             *symbols
-                .entry((leaf.function.clone(), leaf.file.clone(), own))
+                .entry([leaf.function.clone(), leaf.file.clone(), own])
                 .or_insert(0) += n;
             seen.clear();
             let mut ids = Vec::with_capacity(frames.len());
@@ -138,7 +139,7 @@ impl PhpProfiler {
         };
         let mut symbols: Vec<SymbolSamples> = symbols
             .into_iter()
-            .map(|((function, file, component), samples)| SymbolSamples {
+            .map(|([function, file, component], samples)| SymbolSamples {
                 symbol: function.to_string(),
                 object: file.to_string(),
                 component: component.to_string(),
