@@ -218,7 +218,9 @@ const SLOW_AFTER_MISSES: u32 = 30;
 const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What samples the process: perf events and its machine code's stacks, or, for a PHP
-/// interpreter, its PHP call stacks.
+/// interpreter, its PHP call stacks. One per watched process, so its size does not
+/// matter.
+#[allow(clippy::large_enum_variant)]
 enum Sampler {
     Native(Profiler),
     Php(PhpProfiler),
