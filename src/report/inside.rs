@@ -506,6 +506,7 @@ mod tests {
             inclusive: None,
             functions: None,
             stacks: None,
+            frequency_hz: None,
         }
     }
 
