@@ -9,7 +9,7 @@ use super::dataset::Dataset;
 use super::rows::Report;
 use super::source::{self, Source};
 use super::table::colour_for_stdout;
-use super::{compare_table, prometheus, snapshot_cmd, svg, table};
+use super::{compare_table, pprof, prometheus, snapshot_cmd, stacks, svg, table};
 use super::{CompareArgs, ReportArgs, SnapshotArgs};
 
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
@@ -30,13 +30,67 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
             Dataset::from_snapshots(&snaps, sources.iter().map(ToString::to_string).collect())?
         }
     };
+    let mut ds = ds;
+    if let Some(tap) = &args.tap {
+        anyhow::ensure!(
+            ds.taps.contains_key(tap),
+            "no tap {tap:?} in {} (its taps: {})",
+            ds.sources.join(", "),
+            ds.taps.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+        ds.taps.retain(|name, _| name == tap);
+    }
     let report = Report::build_with(&ds, args.by.is_some(), args.what_if)?;
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {
         let picture = svg::render(&ds)?;
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
+    export_stacks(args, &ds)?;
     print(&text)
+}
+
+/// `--flamegraph`, `--folded`, `--pprof`: each tap's call stacks to its file, each file
+/// named on stderr (stdout stays the report).
+fn export_stacks(args: &ReportArgs, ds: &Dataset) -> anyhow::Result<()> {
+    type Render = fn(&stacks::TapStacks<'_>) -> anyhow::Result<Vec<u8>>;
+    let wanted: Vec<(&std::path::Path, &str, Render)> = [
+        (
+            args.flamegraph.as_deref(),
+            "flame graph",
+            (|t| stacks::flamegraph(t)) as Render,
+        ),
+        (args.folded.as_deref(), "folded stacks", |t| {
+            Ok(stacks::folded(t.stacks, t.kind()).into_bytes())
+        }),
+        (args.pprof.as_deref(), "pprof profile", |t| {
+            pprof::encode(&pprof::profile(t))
+        }),
+    ]
+    .into_iter()
+    .filter_map(|(path, what, render)| path.map(|p| (p, what, render)))
+    .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let (taps, skipped) = stacks::select(ds, args.tap.as_deref())?;
+    for why in &skipped {
+        eprintln!("not exported: {why}");
+    }
+    for (path, what, render) in wanted {
+        for t in &taps {
+            let out = stacks::path_for(path, t.tap, taps.len() > 1);
+            let bytes = render(t)?;
+            stacks::write_atomically(&out, &bytes)?;
+            eprintln!(
+                "wrote the {what} of {} ({} samples) to {}",
+                t.describe(),
+                t.stacks.total(),
+                out.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `phasescope snapshot`, reading the admin server `from` (`--from`, else the config's).
