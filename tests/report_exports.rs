@@ -1,0 +1,393 @@
+//! `phasescope report --pprof`, `--flamegraph` and `--folded` on a snapshot with call
+//! stacks: the profile read back by the real `go tool pprof` names the snapshot's top
+//! functions with its shares, the SVG is XML naming the frames, the files are per tap, and
+//! a tap without stacks is refused by name.
+//!
+//! The fixture `tests/fixtures/snapshots/stacks.json` is `fixture.json` with an `upstream`
+//! object on its webdis tap as a proxy that sampled Webdis's stacks would write it: the
+//! stacks, and the `samples`, `inclusive` and `functions` counted from them.
+
+mod report_support;
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use phasescope::metrics::Snapshot;
+use phasescope::upstream::{FunctionSnapshot, UpstreamSnapshot};
+use report_support::{phasescope, phasescope_ok};
+use serde_json::Value;
+use support::require_tool;
+
+fn fixture_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json")
+}
+
+fn fixture_upstream() -> UpstreamSnapshot {
+    let snap = Snapshot::from_json(&std::fs::read_to_string(fixture_path()).unwrap()).unwrap();
+    snap.taps["webdis"].upstream.clone().unwrap()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// One row of `go tool pprof -top`: flat and cumulative shares in percent, by name.
+#[derive(Debug)]
+struct TopRow {
+    name: String,
+    flat_pct: f64,
+    cum_pct: f64,
+}
+
+/// The rows under the `flat  flat%  sum%  cum  cum%` header. A share is printed as
+/// `30.00%`, `0%` or `100%`; a name may hold spaces (`[other stacks]`).
+fn parse_top(text: &str) -> Vec<TopRow> {
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"));
+    assert!(lines.next().is_some(), "no header in\n{text}");
+    let pct = |s: &str| -> f64 {
+        s.strip_suffix('%')
+            .unwrap_or_else(|| panic!("{s:?} is not a share"))
+            .parse()
+            .unwrap()
+    };
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            assert!(words.len() >= 6, "{l:?}");
+            TopRow {
+                name: words[5..].join(" "),
+                flat_pct: pct(words[1]),
+                cum_pct: pct(words[4]),
+            }
+        })
+        .collect()
+}
+
+/// `go tool pprof -top` on the exported profile shows the snapshot's own figures: each
+/// function's self share (flat) and inclusive share (cum) of the samples, the top ones by
+/// self samples, largest first.
+#[test]
+fn go_tool_pprof_reads_the_profile_with_the_snapshots_top_functions_and_shares() {
+    let go = require_tool("go");
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("cpu.pb.gz");
+    let fixture = fixture_path().display().to_string();
+    let out = phasescope(&[
+        "report",
+        "--from",
+        &fixture,
+        "--pprof",
+        &profile.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("to {}", profile.display())),
+        "stderr names the file: {}",
+        stderr(&out)
+    );
+
+    let top = Command::new(&go)
+        .args(["tool", "pprof", "-top", "-nodecount=10"])
+        .arg(&profile)
+        // Nothing to fetch or cache: keep pprof's own files inside the test's directory.
+        .env("HOME", dir.path())
+        .env("PPROF_TMPDIR", dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&top.stdout).into_owned();
+    assert!(
+        top.status.success(),
+        "go tool pprof failed:\n{text}\n{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    let rows = parse_top(&text);
+
+    let u = fixture_upstream();
+    let total = u.stacks.as_ref().unwrap().total() as f64;
+    let functions: &[FunctionSnapshot] = u.functions.as_deref().unwrap();
+    // Names are unique in the fixture, so pprof's grouping by name is the snapshot's.
+    let by_name: BTreeMap<&str, &FunctionSnapshot> =
+        functions.iter().map(|f| (f.name.as_str(), f)).collect();
+    assert_eq!(by_name.len(), functions.len());
+
+    let mut want: Vec<&FunctionSnapshot> = functions.iter().collect();
+    want.sort_by_key(|f| std::cmp::Reverse(f.self_samples));
+    let shown = rows.len();
+    assert_eq!(shown, functions.len().min(10), "{text}");
+    // Every function with self samples among the top 10 is shown (the rest are ties at 0).
+    for f in want.iter().take(10).filter(|f| f.self_samples > 0) {
+        assert!(
+            rows.iter().any(|r| r.name == f.name),
+            "{} is not in the top:\n{text}",
+            f.name
+        );
+    }
+    for r in &rows {
+        let f = by_name
+            .get(r.name.as_str())
+            .unwrap_or_else(|| panic!("pprof shows {:?}, not a function of the snapshot", r.name));
+        let flat = 100.0 * f.self_samples as f64 / total;
+        let cum = 100.0 * f.inclusive_samples as f64 / total;
+        // pprof prints two decimals.
+        assert!(
+            (r.flat_pct - flat).abs() < 0.006,
+            "{}: flat {} % vs {flat} %\n{text}",
+            r.name,
+            r.flat_pct
+        );
+        assert!(
+            (r.cum_pct - cum).abs() < 0.006,
+            "{}: cum {} % vs {cum} %\n{text}",
+            r.name,
+            r.cum_pct
+        );
+    }
+    assert!(
+        rows.windows(2).all(|w| w[0].flat_pct >= w[1].flat_pct),
+        "largest flat first:\n{text}"
+    );
+    // The total is the samples at the sampling period: 1000 Hz, a millisecond each.
+    assert!(
+        text.contains(&format!("Total samples = {}ms", total as u64)),
+        "{text}"
+    );
+}
+
+/// Reads the SVG as XML and returns the text of its `<title>`s (one per frame).
+fn svg_titles(svg: &str) -> Vec<String> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(svg);
+    let mut depth = 0usize;
+    let mut root = None;
+    let mut title: Option<String> = None;
+    let mut titles = Vec::new();
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e)) => {
+                if depth == 0 {
+                    root = Some(String::from_utf8_lossy(e.name().as_ref()).into_owned());
+                }
+                depth += 1;
+                if e.name().as_ref() == b"title" {
+                    title = Some(String::new());
+                }
+            }
+            Ok(Event::End(e)) => {
+                depth = depth.checked_sub(1).expect("an end tag with nothing open");
+                if e.name().as_ref() == b"title" {
+                    titles.extend(title.take());
+                }
+            }
+            Ok(Event::Text(t)) => {
+                if let Some(s) = title.as_mut() {
+                    s.push_str(&t.decode().unwrap());
+                }
+            }
+            Ok(Event::GeneralRef(r)) => {
+                if let Some(s) = title.as_mut() {
+                    let name = r.decode().unwrap();
+                    s.push_str(quick_xml::escape::resolve_predefined_entity(&name).unwrap());
+                }
+            }
+            Ok(Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("not XML at byte {}: {e}", reader.buffer_position()),
+        }
+    }
+    assert_eq!(depth, 0, "elements left open");
+    assert_eq!(root.as_deref(), Some("svg"));
+    titles
+}
+
+/// One run writes all three; the SVG is XML with a frame per function (inclusive
+/// samples), the folded stacks add up to the snapshot's samples, and two snapshots of the
+/// same tap are one profile of both.
+#[test]
+fn flame_graph_and_folded_stacks_of_one_and_of_two_merged_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = fixture_path().display().to_string();
+    let svg = dir.path().join("cpu.svg");
+    let folded = dir.path().join("cpu.folded");
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &fixture,
+            "--flamegraph",
+            &svg.display().to_string(),
+            "--folded",
+            &folded.display().to_string(),
+        ],
+        0,
+    );
+    let u = fixture_upstream();
+    let total = u.stacks.as_ref().unwrap().total();
+    // A frame per call path: a function's frames together hold its inclusive samples
+    // (no function of the fixture calls itself). inferno writes `name (1,000 samples, P%)`.
+    let titles = svg_titles(&std::fs::read_to_string(&svg).unwrap());
+    let frames: Vec<(&str, u64)> = titles
+        .iter()
+        .map(|t| {
+            let (name, rest) = t.rsplit_once(" (").unwrap();
+            let n = rest.split(' ').next().unwrap().replace(',', "");
+            (name, n.parse().unwrap())
+        })
+        .collect();
+    assert!(frames.contains(&("all", total)), "{titles:?}");
+    for f in u.functions.as_deref().unwrap() {
+        let drawn: u64 = frames
+            .iter()
+            .filter(|(n, _)| *n == f.name)
+            .map(|(_, s)| s)
+            .sum();
+        assert_eq!(drawn, f.inclusive_samples, "{}: {titles:?}", f.name);
+    }
+
+    let sum = |text: &str| -> u64 {
+        text.lines()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    let one = std::fs::read_to_string(&folded).unwrap();
+    assert_eq!(sum(&one), total);
+    assert_eq!(one.lines().count(), u.stacks.as_ref().unwrap().stacks.len());
+
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &fixture,
+            "--from",
+            &fixture,
+            "--folded",
+            &folded.display().to_string(),
+        ],
+        0,
+    );
+    let two = std::fs::read_to_string(&folded).unwrap();
+    let doubled: Vec<String> = one
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap();
+            format!("{stack} {}", 2 * n.parse::<u64>().unwrap())
+        })
+        .collect();
+    assert_eq!(two.lines().collect::<Vec<_>>(), doubled);
+}
+
+/// The fixture with the webdis tap's upstream copied onto the redis tap too.
+fn two_taps_with_stacks(dir: &Path) -> String {
+    let mut snap: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture_path()).unwrap()).unwrap();
+    let u = snap["taps"]["webdis"]["upstream"].clone();
+    snap["taps"]["redis"]["upstream"] = u;
+    snap["taps"]["redis"]["upstream"]["comm"] = "redis-server".into();
+    let path = dir.join("two.json");
+    std::fs::write(&path, serde_json::to_string(&snap).unwrap()).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn several_taps_write_a_file_each_unless_tap_picks_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let two = two_taps_with_stacks(dir.path());
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let pprof = out_dir.join("cpu.pb.gz");
+    let out = phasescope(&[
+        "report",
+        "--from",
+        &two,
+        "--pprof",
+        &pprof.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut files: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["cpu.redis.pb.gz", "cpu.webdis.pb.gz"]);
+    for f in &files {
+        assert!(
+            stderr(&out).contains(f.as_str()),
+            "{f} not named in {}",
+            stderr(&out)
+        );
+    }
+    assert!(stderr(&out).contains("redis-server"), "{}", stderr(&out));
+
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    std::fs::create_dir(&out_dir).unwrap();
+    let report = phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &two,
+            "--tap",
+            "redis",
+            "--pprof",
+            &pprof.display().to_string(),
+        ],
+        0,
+    );
+    let files: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(files, ["cpu.pb.gz"]);
+    assert!(
+        report.contains("tap redis") && !report.contains("tap webdis"),
+        "--tap narrows the report too:\n{report}"
+    );
+}
+
+#[test]
+fn a_tap_without_stacks_is_refused_by_name_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("cpu.svg");
+    let plain = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/fixture.json");
+    let out = phasescope(&[
+        "report",
+        "--from",
+        &plain.display().to_string(),
+        "--flamegraph",
+        &svg.display().to_string(),
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("tap webdis") && err.contains("tap redis"),
+        "{err}"
+    );
+    assert!(err.contains("profile = true"), "{err}");
+    assert!(!svg.exists());
+
+    // With stacks on webdis only, asking for redis names redis.
+    let fixture = fixture_path().display().to_string();
+    let out = phasescope(&[
+        "report",
+        "--from",
+        &fixture,
+        "--tap",
+        "redis",
+        "--flamegraph",
+        &svg.display().to_string(),
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("tap redis") && err.contains("[tap.process]"),
+        "{err}"
+    );
+    assert!(!svg.exists());
+
+    let out = phasescope(&["report", "--from", &fixture, "--tap", "nope"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("\"nope\""), "{}", stderr(&out));
+}
