@@ -306,11 +306,13 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
     let lines: Vec<String> = lines.into_iter().map(|(s, n)| format!("{s} {n}")).collect();
 
     // Components by their inclusive samples in these stacks (each stack counts a component
-    // once), so the colours go to what the graph shows most of.
+    // once), so the colours go to what the graph shows most of. The marker frames are grey
+    // whatever component they carry.
+    let special = |name: &str| name == TRUNCATED || name == OTHER_STACKS;
     let mut weight: BTreeMap<&str, u64> = BTreeMap::new();
     for stack in &t.stacks.stacks {
         let mut seen: Vec<&str> = Vec::new();
-        for f in t.stacks.frames_of(stack) {
+        for f in t.stacks.frames_of(stack).filter(|f| !special(&f.name)) {
             if !seen.contains(&f.component.as_str()) {
                 seen.push(f.component.as_str());
                 *weight.entry(f.component.as_str()).or_default() += stack.samples;
@@ -331,9 +333,8 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
         if palette.get(label).is_some() {
             continue;
         }
-        let special = f.name == TRUNCATED || f.name == OTHER_STACKS;
         let c = match colour_of.get(f.component.as_str()) {
-            Some((_, c)) if !special => *c,
+            Some((_, c)) if !special(&f.name) => *c,
             _ => GREY,
         };
         palette.insert(label, c);
@@ -341,6 +342,9 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
     palette.insert("[unknown]", GREY);
 
     let total = t.stacks.total();
+    // The subtitle is one centred line: the sample count and which colour is which.
+    // `[truncated]` and `[other stacks]` are frames of their own, their samples in
+    // their tooltips.
     let mut legend: Vec<String> = ranked
         .iter()
         .filter_map(|(c, _)| colour_of.get(c).map(|(name, _)| format!("{c} {name}")))
@@ -348,17 +352,11 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
     if ranked.len() > COMPONENT_COLOURS.len() {
         legend.push("others grey".to_owned());
     }
-    let mut subtitle = format!(
-        "{total} samples of {} frames; colour by component: {}",
+    let subtitle = format!(
+        "{total} samples ({} frames) · {}",
         kind.name(),
-        legend.join(", ")
+        legend.join(" · ")
     );
-    if t.stacks.truncated_samples > 0 {
-        subtitle.push_str(&format!(
-            "; {} samples start at {TRUNCATED} (callers not followed)",
-            t.stacks.truncated_samples
-        ));
-    }
 
     let mut opts = flamegraph::Options::default();
     opts.title = format!("CPU of {}", t.describe());
@@ -594,7 +592,7 @@ pub(crate) mod tests {
             text.contains("CPU of webdis (pid 4242), tap webdis"),
             "title"
         );
-        assert!(text.contains("80 samples of native frames"), "subtitle");
+        assert!(text.contains("80 samples (native frames)"), "subtitle");
         // A frame's samples are inclusive: handle;request holds 40 + 20.
         for (label, samples) in [
             ("main", 75),
@@ -615,6 +613,10 @@ pub(crate) mod tests {
         // Frames are coloured by component: the one in the most samples (webdis: main is
         // in 75) takes the first colour.
         assert!(text.contains("webdis blue"), "legend in the subtitle");
+        assert!(
+            !text.contains("· unknown"),
+            "the marker frames' component is not in the legend"
+        );
         assert_eq!(
             flamegraph(&t).unwrap(),
             svg,
