@@ -112,7 +112,7 @@ fn with_stacks<'a>(tap: &'a str, u: Option<&'a UpstreamSnapshot>) -> Result<TapS
         "set profile = true in its [tap.process] (or run the proxy with --profile-upstream)";
     let Some(upstream) = u else {
         return Err(format!(
-            "tap {tap} watches no upstream process, so it has no call stacks: give it a [tap.process] and {HOW}"
+            "tap {tap} watches no upstream process, so it has no call stacks: give it a [tap.process] with profile = true"
         ));
     };
     match &upstream.stacks {
@@ -125,7 +125,7 @@ fn with_stacks<'a>(tap: &'a str, u: Option<&'a UpstreamSnapshot>) -> Result<TapS
             "tap {tap} has no sampled stacks in this window (its upstream used no CPU while watched)"
         )),
         None if upstream.samples.is_some() => Err(format!(
-            "tap {tap} has CPU samples but no call stacks (a snapshot from a phasescope that did not record them); {HOW}"
+            "tap {tap} has CPU samples but no call stacks: its [tap.process] sets stack_bytes = 0 (the sampled function only; leave it at its default for stacks), or the snapshot comes from a phasescope that recorded none"
         )),
         None => Err(format!(
             "tap {tap}'s upstream was not sampled, so it has no call stacks: {HOW}"
