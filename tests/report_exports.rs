@@ -3,6 +3,9 @@
 //! functions with its shares, the SVG is XML naming the frames, the files are per tap, and
 //! a tap without stacks is refused by name.
 //!
+//! And end to end: a proxy sampling the burn upstream, its snapshot saved, exported and
+//! read back by pprof with the shares its own stacks give.
+//!
 //! The fixture `tests/fixtures/snapshots/stacks.json` is `fixture.json` with an `upstream`
 //! object on its webdis tap as a proxy that sampled Webdis's stacks would write it: the
 //! stacks, and the `samples`, `inclusive` and `functions` counted from them.
@@ -18,7 +21,7 @@ use phasescope::metrics::Snapshot;
 use phasescope::upstream::{FunctionSnapshot, UpstreamSnapshot};
 use report_support::{phasescope, phasescope_ok};
 use serde_json::Value;
-use support::require_tool;
+use support::{require_tool, run_wrk, wait_for, BurnUpstream, Proxy, STARTUP_DEADLINE};
 
 fn fixture_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json")
@@ -68,6 +71,25 @@ fn parse_top(text: &str) -> Vec<TopRow> {
         .collect()
 }
 
+/// `go tool pprof -top -nodecount=10 FILE`'s output.
+fn pprof_top(go: &Path, profile: &Path, scratch: &Path) -> String {
+    let top = Command::new(go)
+        .args(["tool", "pprof", "-top", "-nodecount=10"])
+        .arg(profile)
+        // Nothing to fetch or cache: keep pprof's own files inside the test's directory.
+        .env("HOME", scratch)
+        .env("PPROF_TMPDIR", scratch)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&top.stdout).into_owned();
+    assert!(
+        top.status.success(),
+        "go tool pprof failed:\n{text}\n{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    text
+}
+
 /// `go tool pprof -top` on the exported profile shows the snapshot's own figures: each
 /// function's self share (flat) and inclusive share (cum) of the samples, the top ones by
 /// self samples, largest first.
@@ -91,20 +113,7 @@ fn go_tool_pprof_reads_the_profile_with_the_snapshots_top_functions_and_shares()
         stderr(&out)
     );
 
-    let top = Command::new(&go)
-        .args(["tool", "pprof", "-top", "-nodecount=10"])
-        .arg(&profile)
-        // Nothing to fetch or cache: keep pprof's own files inside the test's directory.
-        .env("HOME", dir.path())
-        .env("PPROF_TMPDIR", dir.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&top.stdout).into_owned();
-    assert!(
-        top.status.success(),
-        "go tool pprof failed:\n{text}\n{}",
-        String::from_utf8_lossy(&top.stderr)
-    );
+    let text = pprof_top(&go, &profile, dir.path());
     let rows = parse_top(&text);
 
     let u = fixture_upstream();
@@ -390,4 +399,155 @@ fn a_tap_without_stacks_is_refused_by_name_and_nothing_is_written() {
     let out = phasescope(&["report", "--from", &fixture, "--tap", "nope"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("\"nope\""), "{}", stderr(&out));
+}
+
+/// Self and inclusive samples per function name, counted from the stacks as pprof counts
+/// them (a name once per sample for the inclusive count), and the names that more than
+/// one object has (pprof may or may not keep those apart).
+fn shares_by_name(u: &UpstreamSnapshot) -> (BTreeMap<String, (u64, u64)>, Vec<String>) {
+    let stacks = u.stacks.as_ref().unwrap();
+    let mut by: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for s in &stacks.stacks {
+        let frames: Vec<_> = stacks.frames_of(s).collect();
+        if let Some(leaf) = frames.last() {
+            by.entry(leaf.name.clone()).or_default().0 += s.samples;
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for f in &frames {
+            if !seen.contains(&f.name.as_str()) {
+                seen.push(&f.name);
+                by.entry(f.name.clone()).or_default().1 += s.samples;
+            }
+        }
+    }
+    let mut objects: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for f in &stacks.frames {
+        let o = objects.entry(&f.name).or_default();
+        if !o.contains(&f.object.as_str()) {
+            o.push(&f.object);
+        }
+    }
+    let ambiguous = objects
+        .into_iter()
+        .filter(|(_, o)| o.len() > 1)
+        .map(|(n, _)| n.to_owned())
+        .collect();
+    (by, ambiguous)
+}
+
+/// End to end: a proxy samples the burn upstream, whose parser spends its time in a
+/// helper it calls; the saved snapshot, exported with --pprof and read by go tool pprof,
+/// shows every top function at the share its stacks give, and the parser's inclusive
+/// share is its true share of the CPU (the upstream counts the time it spends in it).
+#[test]
+fn a_sampled_upstream_through_the_proxy_reads_the_same_in_go_tool_pprof() {
+    let go = require_tool("go");
+    let mut up = BurnUpstream::start_with(30, 70, |c| {
+        c.env("BURN_PARSER_HELPER", "1");
+    });
+    let proxy = Proxy::in_front_of(up.addr(), &["--profile-upstream"]);
+    let admin = format!("http://{}", proxy.admin_addr());
+    let pid = up.process().pid();
+    let watched = wait_for(STARTUP_DEADLINE, || {
+        let out = phasescope(&["report", "--from", &admin, "--format", "json"]);
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        json["taps"][0]["inside"]["pid"].as_u64() == Some(u64::from(pid))
+    });
+    assert!(
+        watched,
+        "the proxy never watched pid {pid}\n{}",
+        proxy.log_tail()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("run.json");
+    let saved_s = saved.display().to_string();
+    phasescope_ok(
+        &["snapshot", "--from", &admin, "-o", &saved_s, "--reset"],
+        0,
+    );
+    let before = up.truth();
+    let wrk = run_wrk(&proxy.url("/"), 4, 4, 1);
+    assert!(wrk.requests > 2000, "too little load: {}", wrk.output);
+    let parser_us = up.truth().parser_us_per_request_since(&before);
+    // Samples are collected every interval: wait for the last one after the load.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    phasescope_ok(&["snapshot", "--from", &admin, "-o", &saved_s], 0);
+
+    let snap = Snapshot::from_json(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let (tap, t) = snap
+        .taps
+        .iter()
+        .find(|(_, t)| t.upstream.as_ref().is_some_and(|u| u.stacks.is_some()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no tap with stacks in {}",
+                std::fs::read_to_string(&saved).unwrap()
+            )
+        });
+    let u = t.upstream.clone().unwrap();
+    let total = u.stacks.as_ref().unwrap().total();
+    assert!(total > 1000, "too few samples: {total}");
+
+    let profile = dir.path().join("cpu.pb.gz");
+    let out = phasescope(&[
+        "report",
+        "--from",
+        &saved_s,
+        "--pprof",
+        &profile.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = pprof_top(&go, &profile, dir.path());
+    let rows = parse_top(&text);
+    assert!(!rows.is_empty(), "{text}");
+    let (by_name, ambiguous) = shares_by_name(&u);
+    let mut compared = 0;
+    for r in &rows {
+        if ambiguous.contains(&r.name) {
+            continue;
+        }
+        let Some(&(flat, cum)) = by_name.get(&r.name) else {
+            panic!(
+                "pprof shows {:?}, which no stack of tap {tap} has:\n{text}",
+                r.name
+            );
+        };
+        let flat = 100.0 * flat as f64 / total as f64;
+        let cum = 100.0 * cum as f64 / total as f64;
+        assert!(
+            (r.flat_pct - flat).abs() < 0.006,
+            "{}: flat {} % vs {flat} %\n{text}",
+            r.name,
+            r.flat_pct
+        );
+        assert!(
+            (r.cum_pct - cum).abs() < 0.006,
+            "{}: cum {} % vs {cum} %\n{text}",
+            r.name,
+            r.cum_pct
+        );
+        compared += 1;
+    }
+    assert!(compared >= 3, "{text}");
+    // The largest self share of the stacks is pprof's first row.
+    let top_flat = by_name.values().map(|&(f, _)| f).max().unwrap();
+    assert!(
+        (rows[0].flat_pct - 100.0 * top_flat as f64 / total as f64).abs() < 0.006,
+        "{text}"
+    );
+
+    // The parser, which pprof reads under its own name, at its true share of the CPU.
+    let cpu_us = 1e6 * (u.cpu_user_seconds + u.cpu_system_seconds)
+        / t.phases["total"].values().map(|s| s.count).sum::<u64>() as f64;
+    let truth = parser_us / cpu_us;
+    let parser = by_name["http_parser_execute"].1 as f64 / total as f64;
+    eprintln!(
+        "{total} samples; http_parser_execute inclusive {:.1} % in pprof's terms (truth {:.1} %: {parser_us:.1} µs of {cpu_us:.1} µs per request)\n{text}",
+        parser * 100.0,
+        truth * 100.0
+    );
+    assert!(
+        (parser - truth).abs() <= 0.04,
+        "http_parser_execute inclusive {parser:.3}, true share {truth:.3}"
+    );
 }

@@ -71,6 +71,31 @@ pub fn profile(t: &TapStacks<'_>) -> pb::Profile {
 
     let mut mappings: Vec<pb::Mapping> = Vec::new();
     let mut mapping_of: HashMap<&str, u64> = HashMap::new();
+    let mut mapping = |strings: &mut Strings, object: &str| -> u64 {
+        let id = mappings.len() as u64 + 1;
+        mappings.push(pb::Mapping {
+            id,
+            filename: strings.get(object),
+            // Symbolized already: a reader must not look for the binary.
+            has_functions: true,
+            ..Default::default()
+        });
+        id
+    };
+    // pprof takes the first mapping for the main binary (`File:` in its header): the
+    // executable's, when its code is on a stack, rather than whichever object the frame
+    // table happens to start with.
+    let exe = t
+        .upstream
+        .exe
+        .as_deref()
+        .and_then(|e| e.rsplit('/').next())
+        .filter(|e| !e.is_empty());
+    if kind == FrameKind::Native {
+        if let Some(exe) = exe.filter(|e| stacks.frames.iter().any(|f| f.object == *e)) {
+            mapping_of.insert(exe, mapping(&mut strings, exe));
+        }
+    }
     let mut functions: Vec<pb::Function> = Vec::new();
     let mut function_of: HashMap<(&str, &str, Option<u32>), u64> = HashMap::new();
     let mut locations: Vec<pb::Location> = Vec::with_capacity(stacks.frames.len());
@@ -79,17 +104,14 @@ pub fn profile(t: &TapStacks<'_>) -> pb::Profile {
         // Native code lies in an object; PHP's `object` is a script (a source file, not a
         // mapping of memory), and the two marker frames lie nowhere.
         let mapping_id = if kind == FrameKind::Native && !special && !f.object.is_empty() {
-            *mapping_of.entry(f.object.as_str()).or_insert_with(|| {
-                let id = mappings.len() as u64 + 1;
-                mappings.push(pb::Mapping {
-                    id,
-                    filename: strings.get(&f.object),
-                    // Symbolized already: a reader must not look for the binary.
-                    has_functions: true,
-                    ..Default::default()
-                });
-                id
-            })
+            match mapping_of.get(f.object.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = mapping(&mut strings, &f.object);
+                    mapping_of.insert(f.object.as_str(), id);
+                    id
+                }
+            }
         } else {
             0
         };
@@ -330,6 +352,32 @@ mod tests {
             ["webdis", "libc.so.6", "libevent-2.1.so.7", "[kernel]"]
         );
         assert!(p.mapping.iter().all(|m| m.has_functions));
+        // The executable's object is the first mapping, whatever the table starts with.
+        let mut libc_first = small();
+        libc_first.frames.swap(0, 3);
+        for s in &mut libc_first.stacks {
+            for i in &mut s.frames {
+                *i = match *i {
+                    0 => 3,
+                    3 => 0,
+                    i => i,
+                };
+            }
+        }
+        let mut u = upstream(libc_first, None);
+        u.exe = Some("/usr/local/bin/webdis".to_owned());
+        let t = TapStacks {
+            tap: "webdis",
+            upstream: &u,
+            stacks: u.stacks.as_ref().unwrap(),
+        };
+        let q = profile(&t);
+        let first = &q.mapping[0];
+        assert_eq!(q.string_table[first.filename as usize], "webdis");
+        assert_eq!(
+            q.location[0].mapping_id, 2,
+            "libc's frame, now first, is mapping 2"
+        );
         for (f, loc) in small().frames.iter().zip(&p.location) {
             let marker = f.name == TRUNCATED || f.name == OTHER_STACKS;
             assert_eq!(loc.mapping_id == 0, marker, "{f:?}");
