@@ -489,14 +489,51 @@ fn a_sampled_upstream_through_the_proxy_reads_the_same_in_go_tool_pprof() {
     assert!(total > 1000, "too few samples: {total}");
 
     let profile = dir.path().join("cpu.pb.gz");
+    let svg = dir.path().join("cpu.svg");
+    let folded = dir.path().join("cpu.folded");
     let out = phasescope(&[
         "report",
         "--from",
         &saved_s,
         "--pprof",
         &profile.display().to_string(),
+        "--flamegraph",
+        &svg.display().to_string(),
+        "--folded",
+        &folded.display().to_string(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Real frames (kernel ones, C symbols of every shape) still make valid XML, and the
+    // folded lines still add up.
+    let titles = svg_titles(&std::fs::read_to_string(&svg).unwrap());
+    assert!(
+        titles.iter().any(|t| t.starts_with("scan_token (")),
+        "{titles:?}"
+    );
+    let folded_total: u64 = std::fs::read_to_string(&folded)
+        .unwrap()
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(folded_total, total);
+    // Straight from the running proxy too (its window goes on, so only that it works).
+    let live = dir.path().join("live.folded");
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &admin,
+            "--folded",
+            &live.display().to_string(),
+        ],
+        0,
+    );
+    assert!(std::fs::metadata(&live).unwrap().len() > 0);
+    // For a person to look at, as the live page's screenshots.
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    std::fs::copy(&svg, artifacts.join("burn-upstream-flamegraph.svg")).unwrap();
+
     let text = pprof_top(&go, &profile, dir.path());
     let rows = parse_top(&text);
     assert!(!rows.is_empty(), "{text}");
