@@ -15,6 +15,8 @@ use super::{CompareArgs, ReportArgs, SnapshotArgs};
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
 /// `--from` is given.
 pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
+    // The start of the earliest window read, for the pprof profile's time.
+    let mut since_unix = None;
     let ds = match &args.prometheus {
         Some(url) => prometheus::load(url, args.range)?,
         None => {
@@ -27,6 +29,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
                     .collect::<anyhow::Result<_>>()?
             };
             let snaps = source::load_all(&sources)?;
+            since_unix = snaps.iter().map(|s| s.since_unix).reduce(f64::min);
             Dataset::from_snapshots(&snaps, sources.iter().map(ToString::to_string).collect())?
         }
     };
@@ -46,30 +49,36 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
         let picture = svg::render(&ds)?;
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
-    export_stacks(args, &ds)?;
+    export_stacks(args, &ds, since_unix)?;
     print(&text)
 }
 
 /// `--flamegraph`, `--folded`, `--pprof`: each tap's call stacks to its file, each file
 /// named on stderr (stdout stays the report).
-fn export_stacks(args: &ReportArgs, ds: &Dataset) -> anyhow::Result<()> {
-    type Render = fn(&stacks::TapStacks<'_>) -> anyhow::Result<Vec<u8>>;
-    let wanted: Vec<(&std::path::Path, &str, Render)> = [
+fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> anyhow::Result<()> {
+    #[derive(Clone, Copy)]
+    enum Export {
+        FlameGraph,
+        Folded,
+        Pprof,
+    }
+    let wanted: Vec<(&std::path::Path, &str, Export)> = [
         (
             args.flamegraph.as_deref(),
             "flame graph",
-            (|t| stacks::flamegraph(t)) as Render,
+            Export::FlameGraph,
         ),
-        (args.folded.as_deref(), "folded stacks", |t| {
-            Ok(stacks::folded(t.stacks, t.kind()).into_bytes())
-        }),
-        (args.pprof.as_deref(), "pprof profile", |t| {
-            pprof::encode(&pprof::profile(t))
-        }),
+        (args.folded.as_deref(), "folded stacks", Export::Folded),
+        (args.pprof.as_deref(), "pprof profile", Export::Pprof),
     ]
     .into_iter()
-    .filter_map(|(path, what, render)| path.map(|p| (p, what, render)))
+    .filter_map(|(path, what, export)| path.map(|p| (p, what, export)))
     .collect();
+    let render = |export: Export, t: &stacks::TapStacks<'_>| match export {
+        Export::FlameGraph => stacks::flamegraph(t),
+        Export::Folded => Ok(stacks::folded(t.stacks, t.kind()).into_bytes()),
+        Export::Pprof => pprof::encode(&pprof::profile(t, since_unix)),
+    };
     if wanted.is_empty() {
         return Ok(());
     }
@@ -77,10 +86,10 @@ fn export_stacks(args: &ReportArgs, ds: &Dataset) -> anyhow::Result<()> {
     for why in &skipped {
         eprintln!("not exported: {why}");
     }
-    for (path, what, render) in wanted {
+    for (path, what, render_kind) in wanted {
         for t in &taps {
             let out = stacks::path_for(path, t.tap, taps.len() > 1);
-            let bytes = render(t)?;
+            let bytes = render(render_kind, t)?;
             stacks::write_atomically(&out, &bytes)?;
             eprintln!(
                 "wrote the {what} of {} ({} samples) to {}",

@@ -48,8 +48,9 @@ fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The profile of one tap's stacks.
-pub fn profile(t: &TapStacks<'_>) -> pb::Profile {
+/// The profile of one tap's stacks; `since_unix` is when its window started (the
+/// snapshot's `since_unix`), for the profile's time.
+pub fn profile(t: &TapStacks<'_>, since_unix: Option<f64>) -> pb::Profile {
     let stacks = t.stacks;
     let kind = t.kind();
     let frequency = t
@@ -219,6 +220,11 @@ pub fn profile(t: &TapStacks<'_>) -> pb::Profile {
         mapping: mappings,
         location: locations,
         function: functions,
+        time_nanos: since_unix
+            .filter(|s| s.is_finite() && *s > 0.0)
+            // Nanoseconds since 1970 are past f64's 53 bits: to the microsecond, the
+            // precision of the snapshot's own time.
+            .map_or(0, |s| ((s * 1e6).round() as i64).saturating_mul(1000)),
         duration_nanos: if watched.is_finite() && watched > 0.0 {
             (watched * 1e9) as i64
         } else {
@@ -296,7 +302,7 @@ mod tests {
             upstream: &u,
             stacks: u.stacks.as_ref().unwrap(),
         };
-        let p = decode(&encode(&profile(&t)).unwrap());
+        let p = decode(&encode(&profile(&t, Some(1_796_056_807.25))).unwrap());
         let s = |i: i64| p.string_table[i as usize].as_str();
         assert_eq!(p.string_table[0], "");
         let types: Vec<(&str, &str)> = p
@@ -312,6 +318,7 @@ mod tests {
         );
         assert_eq!(p.period, 4_000_000, "250 Hz: a sample per 4 ms of CPU");
         assert_eq!(p.duration_nanos, 2_500_000_000);
+        assert_eq!(p.time_nanos, 1_796_056_807_250_000_000);
 
         // The stack with no samples is left out; the others in order, leaf first.
         let got: Vec<(Vec<String>, Vec<i64>)> = p
@@ -371,7 +378,7 @@ mod tests {
             upstream: &u,
             stacks: u.stacks.as_ref().unwrap(),
         };
-        let q = profile(&t);
+        let q = profile(&t, None);
         let first = &q.mapping[0];
         assert_eq!(q.string_table[first.filename as usize], "webdis");
         assert_eq!(
@@ -419,7 +426,7 @@ mod tests {
             upstream: &u,
             stacks: u.stacks.as_ref().unwrap(),
         };
-        let p = profile(&t);
+        let p = profile(&t, None);
         assert_eq!(p.period, 1_000_000, "no frequency in the snapshot: 1000 Hz");
         assert!(p.mapping.is_empty());
         let leaf = p
