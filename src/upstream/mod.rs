@@ -53,6 +53,8 @@ struct Samples {
     window_stacks: StackWindow,
     /// What the frames are (`native`, `php`); `None` without call stacks.
     frames: Option<&'static str>,
+    /// Samples per second of CPU (native) or of wall time on a CPU (PHP).
+    frequency_hz: u32,
     stripped: bool,
 }
 
@@ -119,9 +121,11 @@ impl Upstream {
     }
 
     /// A profiler started on the process: sampling figures exist from now on.
-    pub(crate) fn profiling(&self, stripped: bool) {
+    pub(crate) fn profiling(&self, stripped: bool, frequency_hz: u32) {
         let mut s = lock(&self.state);
-        s.samples.get_or_insert_with(Samples::default).stripped = stripped;
+        let samples = s.samples.get_or_insert_with(Samples::default);
+        samples.stripped = stripped;
+        samples.frequency_hz = frequency_hz;
     }
 
     /// Adds one collect's samples.
@@ -186,6 +190,7 @@ impl Upstream {
             top.truncate(snapshot::TOP_SYMBOLS);
             snap.top_symbols = Some(top);
             snap.stripped = Some(samples.stripped);
+            snap.frequency_hz = Some(samples.frequency_hz).filter(|&f| f > 0);
             snap.lost_samples = Some(samples.window_lost);
             if let Some(frames) = samples.frames {
                 snap.frames = Some(frames.to_owned());

@@ -256,7 +256,7 @@ fn start_profiler(
     if settings.stack_bytes > 0 {
         match PhpProfiler::start(info.pid, settings.frequency, rules()?) {
             Ok(Some(p)) => {
-                upstream.profiling(false);
+                upstream.profiling(false, settings.frequency);
                 tracing::info!(
                     tap,
                     pid = info.pid,
@@ -278,7 +278,7 @@ fn start_profiler(
     match Profiler::start(info.pid, settings.frequency, settings.stack_bytes, rules()?) {
         Ok(p) => {
             let stripped = info.exe.as_deref().is_some_and(profile::is_stripped);
-            upstream.profiling(stripped);
+            upstream.profiling(stripped, settings.frequency);
             tracing::info!(
                 tap,
                 pid = info.pid,
