@@ -24,6 +24,17 @@ use support::{
     burn_upstream_binary, require_tool, run_wrk, BurnUpstream, RedisServer, Webdis, IO_TIMEOUT,
 };
 
+/// A profiler of `pid` with the defaults and the built-in rules.
+fn start_profiler(pid: u32) -> Profiler {
+    Profiler::start(
+        pid,
+        1000,
+        DEFAULT_STACK_BYTES,
+        ComponentRules::new(&[]).unwrap(),
+    )
+    .unwrap()
+}
+
 /// Deltas of several collects added up.
 #[derive(Default, Debug)]
 struct Totals {
@@ -336,13 +347,7 @@ fn burn_upstream_parser_inclusive_share_through_a_helper() {
         c.env("BURN_PARSER_HELPER", "1");
     });
     let pid = burn.process().pid();
-    let mut profiler = Profiler::start(
-        pid,
-        1000,
-        DEFAULT_STACK_BYTES,
-        ComponentRules::new(&[]).unwrap(),
-    )
-    .unwrap();
+    let mut profiler = start_profiler(pid);
     assert!(profiler.user_stacks());
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(burn.addr(), 2, stop.clone());
@@ -514,13 +519,7 @@ fn webdis_components_under_load() {
         .unwrap();
     let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
 
-    let mut profiler = Profiler::start(
-        pid,
-        1000,
-        DEFAULT_STACK_BYTES,
-        ComponentRules::new(&[]).unwrap(),
-    )
-    .unwrap();
+    let mut profiler = start_profiler(pid);
     let url = webdis.url("/GET/phasescope-profile");
     let load = thread::spawn(move || run_wrk(&url, 6, 20, 2));
     thread::sleep(Duration::from_millis(500));
@@ -594,13 +593,7 @@ fn webdis_components_under_load() {
 fn php_fixture_regex_and_engine() {
     let server = AmpServer::start(&[]);
     let pid = server.pid();
-    let mut profiler = Profiler::start(
-        pid,
-        1000,
-        DEFAULT_STACK_BYTES,
-        ComponentRules::new(&[]).unwrap(),
-    )
-    .unwrap();
+    let mut profiler = start_profiler(pid);
     let url = server.url("/");
     // Rounds of load until PCRE2 has been seen a few times (about 1 % of the fixture's
     // CPU), so that a slow machine only makes the test longer.
@@ -640,13 +633,7 @@ fn php_fixture_regex_and_engine() {
 fn collect_fails_once_the_process_is_gone() {
     let mut burn = BurnUpstream::start(1, 1);
     let pid = burn.process().pid();
-    let mut profiler = Profiler::start(
-        pid,
-        1000,
-        DEFAULT_STACK_BYTES,
-        ComponentRules::new(&[]).unwrap(),
-    )
-    .unwrap();
+    let mut profiler = start_profiler(pid);
     profiler.collect().unwrap();
     burn.process().kill();
     let error = profiler.collect().unwrap_err();

@@ -469,12 +469,7 @@ impl Profiler {
                 }
             })
             .collect();
-        symbols.sort_unstable_by(|a, b| {
-            b.samples
-                .cmp(&a.samples)
-                .then_with(|| a.symbol.cmp(&b.symbol))
-                .then_with(|| a.object.cmp(&b.object))
-        });
+        sort_symbols(&mut symbols);
         ProfileDelta {
             by_component: sorted(by_component),
             symbols,
@@ -519,13 +514,23 @@ impl Profiler {
 }
 
 /// Counts by name, most first, then by name.
-fn sorted(counts: HashMap<&str, u64>) -> Vec<(String, u64)> {
+fn sorted<K: AsRef<str>>(counts: HashMap<K, u64>) -> Vec<(String, u64)> {
     let mut v: Vec<(String, u64)> = counts
         .into_iter()
-        .map(|(name, n)| (name.to_owned(), n))
+        .map(|(name, n)| (name.as_ref().to_owned(), n))
         .collect();
     v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v
+}
+
+/// Most samples first, then by symbol and object.
+fn sort_symbols(symbols: &mut [SymbolSamples]) {
+    symbols.sort_unstable_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then_with(|| a.symbol.cmp(&b.symbol))
+            .then_with(|| a.object.cmp(&b.object))
+    });
 }
 
 /// Whether /proc/kallsyms shows real addresses to this process: it shows zeros without

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::php::{self, PhpFrame, PhpSampler};
-use super::{ComponentRules, ProfileDelta, ProfileError, SymbolSamples};
+use super::{sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples};
 use crate::upstream::snapshot::{Frame, Stack, Stacks};
 
 /// `ProfileDelta::frames` of PHP stacks.
@@ -131,12 +131,6 @@ impl PhpProfiler {
                 samples: n,
             });
         }
-        let sorted = |m: HashMap<Arc<str>, u64>| {
-            let mut v: Vec<(String, u64)> =
-                m.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
-            v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            v
-        };
         let mut symbols: Vec<SymbolSamples> = symbols
             .into_iter()
             .map(|([function, file, component], samples)| SymbolSamples {
@@ -146,11 +140,7 @@ impl PhpProfiler {
                 samples,
             })
             .collect();
-        symbols.sort_unstable_by(|a, b| {
-            b.samples
-                .cmp(&a.samples)
-                .then_with(|| a.symbol.cmp(&b.symbol))
-        });
+        sort_symbols(&mut symbols);
         ProfileDelta {
             by_component: sorted(by_component),
             symbols,
