@@ -639,6 +639,13 @@ fn call_stacks_credit_the_parser_with_the_helper_it_calls() {
         .unwrap()
         .iter()
         .any(|f| f["name"] == "http_parser_execute" && f["self"].as_f64().unwrap() < 0.02));
+    let m = proxy.admin_get("/metrics").body_text();
+    assert!(
+        m.contains(
+            "phasescope_upstream_inclusive_samples_total{tap=\"webdis\",component=\"http_parser\"}"
+        ),
+        "no inclusive samples in /metrics"
+    );
     let text = report_text(&proxy, &[]);
     assert!(
         text.contains("with all they call (native call stacks)"),

@@ -48,7 +48,9 @@ struct Samples {
     window: BTreeMap<String, u64>,
     window_symbols: HashMap<(String, String, String), u64>,
     window_lost: u64,
-    /// With call stacks: component → samples with a frame of it, in the window.
+    /// With call stacks: component → samples with a frame of it, since start (the
+    /// exposition) and in the window.
+    inclusive_total: BTreeMap<String, u64>,
     window_inclusive: BTreeMap<String, u64>,
     window_stacks: StackWindow,
     /// What the frames are (`native`, `php`); `None` without call stacks.
@@ -154,6 +156,10 @@ impl Upstream {
                     .window_inclusive
                     .entry(component.clone())
                     .or_default() += n;
+                *samples
+                    .inclusive_total
+                    .entry(component.clone())
+                    .or_default() += n;
             }
             samples.window_stacks.add(&delta.stacks);
         }
@@ -162,6 +168,14 @@ impl Upstream {
     /// Samples per component since start; `None` when nothing is sampled.
     pub fn samples_total(&self) -> Option<BTreeMap<String, u64>> {
         lock(&self.state).samples.as_ref().map(|s| s.total.clone())
+    }
+
+    /// With call stacks: samples per component whose stack holds a frame of it, since
+    /// start; `None` without call stacks.
+    pub fn inclusive_total(&self) -> Option<BTreeMap<String, u64>> {
+        let s = lock(&self.state);
+        let samples = s.samples.as_ref()?;
+        samples.frames.map(|_| samples.inclusive_total.clone())
     }
 
     /// The snapshot's `upstream` object: counters since the last reset.
