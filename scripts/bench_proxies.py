@@ -246,8 +246,10 @@ def start_target(name, upstream, workdir, threads, maxconn, valgrind=None):
         env = {"PHASESCOPE_WORKERS": str(1 if "-1w" in name else threads)}
         if name.endswith("no-metrics"):
             argv.append("--no-metrics")
-        if name.endswith("-profile"):
+        if name.endswith("-profile") or name.endswith("-profile-leaf"):
             argv.append("--profile-upstream")
+        if name.endswith("-profile-leaf"):
+            argv += ["--stack-bytes", "0"]
         if name == "phasescope-work-stealing":
             env["PHASESCOPE_RUNTIME"] = "work-stealing"
         return Server(name, argv, d, env=env, port=port)
@@ -337,7 +339,9 @@ def fmt_ms(v):
 # The upstream sampler's cost
 # ---------------------------------------------------------------------------------------
 
-SAMPLER_TARGETS = ["phasescope", "phasescope-profile"]
+# Without sampling, sampling the running function only (`--stack-bytes 0`), and sampling
+# call stacks (the default 16 KiB of user stack per sample, unwound with DWARF CFI).
+SAMPLER_TARGETS = ["phasescope", "phasescope-profile-leaf", "phasescope-profile"]
 # The threads that watch the upstream (src/upstream/watch.rs: accounting, and sampling
 # when profiling) and symbolize its samples (src/upstream/profile/symbols.rs).
 WATCHER_THREADS = ("ps-up-", "upstream-symbol")
@@ -549,7 +553,7 @@ def run_sampler(workdir, threads, maxconn, rounds, seconds):
     conns = 50
     redis, webdis = start_webdis(workdir)
     try:
-        log(f"the upstream sampler's cost in front of Webdis: {rounds} rounds x 2 runs of {seconds} s at -c {conns}")
+        log(f"the upstream sampler's cost in front of Webdis: {rounds} rounds x {len(SAMPLER_TARGETS)} runs of {seconds} s at -c {conns}")
         start = loadavg()
         runs = sampler_cost(webdis, workdir, threads, maxconn, rounds, seconds, conns, "/GET/bench")
     finally:

@@ -536,13 +536,17 @@ SAMPLER_END = "<!-- /sampler -->"
 
 
 def sampler_section(sm):
-    """The upstream sampler's cost, from the `sampler` object of bench_proxies.run_sampler."""
+    """The upstream sampler's cost, from the `sampler` object of bench_proxies.run_sampler:
+    without sampling, sampling the running function only, and sampling call stacks."""
     runs = sm["runs"]
     by = {}
     for r in runs:
         by.setdefault(r["round"], {})[r["target"]] = r
-    pairs = [(v["phasescope"], v["phasescope-profile"]) for v in by.values()
-             if "phasescope" in v and "phasescope-profile" in v]
+    modes = [(label, t) for label, t in (
+        ("without sampling", "phasescope"),
+        ("`--profile-upstream --stack-bytes 0` (running function only)", "phasescope-profile-leaf"),
+        ("`--profile-upstream` (call stacks, 16 KiB per sample)", "phasescope-profile"))
+        if any(r["target"] == t for r in runs)]
 
     def col(target, key):
         return [r[key] for r in runs if r["target"] == target and r.get(key) is not None]
@@ -552,54 +556,69 @@ def sampler_section(sm):
             return "-"
         return f"{med(xs):,.{digits}f} ({min(xs):,.{digits}f} to {max(xs):,.{digits}f})"
 
-    def diffs(key):
-        return [b[key] - a[key] for a, b in pairs if a.get(key) is not None and b.get(key) is not None]
+    def diffs(target, key):
+        out = []
+        for v in by.values():
+            a, b = v.get("phasescope"), v.get(target)
+            if a and b and a.get(key) is not None and b.get(key) is not None:
+                out.append(b[key] - a[key])
+        return out
 
-    ratio = [b["rps"] / a["rps"] for a, b in pairs if a["rps"]]
+    def ratio(target):
+        return [v[target]["rps"] / v["phasescope"]["rps"] for v in by.values()
+                if "phasescope" in v and target in v and v["phasescope"]["rps"]]
+
     keys = [("watcher_cpu_ms_per_s", 2), ("cpu_us_per_req", 2), ("upstream_cpu_us_per_req", 2)]
     machine = sm.get("machine", {})
     lines = [SAMPLER_BEGIN, "## The upstream sampler's cost\n",
-             "phasescope in front of Webdis (Redis behind it, `GET` of one key) with "
-             "`--profile-upstream` (perf events at 997 Hz on every thread of Webdis, symbolized and "
-             "folded into components every second) and without it (the /proc accounting alone, "
-             "which runs in both), a fresh proxy for every run after a one-second warm-up (so "
-             "the figure is the steady cost, without the first symbol-table load), "
-             f"{sm['rounds']} rounds of {sm['seconds']} s at `wrk -c {sm['connections']}`, the two "
-             f"orders alternated. Measured {sm['date']} on a shared {machine.get('nproc', '?')}-CPU "
-             f"machine (load average {' '.join(sm['loadavg_start'])} at the start, "
-             f"{' '.join(sm['loadavg_end'])} at the end: other work ran beside it), with "
-             f"`{sm['command'].strip()}`. Medians over the rounds, with their range:\n",
+             "phasescope in front of Webdis (Redis behind it, `GET` of one key) three ways: "
+             "without sampling (the /proc accounting alone, which runs in all three), sampling "
+             "the running function only (perf events at 997 Hz on every thread of Webdis, kernel "
+             "callchains, symbolized and folded into components every second), and sampling call "
+             "stacks (the same events with the user registers and 16 KiB of user stack per "
+             "sample, unwound with DWARF call frame information and drained every 10 ms). A "
+             "fresh proxy for every run after a one-second warm-up (so the figure is the steady "
+             "cost, without the first symbol-table load), "
+             f"{sm['rounds']} rounds of {sm['seconds']} s at `wrk -c {sm['connections']}`, the "
+             f"order reversed every other round. Measured {sm['date']} on a shared "
+             f"{machine.get('nproc', '?')}-CPU machine (load average "
+             f"{' '.join(sm['loadavg_start'])} at the start, {' '.join(sm['loadavg_end'])} at the "
+             f"end: other work ran beside it), with `{sm['command'].strip()}`. Medians over the "
+             "rounds, with their range; the differences are to the run without sampling in the "
+             "same round:\n",
              "| | watcher threads, CPU ms/s | phasescope CPU µs/req | Webdis CPU µs/req | req/s |",
              "|---|---|---|---|---|"]
-    for label, target in (("without sampling", "phasescope"), ("`--profile-upstream`", "phasescope-profile")):
+    for label, target in modes:
         lines.append(f"| {label} | " + " | ".join(cell(col(target, k), d) for k, d in keys)
                      + f" | {cell(col(target, 'rps'), 0)} |")
-    lines.append("| difference within a round | " + " | ".join(cell(diffs(k), d) for k, d in keys)
-                 + f" | ratio {cell(ratio, 3)} |")
+    for label, target in modes[1:]:
+        lines.append(f"| difference, {label.split(' (')[0]} | "
+                     + " | ".join(cell(diffs(target, k), d) for k, d in keys)
+                     + f" | ratio {cell(ratio(target), 3)} |")
     lines.append("")
-    watch = diffs("watcher_cpu_ms_per_s")
-    own = diffs("cpu_us_per_req")
-    ups = diffs("upstream_cpu_us_per_req")
-    rps = col("phasescope-profile", "rps")
-    if watch and own and ups and rps:
-        lo, hi = min(own), max(own)
+    for label, target in modes[1:]:
+        watch = diffs(target, "watcher_cpu_ms_per_s")
+        own = diffs(target, "cpu_us_per_req")
+        ups = diffs(target, "upstream_cpu_us_per_req")
+        rps = col(target, "rps")
+        if not (watch and own and ups and rps):
+            continue
         lines.append(
-            "The sampler's own work (reading the ring buffers, symbolizing, folding into "
-            "components) runs on the proxy's upstream-watcher threads, measured apart from the "
-            "relay (their schedstat in /proc/PID/task): "
+            f"{label}: the sampler's own work runs on the proxy's upstream-watcher threads, "
+            "measured apart from the relay (their schedstat in /proc/PID/task): "
             f"**{med(watch):.1f} ms of CPU per second** more than the accounting alone, "
-            f"{med(watch) / 10:.2f} % of one CPU, or {med(watch) * 1e3 / med(rps):.2f} µs per request "
-            f"at {med(rps):,.0f} req/s. It follows the samples, taken only while Webdis's threads "
-            "run, so it grows with the upstream's CPU use rather than with phasescope's traffic.\n")
-        lines.append(
-            f"Per request, the whole proxy used {med(own):.2f} µs more with sampling than without "
-            f"(per round {lo:+.2f} to {hi:+.2f}), and Webdis {med(ups):.2f} µs more. Webdis pays the sampling "
-            "interrupts and perf's bookkeeping at every context switch of a sampled thread; the "
-            "proxy's extra is more than its watcher threads account for, and this measurement does "
-            "not say where it goes (a Webdis slowed by sampling answers in smaller batches, which "
-            "costs a relay more wake-ups per request, is one candidate). Both move with the "
-            "machine's load: on a shared machine read them as the order of magnitude of what "
-            "turning sampling on costs the whole path, the watcher figure as the sampler's own cost.\n")
+            f"{med(watch) / 10:.2f} % of one CPU (the goal: under 2 %), or "
+            f"{med(watch) * 1e3 / med(rps):.2f} µs per request at {med(rps):,.0f} req/s. The whole "
+            f"proxy used {med(own):.2f} µs more per request (per round {min(own):+.2f} to "
+            f"{max(own):+.2f}), and Webdis {med(ups):.2f} µs more: the sampled threads pay the "
+            "sampling interrupts, perf's bookkeeping at every context switch and, with call "
+            "stacks, the kernel's copy of their stack into each sample.\n")
+    lines.append(
+        "The watcher figures follow the samples, taken only while Webdis's threads run, so they "
+        "grow with the upstream's CPU use rather than with phasescope's traffic. The per-request "
+        "figures move with the machine's load: on a shared machine read them as the order of "
+        "magnitude of what sampling costs the whole path, the watcher figure as the sampler's "
+        "own cost.\n")
     lines.append(SAMPLER_END)
     return "\n".join(lines) + "\n"
 

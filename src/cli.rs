@@ -112,6 +112,11 @@ pub struct RunArgs {
     /// [env: PHASESCOPE_PROFILE_UPSTREAM=1]
     #[arg(long)]
     pub profile_upstream: bool,
+
+    /// Bytes of user stack copied per sample for call stacks, 0 for the sampled function
+    /// only ([tap.process] stack_bytes) [env: PHASESCOPE_STACK_BYTES]
+    #[arg(long, value_name = "BYTES")]
+    pub stack_bytes: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -156,6 +161,7 @@ impl RunArgs {
             (Key::SlowThreshold, self.slow_threshold.as_deref()),
             (Key::LogFormat, log_format),
             (Key::AdminToken, self.admin_token.as_deref()),
+            (Key::StackBytes, self.stack_bytes.as_deref()),
         ];
         for (key, value) in text {
             if let Some(value) = value {

@@ -36,16 +36,18 @@ const RATE_INTERVAL: &str = "30s";
 /// Webdis and Redis (the backend_in/backend/backend_out phases), or with the upstream
 /// sampled (tests/upstream.rs checks the samples). Here their queries must parse and
 /// evaluate, and may be empty.
-const NEED_CORRELATED_SETUP: [&str; 3] = [
+const NEED_CORRELATED_SETUP: [&str; 4] = [
     "Webdis decomposition: mean per request",
     "Webdis decomposition: share of upstream_wait",
     // Needs `profile = true` and the permission to sample.
     "Upstream CPU by component ($tap)",
+    "Upstream CPU by component, with all it calls ($tap)",
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 15] = [
+const METRICS: [&str; 16] = [
     "phasescope_upstream_samples_total",
+    "phasescope_upstream_inclusive_samples_total",
     "phasescope_upstream_cpu_seconds_total",
     "phasescope_upstream_runqueue_seconds_total",
     "phasescope_upstream_context_switches_total",

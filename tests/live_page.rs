@@ -673,3 +673,241 @@ fn the_headline_names_the_redis_queue_of_a_correlated_webdis_chain() {
         "the parts exceed upstream_wait: {headline:?}"
     );
 }
+
+/// An admin server of the test's own: the page's files from the tree (the admin server
+/// compiles in exactly these, src/admin/page.rs) and `/api/snapshot` answered with a
+/// fixed snapshot, each answer a second later than the one before (the page's charts want
+/// time to move). For what a real proxy cannot show here: an upstream whose call stacks
+/// were sampled, which needs perf events on a process of the test's choosing.
+struct ScriptedAdmin {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    served: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ScriptedAdmin {
+    fn start(snapshot: Value) -> ScriptedAdmin {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let polls = Arc::new(AtomicU64::new(0));
+        let snapshot = Arc::new(snapshot);
+        let (stop2, served2) = (stop.clone(), served.clone());
+        thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                let (mut conn, _) = match listener.accept() {
+                    Ok(c) => c,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                    Err(e) => panic!("accept: {e}"),
+                };
+                let (served, polls, snapshot) = (served2.clone(), polls.clone(), snapshot.clone());
+                // A thread per connection: Chromium opens several, some left idle.
+                thread::spawn(move || {
+                    conn.set_nonblocking(false).unwrap();
+                    conn.set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let path = path.split('?').next().unwrap_or("/").to_owned();
+                    served.lock().unwrap().push(path.clone());
+                    let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/admin/assets");
+                    let (status, kind, body) = if path == "/api/snapshot" {
+                        let n = polls.fetch_add(1, Ordering::Relaxed) as f64;
+                        let mut s = (*snapshot).clone();
+                        let at = s["taken_at_unix"].as_f64().unwrap() + n;
+                        s["taken_at_unix"] = at.into();
+                        (
+                            "200 OK",
+                            "application/json",
+                            serde_json::to_vec(&s).unwrap(),
+                        )
+                    } else {
+                        let file = match path.as_str() {
+                            "/" => Some(assets.join("index.html")),
+                            p if p.starts_with("/assets/") && !p.contains("..") => {
+                                Some(assets.join(&p["/assets/".len()..]))
+                            }
+                            _ => None,
+                        };
+                        match file.and_then(|f| fs::read(&f).ok().map(|b| (f, b))) {
+                            Some((f, body)) => {
+                                let kind = match f.extension().and_then(|e| e.to_str()) {
+                                    Some("html") => "text/html; charset=utf-8",
+                                    Some("js") => "text/javascript; charset=utf-8",
+                                    Some("css") => "text/css; charset=utf-8",
+                                    Some("svg") => "image/svg+xml",
+                                    _ => "text/plain; charset=utf-8",
+                                };
+                                ("200 OK", kind, body)
+                            }
+                            None => ("404 Not Found", "text/plain", b"not found".to_vec()),
+                        }
+                    };
+                    let _ = conn.write_all(
+                        format!(
+                            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    );
+                    let _ = conn.write_all(&body);
+                });
+            }
+        });
+        ScriptedAdmin { addr, stop, served }
+    }
+}
+
+impl Drop for ScriptedAdmin {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The page's `fmtPct`: 3 significant digits at most, a space before `%`.
+fn fmt_pct(f: f64) -> String {
+    let p = f * 100.0;
+    if p >= 10.0 {
+        format!("{p:.0} %")
+    } else if p >= 1.0 {
+        format!("{p:.1} %")
+    } else {
+        format!("{p:.2} %")
+    }
+}
+
+/// A share as the page shows it is within half a unit of its last digit of `want`.
+fn shows_share(cell: &str, want: f64) -> bool {
+    let number = cell.trim_end_matches('%').trim();
+    let decimals = number.split_once('.').map_or(0, |(_, d)| d.len());
+    let half_unit = 0.5 * 10f64.powi(-(decimals as i32));
+    (share(cell) * 100.0 - want * 100.0).abs() <= half_unit + 1e-9
+}
+
+/// A snapshot whose upstream was sampled with call stacks (the report's fixture): the
+/// inside-the-upstream panel shows each component's inclusive share beside its self
+/// share, and the top ten functions with their object, self and inclusive shares, in the
+/// snapshot's order.
+#[test]
+fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_snapshot() {
+    let chromium = require_tool("chromium");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json");
+    let snapshot: Value = serde_json::from_str(&fs::read_to_string(&fixture).unwrap()).unwrap();
+    let upstream = snapshot["taps"]["webdis"]["upstream"].clone();
+    let admin = ScriptedAdmin::start(snapshot);
+    let screenshot = artifacts().join("live-page-functions.png");
+    let page = load_page(&chromium, &format!("http://{}/", admin.addr), &screenshot);
+    for line in page.stderr.lines() {
+        assert!(
+            !(line.contains("Uncaught") || line.contains("Failed to load resource")),
+            "chromium reported: {line}\n{}",
+            page.stderr
+        );
+    }
+    assert!(
+        admin
+            .served
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| p == "/api/snapshot"),
+        "the page never asked for the snapshot"
+    );
+    let dom = &page.dom;
+    let start = dom
+        .find(r#"data-tap="webdis""#)
+        .unwrap_or_else(|| panic!("no section for the webdis tap in\n{dom}"));
+    let end = dom[start..]
+        .find("</section>")
+        .map_or(dom.len(), |i| start + i);
+    let tap = &dom[start..end];
+
+    let samples: BTreeMap<String, u64> =
+        serde_json::from_value(upstream["samples"].clone()).unwrap();
+    let inclusive: BTreeMap<String, u64> =
+        serde_json::from_value(upstream["inclusive"].clone()).unwrap();
+    let total: u64 = samples.values().sum();
+    assert!(total > 0);
+
+    // Components: `libc 12 % (47 % incl.)`; the binary's own code is named so.
+    let line = Regex::new(r#"class="inside-line"[^>]*>([^<]*)<"#).unwrap();
+    let line = line
+        .captures(tap)
+        .map(|c| text(&c[1]))
+        .unwrap_or_else(|| panic!("no inside-the-upstream line in\n{tap}"));
+    assert!(line.contains("its CPU, self (inclusive): "), "{line}");
+    let own = upstream["exe"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap();
+    for (component, n) in &samples {
+        let label = if component == own {
+            format!("{component} (own code)")
+        } else {
+            component.replace('_', " ")
+        };
+        let want = format!(
+            "{label} {} ({} incl.)",
+            fmt_pct(*n as f64 / total as f64),
+            fmt_pct(inclusive[component] as f64 / total as f64)
+        );
+        assert!(line.contains(&want), "{want:?} is not in {line:?}");
+    }
+
+    // The functions table: the snapshot's first ten, in its order.
+    let functions = upstream["functions"].as_array().unwrap();
+    let want: Vec<&Value> = functions.iter().take(10).collect();
+    let order: Vec<String> = Regex::new(r#"<tr data-function="([^"]*)""#)
+        .unwrap()
+        .captures_iter(tap)
+        .map(|c| text(&c[1]))
+        .collect();
+    let names: Vec<&str> = want.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(order, names, "the rows, in order");
+    let shown = rows(tap, "function");
+    for f in want {
+        let name = f["name"].as_str().unwrap();
+        let row = &shown[name];
+        assert_eq!(row["name"], name);
+        let object = f["object"].as_str().unwrap();
+        assert_eq!(
+            row["object"],
+            if object.is_empty() { "–" } else { object },
+            "{name}"
+        );
+        let self_share = f["self_samples"].as_u64().unwrap() as f64 / total as f64;
+        let incl_share = f["inclusive_samples"].as_u64().unwrap() as f64 / total as f64;
+        assert!(
+            shows_share(&row["self"], self_share),
+            "{name}: self {:?} vs {self_share}",
+            row["self"]
+        );
+        assert!(
+            shows_share(&row["inclusive"], incl_share),
+            "{name}: inclusive {:?} vs {incl_share}",
+            row["inclusive"]
+        );
+    }
+    assert!(fs::read(&screenshot).unwrap().starts_with(b"\x89PNG"));
+    eprintln!("screenshot: {}", screenshot.display());
+}

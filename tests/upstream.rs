@@ -202,9 +202,20 @@ fn samples(u: &Value) -> (std::collections::BTreeMap<String, u64>, u64) {
     (m, total)
 }
 
-#[test]
-fn profiling_finds_the_parser_share_of_a_known_upstream() {
-    let mut up = BurnUpstream::start(PARSER_US, BACKEND_US);
+/// A sampling proxy in front of `up` under 4 s of wrk load: the snapshot's `upstream`
+/// object, and the truth: the CPU each request spent in http_parser_execute (the
+/// upstream's own clock around the call) as a share of each request's CPU (user +
+/// system, as measured by the same run's accounting).
+struct ProfiledRun {
+    proxy: Proxy,
+    upstream: Value,
+    parser_us: f64,
+    cpu_us: f64,
+    requests: u64,
+    truth: f64,
+}
+
+fn profiled_run(up: &mut BurnUpstream) -> ProfiledRun {
     let proxy = Proxy::in_front_of(up.addr(), &["--profile-upstream"]);
     await_watched(&proxy, "webdis", up.process().pid());
     reset(&proxy);
@@ -214,15 +225,32 @@ fn profiling_finds_the_parser_share_of_a_known_upstream() {
     let parser_us = up.truth().parser_us_per_request_since(&before);
     // Samples are collected every interval: wait for the last one after the load.
     thread::sleep(Duration::from_millis(1500));
-    let (u, _) = window(&snapshot(&proxy), "webdis");
+    let (upstream, _) = window(&snapshot(&proxy), "webdis");
+    let (user, system, _, requests) = per_request(&proxy, "webdis");
+    ProfiledRun {
+        proxy,
+        upstream,
+        parser_us,
+        cpu_us: user + system,
+        requests,
+        truth: parser_us / (user + system),
+    }
+}
+
+#[test]
+fn profiling_finds_the_parser_share_of_a_known_upstream() {
+    let mut up = BurnUpstream::start(PARSER_US, BACKEND_US);
+    let ProfiledRun {
+        proxy,
+        upstream: u,
+        parser_us,
+        cpu_us,
+        requests: n,
+        truth,
+    } = profiled_run(&mut up);
     let (by, total) = samples(&u);
-    let (user, system, _, n) = per_request(&proxy, "webdis");
-    // The truth: the CPU each request spent in http_parser_execute (the upstream's own
-    // clock around the call, about PARSER_US), of each request's CPU (user + system, as
-    // measured by the same run's accounting).
-    let truth = parser_us / (user + system);
     let share = by.get("http_parser").copied().unwrap_or(0) as f64 / total as f64;
-    eprintln!("burn upstream profiled: {n} requests, {total} samples, http_parser {:.1} % (truth {:.1} %: {parser_us:.1} µs of {:.1} µs), components {by:?}", share * 100.0, truth * 100.0, user + system);
+    eprintln!("burn upstream profiled: {n} requests, {total} samples, http_parser {:.1} % (truth {:.1} %: {parser_us:.1} µs of {cpu_us:.1} µs), components {by:?}", share * 100.0, truth * 100.0);
     assert!(total > 1000, "too few samples: {u}");
     assert!(
         (share - truth).abs() <= 0.05,
@@ -523,6 +551,107 @@ fn without_permission_the_proxy_serves_and_warns_once() {
         let m = parse_response(&http_exchange(loopback(admin), &get_request("/metrics")));
         assert!(!m.body_text().contains("phasescope_upstream_samples_total"));
     }
+}
+
+/// The parser's time is all in a helper it calls: through the whole proxy, the snapshot's
+/// stacks and the report's inclusive share find it, and the what-if takes it.
+#[test]
+fn call_stacks_credit_the_parser_with_the_helper_it_calls() {
+    let mut up = BurnUpstream::start_with(PARSER_US, BACKEND_US, |c| {
+        c.env("BURN_PARSER_HELPER", "1");
+    });
+    let ProfiledRun {
+        proxy,
+        upstream: u,
+        parser_us,
+        cpu_us,
+        requests: n,
+        truth,
+    } = profiled_run(&mut up);
+    let (by, total) = samples(&u);
+    assert!(total > 1000, "too few samples: {u}");
+    assert_eq!(u["frames"], "native", "{u}");
+    // The snapshot: the parser is not the running function, but on the stack.
+    assert!(
+        by.get("http_parser").copied().unwrap_or(0) * 50 <= total,
+        "{by:?}"
+    );
+    let inclusive = u["inclusive"]["http_parser"].as_u64().unwrap_or(0) as f64 / total as f64;
+    let functions = u["functions"].as_array().unwrap();
+    let function = |name: &str| {
+        functions
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing from {functions:?}"))
+    };
+    assert!(function("scan_token")["self_samples"].as_u64().unwrap() > 0);
+    assert_eq!(
+        function("http_parser_execute")["inclusive_samples"],
+        u["inclusive"]["http_parser"],
+        "the parser's component is its one function"
+    );
+    let stacks = &u["stacks"];
+    let frames = stacks["frames"].as_array().unwrap();
+    let in_stacks: u64 = stacks["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(in_stacks, total, "every sample is in a stack");
+    assert!(frames.iter().any(|f| f["name"] == "scan_token"));
+    eprintln!(
+        "{n} requests, {total} samples: http_parser inclusive {:.1} % (truth {:.1} %: {parser_us:.1} µs of {cpu_us:.1} µs)",
+        inclusive * 100.0,
+        truth * 100.0,
+    );
+    assert!(
+        (inclusive - truth).abs() <= 0.04,
+        "http_parser inclusive {inclusive:.3}, true share {truth:.3}"
+    );
+
+    // The report: the component's inclusive share, the functions, the what-if on it.
+    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            &format!("http://{}", proxy.admin_addr()),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let json: Value = serde_json::from_slice(&report.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&report.stdout)));
+    let inside = &json["taps"][0]["inside"];
+    assert_eq!(inside["frames"], "native", "{inside}");
+    let parser = inside["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "http_parser")
+        .unwrap_or_else(|| panic!("{inside}"));
+    assert!((parser["inclusive"].as_f64().unwrap() - inclusive).abs() < 1e-9);
+    assert_eq!(inside["what_if"]["inclusive"], true, "{inside}");
+    assert!((inside["what_if"]["share"].as_f64().unwrap() - inclusive).abs() < 1e-9);
+    assert!(inside["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["name"] == "http_parser_execute" && f["self"].as_f64().unwrap() < 0.02));
+    let m = proxy.admin_get("/metrics").body_text();
+    assert!(
+        m.contains(
+            "phasescope_upstream_inclusive_samples_total{tap=\"webdis\",component=\"http_parser\"}"
+        ),
+        "no inclusive samples in /metrics"
+    );
+    let text = report_text(&proxy, &[]);
+    assert!(
+        text.contains("with all they call (native call stacks)"),
+        "{text}"
+    );
+    assert!(text.contains("of its CPU with all it calls"), "{text}");
 }
 
 /// `phasescope report --from` the proxy's admin server with `flags`, as text.

@@ -18,11 +18,22 @@ use std::time::{Duration, Instant};
 use amp::AmpServer;
 use phasescope::upstream::profile::{
     is_stripped, ComponentRules, ProfileDelta, Profiler, SymbolSamples, UserComponentRule,
-    ANON_EXEC_OBJECT,
+    ANON_EXEC_OBJECT, DEFAULT_STACK_BYTES,
 };
 use support::{
     burn_upstream_binary, require_tool, run_wrk, BurnUpstream, RedisServer, Webdis, IO_TIMEOUT,
 };
+
+/// A profiler of `pid` with the defaults and the built-in rules.
+fn start_profiler(pid: u32) -> Profiler {
+    Profiler::start(
+        pid,
+        1000,
+        DEFAULT_STACK_BYTES,
+        ComponentRules::new(&[]).unwrap(),
+    )
+    .unwrap()
+}
 
 /// Deltas of several collects added up.
 #[derive(Default, Debug)]
@@ -185,7 +196,7 @@ fn burn_upstream_parser_share_matches_the_truth() {
         object: Some("^burn-upstream$".into()),
     }])
     .unwrap();
-    let mut profiler = Profiler::start(pid, 1000, rules).unwrap();
+    let mut profiler = Profiler::start(pid, 1000, DEFAULT_STACK_BYTES, rules).unwrap();
     let threads_at_start = profiler.threads();
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(burn.addr(), 2, stop.clone());
@@ -272,6 +283,229 @@ fn burn_upstream_parser_share_matches_the_truth() {
     );
 }
 
+/// Samples of the burn upstream's own code, by what their stacks hold.
+#[derive(Default, Debug)]
+struct ParserStacks {
+    /// Leaf in the binary.
+    in_binary: u64,
+    /// Leaf in the binary and `http_parser` somewhere on the stack.
+    under_parser: u64,
+    /// Leaf `http_parser_execute` itself.
+    parser_self: u64,
+    /// Leaf `scan_token`, called from `http_parser_execute`, called from `serve`.
+    helper_chained: u64,
+    helper: u64,
+    truncated: u64,
+    total: u64,
+    inclusive_parser: u64,
+}
+
+impl ParserStacks {
+    fn add(&mut self, delta: &ProfileDelta, object: &str) {
+        let stacks = &delta.stacks;
+        for stack in &stacks.stacks {
+            let frames: Vec<_> = stacks.frames_of(stack).collect();
+            let n = stack.samples;
+            self.total += n;
+            let Some(leaf) = frames.last() else { continue };
+            if frames[0].name == phasescope::upstream::snapshot::TRUNCATED {
+                self.truncated += n;
+            }
+            if leaf.object != object {
+                continue;
+            }
+            self.in_binary += n;
+            if frames.iter().any(|f| f.component == "http_parser") {
+                self.under_parser += n;
+            }
+            if leaf.name == "http_parser_execute" {
+                self.parser_self += n;
+            }
+            if leaf.name == "scan_token" {
+                self.helper += n;
+                let names: Vec<&str> = frames.iter().map(|f| f.name.as_str()).collect();
+                if names.ends_with(&["serve", "http_parser_execute", "scan_token"]) {
+                    self.helper_chained += n;
+                }
+            }
+        }
+        self.inclusive_parser += delta
+            .inclusive
+            .iter()
+            .find(|(c, _)| c == "http_parser")
+            .map_or(0, |(_, n)| *n);
+    }
+}
+
+/// The parser spends all of its CPU in a helper it calls: the running function is never
+/// the parser, but its stack is. The inclusive share must match what the upstream's own
+/// CPU clock measured around the parser call, and the self share must be near 0.
+#[test]
+fn burn_upstream_parser_inclusive_share_through_a_helper() {
+    let (parser_us, backend_us) = (30u32, 70u32);
+    let mut burn = BurnUpstream::start_with(parser_us, backend_us, |c| {
+        c.env("BURN_PARSER_HELPER", "1");
+    });
+    let pid = burn.process().pid();
+    let mut profiler = start_profiler(pid);
+    assert!(profiler.user_stacks());
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(burn.addr(), 2, stop.clone());
+    thread::sleep(Duration::from_millis(300));
+    profiler.collect().unwrap();
+    let before = burn.truth();
+    let binary = burn_upstream_binary();
+    let object = binary.file_name().unwrap().to_str().unwrap().to_owned();
+    let mut seen = ParserStacks::default();
+    let mut lost = 0;
+    let end = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < end && seen.in_binary < 2000 {
+        thread::sleep(Duration::from_millis(500));
+        let delta = profiler.collect().unwrap();
+        lost += delta.lost;
+        seen.add(&delta, &object);
+    }
+    let after = burn.truth();
+    stop.store(true, Ordering::Relaxed);
+    let requests: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    eprintln!("{requests} requests, {lost} lost: {seen:?}");
+    assert!(seen.in_binary >= 1000, "too few samples: {seen:?}");
+    assert!(
+        lost * 100 <= seen.total,
+        "over 1 % lost: {lost} of {seen:?}"
+    );
+    let parser_ns = (after.parser_ns - before.parser_ns) as f64;
+    let backend_ns = (after.backend_ns - before.backend_ns) as f64;
+    let truth = parser_ns / (parser_ns + backend_ns);
+    let inclusive = seen.under_parser as f64 / seen.in_binary as f64;
+    let self_share = seen.parser_self as f64 / seen.in_binary as f64;
+    eprintln!(
+        "http_parser inclusive {:.1} % (truth {:.1} %), self {:.2} %; {:.1} % of samples truncated",
+        inclusive * 100.0,
+        truth * 100.0,
+        self_share * 100.0,
+        seen.truncated as f64 * 100.0 / seen.total as f64
+    );
+    assert!(
+        (inclusive - truth).abs() <= 0.04,
+        "http_parser inclusive {:.1} % is not within 4 points of the truth {:.1} %: {seen:?}",
+        inclusive * 100.0,
+        truth * 100.0
+    );
+    assert!(
+        self_share <= 0.02,
+        "http_parser self {self_share}: {seen:?}"
+    );
+    // Every helper sample is chained to its callers, and few stacks are cut.
+    assert!(
+        seen.helper_chained * 100 >= seen.helper * 98,
+        "scan_token not under serve → http_parser_execute: {seen:?}"
+    );
+    assert!(seen.truncated * 100 <= seen.total * 2, "{seen:?}");
+    // The component's inclusive count covers at least the samples under it in the binary
+    // (plus its system calls).
+    assert!(seen.inclusive_parser >= seen.under_parser, "{seen:?}");
+}
+
+/// `perf record --call-graph dwarf` and `perf report --children` on the same process at
+/// the same time: the parser's inclusive share (perf's "Children") agrees with ours.
+#[test]
+fn inclusive_shares_agree_with_perf() {
+    let perf = require_tool("perf");
+    let mut burn = BurnUpstream::start_with(30, 70, |c| {
+        c.env("BURN_PARSER_HELPER", "1");
+    });
+    let pid = burn.process().pid();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = load(burn.addr(), 2, stop.clone());
+    thread::sleep(Duration::from_millis(300));
+    let mut profiler = Profiler::start(
+        pid,
+        997,
+        DEFAULT_STACK_BYTES,
+        ComponentRules::new(&[]).unwrap(),
+    )
+    .unwrap();
+    profiler.collect().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("perf.data");
+    // The threads exist already: perf follows them from the start.
+    let record = Command::new(&perf)
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "997",
+            "--call-graph",
+            "dwarf,16384",
+        ])
+        .arg("-p")
+        .arg(pid.to_string())
+        .arg("-o")
+        .arg(&data)
+        .args(["--", "sleep", "4"])
+        .output()
+        .unwrap();
+    let delta = profiler.collect().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert!(
+        record.status.success(),
+        "perf record: {}",
+        String::from_utf8_lossy(&record.stderr)
+    );
+    let total: u64 = delta.stacks.total();
+    let ours = delta
+        .inclusive
+        .iter()
+        .find(|(c, _)| c == "http_parser")
+        .map_or(0, |(_, n)| *n) as f64
+        / total as f64;
+    let report = Command::new(&perf)
+        .arg("report")
+        .arg("-i")
+        .arg(&data)
+        .args([
+            "--children",
+            "--stdio",
+            "-g",
+            "none",
+            "--sort",
+            "symbol",
+            "--percent-limit",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success(),
+        "perf report: {}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    // `Children  Self  Symbol …`: "    26.10%     0.02%  [.] http_parser_execute  -  -".
+    let children = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(3) == Some("http_parser_execute"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|p| p.trim_end_matches('%').parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no http_parser_execute in perf report:\n{text}"))
+        / 100.0;
+    eprintln!(
+        "http_parser inclusive: ours {:.1} % of {total} samples, perf --children {:.1} %",
+        ours * 100.0,
+        children * 100.0
+    );
+    assert!(
+        (ours - children).abs() <= 0.04,
+        "ours {ours:.3} against perf's {children:.3}:\n{text}"
+    );
+}
+
 #[test]
 fn webdis_components_under_load() {
     let redis = RedisServer::start();
@@ -285,7 +519,7 @@ fn webdis_components_under_load() {
         .unwrap();
     let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
 
-    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let mut profiler = start_profiler(pid);
     let url = webdis.url("/GET/phasescope-profile");
     let load = thread::spawn(move || run_wrk(&url, 6, 20, 2));
     thread::sleep(Duration::from_millis(500));
@@ -359,7 +593,7 @@ fn webdis_components_under_load() {
 fn php_fixture_regex_and_engine() {
     let server = AmpServer::start(&[]);
     let pid = server.pid();
-    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let mut profiler = start_profiler(pid);
     let url = server.url("/");
     // Rounds of load until PCRE2 has been seen a few times (about 1 % of the fixture's
     // CPU), so that a slow machine only makes the test longer.
@@ -399,13 +633,19 @@ fn php_fixture_regex_and_engine() {
 fn collect_fails_once_the_process_is_gone() {
     let mut burn = BurnUpstream::start(1, 1);
     let pid = burn.process().pid();
-    let mut profiler = Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap();
+    let mut profiler = start_profiler(pid);
     profiler.collect().unwrap();
     burn.process().kill();
     let error = profiler.collect().unwrap_err();
     assert!(!error.is_permission(), "{error:?}");
     assert!(error.to_string().contains(&format!("pid {pid}")), "{error}");
-    assert!(Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).is_err());
+    assert!(Profiler::start(
+        pid,
+        1000,
+        DEFAULT_STACK_BYTES,
+        ComponentRules::new(&[]).unwrap()
+    )
+    .is_err());
 }
 
 /// Without privileges the error says what to grant: a child running this test binary as
@@ -460,7 +700,12 @@ fn permission_child() {
         .expect("PHASESCOPE_PROFILE_CHILD_PID")
         .parse()
         .unwrap();
-    match Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()) {
+    match Profiler::start(
+        pid,
+        1000,
+        DEFAULT_STACK_BYTES,
+        ComponentRules::new(&[]).unwrap(),
+    ) {
         Ok(_) => panic!("an unprivileged user could sample root's process {pid}"),
         Err(error) => {
             assert!(error.is_permission(), "{error:?}");
@@ -503,8 +748,15 @@ fn sampler_overhead_on_webdis() {
         let profiled = round % 2 == 1;
         // Started (and its symbol tables loaded by a first collect under load) before the
         // window: the steady cost is what a long-running watcher pays.
-        let mut profiler = profiled
-            .then(|| Profiler::start(pid, 1000, ComponentRules::new(&[]).unwrap()).unwrap());
+        let mut profiler = profiled.then(|| {
+            Profiler::start(
+                pid,
+                1000,
+                DEFAULT_STACK_BYTES,
+                ComponentRules::new(&[]).unwrap(),
+            )
+            .unwrap()
+        });
         if let Some(profiler) = profiler.as_mut() {
             let url = url.clone();
             let warm = thread::spawn(move || run_wrk(&url, 1, 20, 2));

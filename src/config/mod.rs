@@ -140,6 +140,10 @@ pub struct ProcessConfig {
     /// Samples per second and thread when profiling.
     #[serde(default = "defaults::profile_frequency")]
     pub frequency: u32,
+    /// Bytes of each sampled thread's user stack copied for unwinding (call stacks); 0
+    /// samples the leaf only.
+    #[serde(default = "defaults::stack_bytes")]
+    pub stack_bytes: u32,
     /// User component rules, tried before the built-in ones: `[[tap.process.component]]`.
     #[serde(default, rename = "component")]
     pub components: Vec<ComponentRuleConfig>,
@@ -154,6 +158,7 @@ impl Default for ProcessConfig {
             interval: defaults::process_interval(),
             profile: false,
             frequency: defaults::profile_frequency(),
+            stack_bytes: defaults::stack_bytes(),
             components: Vec::new(),
         }
     }
@@ -480,5 +485,9 @@ pub mod defaults {
     /// Just under 1 kHz, so that sampling does not run in lockstep with 1 ms timers.
     pub fn profile_frequency() -> u32 {
         997
+    }
+
+    pub fn stack_bytes() -> u32 {
+        crate::upstream::profile::DEFAULT_STACK_BYTES
     }
 }

@@ -45,6 +45,8 @@ pub struct Overrides {
     pub admin_token: Option<Override<String>>,
     /// `true` turns on `[tap.process] profile` for every tap.
     pub profile_upstream: Option<Override<bool>>,
+    /// `[tap.process] stack_bytes` for every tap.
+    pub stack_bytes: Option<Override<u32>>,
 }
 
 /// One overridable setting, with its flag and variable names.
@@ -61,10 +63,11 @@ pub enum Key {
     NoMetrics,
     AdminToken,
     ProfileUpstream,
+    StackBytes,
 }
 
 impl Key {
-    pub const ALL: [Key; 11] = [
+    pub const ALL: [Key; 12] = [
         Key::Listen,
         Key::Upstream,
         Key::Protocol,
@@ -76,6 +79,7 @@ impl Key {
         Key::NoMetrics,
         Key::AdminToken,
         Key::ProfileUpstream,
+        Key::StackBytes,
     ];
 
     pub fn flag(self) -> &'static str {
@@ -91,6 +95,7 @@ impl Key {
             Key::NoMetrics => "--no-metrics",
             Key::AdminToken => "--admin-token",
             Key::ProfileUpstream => "--profile-upstream",
+            Key::StackBytes => "--stack-bytes",
         }
     }
 
@@ -107,6 +112,7 @@ impl Key {
             Key::NoMetrics => "PHASESCOPE_NO_METRICS",
             Key::AdminToken => "PHASESCOPE_ADMIN_TOKEN",
             Key::ProfileUpstream => "PHASESCOPE_PROFILE_UPSTREAM",
+            Key::StackBytes => "PHASESCOPE_STACK_BYTES",
         }
     }
 
@@ -179,6 +185,13 @@ impl Overrides {
             Key::NoMetrics => self.no_metrics = parsed(raw, source, parse_bool)?,
             Key::AdminToken => self.admin_token = parsed(raw, source, parse_token)?,
             Key::ProfileUpstream => self.profile_upstream = parsed(raw, source, parse_bool)?,
+            Key::StackBytes => {
+                self.stack_bytes = parsed(raw, source, |s| {
+                    s.trim()
+                        .parse::<u32>()
+                        .map_err(|_| format!("{s:?} is not a number of bytes"))
+                })?
+            }
         }
         Ok(())
     }
@@ -225,6 +238,7 @@ impl Overrides {
             no_metrics: self.no_metrics.or(lower.no_metrics),
             admin_token: self.admin_token.or(lower.admin_token),
             profile_upstream: self.profile_upstream.or(lower.profile_upstream),
+            stack_bytes: self.stack_bytes.or(lower.stack_bytes),
         }
     }
 
@@ -331,6 +345,20 @@ pub(crate) fn apply_unchecked(
     if let Some(v) = &o.profile_upstream {
         for tap in &mut config.taps {
             tap.process.profile = v.value;
+        }
+    }
+    if let Some(v) = &o.stack_bytes {
+        for (i, tap) in config.taps.iter_mut().enumerate() {
+            tap.process.stack_bytes = v.value;
+            set.push((
+                vec![
+                    Seg::Key("tap"),
+                    Seg::Index(i),
+                    Seg::Key("process"),
+                    Seg::Key("stack_bytes"),
+                ],
+                v.source,
+            ));
         }
     }
     Ok(set)

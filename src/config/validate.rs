@@ -207,6 +207,16 @@ fn check_process(i: usize, tap: &TapConfig, who: &str) -> Result<(), Problem> {
             ),
         ));
     }
+    let max_stack = crate::upstream::profile::MAX_STACK_BYTES;
+    if p.stack_bytes > max_stack || !p.stack_bytes.is_multiple_of(8) {
+        return Err(Problem::at(
+            key("stack_bytes"),
+            format!(
+                "{who}: process.stack_bytes is {}; it must be a multiple of 8 from 0 (the sampled function only, no call stacks) to {max_stack}",
+                p.stack_bytes
+            ),
+        ));
+    }
     for (n, rule) in p.components.iter().enumerate() {
         let at = |k| {
             tap_path(

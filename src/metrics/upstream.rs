@@ -17,6 +17,7 @@ pub const CONTEXT_SWITCHES: &str = "phasescope_upstream_context_switches_total";
 pub const THREADS: &str = "phasescope_upstream_threads";
 pub const INFO: &str = "phasescope_upstream_info";
 pub const SAMPLES: &str = "phasescope_upstream_samples_total";
+pub const INCLUSIVE_SAMPLES: &str = "phasescope_upstream_inclusive_samples_total";
 
 /// The families of every watched tap in the text exposition; empty when there is none.
 pub fn encode(upstreams: &[Arc<Upstream>]) -> String {
@@ -37,6 +38,7 @@ pub fn families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
     if upstreams.is_empty() {
         return Vec::new();
     }
+    let mut inclusive = Vec::new();
     let (mut cpu, mut runq, mut switches, mut threads, mut info, mut samples) = (
         Vec::new(),
         Vec::new(),
@@ -76,6 +78,13 @@ pub fn families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
         ));
         for (component, n) in u.samples_total().into_iter().flatten() {
             samples.push(sample(
+                MetricType::COUNTER,
+                &[("tap", tap), ("component", &component)],
+                n as f64,
+            ));
+        }
+        for (component, n) in u.inclusive_total().into_iter().flatten() {
+            inclusive.push(sample(
                 MetricType::COUNTER,
                 &[("tap", tap), ("component", &component)],
                 n as f64,
@@ -124,6 +133,12 @@ pub fn families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
         "CPU samples of the upstream's threads (perf events, user and kernel), by component; present only when profiling.",
         MetricType::COUNTER,
         samples,
+    );
+    push(
+        INCLUSIVE_SAMPLES,
+        "CPU samples of the upstream's threads whose call stack holds a frame of the component (it and all it calls); present only when sampling call stacks.",
+        MetricType::COUNTER,
+        inclusive,
     );
     families
 }

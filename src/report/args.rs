@@ -33,6 +33,26 @@ pub struct ReportArgs {
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
 
+    /// Report on this tap only; with --flamegraph, --folded or --pprof, export its call
+    /// stacks alone, to the file named as given
+    #[arg(long, value_name = "NAME")]
+    pub tap: Option<String>,
+
+    /// Write the upstream's sampled call stacks as a flame graph (SVG); one file per tap
+    /// with stacks, the tap's name before the extension, unless --tap picks one
+    #[arg(long, value_name = "FILE.svg", conflicts_with = "prometheus")]
+    pub flamegraph: Option<PathBuf>,
+
+    /// Write the upstream's sampled call stacks as folded stacks (`root;caller;leaf COUNT`
+    /// per line, as flamegraph.pl, inferno and speedscope read them)
+    #[arg(long, value_name = "FILE", conflicts_with = "prometheus")]
+    pub folded: Option<PathBuf>,
+
+    /// Write the upstream's sampled call stacks as a pprof profile (gzipped protobuf, as
+    /// `go tool pprof`, Pyroscope and Parca read it)
+    #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "prometheus")]
+    pub pprof: Option<PathBuf>,
+
     /// The what-if line of an upstream with a profile: a parser this many times faster
     #[arg(long, value_name = "N", default_value_t = super::inside::DEFAULT_WHAT_IF,
           value_parser = parse_what_if)]
@@ -166,6 +186,42 @@ mod tests {
         assert_eq!(r.from, ["a.json", "http://h:1"]);
         assert_eq!(r.by.as_deref(), Some("route"));
         assert_eq!(r.format, crate::report::Format::Csv);
+        assert_eq!((r.tap.as_ref(), r.flamegraph.as_ref()), (None, None));
+
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "report",
+            "--from",
+            "a.json",
+            "--tap",
+            "webdis",
+            "--flamegraph",
+            "f.svg",
+            "--folded",
+            "f.folded",
+            "--pprof",
+            "f.pb.gz",
+        ])
+        .unwrap();
+        let Command::Report(r) = cli.command else {
+            panic!()
+        };
+        assert_eq!(r.tap.as_deref(), Some("webdis"));
+        assert_eq!(r.flamegraph, Some(PathBuf::from("f.svg")));
+        assert_eq!(r.folded, Some(PathBuf::from("f.folded")));
+        assert_eq!(r.pprof, Some(PathBuf::from("f.pb.gz")));
+        assert!(
+            Cli::try_parse_from([
+                "phasescope",
+                "report",
+                "--prometheus",
+                "http://p:9090",
+                "--pprof",
+                "x.pb.gz"
+            ])
+            .is_err(),
+            "Prometheus has no stacks"
+        );
         assert!(Cli::try_parse_from(["phasescope", "report", "--by", "method"]).is_err());
         assert!(
             Cli::try_parse_from(["phasescope", "report", "--range", "1h"]).is_err(),

@@ -9,12 +9,14 @@ use super::dataset::Dataset;
 use super::rows::Report;
 use super::source::{self, Source};
 use super::table::colour_for_stdout;
-use super::{compare_table, prometheus, snapshot_cmd, svg, table};
+use super::{compare_table, pprof, prometheus, snapshot_cmd, stacks, svg, table};
 use super::{CompareArgs, ReportArgs, SnapshotArgs};
 
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
 /// `--from` is given.
 pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
+    // The start of the earliest window read, for the pprof profile's time.
+    let mut since_unix = None;
     let ds = match &args.prometheus {
         Some(url) => prometheus::load(url, args.range)?,
         None => {
@@ -27,16 +29,77 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
                     .collect::<anyhow::Result<_>>()?
             };
             let snaps = source::load_all(&sources)?;
+            since_unix = snaps.iter().map(|s| s.since_unix).reduce(f64::min);
             Dataset::from_snapshots(&snaps, sources.iter().map(ToString::to_string).collect())?
         }
     };
+    let mut ds = ds;
+    if let Some(tap) = &args.tap {
+        anyhow::ensure!(
+            ds.taps.contains_key(tap),
+            "no tap {tap:?} in {} (its taps: {})",
+            ds.sources.join(", "),
+            ds.taps.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+        ds.taps.retain(|name, _| name == tap);
+    }
     let report = Report::build_with(&ds, args.by.is_some(), args.what_if)?;
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {
         let picture = svg::render(&ds)?;
         std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
     }
+    export_stacks(args, &ds, since_unix)?;
     print(&text)
+}
+
+/// `--flamegraph`, `--folded`, `--pprof`: each tap's call stacks to its file, each file
+/// named on stderr (stdout stays the report).
+fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> anyhow::Result<()> {
+    #[derive(Clone, Copy)]
+    enum Export {
+        FlameGraph,
+        Folded,
+        Pprof,
+    }
+    let wanted: Vec<(&std::path::Path, &str, Export)> = [
+        (
+            args.flamegraph.as_deref(),
+            "flame graph",
+            Export::FlameGraph,
+        ),
+        (args.folded.as_deref(), "folded stacks", Export::Folded),
+        (args.pprof.as_deref(), "pprof profile", Export::Pprof),
+    ]
+    .into_iter()
+    .filter_map(|(path, what, export)| path.map(|p| (p, what, export)))
+    .collect();
+    let render = |export: Export, t: &stacks::TapStacks<'_>| match export {
+        Export::FlameGraph => stacks::flamegraph(t),
+        Export::Folded => Ok(stacks::folded(t.stacks, t.kind()).into_bytes()),
+        Export::Pprof => pprof::encode(&pprof::profile(t, since_unix)),
+    };
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let (taps, skipped) = stacks::select(ds, args.tap.as_deref())?;
+    for why in &skipped {
+        eprintln!("not exported: {why}");
+    }
+    for (path, what, render_kind) in wanted {
+        for t in &taps {
+            let out = stacks::path_for(path, t.tap, taps.len() > 1);
+            let bytes = render(render_kind, t)?;
+            stacks::write_atomically(&out, &bytes)?;
+            eprintln!(
+                "wrote the {what} of {} ({} samples) to {}",
+                t.describe(),
+                t.stacks.total(),
+                out.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `phasescope snapshot`, reading the admin server `from` (`--from`, else the config's).

@@ -29,6 +29,13 @@ pub struct Inside {
     pub runqueue: f64,
     /// Shares of the sampled CPU, largest first; empty when not profiled.
     pub components: Vec<Component>,
+    /// What the call stacks' frames are (`native`, `php`); null without call stacks.
+    pub frames: Option<String>,
+    /// With call stacks: the functions with the most inclusive samples, with their self
+    /// and inclusive shares of all samples.
+    pub functions: Vec<Function>,
+    /// With call stacks: the fraction of samples whose stack was cut before its root.
+    pub truncated: Option<f64>,
     /// The main binary has no symbol table: its own code (parser included) is one
     /// component named after it.
     pub stripped: bool,
@@ -41,8 +48,25 @@ pub struct Component {
     /// How the report names it: `webdis (own code)`, `kernel network`.
     pub label: String,
     pub samples: u64,
-    /// Fraction of all samples.
+    /// Fraction of all samples: those whose running function is the component's (self;
+    /// the shares add up to 1).
     pub share: f64,
+    /// With call stacks: the fraction of samples whose stack holds a frame of the
+    /// component (at least `share`; they do not add up to 1).
+    pub inclusive: Option<f64>,
+}
+
+/// One function of the call stacks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Function {
+    pub name: String,
+    pub object: String,
+    pub component: String,
+    /// Fraction of all samples with this function running.
+    #[serde(rename = "self")]
+    pub self_share: f64,
+    /// Fraction of all samples with this function anywhere on the stack.
+    pub inclusive: f64,
 }
 
 /// A parser `factor`× faster, by Amdahl's law on its share of the CPU.
@@ -51,6 +75,10 @@ pub struct WhatIf {
     pub factor: f64,
     /// The component taken as the parser.
     pub component: String,
+    /// Whether `share` is the parser's inclusive share (its own code and all it calls),
+    /// else its self share (the functions of the parser only: a lower bound of its cost
+    /// when it calls helpers, as without call stacks).
+    pub inclusive: bool,
     /// True when the parser has no name of its own (a stripped binary): the share is the
     /// whole of the binary's own code, an upper bound.
     pub upper_bound: bool,
@@ -76,7 +104,45 @@ impl Inside {
         };
         let comm = u.comm.clone().unwrap_or_else(|| "the upstream".to_owned());
         let own = own_component(u);
-        let components = components(u.samples.as_ref(), own.as_deref());
+        let mut components = components(u.samples.as_ref(), own.as_deref());
+        let total: u64 = components.iter().map(|c| c.samples).sum();
+        if let (Some(inclusive), true) = (&u.inclusive, total > 0) {
+            for c in &mut components {
+                c.inclusive = Some(
+                    inclusive.get(&c.name).copied().unwrap_or(c.samples) as f64 / total as f64,
+                );
+            }
+            // A component that is never the running function but holds frames.
+            for (name, &n) in inclusive {
+                if n > 0 && !components.iter().any(|c| &c.name == name) {
+                    components.push(Component {
+                        label: label(name, own.as_deref()),
+                        name: name.clone(),
+                        samples: 0,
+                        share: 0.0,
+                        inclusive: Some(n as f64 / total as f64),
+                    });
+                }
+            }
+        }
+        let functions = match (&u.functions, total > 0) {
+            (Some(f), true) => f
+                .iter()
+                .map(|f| Function {
+                    name: f.name.clone(),
+                    object: f.object.clone(),
+                    component: f.component.clone(),
+                    self_share: f.self_samples as f64 / total as f64,
+                    inclusive: f.inclusive_samples as f64 / total as f64,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let truncated = u
+            .stacks
+            .as_ref()
+            .filter(|_| total > 0)
+            .map(|s| s.truncated_samples as f64 / total as f64);
         let stripped = u.stripped.unwrap_or(false);
         let cpu = per(u.cpu_user_seconds + u.cpu_system_seconds);
         let what_if = what_if(
@@ -98,6 +164,9 @@ impl Inside {
             cpu_system: per(u.cpu_system_seconds),
             runqueue: per(u.runqueue_seconds),
             components,
+            frames: u.frames.clone(),
+            functions,
+            truncated,
             stripped,
             what_if,
         }
@@ -147,6 +216,7 @@ impl Inside {
             head.push_str(&format!("; its CPU: {}{more}", parts.join(", ")));
         }
         let mut out = vec![head];
+        out.extend(self.stack_lines());
         if self.requests == 0 {
             out.push("no requests in the window: nothing to divide by".to_owned());
         }
@@ -162,7 +232,12 @@ impl Inside {
                     units::share(w.share)
                 )
             } else {
-                format!(" ({} is {} of its CPU)", w.component, units::share(w.share))
+                let how = if w.inclusive {
+                    "of its CPU with all it calls"
+                } else {
+                    "of its CPU"
+                };
+                format!(" ({} is {} {how})", w.component, units::share(w.share))
             };
             out.push(format!(
                 "what if: a parser {}× faster saves ≤ {} per request{of_total}; if the server is CPU-bound, at most {} more throughput{which}",
@@ -175,6 +250,76 @@ impl Inside {
             out.push(format!(
                 "{} is stripped: its own code, its request parser included, reads as one component; build it with symbols (-g, not stripped) to see the parser by name",
                 self.comm
+            ));
+        }
+        out
+    }
+}
+
+impl Inside {
+    /// With call stacks: the components' inclusive shares and the top functions.
+    fn stack_lines(&self) -> Vec<String> {
+        let Some(frames) = &self.frames else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut by_inclusive: Vec<&Component> = self
+            .components
+            .iter()
+            .filter(|c| c.inclusive.is_some())
+            .collect();
+        by_inclusive.sort_by(|a, b| {
+            b.inclusive
+                .partial_cmp(&a.inclusive)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(a.name.cmp(&b.name))
+        });
+        let parts: Vec<String> = by_inclusive
+            .iter()
+            .take(8)
+            .map(|c| format!("{} {}", c.label, units::share(c.inclusive.unwrap_or(0.0))))
+            .collect();
+        let truncated = self
+            .truncated
+            .filter(|&t| t > 0.0)
+            .map(|t| format!(", {} of stacks cut short", units::share(t)))
+            .unwrap_or_default();
+        out.push(format!(
+            "with all they call ({frames} call stacks{truncated}): {}",
+            parts.join(", ")
+        ));
+        if !self.functions.is_empty() {
+            let f = |f: &Function| {
+                format!(
+                    "{} {} ({} self)",
+                    f.name,
+                    units::share(f.inclusive),
+                    units::share(f.self_share)
+                )
+            };
+            let mut by_self: Vec<&Function> = self.functions.iter().collect();
+            by_self.sort_by(|a, b| {
+                b.self_share
+                    .partial_cmp(&a.self_share)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            out.push(format!(
+                "top functions, with all they call: {}",
+                self.functions
+                    .iter()
+                    .take(8)
+                    .map(f)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            out.push(format!(
+                "top functions, running: {}",
+                by_self
+                    .iter()
+                    .take(8)
+                    .map(|x| format!("{} {}", x.name, units::share(x.self_share)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         out
@@ -213,6 +358,7 @@ fn components(samples: Option<&BTreeMap<String, u64>>, own: Option<&str>) -> Vec
             name: name.clone(),
             samples: n,
             share: n as f64 / total as f64,
+            inclusive: None,
         })
         .collect();
     out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.name.cmp(&b.name)));
@@ -249,11 +395,16 @@ fn what_if(
         ),
         None => return None,
     };
-    let p = c.share;
+    // The parser's inclusive share: what it costs with the helpers it calls. For a
+    // stripped binary's own code the self share stays the bound (inclusive, `main` is
+    // in it and it would read as all of the CPU).
+    let inclusive = c.inclusive.filter(|_| !upper_bound);
+    let p = inclusive.unwrap_or(c.share);
     let saved = cpu_per_request * p * (1.0 - 1.0 / factor);
     Some(WhatIf {
         factor,
         component: c.label.clone(),
+        inclusive: inclusive.is_some(),
         upper_bound,
         share: p,
         saved,
@@ -314,7 +465,7 @@ pub fn compare_notes(
             i.components
                 .iter()
                 .find(|c| c.name == PARSER)
-                .map(|c| c.share)
+                .map(|c| c.inclusive.unwrap_or(c.share))
         };
         if let (Some(p), Some(q)) = (parser(&x), parser(&y)) {
             line.push_str(&format!(
@@ -355,6 +506,7 @@ mod tests {
             inclusive: None,
             functions: None,
             stacks: None,
+            frequency_hz: None,
         }
     }
 
@@ -424,6 +576,69 @@ mod tests {
         assert!(n.contains("CPU per request 60.0 µs → 40.0 µs"), "{n}");
         assert!(n.contains("waiting for a CPU 2.0 µs → 2.0 µs"), "{n}");
         assert!(n.contains("HTTP parser 30 % → 10 % of its CPU"), "{n}");
+    }
+
+    /// The parser is never the running function (its time is in libc's memchr), but it
+    /// is on the stack of 30 % of the samples: the what-if takes the 30 %.
+    #[test]
+    fn the_what_if_takes_the_parsers_inclusive_share() {
+        let mut s = snapshot(Some(&[("libc.so.6", 30), ("webdis", 70)]), Some(false));
+        s.frames = Some("native".into());
+        s.inclusive = Some(
+            [("http_parser", 30), ("libc.so.6", 30), ("webdis", 100)]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), *v))
+                .collect(),
+        );
+        s.functions = Some(vec![
+            crate::upstream::FunctionSnapshot {
+                name: "main".into(),
+                object: "webdis".into(),
+                component: "webdis".into(),
+                self_samples: 0,
+                inclusive_samples: 100,
+            },
+            crate::upstream::FunctionSnapshot {
+                name: "http_parser_execute".into(),
+                object: "webdis".into(),
+                component: "http_parser".into(),
+                self_samples: 0,
+                inclusive_samples: 30,
+            },
+            crate::upstream::FunctionSnapshot {
+                name: "memchr".into(),
+                object: "libc.so.6".into(),
+                component: "libc.so.6".into(),
+                self_samples: 30,
+                inclusive_samples: 30,
+            },
+        ]);
+        let i = Inside::new(&s, 100_000, Some(100e-6), 2.0);
+        let parser = i.components.iter().find(|c| c.name == PARSER).unwrap();
+        assert_eq!(parser.share, 0.0);
+        assert_eq!(parser.inclusive, Some(0.3));
+        let w = i.what_if.clone().unwrap();
+        assert!(w.inclusive && !w.upper_bound);
+        assert!((w.share - 0.3).abs() < 1e-12, "{w:?}");
+        assert_eq!(i.functions[1].name, "http_parser_execute");
+        assert!((i.functions[2].self_share - 0.3).abs() < 1e-12);
+        let text = i.lines().join("\n");
+        assert!(
+            text.contains("with all they call (native call stacks): webdis (own code) 100 %, HTTP parser 30 %, libc.so.6 30 %"),
+            "{text}"
+        );
+        assert!(
+            text.contains("top functions, with all they call: main 100 % (0 % self), http_parser_execute 30 % (0 % self)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("top functions, running: memchr 30 %"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(HTTP parser is 30 % of its CPU with all it calls)"),
+            "{text}"
+        );
     }
 
     #[test]

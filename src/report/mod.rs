@@ -3,6 +3,8 @@
 //! A report is built in three steps that each format and source share: load snapshots
 //! ([`source`]) or Prometheus buckets ([`prometheus`]) into a merged [`dataset::Dataset`],
 //! turn it into rows and headlines ([`rows::Report`]), print it ([`table`], [`svg`]).
+//! The upstream's call stacks, when sampled, are written as folded stacks, a flame graph
+//! or a pprof profile ([`stacks`], [`pprof`]).
 //! `compare` ([`compare`]) reads snapshot files and decides, per phase, whether B differs
 //! from A by more than the noise; docs/compare.md states the method.
 
@@ -16,11 +18,14 @@ pub mod headline;
 pub mod http;
 pub mod inside;
 pub mod multiplicity;
+pub mod pprof;
+mod pprof_proto;
 pub mod prometheus;
 pub mod rows;
 pub mod selection;
 pub mod snapshot_cmd;
 pub mod source;
+pub mod stacks;
 pub mod svg;
 pub mod table;
 pub mod units;

@@ -212,8 +212,9 @@ pub const CSV_UPSTREAM_PREFIX: &str = "upstream.";
 /// one table: `upstream.cpu_user`, `upstream.cpu_system` and `upstream.runqueue` with the
 /// tap's requests as `count`, the thread-time of the window as `sum_s` and the per-request
 /// figure as `mean_s`; then `upstream.component.NAME` per sampled component with its
-/// samples as `count` and its fraction of them as `share`. Columns that do not apply are
-/// empty.
+/// samples as `count` and its fraction of them as `share`; with call stacks also
+/// `upstream.inclusive.NAME`, the fraction of samples with a frame of it as `share`.
+/// Columns that do not apply are empty.
 fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
     for (what, per_request) in [
         ("cpu_user", i.cpu_user),
@@ -237,6 +238,16 @@ fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
             c.samples,
             c.share
         );
+    }
+    for c in &i.components {
+        if let Some(inclusive) = c.inclusive {
+            let _ = writeln!(
+                out,
+                "{},{ALL_ROUTES},{},,,,,,,,,{inclusive}",
+                csv_field(tap),
+                csv_field(&format!("{CSV_UPSTREAM_PREFIX}inclusive.{}", c.name)),
+            );
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod account;
 pub mod find;
 pub mod profile;
 pub mod snapshot;
+mod stacks;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,6 +23,7 @@ pub use watch::{ProfileSettings, Watcher};
 
 use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
+use stacks::StackWindow;
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.
 pub struct Upstream {
@@ -46,6 +48,15 @@ struct Samples {
     window: BTreeMap<String, u64>,
     window_symbols: HashMap<(String, String, String), u64>,
     window_lost: u64,
+    /// With call stacks: component → samples with a frame of it, since start (the
+    /// exposition) and in the window.
+    inclusive_total: BTreeMap<String, u64>,
+    window_inclusive: BTreeMap<String, u64>,
+    window_stacks: StackWindow,
+    /// What the frames are (`native`, `php`); `None` without call stacks.
+    frames: Option<&'static str>,
+    /// Samples per second of CPU (native) or of wall time on a CPU (PHP).
+    frequency_hz: u32,
     stripped: bool,
 }
 
@@ -106,13 +117,17 @@ impl Upstream {
             samples.window.clear();
             samples.window_symbols.clear();
             samples.window_lost = 0;
+            samples.window_inclusive.clear();
+            samples.window_stacks.clear();
         }
     }
 
     /// A profiler started on the process: sampling figures exist from now on.
-    pub(crate) fn profiling(&self, stripped: bool) {
+    pub(crate) fn profiling(&self, stripped: bool, frequency_hz: u32) {
         let mut s = lock(&self.state);
-        s.samples.get_or_insert_with(Samples::default).stripped = stripped;
+        let samples = s.samples.get_or_insert_with(Samples::default);
+        samples.stripped = stripped;
+        samples.frequency_hz = frequency_hz;
     }
 
     /// Adds one collect's samples.
@@ -134,11 +149,33 @@ impl Upstream {
                 .or_default() += sym.samples;
         }
         samples.window_lost += delta.lost;
+        if let Some(frames) = delta.frames {
+            samples.frames = Some(frames);
+            for (component, n) in &delta.inclusive {
+                *samples
+                    .window_inclusive
+                    .entry(component.clone())
+                    .or_default() += n;
+                *samples
+                    .inclusive_total
+                    .entry(component.clone())
+                    .or_default() += n;
+            }
+            samples.window_stacks.add(&delta.stacks);
+        }
     }
 
     /// Samples per component since start; `None` when nothing is sampled.
     pub fn samples_total(&self) -> Option<BTreeMap<String, u64>> {
         lock(&self.state).samples.as_ref().map(|s| s.total.clone())
+    }
+
+    /// With call stacks: samples per component whose stack holds a frame of it, since
+    /// start; `None` without call stacks.
+    pub fn inclusive_total(&self) -> Option<BTreeMap<String, u64>> {
+        let s = lock(&self.state);
+        let samples = s.samples.as_ref()?;
+        samples.frames.map(|_| samples.inclusive_total.clone())
     }
 
     /// The snapshot's `upstream` object: counters since the last reset.
@@ -167,7 +204,14 @@ impl Upstream {
             top.truncate(snapshot::TOP_SYMBOLS);
             snap.top_symbols = Some(top);
             snap.stripped = Some(samples.stripped);
+            snap.frequency_hz = Some(samples.frequency_hz).filter(|&f| f > 0);
             snap.lost_samples = Some(samples.window_lost);
+            if let Some(frames) = samples.frames {
+                snap.frames = Some(frames.to_owned());
+                snap.inclusive = Some(samples.window_inclusive.clone());
+                snap.functions = Some(samples.window_stacks.functions());
+                snap.stacks = Some(samples.window_stacks.snapshot());
+            }
         }
         snap
     }

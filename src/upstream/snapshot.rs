@@ -57,6 +57,10 @@ pub struct UpstreamSnapshot {
     /// folded stacks and pprof are made from them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<Stacks>,
+    /// When profiling: samples per second of a thread's CPU time (a sample stands for
+    /// 1/frequency seconds of CPU). Absent in older snapshots: the default, 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_hz: Option<u32>,
 }
 
 /// One function's samples: `self_samples` with it as the leaf, `inclusive_samples` with
@@ -150,6 +154,7 @@ impl UpstreamSnapshot {
             inclusive: None,
             functions: None,
             stacks: None,
+            frequency_hz: None,
         }
     }
 }
@@ -227,6 +232,9 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
                 Some(stacks)
             }
         },
+        // Windows sampled at different rates weigh their samples differently; the later
+        // rate is kept, as for the process's name.
+        frequency_hz: b.frequency_hz.or(a.frequency_hz),
     }
 }
 

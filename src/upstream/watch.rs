@@ -9,13 +9,16 @@ use anyhow::Context;
 
 use super::account::Read;
 use super::find::Target;
-use super::profile::{self, ComponentRules, Profiler, UserComponentRule};
+use super::profile::{
+    self, ComponentRules, PhpProfiler, ProfileDelta, ProfileError, Profiler, UserComponentRule,
+};
 use super::Upstream;
 
 /// What `profile = true` asks for: the rate and the user's component rules.
 #[derive(Debug, Clone)]
 pub struct ProfileSettings {
     pub frequency: u32,
+    pub stack_bytes: u32,
     pub rules: Vec<UserComponentRule>,
 }
 
@@ -25,6 +28,7 @@ impl ProfileSettings {
         let p = &tap.process;
         p.profile.then(|| ProfileSettings {
             frequency: p.frequency,
+            stack_bytes: p.stack_bytes,
             rules: p
                 .components
                 .iter()
@@ -104,7 +108,7 @@ fn run(
     let mut attached: Option<u32> = None;
     let mut last_pid: Option<u32> = None;
     // One profiler per process: a restart gets a new one, never the old one's events.
-    let mut profiler: Option<Profiler> = None;
+    let mut profiler: Option<Sampler> = None;
     let mut told_profile = false;
     loop {
         match attached {
@@ -213,6 +217,24 @@ fn run(
 const SLOW_AFTER_MISSES: u32 = 30;
 const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What samples the process: perf events and its machine code's stacks, or, for a PHP
+/// interpreter, its PHP call stacks. One per watched process, so its size does not
+/// matter.
+#[allow(clippy::large_enum_variant)]
+enum Sampler {
+    Native(Profiler),
+    Php(PhpProfiler),
+}
+
+impl Sampler {
+    fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
+        match self {
+            Sampler::Native(p) => p.collect(),
+            Sampler::Php(p) => Ok(p.collect()),
+        }
+    }
+}
+
 /// Starts sampling `info`'s process; a failure is one log line (once per watcher for a
 /// missing permission) and the accounting goes on without samples.
 fn start_profiler(
@@ -221,18 +243,42 @@ fn start_profiler(
     settings: &ProfileSettings,
     upstream: &Upstream,
     told: &mut bool,
-) -> Option<Profiler> {
-    let rules = match ComponentRules::new(&settings.rules) {
-        Ok(r) => r,
+) -> Option<Sampler> {
+    let rules = || match ComponentRules::new(&settings.rules) {
+        Ok(r) => Some(r),
         Err(e) => {
             tracing::warn!(tap, "{e}; sampling is off");
-            return None;
+            None
         }
     };
-    match Profiler::start(info.pid, settings.frequency, rules) {
+    // A PHP interpreter's own stacks say which PHP function runs; its machine code would
+    // only name the VM's handlers.
+    if settings.stack_bytes > 0 {
+        match PhpProfiler::start(info.pid, settings.frequency, rules()?) {
+            Ok(Some(p)) => {
+                upstream.profiling(false, settings.frequency);
+                tracing::info!(
+                    tap,
+                    pid = info.pid,
+                    "sampling the upstream's PHP call stacks (PHP {}) at {} Hz while it is on a CPU",
+                    p.version(),
+                    settings.frequency
+                );
+                *told = false;
+                return Some(Sampler::Php(p));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                tap,
+                pid = info.pid,
+                "{e}. Sampling its machine code instead: PHP functions will not be named"
+            ),
+        }
+    }
+    match Profiler::start(info.pid, settings.frequency, settings.stack_bytes, rules()?) {
         Ok(p) => {
             let stripped = info.exe.as_deref().is_some_and(profile::is_stripped);
-            upstream.profiling(stripped);
+            upstream.profiling(stripped, settings.frequency);
             tracing::info!(
                 tap,
                 pid = info.pid,
@@ -245,7 +291,7 @@ fn start_profiler(
                 }
             );
             *told = false;
-            Some(p)
+            Some(Sampler::Native(p))
         }
         Err(e) => {
             if !*told {

@@ -21,6 +21,7 @@
   const POLL_MS = 1000;
   const KEEP_POINTS = 600; // ten minutes of one-second points
   const RATE_WINDOW_S = 5; // the rate on the cards: steadier than one interval
+  const TOP_FUNCTIONS = 10; // rows of the upstream's top functions
 
   /* Phases in timeline order, then the aggregate: the snapshot's `phase_order`, which the
    * proxy takes from its own list of phases (src/phase.rs), so the page keeps no copy. */
@@ -428,8 +429,15 @@
       this.insideSub = h("span", { class: "sub" });
       this.insideLine = h("div", { class: "inside-line" });
       this.insideNote = h("div", { class: "note" });
+      this.functionsBody = h("tbody");
+      this.functions = h("table", { class: "functions", hidden: true },
+        h("thead", null, h("tr", null,
+          h("th", { text: "function" }), h("th", { text: "object" }),
+          h("th", { text: "self", title: "share of the samples with the function as the leaf: its own code" }),
+          h("th", { text: "inclusive", title: "share of the samples with the function anywhere on the stack: it and what it calls" }))),
+        this.functionsBody);
       this.inside = h("div", { class: "panel inside-upstream", hidden: true },
-        h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.insideNote);
+        h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.functions, this.insideNote);
       this.phaseBody = h("tbody");
       this.phaseSub = h("span", { class: "sub" });
       this.routeBody = h("tbody");
@@ -649,6 +657,7 @@
       const name = u.comm || "the upstream";
       const who = u.pid == null ? "no process found yet" : `pid ${u.pid}, ${u.threads} thread${u.threads === 1 ? "" : "s"}`;
       this.insideSub.textContent = `${name} (${who}), ${fmtAge(u.watched_seconds)} watched since ${fmtClock(snap.since_unix)}`;
+      this.renderFunctions(u);
       if (!n) {
         this.insideLine.textContent = "no requests in this window yet";
         this.insideNote.textContent = "";
@@ -659,10 +668,16 @@
       const samples = u.samples || {};
       const total = sumValues(samples);
       const own = u.exe ? u.exe.split("/").pop() : null;
+      // With call stacks, a component's inclusive share (samples with any frame of it on
+      // the stack) stands beside its self share: `event loop 8 % (88 % incl.)`.
+      const inclusive = u.inclusive || null;
       if (total > 0) {
         const parts = Object.entries(samples).sort((a, b) => b[1] - a[1]).slice(0, 8)
-          .map(([k, v]) => `${k === own ? `${k} (own code)` : k.replace(/_/g, " ")} ${fmtPct(v / total)}`);
-        line += `; its CPU: ${parts.join(", ")}`;
+          .map(([k, v]) => {
+            const incl = inclusive && inclusive[k] !== undefined ? ` (${fmtPct(inclusive[k] / total)} incl.)` : "";
+            return `${k === own ? `${k} (own code)` : k.replace(/_/g, " ")} ${fmtPct(v / total)}${incl}`;
+          });
+        line += `; its CPU${inclusive ? ", self (inclusive)" : ""}: ${parts.join(", ")}`;
       }
       this.insideLine.textContent = line;
       const notes = ["thread-time per request: the process's CPU and run-queue time divided by this tap's requests"];
@@ -670,6 +685,24 @@
       if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);
       if (!total) notes.push("not sampled: profile = true or --profile-upstream shows where its CPU goes");
       this.insideNote.textContent = notes.join(" · ");
+    }
+
+    // The top functions of the sampled call stacks (`upstream.functions`, most inclusive
+    // samples first): self and inclusive shares of all samples. Without stacks: hidden.
+    renderFunctions(u) {
+      const functions = u.functions || [];
+      const stacks = u.stacks && u.stacks.stacks ? u.stacks.stacks : [];
+      const total = sumValues(u.samples || {}) || stacks.reduce((a, s) => a + s.samples, 0);
+      this.functions.hidden = !functions.length || !total;
+      if (this.functions.hidden) return;
+      // A function that is never the leaf (main, an event loop) has no self share: "0"
+      // reads better there than "0.00 %".
+      const pct = (n) => (n ? fmtPct(n / total) : "0");
+      this.functionsBody.replaceChildren(...functions.slice(0, TOP_FUNCTIONS).map((f) => h("tr", { "data-function": f.name },
+        h("td", { class: "name", "data-col": "name", text: f.name, title: `component ${f.component}` }),
+        h("td", { class: "object", "data-col": "object", text: f.object || "–", title: f.object || null }),
+        h("td", { "data-col": "self", text: pct(f.self_samples), title: `${fmtInt(f.self_samples)} samples` }),
+        h("td", { "data-col": "inclusive", text: pct(f.inclusive_samples), title: `${fmtInt(f.inclusive_samples)} samples` }))));
     }
 
     renderBreakdown(segs, n, totalSum, snap) {

@@ -18,23 +18,27 @@ use std::io;
 use perf_event::events::Software;
 use perf_event::{Builder, SampleFlag, Sampler};
 
+use super::unwind::{self, Unwinder, Walk};
 use super::ProfileError;
 
-/// Ring buffer per thread: a thread on CPU all the time at 1 kHz writes about 130 KiB/s
-/// (a kernel callchain of up to [`KERNEL_STACK_DEPTH`] frames per sample); `collect` runs
-/// about once a second. Without CAP_IPC_LOCK the buffers count against
+/// Ring buffer per thread, leaf-only sampling: a thread on CPU all the time at 1 kHz writes
+/// about 130 KiB/s (a kernel callchain of up to [`KERNEL_STACK_DEPTH`] frames per sample);
+/// `collect` runs about once a second. Without CAP_IPC_LOCK the buffers count against
 /// kernel.perf_event_mlock_kb (516 KiB per user by default) and then RLIMIT_MEMLOCK, so a
 /// process with many threads gets smaller buffers (and possibly lost samples, counted)
 /// rather than none.
-const RING_BYTES: [usize; 4] = [256 * 1024, 64 * 1024, 16 * 1024, 4 * 1024];
+const RING_BYTES: [usize; 5] = [1024 * 1024, 256 * 1024, 64 * 1024, 16 * 1024, 4 * 1024];
 
 /// The first size to try for a process with `threads` threads: a process with hundreds of
 /// threads has few of them busy at once, and 256 KiB each would pin tens of megabytes.
-fn first_ring(threads: usize) -> usize {
-    match threads {
-        0..=32 => 0,
-        33..=256 => 1,
-        _ => 2,
+/// With user stacks each sample carries `stack_bytes` of copied stack (16 KiB by default):
+/// the buffers start larger and are drained every [`super::DRAIN_EVERY`] in between.
+fn first_ring(threads: usize, stacks: bool) -> usize {
+    match (threads, stacks) {
+        (0..=8, true) => 0,
+        (0..=32, _) => 1,
+        (33..=256, _) => 2,
+        _ => 3,
     }
 }
 
@@ -49,22 +53,62 @@ const CPUMODE_KERNEL: u16 = 1;
 /// Callchain entries at or above this are context markers (`PERF_CONTEXT_KERNEL`, …).
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 
-/// What one drain of every ring buffer found.
+/// What the drains since the last `clear` found.
+///
+/// A stack is one key: its first word [`StackHead`] says how many kernel frames come
+/// first and whether the walk was cut short; then the kernel frames, leaf first; then the
+/// user frames, leaf first (the sampled instruction, then the callers' return addresses
+/// minus one). A user-mode sample has no kernel frames; without user stacks a sample has
+/// one user frame at most (a kernel-mode sample then none).
 #[derive(Debug, Default)]
 pub struct Drained {
-    /// User-space instruction pointer → samples.
-    pub user: HashMap<u64, u64>,
-    /// Kernel callchain, leaf first → samples.
-    pub kernel: HashMap<Box<[u64]>, u64>,
+    pub stacks: HashMap<Box<[u64]>, u64>,
     /// Samples the kernel dropped (ring buffer full).
     pub lost: u64,
 }
 
 impl Drained {
     pub fn clear(&mut self) {
-        self.user.clear();
-        self.kernel.clear();
+        self.stacks.clear();
         self.lost = 0;
+    }
+}
+
+/// The first word of a [`Drained`] stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackHead {
+    pub kernel_frames: usize,
+    pub truncated: bool,
+}
+
+impl StackHead {
+    const TRUNCATED: u64 = 1 << 63;
+
+    fn word(self) -> u64 {
+        self.kernel_frames as u64 | if self.truncated { Self::TRUNCATED } else { 0 }
+    }
+
+    /// The head and the frames of a drained stack (kernel frames first).
+    pub fn split(stack: &[u64]) -> (StackHead, &[u64]) {
+        let Some((&word, frames)) = stack.split_first() else {
+            return (
+                StackHead {
+                    kernel_frames: 0,
+                    truncated: false,
+                },
+                stack,
+            );
+        };
+        let kernel_frames = usize::try_from(word & !Self::TRUNCATED)
+            .unwrap_or(0)
+            .min(frames.len());
+        (
+            StackHead {
+                kernel_frames,
+                truncated: word & Self::TRUNCATED != 0,
+            },
+            frames,
+        )
     }
 }
 
@@ -75,14 +119,27 @@ pub struct ThreadEvents {
     threads: HashMap<u32, Sampler>,
     /// Index into [`RING_BYTES`] of the size that last worked.
     ring: usize,
-    /// Scratch for one sample's kernel frames.
-    chain: Vec<u64>,
+    /// Bytes of user stack copied per sample; 0 samples the leaf only.
+    stack_bytes: u32,
+    /// Scratch for one sample's stack.
+    scratch: Scratch,
+}
+
+/// Buffers reused from one sample to the next.
+#[derive(Default)]
+struct Scratch {
+    stack: Vec<u64>,
+    user: Vec<u64>,
 }
 
 impl ThreadEvents {
     /// Opens an event on every thread of `pid`. Fails when none can be opened; the error
     /// of the first thread says why (permission, no such process).
-    pub fn open(pid: u32, frequency_hz: u32) -> Result<ThreadEvents, ProfileError> {
+    pub fn open(
+        pid: u32,
+        frequency_hz: u32,
+        stack_bytes: u32,
+    ) -> Result<ThreadEvents, ProfileError> {
         if frequency_hz == 0 || frequency_hz > 100_000 {
             return Err(ProfileError::Frequency(frequency_hz));
         }
@@ -91,10 +148,11 @@ impl ThreadEvents {
             period_ns: 1_000_000_000 / u64::from(frequency_hz),
             threads: HashMap::new(),
             ring: 0,
-            chain: Vec::with_capacity(usize::from(KERNEL_STACK_DEPTH) + 4),
+            stack_bytes,
+            scratch: Scratch::default(),
         };
         let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
-        events.ring = first_ring(tids.len());
+        events.ring = first_ring(tids.len(), stack_bytes > 0);
         let mut first_error = None;
         for tid in tids {
             match events.open_thread(tid) {
@@ -126,12 +184,23 @@ impl ThreadEvents {
     fn open_thread(&mut self, tid: u32) -> Result<Sampler, ThreadError> {
         let tid = libc_pid(tid).map_err(ThreadError::Open)?;
         let mut builder = Builder::new(Software::CPU_CLOCK);
+        let mut sample = SampleFlag::IP | SampleFlag::CALLCHAIN;
+        if self.stack_bytes > 0 {
+            // The user registers and the top of the user stack, for a kernel-mode sample
+            // too (as they were when the thread entered the kernel): the user frames
+            // are unwound from them; the user callchain the kernel could walk itself
+            // would follow frame pointers only.
+            sample |= SampleFlag::REGS_USER | SampleFlag::STACK_USER;
+            builder
+                .sample_regs_user(unwind::REGS_MASK)
+                .sample_stack_user(self.stack_bytes);
+        }
         builder
             .observe_pid(tid)
             .any_cpu()
             .include_kernel()
             .sample_period(self.period_ns)
-            .sample(SampleFlag::IP | SampleFlag::CALLCHAIN)
+            .sample(sample)
             .exclude_callchain_user(true)
             .enabled(true);
         builder.attrs_mut().sample_max_stack = KERNEL_STACK_DEPTH;
@@ -158,7 +227,11 @@ impl ThreadEvents {
 
     /// Picks up threads created since the last call and closes the events of threads that
     /// exited (after their last samples were drained). Returns the number of threads.
-    pub fn refresh_threads(&mut self, drained: &mut Drained) -> Result<usize, ProfileError> {
+    pub fn refresh_threads(
+        &mut self,
+        unwinder: Option<&mut Unwinder>,
+        drained: &mut Drained,
+    ) -> Result<usize, ProfileError> {
         let pid = self.pid;
         let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
         let exited: Vec<u32> = self
@@ -167,9 +240,15 @@ impl ThreadEvents {
             .copied()
             .filter(|tid| !tids.contains(tid))
             .collect();
+        let mut unwinder = unwinder;
         for tid in exited {
             if let Some(mut sampler) = self.threads.remove(&tid) {
-                drain_one(&mut sampler, &mut self.chain, drained);
+                drain_one(
+                    &mut sampler,
+                    unwinder.as_deref_mut(),
+                    &mut self.scratch,
+                    drained,
+                );
             }
         }
         for tid in tids {
@@ -194,10 +273,11 @@ impl ThreadEvents {
         Ok(self.threads.len())
     }
 
-    /// Reads every record waiting in the ring buffers into `drained`.
-    pub fn drain(&mut self, drained: &mut Drained) {
+    /// Reads every record waiting in the ring buffers into `drained`, unwinding user
+    /// stacks with `unwinder` (when sampled).
+    pub fn drain(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         for sampler in self.threads.values_mut() {
-            drain_one(sampler, &mut self.chain, drained);
+            drain_one(sampler, unwinder.as_deref_mut(), &mut self.scratch, drained);
         }
     }
 
@@ -206,49 +286,130 @@ impl ThreadEvents {
     }
 }
 
-fn drain_one(sampler: &mut Sampler, chain: &mut Vec<u64>, drained: &mut Drained) {
+fn drain_one(
+    sampler: &mut Sampler,
+    mut unwinder: Option<&mut Unwinder>,
+    scratch: &mut Scratch,
+    drained: &mut Drained,
+) {
     while let Some(record) = sampler.next_record() {
-        let kernel = record.misc() & CPUMODE_MASK == CPUMODE_KERNEL;
         let ty = record.ty();
         if ty != RECORD_SAMPLE && ty != RECORD_LOST && ty != RECORD_LOST_SAMPLES {
             continue;
         }
+        let kernel = record.misc() & CPUMODE_MASK == CPUMODE_KERNEL;
         let bytes = record.to_contiguous();
-        let mut words = bytes
-            .chunks_exact(8)
-            .map(|word| u64::from_ne_bytes(word.try_into().unwrap_or([0; 8])));
         match ty {
             RECORD_SAMPLE => {
-                // `ip`, then the callchain: `nr` and `nr` frames, a context marker first.
-                // Read by hand: for a user-mode sample with user callchains excluded, recent
-                // kernels write an `nr` without the frames, which the crate's parser
-                // refuses.
-                let Some(ip) = words.next() else { continue };
-                if !kernel {
-                    *drained.user.entry(ip).or_insert(0) += 1;
-                    continue;
-                }
-                let nr = words.next().unwrap_or(0);
-                chain.clear();
-                chain.push(ip);
-                chain.extend(
-                    words
-                        .take(usize::try_from(nr).unwrap_or(usize::MAX))
-                        .filter(|&frame| frame < PERF_CONTEXT_MAX)
-                        .skip_while(|&frame| frame == ip),
-                );
-                match drained.kernel.get_mut(chain.as_slice()) {
-                    Some(count) => *count += 1,
-                    None => {
-                        drained.kernel.insert(chain.as_slice().into(), 1);
+                if let Some(sample) = Sample::parse(&bytes, kernel) {
+                    sample.stack(unwinder.as_deref_mut(), scratch);
+                    match drained.stacks.get_mut(scratch.stack.as_slice()) {
+                        Some(count) => *count += 1,
+                        None => {
+                            drained.stacks.insert(scratch.stack.as_slice().into(), 1);
+                        }
                     }
                 }
             }
             // PERF_RECORD_LOST: `id`, `lost`.
-            RECORD_LOST => drained.lost += words.nth(1).unwrap_or(0),
+            RECORD_LOST => drained.lost += word(&bytes, 1).unwrap_or(0),
             // PERF_RECORD_LOST_SAMPLES: `lost`.
-            _ => drained.lost += words.next().unwrap_or(0),
+            _ => drained.lost += word(&bytes, 0).unwrap_or(0),
         }
+    }
+}
+
+/// The `index`th u64 of a record's body.
+fn word(bytes: &[u8], index: usize) -> Option<u64> {
+    let start = index.checked_mul(8)?;
+    let word = bytes.get(start..start + 8)?;
+    Some(u64::from_ne_bytes(word.try_into().ok()?))
+}
+
+/// One PERF_RECORD_SAMPLE, laid out as our `sample_type` asks: `ip`; the callchain (`nr`
+/// and `nr` frames, context markers among them); with user stacks, `abi` and the
+/// registers of [`unwind::REGS_MASK`] (absent when `abi` is 0: no user context), then
+/// `size`, `size` bytes of stack and `dyn_size`, the part of them the kernel filled.
+/// Read by hand: for a user-mode sample with user callchains excluded, recent kernels
+/// write an `nr` of 0 and the crate's parser refuses the record.
+struct Sample<'a> {
+    ip: u64,
+    kernel: bool,
+    /// The callchain's words, markers included.
+    chain: &'a [u8],
+    /// bp, sp, ip of user space, when sampled.
+    regs: Option<[u64; 3]>,
+    /// The copied user stack (its filled part).
+    stack: &'a [u8],
+}
+
+impl<'a> Sample<'a> {
+    fn parse(bytes: &'a [u8], kernel: bool) -> Option<Sample<'a>> {
+        let ip = word(bytes, 0)?;
+        let nr = usize::try_from(word(bytes, 1).unwrap_or(0)).ok()?;
+        let chain_end = 16usize.checked_add(nr.checked_mul(8)?)?;
+        let chain = bytes.get(16..chain_end).unwrap_or(&[]);
+        let rest = bytes.get(chain_end..).unwrap_or(&[]);
+        let mut regs = None;
+        let mut stack: &[u8] = &[];
+        if let Some(abi) = word(rest, 0) {
+            let mut at = 1;
+            if abi != 0 {
+                regs = Some([word(rest, 1)?, word(rest, 2)?, word(rest, 3)?]);
+                at = 4;
+            }
+            let size = usize::try_from(word(rest, at).unwrap_or(0)).ok()?;
+            if size > 0 {
+                let start = (at + 1) * 8;
+                let data = rest.get(start..start.checked_add(size)?)?;
+                let dyn_size = usize::try_from(word(rest, at + 1 + size / 8).unwrap_or(0))
+                    .unwrap_or(0)
+                    .min(size);
+                stack = &data[..dyn_size];
+            }
+        }
+        Some(Sample {
+            ip,
+            kernel,
+            chain,
+            regs,
+            stack,
+        })
+    }
+
+    /// Writes this sample's drained stack (see [`Drained`]) into `scratch.stack`.
+    fn stack(&self, unwinder: Option<&mut Unwinder>, scratch: &mut Scratch) {
+        let out = &mut scratch.stack;
+        out.clear();
+        out.push(0);
+        let mut kernel_frames = 0;
+        if self.kernel {
+            out.push(self.ip);
+            out.extend(
+                self.chain
+                    .chunks_exact(8)
+                    .map(|w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])))
+                    .filter(|&frame| frame < PERF_CONTEXT_MAX)
+                    .skip_while(|&frame| frame == self.ip),
+            );
+            kernel_frames = out.len() - 1;
+        }
+        let mut truncated = false;
+        match (unwinder, self.regs) {
+            (Some(unwinder), Some([bp, sp, ip])) => {
+                truncated =
+                    unwinder.walk(ip, sp, bp, self.stack, &mut scratch.user) == Walk::Truncated;
+                out.extend_from_slice(&scratch.user);
+            }
+            // Leaf only: a user-mode sample's instruction.
+            _ if !self.kernel => out.push(self.ip),
+            _ => {}
+        }
+        out[0] = StackHead {
+            kernel_frames,
+            truncated,
+        }
+        .word();
     }
 }
 
@@ -297,9 +458,11 @@ mod tests {
 
     #[test]
     fn ring_sizes_shrink_with_many_threads() {
-        assert_eq!(RING_BYTES[first_ring(1)], 256 * 1024);
-        assert_eq!(RING_BYTES[first_ring(32)], 256 * 1024);
-        assert_eq!(RING_BYTES[first_ring(100)], 64 * 1024);
-        assert_eq!(RING_BYTES[first_ring(5000)], 16 * 1024);
+        assert_eq!(RING_BYTES[first_ring(1, false)], 256 * 1024);
+        assert_eq!(RING_BYTES[first_ring(32, false)], 256 * 1024);
+        assert_eq!(RING_BYTES[first_ring(100, false)], 64 * 1024);
+        assert_eq!(RING_BYTES[first_ring(5000, false)], 16 * 1024);
+        assert_eq!(RING_BYTES[first_ring(3, true)], 1024 * 1024);
+        assert_eq!(RING_BYTES[first_ring(100, true)], 64 * 1024);
     }
 }

@@ -28,22 +28,43 @@
 
 mod events;
 pub mod php;
+mod php_profile;
 mod rules;
 mod symbols;
+mod unwind;
 
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
+pub use php_profile::{PhpProfiler, PHP_FRAMES};
 pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
-use events::{Drained, ThreadEvents};
+use super::snapshot::{Frame, Stack, Stacks, TRUNCATED};
+use crate::sync::lock;
+use events::{Drained, StackHead, ThreadEvents};
 use rules::KERNEL_COMPONENT;
 use symbols::{NameId, Symbols};
+use unwind::Unwinder;
 
 /// The sampling frequency the issue's figures use: one sample per millisecond of CPU.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
+
+/// Bytes of user stack copied into each sample by default: deep enough for an event
+/// loop's callbacks and a parser's helpers; a deeper stack is truncated (its root frames
+/// are missing, [`Stacks::truncated_samples`] counts it).
+pub const DEFAULT_STACK_BYTES: u32 = 16 * 1024;
+/// The most perf copies per sample (a record must fit in 64 KiB).
+pub const MAX_STACK_BYTES: u32 = 60 * 1024;
+
+/// With user stacks, how often the ring buffers are drained between two collects: each
+/// sample carries its copied stack, so a buffer holds tens of milliseconds of one busy
+/// thread's samples.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
 /// Why profiling cannot start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +116,8 @@ pub enum ProfileError {
     Symbolizer(#[source] io::Error),
     #[error("symbolizing samples failed: {0}")]
     Symbolize(String),
+    #[error("cannot read PHP frames: {0}")]
+    Php(#[source] php::PhpError),
 }
 
 impl ProfileError {
@@ -136,7 +159,18 @@ pub struct ProfileDelta {
     pub symbols: Vec<SymbolSamples>,
     /// Samples the kernel dropped (a ring buffer was full).
     pub lost: u64,
+    /// Component → samples whose stack holds a frame of it (with user stacks; without,
+    /// the kernel frames and the leaf only), most first.
+    pub inclusive: Vec<(String, u64)>,
+    /// The sampled stacks, root first.
+    pub stacks: Stacks,
+    /// What the stacks' frames are: [`NATIVE_FRAMES`], or `None` without call stacks
+    /// (`inclusive` and `stacks` are then empty).
+    pub frames: Option<&'static str>,
 }
+
+/// `ProfileDelta::frames` of machine-code stacks.
+pub const NATIVE_FRAMES: &str = "native";
 
 impl ProfileDelta {
     /// All samples of this delta.
@@ -166,7 +200,9 @@ pub struct SymbolSamples {
 pub struct Profiler {
     pid: u32,
     rules: ComponentRules,
-    events: ThreadEvents,
+    sampling: Arc<Mutex<Sampling>>,
+    /// Drains the ring buffers every [`DRAIN_EVERY`] when user stacks are sampled.
+    drainer: Option<Drainer>,
     symbols: Symbols,
     drained: Drained,
     /// Component of each interned name by its leaf rule, indexed by `NameId`.
@@ -174,16 +210,67 @@ pub struct Profiler {
     kernel_symbols: bool,
 }
 
+/// The perf events and what was drained from them: shared by `collect` and the drainer.
+struct Sampling {
+    events: ThreadEvents,
+    unwinder: Option<Unwinder>,
+    drained: Drained,
+}
+
+impl Sampling {
+    fn drain(&mut self) {
+        self.events.drain(self.unwinder.as_mut(), &mut self.drained);
+    }
+}
+
+/// The thread that drains between collects; it ends when dropped.
+struct Drainer {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drainer {
+    fn spawn(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Drainer> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("ps-up-drain".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(DRAIN_EVERY) {
+                    lock(&sampling).drain();
+                }
+                tracing::trace!(pid, "upstream sample drainer stopped");
+            })?;
+        Ok(Drainer {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Drainer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 impl Profiler {
     /// Opens sampling perf events (software CPU clock, user+kernel) on every thread of
-    /// `pid`. Errors say what permission is missing (CAP_PERFMON / perf_event_paranoid) in
-    /// one sentence.
+    /// `pid`, copying `stack_bytes` of each sample's user stack (0: the leaf only).
+    /// Errors say what permission is missing (CAP_PERFMON / perf_event_paranoid) in one
+    /// sentence.
     pub fn start(
         pid: u32,
         frequency_hz: u32,
+        stack_bytes: u32,
         rules: ComponentRules,
     ) -> Result<Profiler, ProfileError> {
-        let events = ThreadEvents::open(pid, frequency_hz)?;
+        // perf wants a multiple of 8 and less than a record's 64 KiB.
+        let stack_bytes = stack_bytes.min(MAX_STACK_BYTES) / 8 * 8;
+        let events = ThreadEvents::open(pid, frequency_hz, stack_bytes)?;
+        let unwinder = (stack_bytes > 0).then(|| Unwinder::new(pid));
         let symbols = Symbols::new(pid)?;
         let kernel_symbols = kernel_symbols_visible();
         if !kernel_symbols {
@@ -194,15 +281,32 @@ impl Profiler {
                  kernel.perf_event_paranoid at 1 or less"
             );
         }
+        let stacks = unwinder.is_some();
+        let sampling = Arc::new(Mutex::new(Sampling {
+            events,
+            unwinder,
+            drained: Drained::default(),
+        }));
+        let drainer = if stacks {
+            Some(Drainer::spawn(sampling.clone(), pid).map_err(ProfileError::Symbolizer)?)
+        } else {
+            None
+        };
         Ok(Profiler {
             pid,
             rules,
-            events,
+            sampling,
+            drainer,
             symbols,
             drained: Drained::default(),
             components: Vec::new(),
             kernel_symbols,
         })
+    }
+
+    /// Whether user stacks are sampled (else the leaf and kernel callchains only).
+    pub fn user_stacks(&self) -> bool {
+        self.drainer.is_some()
     }
 
     /// Whether kernel samples get function names (/proc/kallsyms shows addresses to us);
@@ -217,23 +321,42 @@ impl Profiler {
 
     /// Threads with an open event (as of the last `start` or `collect`).
     pub fn threads(&self) -> usize {
-        self.events.threads()
+        lock(&self.sampling).events.threads()
     }
 
     /// Drains the ring buffers, picks up threads created since the last call, symbolizes
     /// and folds. Returns the samples since the previous call.
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
-        self.drained.clear();
-        self.events.drain(&mut self.drained);
-        self.events.refresh_threads(&mut self.drained)?;
+        {
+            let mut sampling = lock(&self.sampling);
+            let sampling = &mut *sampling;
+            sampling.drain();
+            sampling
+                .events
+                .refresh_threads(sampling.unwinder.as_mut(), &mut sampling.drained)?;
+            // A library loaded since: its frames unwind from the next samples on.
+            if let Some(unwinder) = &mut sampling.unwinder {
+                unwinder.refresh();
+            }
+            self.drained.clear();
+            std::mem::swap(&mut self.drained, &mut sampling.drained);
+        }
         self.symbols.refresh_maps()?;
-        self.symbols
-            .resolve_user(self.drained.user.keys().copied())?;
+        fn split(stack: &[u64]) -> (&[u64], &[u64]) {
+            let (head, frames) = StackHead::split(stack);
+            frames.split_at(head.kernel_frames)
+        }
+        self.symbols.resolve_user(
+            self.drained
+                .stacks
+                .keys()
+                .flat_map(|s| split(s).1.iter().copied()),
+        )?;
         self.symbols.resolve_kernel(
             self.drained
-                .kernel
+                .stacks
                 .keys()
-                .flat_map(|chain| chain.iter().copied()),
+                .flat_map(|s| split(s).0.iter().copied()),
         )?;
         self.update_components();
         Ok(self.fold())
@@ -256,30 +379,75 @@ impl Profiler {
             .map_or(KERNEL_COMPONENT, String::as_str)
     }
 
-    fn fold(&self) -> ProfileDelta {
-        // (name, component) → samples; component ids are indices into `components`.
-        let mut counts: HashMap<(NameId, NameId), u64> = HashMap::new();
-        for (&ip, &n) in &self.drained.user {
-            if let Some(id) = self.symbols.user(ip) {
-                *counts.entry((id, id)).or_insert(0) += n;
-            }
+    /// The component a sample counts under (self): its leaf's, except that a generic
+    /// kernel leaf (`copy_user_generic`) takes the component of its first kernel caller
+    /// that has one, so copying for `tcp_recvmsg` counts as `kernel_network`.
+    fn self_component(&self, names: &[NameId], kernel_frames: usize) -> NameId {
+        let leaf = names[0];
+        if kernel_frames == 0 || self.component(leaf) != KERNEL_COMPONENT {
+            return leaf;
         }
-        for (chain, &n) in &self.drained.kernel {
-            let Some(leaf) = chain.first().and_then(|&ip| self.symbols.kernel(ip)) else {
+        names[1..kernel_frames.min(names.len())]
+            .iter()
+            .copied()
+            .find(|&id| self.component(id) != KERNEL_COMPONENT)
+            .unwrap_or(leaf)
+    }
+
+    fn fold(&self) -> ProfileDelta {
+        // (leaf name, name whose component the sample takes) → samples.
+        let mut counts: HashMap<(NameId, NameId), u64> = HashMap::new();
+        let mut inclusive: HashMap<&str, u64> = HashMap::new();
+        let mut frame_of: HashMap<NameId, u32> = HashMap::new();
+        let mut stacks = Stacks::default();
+        let mut by_frames: HashMap<Vec<u32>, usize> = HashMap::new();
+        let mut names: Vec<NameId> = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        let with_stacks = self.user_stacks();
+        for (stack, &n) in &self.drained.stacks {
+            let (head, addrs) = StackHead::split(stack);
+            let (kernel, user) = addrs.split_at(head.kernel_frames);
+            // Leaf first; an address that could not be named is left out.
+            names.clear();
+            names.extend(kernel.iter().filter_map(|&ip| self.symbols.kernel(ip)));
+            let kernel_frames = names.len();
+            names.extend(user.iter().filter_map(|&ip| self.symbols.user(ip)));
+            if names.is_empty() {
                 continue;
-            };
-            // A generic leaf takes the component of its first caller that has one.
-            let mut by = leaf;
-            if self.component(leaf) == KERNEL_COMPONENT {
-                if let Some(caller) = chain[1..]
-                    .iter()
-                    .filter_map(|&ip| self.symbols.kernel(ip))
-                    .find(|&id| self.component(id) != KERNEL_COMPONENT)
-                {
-                    by = caller;
+            }
+            let by = self.self_component(&names, kernel_frames);
+            *counts.entry((names[0], by)).or_insert(0) += n;
+            if !with_stacks {
+                continue;
+            }
+
+            seen.clear();
+            seen.push(self.component(by));
+            for &id in &names {
+                let component = self.component(id);
+                if !seen.contains(&component) {
+                    seen.push(component);
                 }
             }
-            *counts.entry((leaf, by)).or_insert(0) += n;
+            for &component in &seen {
+                *inclusive.entry(component).or_insert(0) += n;
+            }
+
+            let mut frames: Vec<u32> = Vec::with_capacity(names.len() + 1);
+            if head.truncated {
+                frames.push(self.frame_index(&mut stacks, &mut frame_of, None));
+                stacks.truncated_samples += n;
+            }
+            for &id in names.iter().rev() {
+                frames.push(self.frame_index(&mut stacks, &mut frame_of, Some(id)));
+            }
+            match by_frames.get(&frames) {
+                Some(&i) => stacks.stacks[i].samples += n,
+                None => {
+                    by_frames.insert(frames.clone(), stacks.stacks.len());
+                    stacks.stacks.push(Stack { frames, samples: n });
+                }
+            }
         }
 
         let mut by_component: HashMap<&str, u64> = HashMap::new();
@@ -289,11 +457,6 @@ impl Profiler {
             *by_component.entry(component).or_insert(0) += n;
             *symbols.entry((leaf, component)).or_insert(0) += n;
         }
-        let mut by_component: Vec<(String, u64)> = by_component
-            .into_iter()
-            .map(|(component, n)| (component.to_owned(), n))
-            .collect();
-        by_component.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let mut symbols: Vec<SymbolSamples> = symbols
             .into_iter()
             .map(|((leaf, component), samples)| {
@@ -306,18 +469,68 @@ impl Profiler {
                 }
             })
             .collect();
-        symbols.sort_unstable_by(|a, b| {
-            b.samples
-                .cmp(&a.samples)
-                .then_with(|| a.symbol.cmp(&b.symbol))
-                .then_with(|| a.object.cmp(&b.object))
-        });
+        sort_symbols(&mut symbols);
         ProfileDelta {
-            by_component,
+            by_component: sorted(by_component),
             symbols,
             lost: self.drained.lost,
+            inclusive: sorted(inclusive),
+            stacks,
+            frames: with_stacks.then_some(NATIVE_FRAMES),
         }
     }
+
+    /// The index in `stacks.frames` of a name (or of the [`TRUNCATED`] frame for `None`),
+    /// added on first use.
+    fn frame_index(
+        &self,
+        stacks: &mut Stacks,
+        frame_of: &mut HashMap<NameId, u32>,
+        id: Option<NameId>,
+    ) -> u32 {
+        let key = id.unwrap_or(NameId::MAX);
+        *frame_of.entry(key).or_insert_with(|| {
+            let frame = match id {
+                Some(id) => {
+                    let name = self.symbols.name(id);
+                    Frame {
+                        name: name.symbol.clone(),
+                        object: name.object.clone(),
+                        component: self.component(id).to_owned(),
+                        line: None,
+                    }
+                }
+                None => Frame {
+                    name: TRUNCATED.to_owned(),
+                    object: String::new(),
+                    component: String::new(),
+                    line: None,
+                },
+            };
+            stacks.frames.push(frame);
+            u32::try_from(stacks.frames.len() - 1).unwrap_or(u32::MAX)
+        })
+    }
+}
+
+/// Counts by name, most first, then by name.
+fn sorted<K: AsRef<str>>(counts: HashMap<K, u64>) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = counts
+        .into_iter()
+        .map(|(name, n)| (name.as_ref().to_owned(), n))
+        .collect();
+    v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+/// Most samples first, then by symbol and object.
+fn sort_symbols(symbols: &mut [SymbolSamples]) {
+    symbols.sort_unstable_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then_with(|| a.symbol.cmp(&b.symbol))
+            .then_with(|| a.object.cmp(&b.object))
+    });
 }
 
 /// Whether /proc/kallsyms shows real addresses to this process: it shows zeros without

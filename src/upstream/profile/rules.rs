@@ -5,6 +5,14 @@
 //! (`http_parser`, `regex`, `event_loop`, …). What no rule names takes the object's file
 //! name (`webdis`, `libc.so.6`), so the code of a stripped binary still reads as the
 //! server's own code rather than as "unknown".
+//!
+//! PHP frames ([`ComponentRules::php_component`]) go through the same rules: a user
+//! rule's `symbol` against the function as PHP names it (`Amp\Http\Http1\Rfc7230::parseHeaders`),
+//! its `object` against the defining script's path (`vendor/league/uri` groups a Composer
+//! package); the built-in PHP rows name the parsers, event loops and stream layers of
+//! Amphp, ReactPHP and Workerman. What no rule names takes its Composer package
+//! (`vendor/NAME/PACKAGE/` in the path → `NAME/PACKAGE`), else the script's file name;
+//! a function built into PHP (`strlen`) is [`PHP_BUILTIN_COMPONENT`].
 
 use regex::Regex;
 
@@ -17,6 +25,8 @@ pub const ANON_EXEC_OBJECT: &str = "[anon-exec]";
 pub const KERNEL_OBJECT: &str = "[kernel]";
 /// The catch-all component of kernel space.
 pub const KERNEL_COMPONENT: &str = "kernel";
+/// The component of a PHP function built into the interpreter that no rule names.
+pub const PHP_BUILTIN_COMPONENT: &str = "php_builtin";
 
 /// A rule from the configuration (`[[tap.process.component]]`): a sample belongs to
 /// `name` when its symbol matches `symbol` and its object's file name matches `object`
@@ -35,6 +45,8 @@ enum Space {
     Any,
     User,
     Kernel,
+    /// PHP functions, as the interpreter names them.
+    Php,
 }
 
 #[derive(Debug)]
@@ -46,12 +58,8 @@ struct Rule {
 }
 
 impl Rule {
-    fn matches(&self, symbol: &str, object: &str, kernel: bool) -> bool {
-        let space = match self.space {
-            Space::Any => true,
-            Space::User => !kernel,
-            Space::Kernel => kernel,
-        };
+    fn matches(&self, symbol: &str, object: &str, space: Space) -> bool {
+        let space = self.space == Space::Any || self.space == space;
         space
             && self.symbol.as_ref().is_none_or(|re| re.is_match(symbol))
             && self.object.as_ref().is_none_or(|re| re.is_match(object))
@@ -156,6 +164,40 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
     ),
     // The rest of kernel space.
     (KERNEL_COMPONENT, Space::Kernel, None, None),
+    // PHP: request-head parsers. Amphp's HTTP/1 head parser (amphp/http's Rfc7230) and
+    // the HTTP/1 driver's parsing, ReactPHP's header parser, Workerman's HTTP protocol.
+    (
+        "http_parser",
+        Space::Php,
+        Some(concat!(
+            r"^(Amp\\Http\\Http1\\Rfc7230::|Amp\\Http\\Rfc7230::|",
+            r"Amp\\Http\\Server\\Driver\\Http1Driver::(parser|parse\w*)$|",
+            r"React\\Http\\Io\\RequestHeaderParser::|",
+            r"Workerman\\Protocols\\Http(\\Request)?::(input|decode|parse\w*)$)"
+        )),
+        None,
+    ),
+    // PHP's PCRE functions.
+    ("regex", Space::Php, Some(r"^preg_\w+$"), None),
+    // Event loops: Revolt (Amphp v3), Amp v2's loop, ReactPHP's, Workerman's, and the
+    // waits they block in.
+    (
+        "event_loop",
+        Space::Php,
+        Some(
+            r"^(Revolt\\EventLoop\\|Amp\\Loop(\\|::)|React\\EventLoop\\|Workerman\\Events\\|(stream_select|socket_select)$)",
+        ),
+        None,
+    ),
+    // Stream I/O: Amphp's byte streams and sockets, ReactPHP's, and PHP's stream calls.
+    (
+        "stream_io",
+        Space::Php,
+        Some(
+            r"^(Amp\\ByteStream\\|Amp\\Socket\\|React\\Stream\\|React\\Socket\\|(fwrite|fread|fgets|fputs|fflush|fclose|stream_socket_\w+|stream_get_contents|stream_set_\w+|socket_(read|write|send|recv|sendto|recvfrom)\w*)$)",
+        ),
+        None,
+    ),
 ];
 
 /// Built-in rules and the configuration's rules, compiled; the configuration's come first.
@@ -208,10 +250,35 @@ impl ComponentRules {
     /// The component of an instruction in `symbol` (empty when unknown) of `object` (the
     /// file name of its mapping, [`ANON_EXEC_OBJECT`] or [`KERNEL_OBJECT`]).
     pub fn component<'a>(&'a self, symbol: &str, object: &'a str, kernel: bool) -> &'a str {
+        let space = if kernel { Space::Kernel } else { Space::User };
         self.rules
             .iter()
-            .find(|rule| rule.matches(symbol, object, kernel))
+            .find(|rule| rule.matches(symbol, object, space))
             .map_or(object, |rule| rule.name.as_str())
+    }
+
+    /// The component of a PHP function (`Class::method`, `{closure}`, `strlen`) defined in
+    /// `file` (empty for a function built into PHP).
+    pub fn php_component(&self, function: &str, file: &str) -> String {
+        if let Some(rule) = self
+            .rules
+            .iter()
+            .find(|rule| rule.matches(function, file, Space::Php))
+        {
+            return rule.name.clone();
+        }
+        if file.is_empty() {
+            return PHP_BUILTIN_COMPONENT.to_owned();
+        }
+        if let Some(rest) = file.split("/vendor/").nth(1) {
+            let mut parts = rest.splitn(3, '/');
+            if let (Some(vendor), Some(package), Some(_)) =
+                (parts.next(), parts.next(), parts.next())
+            {
+                return format!("{vendor}/{package}");
+            }
+        }
+        file.rsplit('/').next().unwrap_or(file).to_owned()
     }
 }
 
@@ -315,6 +382,68 @@ mod tests {
                 rules.component(symbol, object, kernel),
                 expected,
                 "symbol {symbol:?} in {object:?} (kernel: {kernel})"
+            );
+        }
+    }
+
+    #[test]
+    fn php_frames() {
+        let rules = ComponentRules::new(&[UserComponentRule {
+            name: "uri".into(),
+            symbol: None,
+            object: Some("vendor/league/uri".into()),
+        }])
+        .unwrap();
+        // (function, file, expected component)
+        let table: &[(&str, &str, &str)] = &[
+            (
+                r"Amp\Http\Http1\Rfc7230::parseHeaderPairs",
+                "/srv/vendor/amphp/http/src/Http1/Rfc7230.php",
+                "http_parser",
+            ),
+            (
+                r"Amp\Http\Server\Driver\Http1Driver::parser",
+                "/srv/vendor/amphp/http-server/src/Driver/Http1Driver.php",
+                "http_parser",
+            ),
+            (
+                r"Amp\Http\Server\Driver\Http1Driver::write",
+                "/srv/vendor/amphp/http-server/src/Driver/Http1Driver.php",
+                "amphp/http-server",
+            ),
+            ("preg_match", "", "regex"),
+            (
+                r"Revolt\EventLoop\Driver\StreamSelectDriver::dispatch",
+                "/srv/vendor/revolt/event-loop/src/EventLoop/Driver/StreamSelectDriver.php",
+                "event_loop",
+            ),
+            (
+                r"Amp\Loop::run",
+                "/usr/share/php/Amp/Loop.php",
+                "event_loop",
+            ),
+            ("stream_select", "", "event_loop"),
+            (
+                r"Amp\ByteStream\ResourceStream::write",
+                "/srv/vendor/amphp/byte-stream/src/ResourceStream.php",
+                "stream_io",
+            ),
+            ("fwrite", "", "stream_io"),
+            ("strlen", "", PHP_BUILTIN_COMPONENT),
+            (
+                r"League\Uri\Uri::new",
+                "/srv/vendor/league/uri/Uri.php",
+                "uri",
+            ),
+            ("{closure}", "/srv/public/index.php", "index.php"),
+            // A native rule never claims a PHP function of the same name.
+            ("php_pcre_match_impl", "/srv/x.php", "x.php"),
+        ];
+        for &(function, file, expected) in table {
+            assert_eq!(
+                rules.php_component(function, file),
+                expected,
+                "{function} in {file:?}"
             );
         }
     }

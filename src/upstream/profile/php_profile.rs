@@ -1,0 +1,153 @@
+//! A PHP upstream's profile by PHP function: the [`php`](super::php) sampler's stacks,
+//! folded through the component rules into the same [`ProfileDelta`] a native profile
+//! makes, so that the snapshot, the report and the exporters read both alike.
+//!
+//! Each sample is one on-CPU stack of the interpreter, root first. Its self component is
+//! the leaf function's (`preg_match` → `regex`, `fwrite` → `stream_io`); its inclusive
+//! components are those of every frame on it, so a head parser that calls `preg_match`
+//! counts the regex under `http_parser` too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::php::{self, PhpFrame, PhpSampler};
+use super::{sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples};
+use crate::upstream::snapshot::{Frame, Stack, Stacks};
+
+/// `ProfileDelta::frames` of PHP stacks.
+pub const PHP_FRAMES: &str = "php";
+
+/// Samples one PHP process by PHP function.
+pub struct PhpProfiler {
+    sampler: PhpSampler,
+    rules: ComponentRules,
+    /// Component of each (function, file), so each regex runs once per function.
+    components: HashMap<(Arc<str>, Arc<str>), Arc<str>>,
+}
+
+impl PhpProfiler {
+    /// `Ok(None)` when `pid` runs no PHP interpreter; an error when it does but its
+    /// frames cannot be read (a thread-safe build, an unknown version, no permission).
+    pub fn start(
+        pid: u32,
+        frequency_hz: u32,
+        rules: ComponentRules,
+    ) -> Result<Option<PhpProfiler>, ProfileError> {
+        let Some(target) = php::detect(pid).map_err(ProfileError::Php)? else {
+            return Ok(None);
+        };
+        let sampler = PhpSampler::start(target, frequency_hz).map_err(ProfileError::Php)?;
+        Ok(Some(PhpProfiler {
+            sampler,
+            rules,
+            components: HashMap::new(),
+        }))
+    }
+
+    /// The PHP version the frames are read with.
+    pub fn version(&self) -> &str {
+        self.sampler.version()
+    }
+
+    /// The stacks sampled since the last call, folded.
+    pub fn collect(&mut self) -> ProfileDelta {
+        let mut taken = self.sampler.collect();
+        let truncated = taken.truncated();
+        let stacks = taken.take();
+        self.fold(&stacks, truncated)
+    }
+
+    fn component(&mut self, frame: &PhpFrame) -> Arc<str> {
+        let key = (frame.function.clone(), frame.file.clone());
+        if let Some(c) = self.components.get(&key) {
+            return c.clone();
+        }
+        // Functions are bounded by the application's code; a bound keeps code generated
+        // at run time (eval, closures named per line) from growing the cache forever.
+        if self.components.len() > 1 << 16 {
+            self.components.clear();
+        }
+        let c: Arc<str> = self
+            .rules
+            .php_component(&frame.function, &frame.file)
+            .into();
+        self.components.insert(key, c.clone());
+        c
+    }
+
+    fn fold(&mut self, taken: &[(Vec<PhpFrame>, u64)], truncated: u64) -> ProfileDelta {
+        let mut by_component: HashMap<Arc<str>, u64> = HashMap::new();
+        let mut inclusive: HashMap<Arc<str>, u64> = HashMap::new();
+        // (function, file, component) of the leaf → samples.
+        let mut symbols: HashMap<[Arc<str>; 3], u64> = HashMap::new();
+        let mut index: HashMap<&PhpFrame, u32> = HashMap::new();
+        let mut stacks = Stacks {
+            truncated_samples: truncated,
+            ..Stacks::default()
+        };
+        let mut seen: Vec<Arc<str>> = Vec::new();
+        for (frames, n) in taken {
+            let n = *n;
+            let Some(leaf) = frames.last() else { continue };
+            let own = self.component(leaf);
+            *by_component.entry(own.clone()).or_insert(0) += n;
+            *symbols
+                .entry([leaf.function.clone(), leaf.file.clone(), own])
+                .or_insert(0) += n;
+            seen.clear();
+            let mut ids = Vec::with_capacity(frames.len());
+            for frame in frames {
+                let component = self.component(frame);
+                let id = match index.get(frame) {
+                    Some(&id) => id,
+                    None => {
+                        let id = u32::try_from(stacks.frames.len()).unwrap_or(u32::MAX);
+                        stacks.frames.push(Frame {
+                            name: frame.function.to_string(),
+                            object: frame.file.to_string(),
+                            component: if &*frame.function == crate::upstream::snapshot::TRUNCATED {
+                                String::new()
+                            } else {
+                                component.to_string()
+                            },
+                            line: (frame.line > 0).then_some(frame.line),
+                        });
+                        index.insert(frame, id);
+                        id
+                    }
+                };
+                ids.push(id);
+                if &*frame.function != crate::upstream::snapshot::TRUNCATED
+                    && !seen.contains(&component)
+                {
+                    seen.push(component);
+                }
+            }
+            for c in &seen {
+                *inclusive.entry(c.clone()).or_insert(0) += n;
+            }
+            stacks.stacks.push(Stack {
+                frames: ids,
+                samples: n,
+            });
+        }
+        let mut symbols: Vec<SymbolSamples> = symbols
+            .into_iter()
+            .map(|([function, file, component], samples)| SymbolSamples {
+                symbol: function.to_string(),
+                object: file.to_string(),
+                component: component.to_string(),
+                samples,
+            })
+            .collect();
+        sort_symbols(&mut symbols);
+        ProfileDelta {
+            by_component: sorted(by_component),
+            symbols,
+            lost: 0,
+            inclusive: sorted(inclusive),
+            stacks,
+            frames: Some(PHP_FRAMES),
+        }
+    }
+}

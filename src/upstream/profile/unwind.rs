@@ -1,0 +1,317 @@
+//! Following a sampled thread's user stack from the leaf to its root, with the DWARF call
+//! frame information (`.eh_frame`) of the files the process maps.
+//!
+//! The kernel copies the top of the user stack (`stack_bytes`) and the user registers
+//! (instruction, stack and frame pointers) into each sample; this module turns them into
+//! the return addresses of the callers. framehop is the maintained Rust unwinder made for
+//! exactly this (it is what samply unwinds perf samples with): given each module's unwind
+//! sections and a function that reads a word of the copied stack, it applies the CFI rules
+//! and falls back to frame pointers and prologue analysis where there are none. Debian
+//! builds without frame pointers, so a frame-pointer walk alone would stop at the first
+//! libc function.
+//!
+//! Modules are the executable mappings of /proc/PID/maps. Their unwind sections are read
+//! once per file (through /proc/PID/map_files, else the process's own root), so a library
+//! loaded later is added when the maps change and one unloaded is removed. The vDSO's are
+//! the kernel's and the same in every process: they are read from phasescope's own vDSO.
+//!
+//! A stack is **truncated** when the walk stops before the thread's first frame: the copy
+//! ended (a deeper stack than `stack_bytes`), a frame lies in code with no unwind
+//! information that frame pointers cannot cross either, or it has more than [`MAX_DEPTH`]
+//! frames. Its leaf frames are right; its root frames are missing.
+//!
+//! Tested against real processes (tests/upstream_profile.rs): a parser that spends its
+//! time in a helper it calls, under the threads of a C server, through libc.
+
+use std::collections::HashMap;
+use std::fs;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use object::{Object, ObjectSection, ObjectSegment};
+
+/// User frames kept per sample, leaf first; deeper stacks are truncated.
+pub const MAX_DEPTH: usize = 128;
+
+/// The user registers a sample carries, in the order of their bits in
+/// `PERF_SAMPLE_REGS_USER`'s mask (x86-64 `perf_event_x86_regs`: BP = 6, SP = 7, IP = 8).
+pub const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+
+/// One mapping's identity: re-reading the maps adds and removes modules by it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+}
+
+/// The user-space unwinder of one process.
+pub struct Unwinder {
+    pid: u32,
+    unwinder: UnwinderX86_64<Vec<u8>>,
+    cache: CacheX86_64,
+    /// Modules added, by mapping.
+    modules: HashMap<Mapping, ()>,
+    /// The text of /proc/PID/maps the modules were made from.
+    maps_text: Vec<u8>,
+    vdso_added: bool,
+}
+
+/// How a walk ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    /// Down to the thread's first frame.
+    Complete,
+    /// Stopped early (see the module comment); the frames found are right.
+    Truncated,
+}
+
+impl Unwinder {
+    pub fn new(pid: u32) -> Unwinder {
+        let mut unwinder = Unwinder {
+            pid,
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            modules: HashMap::new(),
+            maps_text: Vec::new(),
+            vdso_added: false,
+        };
+        unwinder.refresh();
+        unwinder
+    }
+
+    /// Re-reads /proc/PID/maps and adds or removes modules where it changed. A failure
+    /// (the process is exiting) keeps the modules as they were.
+    pub fn refresh(&mut self) {
+        let Ok(text) = fs::read(format!("/proc/{}/maps", self.pid)) else {
+            return;
+        };
+        if text == self.maps_text {
+            return;
+        }
+        let mappings = executable_mappings(&String::from_utf8_lossy(&text));
+        self.maps_text = text;
+        let gone: Vec<Mapping> = self
+            .modules
+            .keys()
+            .filter(|m| !mappings.iter().any(|(n, _)| n == *m))
+            .cloned()
+            .collect();
+        for mapping in gone {
+            self.unwinder.remove_module(mapping.start);
+            self.modules.remove(&mapping);
+        }
+        for (mapping, vdso) in mappings {
+            if self.modules.contains_key(&mapping) {
+                continue;
+            }
+            let module = if vdso {
+                if self.vdso_added {
+                    continue;
+                }
+                self.vdso_added = true;
+                own_vdso().and_then(|image| module_from_image(&mapping, image))
+            } else {
+                self.open(&mapping)
+                    .and_then(|data| module_from_file(&mapping, &data))
+            };
+            if let Some(module) = module {
+                self.unwinder.add_module(module);
+            }
+            // A file without unwind sections is remembered too: it is not read again.
+            self.modules.insert(mapping, ());
+        }
+    }
+
+    /// Reads a mapped file the way the process sees it: /proc/PID/map_files reaches it
+    /// across mount namespaces and after it was replaced on disk; /proc/PID/root is the
+    /// fallback without CAP_SYS_ADMIN.
+    fn open(&self, mapping: &Mapping) -> Option<Vec<u8>> {
+        let through_map_files = PathBuf::from(format!(
+            "/proc/{}/map_files/{:x}-{:x}",
+            self.pid, mapping.start, mapping.end
+        ));
+        fs::read(through_map_files).ok().or_else(|| {
+            let relative = mapping.path.strip_prefix('/')?;
+            fs::read(PathBuf::from(format!("/proc/{}/root", self.pid)).join(relative)).ok()
+        })
+    }
+
+    /// Walks from the sampled registers through `stack`, the copy of the stack that
+    /// starts at `sp`. `out` gets the frames' lookup addresses, leaf first: the sampled
+    /// instruction, then each return address minus one, so that a call that is the last
+    /// instruction of its function is named after that function.
+    pub fn walk(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut Vec<u64>) -> Walk {
+        out.clear();
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let offset = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+            let word = stack
+                .get(offset..offset.checked_add(8).ok_or(())?)
+                .ok_or(())?;
+            Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
+        };
+        let regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut frames = self
+            .unwinder
+            .iter_frames(ip, regs, &mut self.cache, &mut read_stack);
+        loop {
+            match frames.next() {
+                Ok(Some(frame)) => {
+                    if out.len() == MAX_DEPTH {
+                        return Walk::Truncated;
+                    }
+                    out.push(frame.address_for_lookup());
+                }
+                Ok(None) => return Walk::Complete,
+                Err(_) => return Walk::Truncated,
+            }
+        }
+    }
+}
+
+/// The executable mappings of a maps text that name a file, and the vDSO (flagged true).
+fn executable_mappings(text: &str) -> Vec<(Mapping, bool)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(range), Some(perms), Some(offset)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if perms.as_bytes().get(2) != Some(&b'x') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(start, 16),
+            u64::from_str_radix(end, 16),
+            u64::from_str_radix(offset, 16),
+        ) else {
+            continue;
+        };
+        // device, inode, then the path (which may contain spaces).
+        let path = fields.skip(2).collect::<Vec<_>>().join(" ");
+        let vdso = path == "[vdso]";
+        if !vdso && !path.starts_with('/') {
+            // Anonymous code (a JIT): no unwind sections to read.
+            continue;
+        }
+        out.push((
+            Mapping {
+                start,
+                end,
+                offset,
+                path,
+            },
+            vdso,
+        ));
+    }
+    out
+}
+
+fn module_from_file(mapping: &Mapping, data: &[u8]) -> Option<Module<Vec<u8>>> {
+    let file = object::File::parse(data).ok()?;
+    // The load bias: the mapped file offset's address in the file, from the segment that
+    // holds it, against where it is mapped.
+    let segment = file.segments().find(|s| {
+        let (offset, size) = s.file_range();
+        offset <= mapping.offset && mapping.offset < offset + size.max(1)
+    })?;
+    let (seg_offset, _) = segment.file_range();
+    let svma = segment.address() + (mapping.offset - seg_offset);
+    let bias = mapping.start.wrapping_sub(svma);
+    Some(module(mapping, &file, bias))
+}
+
+/// The vDSO is an ELF image in memory; its sections' addresses are relative to its start.
+fn module_from_image(mapping: &Mapping, image: &[u8]) -> Option<Module<Vec<u8>>> {
+    let file = object::File::parse(image).ok()?;
+    let first = file.segments().map(|s| s.address()).min().unwrap_or(0);
+    Some(module(mapping, &file, mapping.start.wrapping_sub(first)))
+}
+
+fn module(mapping: &Mapping, file: &object::File<'_>, bias: u64) -> Module<Vec<u8>> {
+    let range = |name: &str| -> Option<Range<u64>> {
+        let s = file.section_by_name(name)?;
+        Some(s.address()..s.address() + s.size())
+    };
+    let data = |name: &str| -> Option<Vec<u8>> {
+        file.section_by_name(name)
+            .and_then(|s| s.data().ok())
+            .map(<[u8]>::to_vec)
+    };
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: range(".text"),
+        text: data(".text"),
+        got_svma: range(".got"),
+        eh_frame_svma: range(".eh_frame"),
+        eh_frame: data(".eh_frame"),
+        eh_frame_hdr_svma: range(".eh_frame_hdr"),
+        eh_frame_hdr: data(".eh_frame_hdr"),
+        debug_frame: data(".debug_frame"),
+        ..Default::default()
+    };
+    Module::new(mapping.path.clone(), mapping.start..mapping.end, bias, info)
+}
+
+/// A copy of phasescope's own vDSO image (the kernel maps the same one into every
+/// process), found through the auxiliary vector.
+fn own_vdso() -> Option<&'static [u8]> {
+    use std::sync::OnceLock;
+    static IMAGE: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            // SAFETY: getauxval only reads the auxiliary vector.
+            let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+            if base == 0 {
+                return None;
+            }
+            let maps = fs::read_to_string("/proc/self/maps").ok()?;
+            let (_, end) = maps
+                .lines()
+                .filter(|l| l.ends_with("[vdso]"))
+                .filter_map(|l| l.split_ascii_whitespace().next()?.split_once('-'))
+                .filter_map(|(s, e)| {
+                    Some((
+                        u64::from_str_radix(s, 16).ok()?,
+                        u64::from_str_radix(e, 16).ok()?,
+                    ))
+                })
+                .find(|&(s, _)| s == base)?;
+            let len = usize::try_from(end - base).ok()?;
+            // SAFETY: [base, end) is this process's vDSO mapping, readable for its life.
+            let image = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+            Some(image.to_vec())
+        })
+        .as_deref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executable_file_mappings_and_the_vdso() {
+        let text = "\
+55d0c7a00000-55d0c7a02000 r--p 00000000 08:01 12 /usr/bin/webdis
+55d0c7a02000-55d0c7a10000 r-xp 00002000 08:01 12 /usr/bin/webdis
+7fd6c2000000-7fd6c2100000 r-xp 00000000 00:00 0
+7fd6c2400000-7fd6c2410000 r-xp 00001000 08:01 14 /opt/lib x.so
+7ffd6c5fe000-7ffd6c600000 r-xp 00000000 00:00 0                          [vdso]
+";
+        let m = executable_mappings(text);
+        assert_eq!(m.len(), 3, "{m:?}");
+        assert_eq!(m[0].0.offset, 0x2000);
+        assert_eq!(m[0].0.path, "/usr/bin/webdis");
+        assert!(!m[0].1);
+        assert_eq!(m[1].0.path, "/opt/lib x.so");
+        assert!(m[2].1, "the vdso is flagged");
+    }
+}

@@ -1,0 +1,269 @@
+//! The call stacks of one snapshot window: what the sampler's deltas add up to, the top
+//! functions with their self and inclusive samples, and the bounded `stacks` a snapshot
+//! carries (docs/metrics.md).
+
+use std::collections::HashMap;
+
+use super::snapshot::{
+    sort_functions, Frame, FunctionSnapshot, Stack, Stacks, MAX_STACKS, OTHER_STACKS, TOP_FUNCTIONS,
+};
+
+/// Past this many distinct stacks the window keeps its largest [`MAX_STACKS`] and folds
+/// the samples of the others into one [`OTHER_STACKS`] stack, so a window that is never
+/// reset stays bounded; the functions' counts then miss those samples' frames.
+const COMPACT_AT: usize = 4 * MAX_STACKS;
+
+#[derive(Default)]
+pub(crate) struct StackWindow {
+    frames: Vec<Frame>,
+    index: HashMap<Frame, u32>,
+    stacks: HashMap<Box<[u32]>, u64>,
+    truncated: u64,
+    scratch: Vec<u32>,
+}
+
+impl StackWindow {
+    pub fn clear(&mut self) {
+        *self = StackWindow::default();
+    }
+
+    /// Adds one delta's stacks.
+    pub fn add(&mut self, delta: &Stacks) {
+        for stack in &delta.stacks {
+            self.scratch.clear();
+            for frame in delta.frames_of(stack) {
+                let i = self.frame(frame);
+                self.scratch.push(i);
+            }
+            self.count(stack.samples);
+        }
+        self.truncated += delta.truncated_samples;
+        if self.stacks.len() > COMPACT_AT {
+            self.compact();
+        }
+    }
+
+    fn frame(&mut self, frame: &Frame) -> u32 {
+        if let Some(&i) = self.index.get(frame) {
+            return i;
+        }
+        let i = u32::try_from(self.frames.len()).unwrap_or(u32::MAX);
+        self.frames.push(frame.clone());
+        self.index.insert(frame.clone(), i);
+        i
+    }
+
+    /// Counts `samples` for the stack in `scratch`.
+    fn count(&mut self, samples: u64) {
+        match self.stacks.get_mut(self.scratch.as_slice()) {
+            Some(n) => *n += samples,
+            None => {
+                self.stacks.insert(self.scratch.as_slice().into(), samples);
+            }
+        }
+    }
+
+    fn compact(&mut self) {
+        let mut all: Vec<(Box<[u32]>, u64)> = self.stacks.drain().collect();
+        all.sort_unstable_by_key(|s| std::cmp::Reverse(s.1));
+        let rest: u64 = all.iter().skip(MAX_STACKS).map(|(_, n)| n).sum();
+        all.truncate(MAX_STACKS);
+        self.stacks = all.into_iter().collect();
+        if rest > 0 {
+            let other = self.other_frame();
+            self.scratch.clear();
+            self.scratch.push(other);
+            self.count(rest);
+        }
+    }
+
+    fn other_frame(&mut self) -> u32 {
+        self.frame(&Frame {
+            name: OTHER_STACKS.to_owned(),
+            object: String::new(),
+            component: String::new(),
+            line: None,
+        })
+    }
+
+    /// The [`TOP_FUNCTIONS`] functions with the most inclusive samples. A function counts
+    /// once per sample however often it recurs in the stack.
+    pub fn functions(&self) -> Vec<FunctionSnapshot> {
+        let mut counts: HashMap<u32, (u64, u64)> = HashMap::new();
+        let mut seen: Vec<u32> = Vec::new();
+        for (frames, &n) in &self.stacks {
+            let Some(&leaf) = frames.last() else { continue };
+            counts.entry(leaf).or_default().0 += n;
+            seen.clear();
+            for &f in frames.iter() {
+                if !seen.contains(&f) {
+                    seen.push(f);
+                    counts.entry(f).or_default().1 += n;
+                }
+            }
+        }
+        let mut v: Vec<FunctionSnapshot> = counts
+            .into_iter()
+            .filter_map(|(i, (self_samples, inclusive_samples))| {
+                let f = self.frames.get(i as usize)?;
+                // The placeholders are not functions.
+                if f.object.is_empty() && f.component.is_empty() {
+                    return None;
+                }
+                Some(FunctionSnapshot {
+                    name: f.name.clone(),
+                    object: f.object.clone(),
+                    component: f.component.clone(),
+                    self_samples,
+                    inclusive_samples,
+                })
+            })
+            .collect();
+        sort_functions(&mut v);
+        v.truncate(TOP_FUNCTIONS);
+        v
+    }
+
+    /// The window's stacks for a snapshot: the [`MAX_STACKS`] largest, the others as one
+    /// [`OTHER_STACKS`] stack, and a frame table of the frames they use.
+    pub fn snapshot(&self) -> Stacks {
+        let mut all: Vec<(&[u32], u64)> = self.stacks.iter().map(|(k, &n)| (&**k, n)).collect();
+        all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let rest: u64 = all.iter().skip(MAX_STACKS).map(|(_, n)| n).sum();
+        all.truncate(MAX_STACKS);
+        let mut out = Stacks {
+            truncated_samples: self.truncated,
+            ..Stacks::default()
+        };
+        let mut renumber: HashMap<u32, u32> = HashMap::new();
+        let mut frame = |out: &mut Stacks, i: u32, f: &Frame| -> u32 {
+            *renumber.entry(i).or_insert_with(|| {
+                out.frames.push(f.clone());
+                (out.frames.len() - 1) as u32
+            })
+        };
+        for (frames, samples) in all {
+            let frames = frames
+                .iter()
+                .filter_map(|&i| Some(frame(&mut out, i, self.frames.get(i as usize)?)))
+                .collect();
+            out.stacks.push(Stack { frames, samples });
+        }
+        if rest > 0 {
+            let other = Frame {
+                name: OTHER_STACKS.to_owned(),
+                object: String::new(),
+                component: String::new(),
+                line: None,
+            };
+            out.frames.push(other);
+            out.stacks.push(Stack {
+                frames: vec![(out.frames.len() - 1) as u32],
+                samples: rest,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(name: &str) -> Frame {
+        Frame {
+            name: name.into(),
+            object: "srv".into(),
+            component: if name.starts_with("http_parser") {
+                "http_parser".into()
+            } else {
+                "srv".into()
+            },
+            line: None,
+        }
+    }
+
+    fn stacks(list: &[(&[&str], u64)]) -> Stacks {
+        let mut s = Stacks::default();
+        for (names, samples) in list {
+            let frames = names
+                .iter()
+                .map(|n| {
+                    let f = frame(n);
+                    match s.frames.iter().position(|x| *x == f) {
+                        Some(i) => i as u32,
+                        None => {
+                            s.frames.push(f);
+                            (s.frames.len() - 1) as u32
+                        }
+                    }
+                })
+                .collect();
+            s.stacks.push(Stack {
+                frames,
+                samples: *samples,
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn self_and_inclusive_per_function() {
+        let mut w = StackWindow::default();
+        w.add(&stacks(&[
+            (&["main", "http_parser_execute", "memchr"], 30),
+            (&["main", "http_parser_execute"], 10),
+            (&["main", "backend"], 60),
+        ]));
+        // A second delta with the same stack adds to it; recursion counts once.
+        w.add(&stacks(&[
+            (&["main", "backend"], 5),
+            (&["main", "walk", "walk", "walk"], 5),
+        ]));
+        let f = w.functions();
+        let get = |n: &str| f.iter().find(|x| x.name == n).unwrap();
+        assert_eq!(f[0].name, "main");
+        assert_eq!(
+            (get("main").self_samples, get("main").inclusive_samples),
+            (0, 110)
+        );
+        let parser = get("http_parser_execute");
+        assert_eq!((parser.self_samples, parser.inclusive_samples), (10, 40));
+        assert_eq!(
+            (get("memchr").self_samples, get("memchr").inclusive_samples),
+            (30, 30)
+        );
+        assert_eq!(
+            (get("walk").self_samples, get("walk").inclusive_samples),
+            (5, 5)
+        );
+        let snap = w.snapshot();
+        assert_eq!(snap.total(), 110);
+        assert_eq!(snap.stacks.len(), 4);
+        let first: Vec<&str> = snap
+            .frames_of(&snap.stacks[0])
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(first, ["main", "backend"], "largest first, root first");
+    }
+
+    #[test]
+    fn beyond_the_bound_the_rest_is_one_stack_and_the_total_holds() {
+        let mut w = StackWindow::default();
+        let names: Vec<String> = (0..MAX_STACKS + 10).map(|i| format!("f{i}")).collect();
+        let list: Vec<(Vec<&str>, u64)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (vec!["main", n.as_str()], if i < 10 { 100 } else { 1 }))
+            .collect();
+        let borrowed: Vec<(&[&str], u64)> = list.iter().map(|(v, n)| (v.as_slice(), *n)).collect();
+        w.add(&stacks(&borrowed));
+        let snap = w.snapshot();
+        assert_eq!(snap.stacks.len(), MAX_STACKS + 1);
+        assert_eq!(snap.total(), 10 * 100 + MAX_STACKS as u64);
+        let last = snap.stacks.last().unwrap();
+        assert_eq!(snap.frames[last.frames[0] as usize].name, OTHER_STACKS);
+        assert_eq!(last.samples, 10);
+        assert!(w.functions().iter().all(|f| f.name != OTHER_STACKS));
+    }
+}
