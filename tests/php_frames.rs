@@ -602,3 +602,103 @@ fn a_process_that_is_not_php_is_none_and_a_gone_one_an_error() {
     let err = php::detect(pid).unwrap_err();
     assert!(err.to_string().contains(&pid.to_string()), "{err}");
 }
+
+/// The whole path for a PHP upstream: a sampling proxy in front of the fixture finds it is
+/// PHP, samples its PHP frames, and the snapshot and the report give the parser's share
+/// with all it calls (a user rule names `Burn\Parser` as the parser), against what the
+/// script measured over the same window; the flame graph names the PHP functions.
+#[test]
+fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
+    let _serial = serial();
+    let burn = Burn::start(&[("BURN_PARSE_US", PARSE_US), ("BURN_QUERY_US", QUERY_US)]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("php.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"php\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{}\"\n\
+             [tap.process]\nprofile = true\ninterval = \"250ms\"\n\
+             [[tap.process.component]]\nname = \"http_parser\"\nsymbol = '^Burn\\\\Parser::'\n",
+            burn.addr()
+        ),
+    )
+    .unwrap();
+    let proxy = support::Proxy::in_front_of(burn.addr(), &["--config", config.to_str().unwrap()]);
+    let snapshot = || -> serde_json::Value {
+        serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap()
+    };
+    assert!(
+        support::wait_for(Duration::from_secs(20), || snapshot()["taps"]["php"]
+            ["upstream"]["frames"]
+            == "php"),
+        "the proxy did not sample PHP frames\n{}",
+        proxy.log_tail()
+    );
+    let load = Load::start(proxy.addr(), 3);
+    assert!(
+        support::wait_for(Duration::from_secs(10), || load
+            .done
+            .load(Ordering::Relaxed)
+            > 50),
+        "no load got through the proxy\n{}",
+        proxy.log_tail()
+    );
+    let reset = support::http_exchange(
+        proxy.admin_addr(),
+        b"POST /api/reset HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(parse_response(&reset).status, 200);
+    let before = burn.truth();
+    thread::sleep(SAMPLE_FOR);
+    let after = burn.truth();
+    drop(load);
+    // Past the watcher's next collect.
+    thread::sleep(Duration::from_millis(600));
+    let snap = snapshot();
+    let u = &snap["taps"]["php"]["upstream"];
+    let total: u64 = u["samples"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(total > 1000, "too few samples: {u}");
+    let parser = u["inclusive"]["http_parser"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
+    let (parse_truth, _) = after.shares_since(&before);
+    println!("through the proxy: {total} samples, http_parser {parser:.1}% vs measured {parse_truth:.1}%");
+    assert!(
+        (parser - parse_truth).abs() <= TOLERANCE,
+        "http_parser {parser:.1}% against {parse_truth:.1}% measured: {u}"
+    );
+    let functions = u["functions"].as_array().unwrap();
+    assert!(
+        functions.iter().any(|f| f["name"] == PARSE
+            && f["component"] == "http_parser"
+            && f["object"].as_str().unwrap().ends_with("php-burn.php")),
+        "{functions:?}"
+    );
+
+    let out = dir.path().join("php.svg");
+    let report = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["report", "--from"])
+        .arg(format!("http://{}", proxy.admin_addr()))
+        .arg("--flamegraph")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    assert!(
+        text.contains("with all they call (php call stacks)"),
+        "{text}"
+    );
+    assert!(text.contains("of its CPU with all it calls"), "{text}");
+    let svg = fs::read_to_string(&out).unwrap();
+    for name in ["parseHead", "Fiber::resume", "{main}"] {
+        assert!(svg.contains(name), "{name} missing from the flame graph");
+    }
+}

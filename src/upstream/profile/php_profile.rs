@@ -17,6 +17,12 @@ use crate::upstream::snapshot::{Frame, Stack, Stacks};
 /// `ProfileDelta::frames` of PHP stacks.
 pub const PHP_FRAMES: &str = "php";
 
+/// The sampler's frame for a sample on a CPU without PHP code running: the engine
+/// starting, compiling, an FPM worker between requests. It counts as the engine's own
+/// work.
+const NO_PHP_CODE: &str = "[no PHP code]";
+const ENGINE_COMPONENT: &str = "php_engine";
+
 /// Samples one PHP process by PHP function.
 pub struct PhpProfiler {
     sampler: PhpSampler,
@@ -67,10 +73,13 @@ impl PhpProfiler {
         if self.components.len() > 1 << 16 {
             self.components.clear();
         }
-        let c: Arc<str> = self
-            .rules
-            .php_component(&frame.function, &frame.file)
-            .into();
+        let c: Arc<str> = if &*frame.function == NO_PHP_CODE && frame.file.is_empty() {
+            ENGINE_COMPONENT.into()
+        } else {
+            self.rules
+                .php_component(&frame.function, &frame.file)
+                .into()
+        };
         self.components.insert(key, c.clone());
         c
     }
