@@ -27,6 +27,7 @@
 //!   binaries.
 
 mod events;
+mod maps;
 pub mod php;
 mod php_profile;
 mod rules;

@@ -203,27 +203,11 @@ impl Maps {
     }
 
     fn parse(text: &str) -> Maps {
-        let mut ranges = Vec::new();
-        for line in text.lines() {
-            let mut fields = line.split_ascii_whitespace();
-            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-                continue;
-            };
-            if perms.as_bytes().get(2) != Some(&b'x') {
-                continue;
-            }
-            let Some((start, end)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end)) =
-                (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
-            else {
-                continue;
-            };
-            // offset, device, inode, then the path (which may contain spaces).
-            let path = fields.skip(3).collect::<Vec<_>>().join(" ");
-            ranges.push((start, end, object_name(&path)));
-        }
+        let mut ranges: Vec<(u64, u64, String)> = super::maps::parse(text)
+            .into_iter()
+            .filter(|m| m.executable)
+            .map(|m| (m.start, m.end, object_name(&m.path)))
+            .collect();
         ranges.sort_unstable_by_key(|&(start, _, _)| start);
         Maps { ranges }
     }

@@ -39,14 +39,7 @@ pub const MAX_DEPTH: usize = 128;
 /// `PERF_SAMPLE_REGS_USER`'s mask (x86-64 `perf_event_x86_regs`: BP = 6, SP = 7, IP = 8).
 pub const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 
-/// One mapping's identity: re-reading the maps adds and removes modules by it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    path: String,
-}
+use super::maps::{self, Mapping};
 
 /// The user-space unwinder of one process.
 pub struct Unwinder {
@@ -174,45 +167,15 @@ impl Unwinder {
 
 /// The executable mappings of a maps text that name a file, and the vDSO (flagged true).
 fn executable_mappings(text: &str) -> Vec<(Mapping, bool)> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut fields = line.split_ascii_whitespace();
-        let (Some(range), Some(perms), Some(offset)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        if perms.as_bytes().get(2) != Some(&b'x') {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(offset)) = (
-            u64::from_str_radix(start, 16),
-            u64::from_str_radix(end, 16),
-            u64::from_str_radix(offset, 16),
-        ) else {
-            continue;
-        };
-        // device, inode, then the path (which may contain spaces).
-        let path = fields.skip(2).collect::<Vec<_>>().join(" ");
-        let vdso = path == "[vdso]";
-        if !vdso && !path.starts_with('/') {
-            // Anonymous code (a JIT): no unwind sections to read.
-            continue;
-        }
-        out.push((
-            Mapping {
-                start,
-                end,
-                offset,
-                path,
-            },
-            vdso,
-        ));
-    }
-    out
+    maps::parse(text)
+        .into_iter()
+        .filter(|m| m.executable)
+        .filter_map(|m| {
+            let vdso = m.path == "[vdso]";
+            // Anonymous code (a JIT) has no unwind sections to read.
+            (vdso || m.is_file()).then_some((m, vdso))
+        })
+        .collect()
 }
 
 fn module_from_file(mapping: &Mapping, data: &[u8]) -> Option<Module<Vec<u8>>> {

@@ -10,53 +10,15 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 use super::offsets::{self, Version};
 use super::PhpError;
 
-/// One file-backed mapping of /proc/PID/maps.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    pub offset: u64,
-    pub path: String,
-}
+pub use crate::upstream::profile::maps::Mapping;
 
 /// The file-backed mappings of /proc/PID/maps, in address order. Anonymous and special
 /// (`[heap]`, `[vdso]`) mappings are left out; a path with spaces is kept whole.
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        // start-end perms offset dev inode path
-        let mut fields = line.splitn(6, ' ');
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(_inode)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        let path = fields.next().unwrap_or("").trim_start();
-        if !path.starts_with('/') {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(offset)) = (
-            u64::from_str_radix(start, 16),
-            u64::from_str_radix(end, 16),
-            u64::from_str_radix(offset, 16),
-        ) else {
-            continue;
-        };
-        out.push(Mapping {
-            start,
-            end,
-            offset,
-            path: path.to_owned(),
-        });
-    }
-    out
+    crate::upstream::profile::maps::parse(text)
+        .into_iter()
+        .filter(|m| m.path.starts_with('/'))
+        .collect()
 }
 
 /// Whether a mapped library is the embeddable engine: libphp.so, libphp8.so,
