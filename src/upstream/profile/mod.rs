@@ -3,12 +3,17 @@
 //! `kernel_network`, the server's own code, …).
 //!
 //! [`Profiler::start`] opens one software-CPU-clock event per thread of the process (user
-//! and kernel, a fixed period of CPU time, kernel callchains); each [`Profiler::collect`]
-//! drains the ring buffers, opens events on threads created since, closes those of threads
-//! that exited, names each distinct address once (blazesym, cached per process) and folds
-//! the samples. A kernel sample whose leaf function is generic (`copy_user_generic`,
-//! `_raw_spin_unlock`) takes the component of the first caller that has one, so time
-//! spent copying for `tcp_recvmsg` counts as `kernel_network`.
+//! and kernel, a fixed period of CPU time, kernel callchains, and with `stack_bytes` the
+//! user registers and a copy of the top of the user stack, which [`unwind`] follows to the
+//! callers on a drainer thread every [`DRAIN_EVERY`]); each [`Profiler::collect`] drains
+//! the ring buffers, opens events on threads created since, closes those of threads that
+//! exited, names each distinct address once (blazesym, cached per process) and folds the
+//! samples: each counts once under the component of its running function (self) and once
+//! under every component on its stack (inclusive). A kernel sample whose leaf function is
+//! generic (`copy_user_generic`, `_raw_spin_unlock`) takes the component of the first
+//! caller that has one, so time spent copying for `tcp_recvmsg` counts as
+//! `kernel_network`. A PHP interpreter is sampled by its own call stacks instead
+//! ([`php`], folded by [`PhpProfiler`]).
 //!
 //! What it needs of the kernel:
 //! - perf_event_open on another process's threads, user and kernel: root, or CAP_PERFMON
@@ -113,7 +118,7 @@ pub enum ProfileError {
     },
     #[error("a component rule has an empty name")]
     RuleName,
-    #[error("cannot start the symbolizer thread: {0}")]
+    #[error("cannot start a sampler thread (symbolizer or drainer): {0}")]
     Symbolizer(#[source] io::Error),
     #[error("symbolizing samples failed: {0}")]
     Symbolize(String),
