@@ -21,7 +21,7 @@ use phasescope::metrics::Snapshot;
 use phasescope::upstream::{FunctionSnapshot, UpstreamSnapshot};
 use report_support::{phasescope, phasescope_ok};
 use serde_json::Value;
-use support::{require_tool, run_wrk, wait_for, BurnUpstream, Proxy, STARTUP_DEADLINE};
+use support::{require_tool, wait_for, BurnUpstream, Proxy, STARTUP_DEADLINE};
 
 fn fixture_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json")
@@ -466,11 +466,9 @@ fn a_sampled_upstream_through_the_proxy_reads_the_same_in_go_tool_pprof() {
         0,
     );
     let before = up.truth();
-    let wrk = run_wrk(&proxy.url("/"), 4, 4, 1);
-    assert!(wrk.requests > 2000, "too little load: {}", wrk.output);
+    let requests = support::load_until_sampled(&proxy, "webdis", 2000);
+    assert!(requests > 2000, "too little load: {requests} requests");
     let parser_us = up.truth().parser_us_per_request_since(&before);
-    // Samples are collected every interval: wait for the last one after the load.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
     phasescope_ok(&["snapshot", "--from", &admin, "-o", &saved_s], 0);
 
     let snap = Snapshot::from_json(&std::fs::read_to_string(&saved).unwrap()).unwrap();

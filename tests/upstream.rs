@@ -202,7 +202,7 @@ fn samples(u: &Value) -> (std::collections::BTreeMap<String, u64>, u64) {
     (m, total)
 }
 
-/// A sampling proxy in front of `up` under 4 s of wrk load: the snapshot's `upstream`
+/// A sampling proxy in front of `up` under wrk load until 2,000 samples: the snapshot's `upstream`
 /// object, and the truth: the CPU each request spent in http_parser_execute (the
 /// upstream's own clock around the call) as a share of each request's CPU (user +
 /// system, as measured by the same run's accounting).
@@ -220,11 +220,9 @@ fn profiled_run(up: &mut BurnUpstream) -> ProfiledRun {
     await_watched(&proxy, "webdis", up.process().pid());
     reset(&proxy);
     let before = up.truth();
-    let wrk = run_wrk(&proxy.url("/"), 4, 4, 1);
-    assert!(wrk.requests > 2000, "too little load: {}", wrk.output);
+    let requests = load_until_sampled(&proxy, "webdis", 2000);
+    assert!(requests > 2000, "too little load: {requests} requests");
     let parser_us = up.truth().parser_us_per_request_since(&before);
-    // Samples are collected every interval: wait for the last one after the load.
-    thread::sleep(Duration::from_millis(1500));
     let (upstream, _) = window(&snapshot(&proxy), "webdis");
     let (user, system, _, requests) = per_request(&proxy, "webdis");
     ProfiledRun {

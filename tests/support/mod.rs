@@ -1384,6 +1384,30 @@ pub struct WrkReport {
 }
 
 /// Runs `wrk -d SECS -c C -t T url` and parses it.
+/// Load on `proxy` (wrk, 4 connections, in rounds of 2 s) until the snapshot of `tap`
+/// holds `samples` upstream samples, or 60 s have passed: on a busy machine the upstream
+/// gets less CPU, so a fixed load gives fewer samples. Returns the requests sent; the
+/// caller checks the samples it needs.
+pub fn load_until_sampled(proxy: &Proxy, tap: &str, samples: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut requests = 0;
+    loop {
+        let wrk = run_wrk(&proxy.url("/"), 2, 4, 1);
+        assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
+        requests += wrk.requests;
+        // The watcher collects every interval (1 s): what the load made is in by then.
+        thread::sleep(Duration::from_millis(1200));
+        let snap: serde_json::Value =
+            serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap_or_default();
+        let have: u64 = snap["taps"][tap]["upstream"]["samples"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
+        if have >= samples || Instant::now() >= deadline {
+            return requests;
+        }
+    }
+}
+
 pub fn run_wrk(url: &str, seconds: u32, connections: u32, threads: u32) -> WrkReport {
     let mut wrk = Command::new(require_tool("wrk"));
     wrk.args(["-d", &format!("{seconds}s")])
