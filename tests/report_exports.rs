@@ -44,6 +44,24 @@ struct TopRow {
     cum_pct: f64,
 }
 
+impl TopRow {
+    /// Its flat and cum shares are `flat` and `cum` percent, to pprof's two decimals.
+    fn assert_shares(&self, flat: f64, cum: f64, text: &str) {
+        assert!(
+            (self.flat_pct - flat).abs() < 0.006,
+            "{}: flat {} % vs {flat} %\n{text}",
+            self.name,
+            self.flat_pct
+        );
+        assert!(
+            (self.cum_pct - cum).abs() < 0.006,
+            "{}: cum {} % vs {cum} %\n{text}",
+            self.name,
+            self.cum_pct
+        );
+    }
+}
+
 /// The rows under the `flat  flat%  sum%  cum  cum%` header. A share is printed as
 /// `30.00%`, `0%` or `100%`; a name may hold spaces (`[other stacks]`).
 fn parse_top(text: &str) -> Vec<TopRow> {
@@ -142,19 +160,7 @@ fn go_tool_pprof_reads_the_profile_with_the_snapshots_top_functions_and_shares()
             .unwrap_or_else(|| panic!("pprof shows {:?}, not a function of the snapshot", r.name));
         let flat = 100.0 * f.self_samples as f64 / total;
         let cum = 100.0 * f.inclusive_samples as f64 / total;
-        // pprof prints two decimals.
-        assert!(
-            (r.flat_pct - flat).abs() < 0.006,
-            "{}: flat {} % vs {flat} %\n{text}",
-            r.name,
-            r.flat_pct
-        );
-        assert!(
-            (r.cum_pct - cum).abs() < 0.006,
-            "{}: cum {} % vs {cum} %\n{text}",
-            r.name,
-            r.cum_pct
-        );
+        r.assert_shares(flat, cum, &text);
     }
     assert!(
         rows.windows(2).all(|w| w[0].flat_pct >= w[1].flat_pct),
@@ -549,18 +555,7 @@ fn a_sampled_upstream_through_the_proxy_reads_the_same_in_go_tool_pprof() {
         };
         let flat = 100.0 * flat as f64 / total as f64;
         let cum = 100.0 * cum as f64 / total as f64;
-        assert!(
-            (r.flat_pct - flat).abs() < 0.006,
-            "{}: flat {} % vs {flat} %\n{text}",
-            r.name,
-            r.flat_pct
-        );
-        assert!(
-            (r.cum_pct - cum).abs() < 0.006,
-            "{}: cum {} % vs {cum} %\n{text}",
-            r.name,
-            r.cum_pct
-        );
+        r.assert_shares(flat, cum, &text);
         compared += 1;
     }
     assert!(compared >= 3, "{text}");
