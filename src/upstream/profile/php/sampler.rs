@@ -1,7 +1,20 @@
-//! The sampler thread: ticks at a fixed rate, and at each tick where the PHP thread is on
-//! CPU reads its stack and counts it.
+//! The sampler thread: paced by the PHP thread's own CPU time where perf events may be
+//! opened on it, else ticking at a fixed rate; at each sample it reads the stack and
+//! counts it.
 //!
-//! On-CPU is decided from /proc, never from the stack: an event loop blocked in
+//! **Paced by CPU time** (the default where phasescope may sample the process, as it needs
+//! to for native profiles): a perf software CPU-clock event on the PHP thread writes one
+//! record per period of CPU the thread uses (1 ms at 1 kHz) and wakes the sampler, which
+//! then reads the stack once and counts it once per record. Samples are then CPU time by
+//! construction: a thread waiting for a CPU makes none (the timer's `R` below counts
+//! those too, which on a busy machine dilutes every share with where the thread was
+//! woken), and an idle server costs the sampler no wake-up at all. The stack is read a
+//! moment after the period ended, while the thread goes on running, so it is the code the
+//! thread runs then; the wake-up latency is tens of microseconds against a period of a
+//! millisecond.
+//!
+//! **Ticking** (without that permission): on-CPU is decided from /proc, never from the
+//! stack: an event loop blocked in
 //! `stream_select` or `epoll_wait` still has `{main}` → `Loop::run` → `stream_select` on
 //! its stack, and counting it would show idle time as work. A tick counts when the
 //! thread's state in /proc/PID/task/TID/stat is `R` (running, or runnable and waiting for
@@ -160,11 +173,50 @@ struct Shared {
 }
 
 /// Samples one PHP process's stacks on a thread of its own; dropping it stops the thread
-/// within one tick.
+/// within one tick (or [`CPU_PACED_POLL`]).
 pub struct PhpSampler {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     target: PhpTarget,
+    cpu_paced: bool,
+}
+
+/// What paces the samples (see the module comment).
+enum Pace {
+    Cpu(perf_event::Sampler),
+    Timer,
+}
+
+/// How long a CPU-paced sampler waits for a record before it looks whether it should
+/// stop or the thread is gone.
+pub const CPU_PACED_POLL: Duration = Duration::from_millis(100);
+
+/// A CPU-clock event on `tid` sampling every `period` of its CPU time (kernel time too
+/// where allowed, as the native profiler), or `None` without the permission to open one.
+fn cpu_clock(tid: u32, period: Duration) -> Option<perf_event::Sampler> {
+    use perf_event::events::Software;
+    use perf_event::{Builder, SampleFlag};
+    let tid = i32::try_from(tid).ok()?;
+    let period_ns = u64::try_from(period.as_nanos()).ok()?.max(1);
+    for kernel in [true, false] {
+        let mut builder = Builder::new(Software::CPU_CLOCK);
+        builder
+            .observe_pid(tid)
+            .any_cpu()
+            .sample_period(period_ns)
+            .sample(SampleFlag::TID)
+            .wakeup_events(1)
+            .enabled(true);
+        if kernel {
+            builder.include_kernel();
+        } else {
+            builder.exclude_kernel(true);
+        }
+        if let Ok(sampler) = builder.build().and_then(|c| c.sampled(16 * 4096)) {
+            return Some(sampler);
+        }
+    }
+    None
 }
 
 impl PhpSampler {
@@ -188,6 +240,11 @@ impl PhpSampler {
             tid: AtomicU32::new(0),
         });
         let period = Duration::from_secs(1) / frequency_hz;
+        let pace = match cpu_clock(target.tid, period) {
+            Some(sampler) => Pace::Cpu(sampler),
+            None => Pace::Timer,
+        };
+        let cpu_paced = matches!(pace, Pace::Cpu(_));
         let (started, ready) = std::sync::mpsc::channel();
         let thread = {
             let shared = shared.clone();
@@ -199,7 +256,10 @@ impl PhpSampler {
                     let tid = unsafe { libc::gettid() };
                     shared.tid.store(tid as u32, Ordering::Relaxed);
                     let _ = started.send(());
-                    run(&shared, &target, period, stat)
+                    match pace {
+                        Pace::Timer => run_timer(&shared, &target, period, stat),
+                        Pace::Cpu(sampler) => run_cpu_paced(&shared, &target, sampler, stat),
+                    }
                 })
                 .map_err(PhpError::Thread)?
         };
@@ -210,12 +270,14 @@ impl PhpSampler {
             pid = target.pid,
             version = %target.version,
             frequency_hz,
+            paced_by = if cpu_paced { "its CPU time" } else { "a timer and its state" },
             "sampling PHP frames"
         );
         Ok(PhpSampler {
             shared,
             thread: Some(thread),
             target,
+            cpu_paced,
         })
     }
 
@@ -249,6 +311,12 @@ impl PhpSampler {
         &self.target.version
     }
 
+    /// Whether the samples are paced by the PHP thread's CPU time (a perf event on it),
+    /// else by a timer and its state in /proc.
+    pub fn cpu_paced(&self) -> bool {
+        self.cpu_paced
+    }
+
     pub fn target(&self) -> &PhpTarget {
         &self.target
     }
@@ -280,17 +348,104 @@ fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
-    let mut walker = Walker::new(target);
-    let mut stack: Vec<PhpFrame> = Vec::with_capacity(MAX_DEPTH + 1);
+/// The walk and what it keeps from one sample to the next.
+struct Sampling {
+    walker: Walker,
+    stack: Vec<PhpFrame>,
+    truncated_root: PhpFrame,
+    no_code: PhpFrame,
+    generation: u64,
+    reads: u64,
+    torn: u64,
+}
+
+impl Sampling {
+    fn new(shared: &Shared, target: &PhpTarget) -> Sampling {
+        let walker = Walker::new(target);
+        Sampling {
+            reads: walker.reads(),
+            torn: walker.torn,
+            walker,
+            stack: Vec::with_capacity(MAX_DEPTH + 1),
+            truncated_root: marker("[truncated]"),
+            no_code: marker("[no PHP code]"),
+            generation: shared.generation.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Reads the stack when `on_cpu` and counts it `weight` times; `ticks` and `missed`
+    /// are the pacing's counts since the last call.
+    fn sample(
+        &mut self,
+        shared: &Shared,
+        target: &PhpTarget,
+        on_cpu: bool,
+        weight: u64,
+        ticks: u64,
+        missed: u64,
+    ) {
+        let seen = shared.generation.load(Ordering::Relaxed);
+        if seen != self.generation {
+            self.generation = seen;
+            self.walker.clear_cache();
+        }
+        let walked = on_cpu.then(|| self.walker.walk(target.pid, &mut self.stack));
+        let mut tally = lock(&shared.tally);
+        tally.ticks += ticks;
+        tally.missed += missed;
+        match walked {
+            None => tally.off_cpu += 1,
+            Some(Err(_)) => tally.errors += weight,
+            Some(Ok(cut)) => {
+                // On CPU with no PHP frame: the engine starting, compiling the script,
+                // or an FPM worker between requests. Its own stack, so that the shares
+                // of the PHP functions stay shares of all the thread's CPU.
+                if self.stack.is_empty() {
+                    self.stack.push(self.no_code.clone());
+                }
+                if cut {
+                    tally.truncated += weight;
+                    self.stack.push(self.truncated_root.clone());
+                }
+                // The lookup borrows the walk's buffer; only a new stack is copied.
+                let key = Walked(std::mem::take(&mut self.stack));
+                if let Some(count) = tally.stacks.get_mut(&key) {
+                    *count += weight;
+                    self.stack = key.0;
+                } else if tally.stacks.len() < MAX_STACKS {
+                    tally.stacks.insert(Walked(key.0.clone()), weight);
+                    self.stack = key.0;
+                } else {
+                    self.stack = key.0;
+                    tally.truncated += weight;
+                    *tally
+                        .stacks
+                        .entry(Walked(vec![self.truncated_root.clone()]))
+                        .or_insert(0) += weight;
+                }
+            }
+        }
+        let now_reads = self.walker.reads();
+        tally.reads += now_reads - self.reads;
+        self.reads = now_reads;
+        tally.torn += self.walker.torn - self.torn;
+        self.torn = self.walker.torn;
+    }
+}
+
+/// Whether the thread is gone (the read fails once it is reaped) or exited and not yet
+/// reaped (Z, X): nothing more to sample. Else its state letter.
+fn alive_state(stat: &File, buf: &mut [u8]) -> Option<u8> {
+    thread_state(stat, buf)
+        .ok()
+        .filter(|state| !matches!(state, b'Z' | b'X'))
+}
+
+fn run_timer(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
+    let mut sampling = Sampling::new(shared, target);
     let mut buf = [0u8; 1024];
-    let truncated_root = marker("[truncated]");
-    let no_code = marker("[no PHP code]");
-    let mut generation = shared.generation.load(Ordering::Relaxed);
     let period_ns = period.as_nanos().max(1) as i128;
     let mut deadline = monotonic_ns();
-    let mut reads = walker.reads();
-    let mut torn = walker.torn;
     while !shared.stop.load(Ordering::Relaxed) {
         deadline += period_ns;
         let now = monotonic_ns();
@@ -303,60 +458,63 @@ fn run(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        // Gone (the read fails once it is reaped), or exited and not yet reaped (Z, X):
-        // nothing more to sample.
-        let state = thread_state(&stat, &mut buf).ok();
-        let Some(state) = state.filter(|state| !matches!(state, b'Z' | b'X')) else {
+        let Some(state) = alive_state(&stat, &mut buf) else {
             lock(&shared.tally).ended = true;
             break;
         };
-        let on_cpu = state == b'R';
-        let seen = shared.generation.load(Ordering::Relaxed);
-        if seen != generation {
-            generation = seen;
-            walker.clear_cache();
-        }
-        let walked = on_cpu.then(|| walker.walk(target.pid, &mut stack));
-        let mut tally = lock(&shared.tally);
-        tally.ticks += 1 + missed;
-        tally.missed += missed;
-        match walked {
-            None => tally.off_cpu += 1,
-            Some(Err(_)) => tally.errors += 1,
-            Some(Ok(cut)) => {
-                // On CPU with no PHP frame: the engine starting, compiling the script,
-                // or an FPM worker between requests. Its own stack, so that the shares
-                // of the PHP functions stay shares of all the thread's CPU.
-                if stack.is_empty() {
-                    stack.push(no_code.clone());
+        sampling.sample(shared, target, state == b'R', 1, 1 + missed, missed);
+    }
+}
+
+/// Record types of the perf ABI (`enum perf_event_type`).
+const RECORD_LOST: u32 = 2;
+const RECORD_SAMPLE: u32 = 9;
+
+fn run_cpu_paced(shared: &Shared, target: &PhpTarget, mut clock: perf_event::Sampler, stat: File) {
+    use std::os::fd::AsRawFd;
+    let mut sampling = Sampling::new(shared, target);
+    let mut buf = [0u8; 1024];
+    let timeout = libc::c_int::try_from(CPU_PACED_POLL.as_millis()).unwrap_or(100);
+    while !shared.stop.load(Ordering::Relaxed) {
+        let mut pollfd = libc::pollfd {
+            fd: clock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; EINTR and errors just lead to the checks below.
+        unsafe { libc::poll(&mut pollfd, 1, timeout) };
+        let (mut periods, mut lost) = (0u64, 0u64);
+        while let Some(record) = clock.next_record() {
+            match record.ty() {
+                RECORD_SAMPLE => periods += 1,
+                // `id`, then `lost`.
+                RECORD_LOST => {
+                    let bytes = record.to_contiguous();
+                    lost += bytes
+                        .get(8..16)
+                        .and_then(|w| w.try_into().ok())
+                        .map_or(0, u64::from_ne_bytes);
                 }
-                if cut {
-                    tally.truncated += 1;
-                    stack.push(truncated_root.clone());
-                }
-                // The lookup borrows the walk's buffer; only a new stack is copied.
-                let key = Walked(std::mem::take(&mut stack));
-                if let Some(count) = tally.stacks.get_mut(&key) {
-                    *count += 1;
-                    stack = key.0;
-                } else if tally.stacks.len() < MAX_STACKS {
-                    tally.stacks.insert(Walked(key.0.clone()), 1);
-                    stack = key.0;
-                } else {
-                    stack = key.0;
-                    tally.truncated += 1;
-                    *tally
-                        .stacks
-                        .entry(Walked(vec![truncated_root.clone()]))
-                        .or_insert(0) += 1;
-                }
+                _ => {}
             }
         }
-        let now_reads = walker.reads();
-        tally.reads += now_reads - reads;
-        reads = now_reads;
-        tally.torn += walker.torn - torn;
-        torn = walker.torn;
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if periods == 0 {
+            // Idle, or gone: an exited thread writes no more records.
+            if alive_state(&stat, &mut buf).is_none() {
+                lock(&shared.tally).ended = true;
+                break;
+            }
+            if lost > 0 {
+                lock(&shared.tally).missed += lost;
+            }
+            continue;
+        }
+        // The periods since the last wake-up: one read of the stack stands for them all
+        // (more than one only when the sampler itself waited for a CPU).
+        sampling.sample(shared, target, true, periods + lost, periods + lost, lost);
     }
 }
 
