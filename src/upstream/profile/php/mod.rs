@@ -6,7 +6,8 @@
 //! interpreter's data. [`detect`] finds the Zend engine in a process (its executable, or a
 //! mapped libphp*.so), the address of `executor_globals` and the PHP version, which picks
 //! the struct layout ([`Offsets`]). [`PhpSampler`] then reads `EG(current_execute_data)`
-//! and walks `prev_execute_data` at a fixed rate with process_vm_readv, without stopping
+//! and walks `prev_execute_data` with process_vm_readv, paced by the PHP thread's CPU
+//! time (a perf CPU-clock event on it; a timer without the permission), without stopping
 //! the process, and counts the stacks it saw while the PHP thread was on CPU.
 //!
 //! What it supports: PHP 8.1–8.4, NTS (CLI, FPM workers, embed), x86-64 Linux. A
