@@ -67,6 +67,20 @@ pub struct Function {
     pub self_share: f64,
     /// Fraction of all samples with this function anywhere on the stack.
     pub inclusive: f64,
+    /// A PHP function's first line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+impl Function {
+    /// The name as the text report shows it: a PHP closure with its line, since PHP
+    /// names every closure of a namespace alike.
+    fn shown(&self) -> String {
+        match self.line {
+            Some(line) if self.name.ends_with("{closure}") => format!("{}:{line}", self.name),
+            _ => self.name.clone(),
+        }
+    }
 }
 
 /// A parser `factor`× faster, by Amdahl's law on its share of the CPU.
@@ -134,6 +148,7 @@ impl Inside {
                     component: f.component.clone(),
                     self_share: f.self_samples as f64 / total as f64,
                     inclusive: f.inclusive_samples as f64 / total as f64,
+                    line: f.line,
                 })
                 .collect(),
             _ => Vec::new(),
@@ -292,7 +307,7 @@ impl Inside {
             let f = |f: &Function| {
                 format!(
                     "{} {} ({} self)",
-                    f.name,
+                    f.shown(),
                     units::share(f.inclusive),
                     units::share(f.self_share)
                 )
@@ -317,7 +332,7 @@ impl Inside {
                 by_self
                     .iter()
                     .take(8)
-                    .map(|x| format!("{} {}", x.name, units::share(x.self_share)))
+                    .map(|x| format!("{} {}", x.shown(), units::share(x.self_share)))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
@@ -597,6 +612,7 @@ mod tests {
                 component: "webdis".into(),
                 self_samples: 0,
                 inclusive_samples: 100,
+                line: None,
             },
             crate::upstream::FunctionSnapshot {
                 name: "http_parser_execute".into(),
@@ -604,6 +620,7 @@ mod tests {
                 component: "http_parser".into(),
                 self_samples: 0,
                 inclusive_samples: 30,
+                line: None,
             },
             crate::upstream::FunctionSnapshot {
                 name: "memchr".into(),
@@ -611,6 +628,7 @@ mod tests {
                 component: "libc.so.6".into(),
                 self_samples: 30,
                 inclusive_samples: 30,
+                line: None,
             },
         ]);
         let i = Inside::new(&s, 100_000, Some(100e-6), 2.0);
@@ -637,6 +655,32 @@ mod tests {
         );
         assert!(
             text.contains("(HTTP parser is 30 % of its CPU with all it calls)"),
+            "{text}"
+        );
+    }
+
+    /// PHP names every closure of a namespace alike: the text shows their first lines.
+    #[test]
+    fn php_closures_are_told_apart_by_their_line() {
+        let mut s = snapshot(Some(&[("php-burn.php", 100)]), Some(false));
+        s.frames = Some("php".into());
+        s.inclusive = Some([("php-burn.php".to_owned(), 100)].into_iter().collect());
+        s.functions = Some(
+            [(40, 100), (90, 60)]
+                .iter()
+                .map(|&(line, n)| crate::upstream::FunctionSnapshot {
+                    name: r"Burn\Server::Burn\{closure}".into(),
+                    object: "/srv/php-burn.php".into(),
+                    component: "php-burn.php".into(),
+                    self_samples: n / 2,
+                    inclusive_samples: n,
+                    line: Some(line),
+                })
+                .collect(),
+        );
+        let text = Inside::new(&s, 10, None, 2.0).lines().join("\n");
+        assert!(
+            text.contains(r"Burn\Server::Burn\{closure}:40 100 % (50 % self), Burn\Server::Burn\{closure}:90 60 %"),
             "{text}"
         );
     }

@@ -72,6 +72,10 @@ pub struct FunctionSnapshot {
     pub component: String,
     pub self_samples: u64,
     pub inclusive_samples: u64,
+    /// A PHP function's first line: it tells apart closures of one file, which PHP names
+    /// alike (`Ns\{closure}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
 }
 
 /// A frame of a sampled stack: a function, the object it lies in, and the component its
@@ -254,8 +258,8 @@ fn add_maps(
     }
 }
 
-/// Two windows' top functions as one: counts of the same (name, object, component) add
-/// up. A function in the top of one window only is counted from that window alone, so a
+/// Two windows' top functions as one: counts of the same (name, object, component,
+/// line) add up. A function in the top of one window only is counted from that window alone, so a
 /// merged count is a lower bound for functions near the cut.
 fn merge_functions(
     a: Option<Vec<FunctionSnapshot>>,
@@ -264,10 +268,16 @@ fn merge_functions(
     if a.is_none() && b.is_none() {
         return None;
     }
-    let mut all: BTreeMap<(String, String, String), (u64, u64)> = BTreeMap::new();
+    type Key = (String, String, String, Option<u32>);
+    let mut all: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
     for f in a.iter().flatten().chain(b.into_iter().flatten()) {
         let e = all
-            .entry((f.name.clone(), f.object.clone(), f.component.clone()))
+            .entry((
+                f.name.clone(),
+                f.object.clone(),
+                f.component.clone(),
+                f.line,
+            ))
             .or_default();
         e.0 += f.self_samples;
         e.1 += f.inclusive_samples;
@@ -275,12 +285,15 @@ fn merge_functions(
     let mut v: Vec<FunctionSnapshot> = all
         .into_iter()
         .map(
-            |((name, object, component), (self_samples, inclusive_samples))| FunctionSnapshot {
-                name,
-                object,
-                component,
-                self_samples,
-                inclusive_samples,
+            |((name, object, component, line), (self_samples, inclusive_samples))| {
+                FunctionSnapshot {
+                    name,
+                    object,
+                    component,
+                    self_samples,
+                    inclusive_samples,
+                    line,
+                }
             },
         )
         .collect();

@@ -116,6 +116,7 @@ impl StackWindow {
                     component: f.component.clone(),
                     self_samples,
                     inclusive_samples,
+                    line: f.line,
                 })
             })
             .collect();

@@ -699,7 +699,10 @@
       // reads better there than "0.00 %".
       const pct = (n) => (n ? fmtPct(n / total) : "0");
       this.functionsBody.replaceChildren(...functions.slice(0, TOP_FUNCTIONS).map((f) => h("tr", { "data-function": f.name },
-        h("td", { class: "name", "data-col": "name", text: f.name, title: `component ${f.component}` }),
+        // PHP names every closure of a namespace alike: its first line tells them apart.
+        h("td", { class: "name", "data-col": "name",
+          text: f.line && f.name.endsWith("{closure}") ? `${f.name}:${f.line}` : f.name,
+          title: `component ${f.component}` }),
         h("td", { class: "object", "data-col": "object", text: f.object || "–", title: f.object || null }),
         h("td", { "data-col": "self", text: pct(f.self_samples), title: `${fmtInt(f.self_samples)} samples` }),
         h("td", { "data-col": "inclusive", text: pct(f.inclusive_samples), title: `${fmtInt(f.inclusive_samples)} samples` }))));
