@@ -90,7 +90,7 @@ fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> an
         for t in &taps {
             let out = stacks::path_for(path, t.tap, taps.len() > 1);
             let bytes = render(render_kind, t)?;
-            stacks::write_atomically(&out, &bytes)?;
+            super::file::write_atomically(&out, &bytes)?;
             eprintln!(
                 "wrote the {what} of {} ({} samples) to {}",
                 t.describe(),

@@ -14,6 +14,7 @@ pub mod commands;
 pub mod compare;
 pub mod compare_table;
 pub mod dataset;
+pub mod file;
 pub mod headline;
 pub mod http;
 pub mod inside;

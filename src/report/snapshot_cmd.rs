@@ -41,8 +41,7 @@ pub fn admin_urls(from: &str) -> anyhow::Result<(Url, Url)> {
     Ok((url, reset))
 }
 
-/// Fetches the snapshot, writes it to `out` (via a temporary file beside it, so that an
-/// interrupted save leaves no half file), then resets if asked. Exchanges that complete
+/// Fetches the snapshot, writes it to `out` (whole or not at all), then resets if asked. Exchanges that complete
 /// between the fetch and the reset are in neither run.
 pub fn save(from: &str, out: &Path, reset: bool) -> anyhow::Result<Saved> {
     let (snapshot_url, reset_url) = admin_urls(from)?;
@@ -52,10 +51,7 @@ pub fn save(from: &str, out: &Path, reset: bool) -> anyhow::Result<Saved> {
     let value: serde_json::Value = serde_json::from_str(text)?;
     let mut pretty = serde_json::to_string_pretty(&value)?;
     pretty.push('\n');
-    let tmp = out.with_extension("json.partial");
-    std::fs::write(&tmp, pretty).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, out)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
+    super::file::write_atomically(out, pretty.as_bytes())?;
     let exchanges = snap
         .taps
         .values()
