@@ -166,16 +166,7 @@ impl UpstreamSnapshot {
 /// Two windows of the same tap (snapshots of several runs) as one: times, counts and
 /// samples add up; the later one names the process.
 pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
-    let samples = match (a.samples, &b.samples) {
-        (None, None) => None,
-        (x, y) => {
-            let mut m = x.unwrap_or_default();
-            for (k, v) in y.iter().flatten() {
-                *m.entry(k.clone()).or_default() += v;
-            }
-            Some(m)
-        }
-    };
+    let samples = add_maps(a.samples, b.samples.as_ref());
     let top_symbols = match (a.top_symbols, &b.top_symbols) {
         (None, None) => None,
         (x, y) => {
