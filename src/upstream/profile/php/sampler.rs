@@ -51,6 +51,13 @@ const MAX_STACKS: usize = 64 * 1024;
 #[derive(Clone, Debug, Default)]
 pub struct PhpStacks {
     stacks: Vec<(Vec<PhpFrame>, u64)>,
+    counts: Counts,
+}
+
+/// The sampler's own counters, as the thread keeps them and as `collect` hands them on
+/// (the accessors of [`PhpStacks`] say what each means).
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
     truncated: u64,
     ticks: u64,
     off_cpu: u64,
@@ -72,7 +79,7 @@ impl PhpStacks {
     /// samples of new stacks past the bound on distinct stacks per collect (64 Ki), which
     /// count as the stack `[truncated]` alone.
     pub fn truncated(&self) -> u64 {
-        self.truncated
+        self.counts.truncated
     }
 
     /// On-CPU samples (the sum of the counts; 0 once taken).
@@ -82,39 +89,39 @@ impl PhpStacks {
 
     /// Ticks in the period, on CPU or not.
     pub fn ticks(&self) -> u64 {
-        self.ticks
+        self.counts.ticks
     }
 
     /// Ticks at which the PHP thread was not on CPU (no stack read).
     pub fn off_cpu(&self) -> u64 {
-        self.off_cpu
+        self.counts.off_cpu
     }
 
     /// On-CPU ticks whose stack could not be read at all (the process exiting, or its
     /// memory changing under the read).
     pub fn errors(&self) -> u64 {
-        self.errors
+        self.counts.errors
     }
 
     /// Ticks skipped because the sampler fell behind.
     pub fn missed(&self) -> u64 {
-        self.missed
+        self.counts.missed
     }
 
     /// process_vm_readv calls made (the cost of the samples).
     pub fn reads(&self) -> u64 {
-        self.reads
+        self.counts.reads
     }
 
     /// Walks that read a stack torn by the running process and were tried again (a
     /// sample whose every attempt was torn counts in [`PhpStacks::errors`]).
     pub fn torn(&self) -> u64 {
-        self.torn
+        self.counts.torn
     }
 
     /// Whether the PHP thread has exited (the sampler stopped).
     pub fn ended(&self) -> bool {
-        self.ended
+        self.counts.ended
     }
 }
 
@@ -153,14 +160,7 @@ impl std::hash::Hash for Walked {
 struct Tally {
     /// Leaf first, as walked (reversed once per collect, not per sample).
     stacks: HashMap<Walked, u64>,
-    truncated: u64,
-    ticks: u64,
-    off_cpu: u64,
-    errors: u64,
-    missed: u64,
-    reads: u64,
-    torn: u64,
-    ended: bool,
+    counts: Counts,
 }
 
 struct Shared {
@@ -296,14 +296,7 @@ impl PhpSampler {
         let stacks = merged.into_iter().collect();
         PhpStacks {
             stacks,
-            truncated: tally.truncated,
-            ticks: tally.ticks,
-            off_cpu: tally.off_cpu,
-            errors: tally.errors,
-            missed: tally.missed,
-            reads: tally.reads,
-            torn: tally.torn,
-            ended: tally.ended,
+            counts: tally.counts,
         }
     }
 
@@ -391,11 +384,11 @@ impl Sampling {
         }
         let walked = on_cpu.then(|| self.walker.walk(target.pid, &mut self.stack));
         let mut tally = lock(&shared.tally);
-        tally.ticks += ticks;
-        tally.missed += missed;
+        tally.counts.ticks += ticks;
+        tally.counts.missed += missed;
         match walked {
-            None => tally.off_cpu += 1,
-            Some(Err(_)) => tally.errors += weight,
+            None => tally.counts.off_cpu += 1,
+            Some(Err(_)) => tally.counts.errors += weight,
             Some(Ok(cut)) => {
                 // On CPU with no PHP frame: the engine starting, compiling the script,
                 // or an FPM worker between requests. Its own stack, so that the shares
@@ -404,7 +397,7 @@ impl Sampling {
                     self.stack.push(self.no_code.clone());
                 }
                 if cut {
-                    tally.truncated += weight;
+                    tally.counts.truncated += weight;
                     self.stack.push(self.truncated_root.clone());
                 }
                 // The lookup borrows the walk's buffer; only a new stack is copied.
@@ -417,7 +410,7 @@ impl Sampling {
                     self.stack = key.0;
                 } else {
                     self.stack = key.0;
-                    tally.truncated += weight;
+                    tally.counts.truncated += weight;
                     *tally
                         .stacks
                         .entry(Walked(vec![self.truncated_root.clone()]))
@@ -426,9 +419,9 @@ impl Sampling {
             }
         }
         let now_reads = self.walker.reads();
-        tally.reads += now_reads - self.reads;
+        tally.counts.reads += now_reads - self.reads;
         self.reads = now_reads;
-        tally.torn += self.walker.torn - self.torn;
+        tally.counts.torn += self.walker.torn - self.torn;
         self.torn = self.walker.torn;
     }
 }
@@ -459,7 +452,7 @@ fn run_timer(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) 
             break;
         }
         let Some(state) = alive_state(&stat, &mut buf) else {
-            lock(&shared.tally).ended = true;
+            lock(&shared.tally).counts.ended = true;
             break;
         };
         sampling.sample(shared, target, state == b'R', 1, 1 + missed, missed);
@@ -504,11 +497,11 @@ fn run_cpu_paced(shared: &Shared, target: &PhpTarget, mut clock: perf_event::Sam
         if periods == 0 {
             // Idle, or gone: an exited thread writes no more records.
             if alive_state(&stat, &mut buf).is_none() {
-                lock(&shared.tally).ended = true;
+                lock(&shared.tally).counts.ended = true;
                 break;
             }
             if lost > 0 {
-                lock(&shared.tally).missed += lost;
+                lock(&shared.tally).counts.missed += lost;
             }
             continue;
         }
