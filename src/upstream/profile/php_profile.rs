@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::php::{self, PhpFrame, PhpSampler};
 use super::{sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples};
-use crate::upstream::snapshot::{Frame, Stack, Stacks};
+use crate::upstream::snapshot::{Frame, Stack, Stacks, TRUNCATED};
 
 /// `ProfileDelta::frames` of PHP stacks.
 pub const PHP_FRAMES: &str = "php";
@@ -23,9 +23,29 @@ pub const PHP_FRAMES: &str = "php";
 const NO_PHP_CODE: &str = "[no PHP code]";
 const ENGINE_COMPONENT: &str = "php_engine";
 
+/// The component of one of the sampler's marker frames (built into no script), or `None`
+/// for a function. `[truncated]` stands for frames that were not read and belongs to no
+/// component: it counts in no inclusive share, and a sample that is nothing but it (past
+/// the sampler's bound on distinct stacks) counts under its own name.
+fn marker_component(frame: &PhpFrame) -> Option<&'static str> {
+    if !frame.file.is_empty() {
+        return None;
+    }
+    match &*frame.function {
+        NO_PHP_CODE => Some(ENGINE_COMPONENT),
+        TRUNCATED => Some(""),
+        _ => None,
+    }
+}
+
 /// Samples one PHP process by PHP function.
 pub struct PhpProfiler {
     sampler: PhpSampler,
+    folder: Folder,
+}
+
+/// Folds PHP stacks through the rules.
+struct Folder {
     rules: ComponentRules,
     /// Component of each (function, file), so each regex runs once per function.
     components: HashMap<(Arc<str>, Arc<str>), Arc<str>>,
@@ -45,8 +65,10 @@ impl PhpProfiler {
         let sampler = PhpSampler::start(target, frequency_hz).map_err(ProfileError::Php)?;
         Ok(Some(PhpProfiler {
             sampler,
-            rules,
-            components: HashMap::new(),
+            folder: Folder {
+                rules,
+                components: HashMap::new(),
+            },
         }))
     }
 
@@ -60,9 +82,11 @@ impl PhpProfiler {
         let mut taken = self.sampler.collect();
         let truncated = taken.truncated();
         let stacks = taken.take();
-        self.fold(&stacks, truncated)
+        self.folder.fold(&stacks, truncated)
     }
+}
 
+impl Folder {
     fn component(&mut self, frame: &PhpFrame) -> Arc<str> {
         let key = (frame.function.clone(), frame.file.clone());
         if let Some(c) = self.components.get(&key) {
@@ -73,12 +97,12 @@ impl PhpProfiler {
         if self.components.len() > 1 << 16 {
             self.components.clear();
         }
-        let c: Arc<str> = if &*frame.function == NO_PHP_CODE && frame.file.is_empty() {
-            ENGINE_COMPONENT.into()
-        } else {
-            self.rules
+        let c: Arc<str> = match marker_component(frame) {
+            Some(marker) => marker.into(),
+            None => self
+                .rules
                 .php_component(&frame.function, &frame.file)
-                .into()
+                .into(),
         };
         self.components.insert(key, c.clone());
         c
@@ -98,7 +122,10 @@ impl PhpProfiler {
         for (frames, n) in taken {
             let n = *n;
             let Some(leaf) = frames.last() else { continue };
-            let own = self.component(leaf);
+            let mut own = self.component(leaf);
+            if own.is_empty() {
+                own = TRUNCATED.into();
+            }
             *by_component.entry(own.clone()).or_insert(0) += n;
             *symbols
                 .entry([leaf.function.clone(), leaf.file.clone(), own])
@@ -114,11 +141,7 @@ impl PhpProfiler {
                         stacks.frames.push(Frame {
                             name: frame.function.to_string(),
                             object: frame.file.to_string(),
-                            component: if &*frame.function == crate::upstream::snapshot::TRUNCATED {
-                                String::new()
-                            } else {
-                                component.to_string()
-                            },
+                            component: component.to_string(),
                             line: (frame.line > 0).then_some(frame.line),
                         });
                         index.insert(frame, id);
@@ -126,9 +149,7 @@ impl PhpProfiler {
                     }
                 };
                 ids.push(id);
-                if &*frame.function != crate::upstream::snapshot::TRUNCATED
-                    && !seen.contains(&component)
-                {
+                if !component.is_empty() && !seen.contains(&component) {
                     seen.push(component);
                 }
             }
@@ -158,5 +179,61 @@ impl PhpProfiler {
             stacks,
             frames: Some(PHP_FRAMES),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, file: &str) -> PhpFrame {
+        PhpFrame {
+            function: function.into(),
+            file: file.into(),
+            line: u32::from(!file.is_empty()),
+        }
+    }
+
+    #[test]
+    fn self_inclusive_and_the_markers() {
+        let mut folder = Folder {
+            rules: ComponentRules::new(&[]).unwrap(),
+            components: HashMap::new(),
+        };
+        let main = frame("{main}", "/srv/index.php");
+        let parse = frame(
+            r"Amp\Http\Http1\Rfc7230::parseHeaders",
+            "/srv/vendor/amphp/http/src/Rfc7230.php",
+        );
+        let delta = folder.fold(
+            &[
+                (
+                    vec![main.clone(), parse.clone(), frame("preg_match", "")],
+                    30,
+                ),
+                (vec![main.clone(), frame("fwrite", "")], 60),
+                (vec![frame(TRUNCATED, ""), parse, frame("strlen", "")], 5),
+                (vec![frame(NO_PHP_CODE, "")], 3),
+                (vec![frame(TRUNCATED, "")], 2),
+            ],
+            7,
+        );
+        let get = |v: &[(String, u64)], c: &str| v.iter().find(|(k, _)| k == c).map(|(_, n)| *n);
+        assert_eq!(get(&delta.by_component, "regex"), Some(30));
+        assert_eq!(get(&delta.by_component, "stream_io"), Some(60));
+        assert_eq!(get(&delta.by_component, "php_builtin"), Some(5));
+        assert_eq!(get(&delta.by_component, ENGINE_COMPONENT), Some(3));
+        assert_eq!(get(&delta.by_component, TRUNCATED), Some(2));
+        assert_eq!(delta.total(), 100, "every sample counts once as self");
+        assert_eq!(get(&delta.inclusive, "http_parser"), Some(35));
+        assert_eq!(get(&delta.inclusive, "index.php"), Some(90));
+        assert_eq!(
+            get(&delta.inclusive, ""),
+            None,
+            "the marker is no component"
+        );
+        assert_eq!(delta.stacks.total(), 100);
+        assert_eq!(delta.stacks.truncated_samples, 7);
+        assert_eq!(delta.frames, Some(PHP_FRAMES));
     }
 }
