@@ -6,6 +6,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::account::{ProcessInfo, Totals};
+pub use super::stacks::{
+    sort_functions, Frame, FunctionSnapshot, Stack, Stacks, MAX_STACKS, OTHER_STACKS,
+    TOP_FUNCTIONS, TRUNCATED,
+};
 
 /// What the tap's upstream process did since the snapshot's `since`. Seconds and counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,69 +66,6 @@ pub struct UpstreamSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frequency_hz: Option<u32>,
 }
-
-/// One function's samples: `self_samples` with it as the leaf, `inclusive_samples` with
-/// it anywhere on the stack (a recursive function counts once per sample).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FunctionSnapshot {
-    pub name: String,
-    pub object: String,
-    pub component: String,
-    pub self_samples: u64,
-    pub inclusive_samples: u64,
-    /// A PHP function's first line: it tells apart closures of one file, which PHP names
-    /// alike (`Ns\{closure}`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-}
-
-/// A frame of a sampled stack: a function, the object it lies in, and the component its
-/// own rule gives it.
-///
-/// Native frames: `name` is the symbol (`http_parser_execute`, `[unknown]`), `object` the
-/// file name of the mapping (`webdis`, `libc.so.6`, `[kernel]`). PHP frames: `name` as
-/// PHP prints it (`Amp\Http\Http1\Rfc7230::parseHeaders`, `{closure}`, `fwrite`),
-/// `object` the defining script's path (empty for a function built into PHP), `line` the
-/// line the function starts on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Frame {
-    pub name: String,
-    pub object: String,
-    pub component: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-}
-
-/// The stacks sampled in a window: a frame table and the distinct stacks as indices into
-/// it, **root first**, each with its samples. At most [`MAX_STACKS`] stacks are kept: the
-/// samples of the rest are one stack of the single frame [`OTHER_STACKS`], so the samples
-/// still add up to the window's total.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stacks {
-    pub frames: Vec<Frame>,
-    pub stacks: Vec<Stack>,
-    /// Samples whose stack could not be followed to its root (the copied stack ran out,
-    /// or no unwind information covered a frame): their stacks start at the frame
-    /// [`TRUNCATED`], and the callers they lost are missing from the inclusive counts.
-    #[serde(default)]
-    pub truncated_samples: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stack {
-    /// Indices into [`Stacks::frames`], root first, leaf last.
-    pub frames: Vec<u32>,
-    pub samples: u64,
-}
-
-/// Functions kept in a snapshot's `functions`.
-pub const TOP_FUNCTIONS: usize = 50;
-/// Distinct stacks kept in a snapshot's `stacks`.
-pub const MAX_STACKS: usize = 5000;
-/// The frame that stands for the stacks beyond [`MAX_STACKS`].
-pub const OTHER_STACKS: &str = "[other stacks]";
-/// The root frame of a stack that could not be followed to its root.
-pub const TRUNCATED: &str = "[truncated]";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SymbolSnapshot {
@@ -291,70 +232,6 @@ fn merge_functions(
     sort_functions(&mut v);
     v.truncate(TOP_FUNCTIONS);
     Some(v)
-}
-
-/// Most inclusive samples first, then most self samples, then by name.
-pub fn sort_functions(v: &mut [FunctionSnapshot]) {
-    v.sort_by(|x, y| {
-        y.inclusive_samples
-            .cmp(&x.inclusive_samples)
-            .then(y.self_samples.cmp(&x.self_samples))
-            .then_with(|| x.name.cmp(&y.name))
-            .then_with(|| x.object.cmp(&y.object))
-    });
-}
-
-impl Stacks {
-    /// All samples of all stacks.
-    pub fn total(&self) -> u64 {
-        self.stacks.iter().map(|s| s.samples).sum()
-    }
-
-    /// The frames of a stack, root first (an index out of the table is skipped).
-    pub fn frames_of<'a>(&'a self, stack: &'a Stack) -> impl Iterator<Item = &'a Frame> + 'a {
-        stack
-            .frames
-            .iter()
-            .filter_map(|&i| self.frames.get(i as usize))
-    }
-
-    /// Adds `other`'s stacks to these, frames matched by value.
-    pub fn merge(&mut self, other: &Stacks) {
-        let mut index: std::collections::HashMap<Frame, u32> = self
-            .frames
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.clone(), i as u32))
-            .collect();
-        let mut by_frames: std::collections::HashMap<Vec<u32>, usize> = self
-            .stacks
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.frames.clone(), i))
-            .collect();
-        for stack in &other.stacks {
-            let frames: Vec<u32> = other
-                .frames_of(stack)
-                .map(|f| {
-                    *index.entry(f.clone()).or_insert_with(|| {
-                        self.frames.push(f.clone());
-                        (self.frames.len() - 1) as u32
-                    })
-                })
-                .collect();
-            match by_frames.get(&frames) {
-                Some(&i) => self.stacks[i].samples += stack.samples,
-                None => {
-                    by_frames.insert(frames.clone(), self.stacks.len());
-                    self.stacks.push(Stack {
-                        frames,
-                        samples: stack.samples,
-                    });
-                }
-            }
-        }
-        self.truncated_samples += other.truncated_samples;
-    }
 }
 
 /// Symbols kept in a snapshot.

@@ -1,18 +1,119 @@
-//! The call stacks of one snapshot window: what the sampler's deltas add up to, the top
-//! functions with their self and inclusive samples, and the bounded `stacks` a snapshot
-//! carries (docs/metrics.md).
+//! Call stacks as the snapshot carries them (`frames`, `functions`, `stacks`:
+//! docs/metrics.md), and the one way they are added up: [`StackWindow`], which a tap's
+//! window accumulates the sampler's deltas in and which [`Stacks::merge`] merges
+//! snapshots through. It gives the top functions with their self and inclusive samples
+//! and the bounded `stacks` a snapshot carries.
 
 use std::collections::HashMap;
 
-use super::snapshot::{
-    sort_functions, Frame, FunctionSnapshot, Stack, Stacks, MAX_STACKS, OTHER_STACKS, TOP_FUNCTIONS,
-};
+use serde::{Deserialize, Serialize};
+
+/// One function's samples: `self_samples` with it as the leaf, `inclusive_samples` with
+/// it anywhere on the stack (a recursive function counts once per sample).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionSnapshot {
+    pub name: String,
+    pub object: String,
+    pub component: String,
+    pub self_samples: u64,
+    pub inclusive_samples: u64,
+    /// A PHP function's first line: it tells apart closures of one file, which PHP names
+    /// alike (`Ns\{closure}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// A frame of a sampled stack: a function, the object it lies in, and the component its
+/// own rule gives it.
+///
+/// Native frames: `name` is the symbol (`http_parser_execute`, `[unknown]`), `object` the
+/// file name of the mapping (`webdis`, `libc.so.6`, `[kernel]`). PHP frames: `name` as
+/// PHP prints it (`Amp\Http\Http1\Rfc7230::parseHeaders`, `{closure}`, `fwrite`),
+/// `object` the defining script's path (empty for a function built into PHP), `line` the
+/// line the function starts on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Frame {
+    pub name: String,
+    pub object: String,
+    pub component: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// The stacks sampled in a window: a frame table and the distinct stacks as indices into
+/// it, **root first**, each with its samples. At most [`MAX_STACKS`] stacks are kept: the
+/// samples of the rest are one stack of the single frame [`OTHER_STACKS`], so the samples
+/// still add up to the window's total.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stacks {
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Stack>,
+    /// Samples whose stack could not be followed to its root (the copied stack ran out,
+    /// or no unwind information covered a frame): their stacks start at the frame
+    /// [`TRUNCATED`], and the callers they lost are missing from the inclusive counts.
+    #[serde(default)]
+    pub truncated_samples: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stack {
+    /// Indices into [`Stacks::frames`], root first, leaf last.
+    pub frames: Vec<u32>,
+    pub samples: u64,
+}
+
+/// Functions kept in a snapshot's `functions`.
+pub const TOP_FUNCTIONS: usize = 50;
+/// Distinct stacks kept in a snapshot's `stacks`.
+pub const MAX_STACKS: usize = 5000;
+/// The frame that stands for the stacks beyond [`MAX_STACKS`].
+pub const OTHER_STACKS: &str = "[other stacks]";
+/// The root frame of a stack that could not be followed to its root.
+pub const TRUNCATED: &str = "[truncated]";
+
+/// Most inclusive samples first, then most self samples, then by name.
+pub fn sort_functions(v: &mut [FunctionSnapshot]) {
+    v.sort_by(|x, y| {
+        y.inclusive_samples
+            .cmp(&x.inclusive_samples)
+            .then(y.self_samples.cmp(&x.self_samples))
+            .then_with(|| x.name.cmp(&y.name))
+            .then_with(|| x.object.cmp(&y.object))
+    });
+}
+
+impl Stacks {
+    /// All samples of all stacks.
+    pub fn total(&self) -> u64 {
+        self.stacks.iter().map(|s| s.samples).sum()
+    }
+
+    /// The frames of a stack, root first (an index out of the table is skipped).
+    pub fn frames_of<'a>(&'a self, stack: &'a Stack) -> impl Iterator<Item = &'a Frame> + 'a {
+        stack
+            .frames
+            .iter()
+            .filter_map(|&i| self.frames.get(i as usize))
+    }
+
+    /// Adds `other`'s stacks to these, frames matched by value (through a
+    /// [`StackWindow`], so past its bound the smallest stacks fold into
+    /// [`OTHER_STACKS`]); the result is largest first.
+    pub fn merge(&mut self, other: &Stacks) {
+        let mut window = StackWindow::default();
+        window.add(self);
+        window.add(other);
+        *self = window.bounded(usize::MAX);
+    }
+}
 
 /// Past this many distinct stacks the window keeps its largest [`MAX_STACKS`] and folds
 /// the samples of the others into one [`OTHER_STACKS`] stack, so a window that is never
 /// reset stays bounded; the functions' counts then miss those samples' frames.
 const COMPACT_AT: usize = 4 * MAX_STACKS;
 
+/// A window's stacks as they are added up: frames found by value, stacks by their
+/// frames.
 #[derive(Default)]
 pub(crate) struct StackWindow {
     frames: Vec<Frame>,
@@ -128,10 +229,16 @@ impl StackWindow {
     /// The window's stacks for a snapshot: the [`MAX_STACKS`] largest, the others as one
     /// [`OTHER_STACKS`] stack, and a frame table of the frames they use.
     pub fn snapshot(&self) -> Stacks {
+        self.bounded(MAX_STACKS)
+    }
+
+    /// The `max` largest stacks, the others as one [`OTHER_STACKS`] stack, and a frame
+    /// table of the frames they use.
+    fn bounded(&self, max: usize) -> Stacks {
         let mut all: Vec<(&[u32], u64)> = self.stacks.iter().map(|(k, &n)| (&**k, n)).collect();
         all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-        let rest: u64 = all.iter().skip(MAX_STACKS).map(|(_, n)| n).sum();
-        all.truncate(MAX_STACKS);
+        let rest: u64 = all.iter().skip(max).map(|(_, n)| n).sum();
+        all.truncate(max);
         let mut out = Stacks {
             truncated_samples: self.truncated,
             ..Stacks::default()
