@@ -465,6 +465,61 @@ fn shares_agree_with_excimer() {
         String::from_utf8_lossy(&modules.stdout).contains("excimer"),
         "the excimer extension is missing: run scripts/test, which installs php-excimer"
     );
+    // Excimer is the reference, but on a machine whose load comes and goes its own
+    // reading can stray from what the script measured (its timer signal is served at the
+    // next VM interrupt check). A round where Excimer itself is off the truth by more than
+    // the tolerance says nothing of ours: it is taken again, up to three times.
+    let mut strayed = Vec::new();
+    for _ in 0..3 {
+        let round = excimer_round();
+        let (ours, excimer, truth) = (round.ours, round.excimer, round.truth);
+        let rest = |(a, b): (f64, f64)| 100.0 - a - b;
+        println!(
+            "Excimer ({} samples) parseHead {:.1}%, query {:.1}%, rest {:.1}%; \
+             ours parseHead {:.1}%, query {:.1}%, rest {:.1}%; measured {:.1}% / {:.1}%",
+            round.excimer_samples,
+            excimer.0,
+            excimer.1,
+            rest(excimer),
+            ours.0,
+            ours.1,
+            rest(ours),
+            truth.0,
+            truth.1,
+        );
+        if (excimer.0 - truth.0).abs() > TOLERANCE || (excimer.1 - truth.1).abs() > TOLERANCE {
+            strayed.push(excimer);
+            continue;
+        }
+        for (name, a, b) in [
+            ("parseHead", ours.0, excimer.0),
+            ("query", ours.1, excimer.1),
+            ("rest", rest(ours), rest(excimer)),
+        ] {
+            assert!(
+                (a - b).abs() <= TOLERANCE,
+                "{name}: ours {a:.1}%, Excimer {b:.1}%\n{}",
+                round.stacks
+            );
+        }
+        return;
+    }
+    panic!("in three rounds Excimer never read within {TOLERANCE} points of the measured truth: {strayed:?}");
+}
+
+/// One round of the comparison: the fixture under load with Excimer running in it and
+/// our sampler beside it.
+struct ExcimerRound {
+    /// (parseHead, query) inclusive, in percent.
+    ours: (f64, f64),
+    excimer: (f64, f64),
+    truth: (f64, f64),
+    excimer_samples: u64,
+    /// Our top stacks, for a failure message.
+    stacks: String,
+}
+
+fn excimer_round() -> ExcimerRound {
     let excimer_out = tempfile::Builder::new()
         .prefix("excimer-")
         .tempdir()
@@ -517,37 +572,18 @@ fn shares_agree_with_excimer() {
     for (n, stack) in lines.iter().take(10) {
         println!("excimer {n:6} {stack}");
     }
-    let excimer = (
-        100.0 * parse_n as f64 / total as f64,
-        100.0 * query_n as f64 / total as f64,
-    );
-    let ours = (
-        inclusive(&sampled.stacks, PARSE),
-        inclusive(&sampled.stacks, QUERY),
-    );
-    let rest = |(a, b): (f64, f64)| 100.0 - a - b;
-    println!(
-        "Excimer ({total} samples) parseHead {:.1}%, query {:.1}%, rest {:.1}%; \
-         ours parseHead {:.1}%, query {:.1}%, rest {:.1}%; measured {:.1}% / {:.1}%",
-        excimer.0,
-        excimer.1,
-        rest(excimer),
-        ours.0,
-        ours.1,
-        rest(ours),
-        sampled.truth.0,
-        sampled.truth.1,
-    );
-    for (name, a, b) in [
-        ("parseHead", ours.0, excimer.0),
-        ("query", ours.1, excimer.1),
-        ("rest", rest(ours), rest(excimer)),
-    ] {
-        assert!(
-            (a - b).abs() <= TOLERANCE,
-            "{name}: ours {a:.1}%, Excimer {b:.1}%\n{}",
-            show(&sampled.stacks, 8)
-        );
+    ExcimerRound {
+        ours: (
+            inclusive(&sampled.stacks, PARSE),
+            inclusive(&sampled.stacks, QUERY),
+        ),
+        excimer: (
+            100.0 * parse_n as f64 / total as f64,
+            100.0 * query_n as f64 / total as f64,
+        ),
+        truth: sampled.truth,
+        excimer_samples: total,
+        stacks: show(&sampled.stacks, 8),
     }
 }
 
