@@ -413,8 +413,10 @@ pub struct BurnUpstream {
     _dir: TempDir,
 }
 
-/// Compiles the fixture once per test binary; several binaries may race, so each builds
-/// to its own file and renames it into place.
+/// Compiles the fixture once per test binary, unless a build newer than the source is
+/// there already: replacing the file under a running upstream would leave a profiler
+/// that names frames by path (`perf report`) reading another build's symbols. Several
+/// binaries may race, so each builds to its own file and renames it into place.
 pub fn burn_upstream_binary() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
@@ -423,6 +425,12 @@ pub fn burn_upstream_binary() -> PathBuf {
             let source =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/burn-upstream.c");
             let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("burn-upstream");
+            let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+            if let (Some(built), Some(written)) = (modified(&out), modified(&source)) {
+                if built >= written {
+                    return out;
+                }
+            }
             let staging = out.with_extension(format!("tmp{}", std::process::id()));
             let status = Command::new(gcc)
                 .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
