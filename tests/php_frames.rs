@@ -739,7 +739,7 @@ fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
         String::from_utf8_lossy(&report.stderr)
     );
     assert!(
-        text.contains("with all they call (php call stacks)"),
+        text.contains("with all they call (php call stacks"),
         "{text}"
     );
     assert!(text.contains("of its CPU with all it calls"), "{text}");

@@ -646,7 +646,7 @@ fn call_stacks_credit_the_parser_with_the_helper_it_calls() {
     );
     let text = report_text(&proxy, &[]);
     assert!(
-        text.contains("with all they call (native call stacks)"),
+        text.contains("with all they call (native call stacks"),
         "{text}"
     );
     assert!(text.contains("of its CPU with all it calls"), "{text}");
