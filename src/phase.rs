@@ -27,10 +27,14 @@ pub enum Phase {
     /// The part of `backend` the matched Redis command spent queued behind earlier
     /// replies on its connection (the RESP tap's `queue`).
     BackendQueue,
+    /// The longest pause between two reads of one response, inside `upstream_recv`: what
+    /// a response written in pieces waited between them (Nagle's algorithm against a
+    /// delayed ACK shows here as ~40 ms).
+    UpstreamRecvGap,
 }
 
 impl Phase {
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 16;
 
     /// Every phase, in timeline order (the derived ones last). This is also the order
     /// readers show them in: the text report, the SVG and (through the snapshot's
@@ -52,6 +56,7 @@ impl Phase {
         Phase::Backend,
         Phase::BackendOut,
         Phase::BackendQueue,
+        Phase::UpstreamRecvGap,
     ];
 
     /// The phase this one lies inside, for those that are not laid end to end along the
@@ -61,7 +66,7 @@ impl Phase {
     pub const fn within(self) -> Option<Phase> {
         match self {
             Phase::Parse => Some(Phase::ClientRecv),
-            Phase::ResponseParse => Some(Phase::UpstreamRecv),
+            Phase::ResponseParse | Phase::UpstreamRecvGap => Some(Phase::UpstreamRecv),
             Phase::BackendIn | Phase::Backend | Phase::BackendOut => Some(Phase::UpstreamWait),
             Phase::BackendQueue => Some(Phase::Backend),
             _ => None,
@@ -86,6 +91,7 @@ impl Phase {
             Phase::Backend => "backend",
             Phase::BackendOut => "backend_out",
             Phase::BackendQueue => "backend_queue",
+            Phase::UpstreamRecvGap => "upstream_recv_gap",
         }
     }
 

@@ -144,3 +144,58 @@ async fn sequential_phases_add_up_to_total_for_small_responses() {
         assert!(ph.get(Phase::UpstreamWait).unwrap() >= MS);
     }
 }
+
+/// A response written in two pieces 30 ms apart (as a server without `TCP_NODELAY` ends
+/// up sending one) has `upstream_recv_gap`, the pause between its reads, inside
+/// `upstream_recv`; a response written in one piece has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pause_between_two_pieces_of_a_response_is_its_recv_gap() {
+    const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n";
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let held_up = held.clone();
+    let (up, _) = upstream(move |mut c| {
+        let held = held_up.clone();
+        async move {
+            let mut n = 0;
+            while c.read_head().await {
+                n += 1;
+                if n % 2 == 0 {
+                    c.write(OK).await;
+                    continue;
+                }
+                c.write(HEAD).await;
+                let start = std::time::Instant::now();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                held.lock().unwrap().push(start.elapsed().as_nanos() as u64);
+                c.write(b"ok").await;
+            }
+        }
+    })
+    .await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    for _ in 0..6 {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read_n(&mut s, OK.len()).await, OK);
+    }
+    let ex = p.capture.wait_exchanges(6).await;
+    let held = held.lock().unwrap().clone();
+    for (i, e) in ex.iter().enumerate() {
+        let gap = e.phases.get(Phase::UpstreamRecvGap);
+        if i % 2 == 1 {
+            assert_eq!(gap, None, "exchange {i}: a response read in one piece");
+            continue;
+        }
+        let (gap, recv) = (gap.unwrap(), e.phases.get(Phase::UpstreamRecv).unwrap());
+        let truth = held[i / 2];
+        // Exact by construction: the pause lies between two reads of the response. Its
+        // length is the upstream's own pause, give or take how late each read returned.
+        assert!(gap <= recv, "exchange {i}: gap {gap} ns > upstream_recv {recv} ns");
+        assert!(
+            gap >= truth / 2,
+            "exchange {i}: gap {gap} ns for an upstream that paused {truth} ns"
+        );
+    }
+}

@@ -62,6 +62,10 @@ pub struct Exchange {
     /// With [`Wait::Behind`]: the upstream was done with the previous exchange's response,
     /// so its work on this one could begin.
     pub t_up_free: Tick,
+    /// The longest pause between two reads of the final response: the read before it and
+    /// the read after it returned (HTTP; 0 when the response came in one read).
+    pub t_gap_start: Tick,
+    pub t_gap_end: Tick,
     /// The response has no head to parse (a RESP reply is framed, and its framing is not
     /// timed): there is no `response_parse`.
     pub headless: bool,
@@ -119,6 +123,10 @@ impl Exchange {
         set(
             Phase::UpstreamRecv,
             span(self.t_resp_first, self.t_resp_last),
+        );
+        set(
+            Phase::UpstreamRecvGap,
+            span(self.t_gap_start, self.t_gap_end),
         );
         if self.t_resp_first != 0 && !self.headless {
             set(Phase::ResponseParse, Some(self.response_parse_ns));

@@ -26,6 +26,9 @@ pub(super) struct ResponseProgress {
     scanner: ResponseScanner,
     /// The tick of the read that brought the first byte of the head being scanned.
     head_first: Tick,
+    /// The tick of the last read that brought bytes of the final response (0 before it
+    /// began): the start of the pause the next read ends (`upstream_recv_gap`).
+    last_read: Tick,
     parse_ns: u64,
     head: Option<ResponseHead>,
     body: BodyFramer,
@@ -43,6 +46,7 @@ impl ResponseProgress {
             upgrade_asked: head.upgrade,
             scanner: ResponseScanner::new(),
             head_first: 0,
+            last_read: 0,
             parse_ns: 0,
             head: None,
             body: BodyFramer::new(BodyKind::None),
@@ -85,6 +89,7 @@ impl ResponseProgress {
     ) -> Result<usize, ErrorKind> {
         let mut used = 0;
         self.interim_in_batch = 0;
+        self.pause_ended(t, ex);
         while used < fresh.len() && !self.done {
             let rest = &fresh[used..];
             if self.head.is_none() {
@@ -144,6 +149,26 @@ impl ResponseProgress {
                 }
             }
         }
+        // The final response has begun once its head has (a read of interim responses
+        // only is not part of it).
+        self.last_read = if self.head.is_some() || self.head_first != 0 {
+            t
+        } else {
+            0
+        };
         Ok(used)
+    }
+
+    /// A read of the final response returned at `t`: the pause since the previous one is
+    /// the exchange's longest so far or not. Two comparisons per read, no clock read: a
+    /// response read in one go never gets here with a previous read.
+    #[inline]
+    fn pause_ended(&self, t: Tick, ex: &mut Exchange) {
+        if self.last_read != 0
+            && t.saturating_sub(self.last_read) > ex.t_gap_end.saturating_sub(ex.t_gap_start)
+        {
+            ex.t_gap_start = self.last_read;
+            ex.t_gap_end = t;
+        }
     }
 }

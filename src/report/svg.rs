@@ -75,6 +75,7 @@ const PALETTE: [RGBColor; Phase::COUNT] = [
     RGBColor(0x6b, 0x3f, 0xa0), // backend: purple
     RGBColor(0x9c, 0x3d, 0x6b), // backend_out: plum
     RGBColor(0x2e, 0x5e, 0x3a), // backend_queue: dark green
+    RGBColor(0x2f, 0x5f, 0x7f), // upstream_recv_gap: slate blue
 ];
 /// A phase this build does not know.
 const OTHER: RGBColor = RGBColor(0x59, 0x59, 0x59);

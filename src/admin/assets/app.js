@@ -39,6 +39,7 @@
     backend_out: "#b07aa1",
     upstream_recv: "#17a589",
     response_parse: "#c2185b",
+    upstream_recv_gap: "#2f5f7f",
     proxy_overhead: "#e15759",
     write: "#4e79a7",
     total: "#3a4150",
@@ -64,6 +65,7 @@
     backend_out: "Webdis turning the Redis reply into its HTTP response",
     upstream_recv: "first → last response byte from the upstream (overlaps write when streamed)",
     response_parse: "CPU time in the response-head parser",
+    upstream_recv_gap: "the longest pause between two reads of one response (Nagle's algorithm against a delayed ACK shows as ~40 ms)",
     proxy_overhead: "latency phasescope itself adds",
     write: "writing the response to the client",
     total: "first request byte → last response byte written: what the client saw",
@@ -79,6 +81,7 @@
     backend_out: "in upstream_wait",
     upstream_recv: "overlaps write",
     response_parse: "CPU",
+    upstream_recv_gap: "in upstream_recv",
   };
 
   const DECOMPOSITION = ["backend_in", "backend", "backend_out"];
