@@ -26,4 +26,5 @@ pub mod resp;
 pub mod rng;
 pub mod routes;
 mod sync;
+pub mod units;
 pub mod upstream;

@@ -29,7 +29,7 @@ pub mod source;
 pub mod stacks;
 pub mod svg;
 pub mod table;
-pub mod units;
+pub use crate::units;
 pub mod verdict;
 
 pub use args::{CompareArgs, ReportArgs, SnapshotArgs};

@@ -12,6 +12,7 @@ pub mod find;
 pub mod profile;
 pub mod snapshot;
 mod stacks;
+pub mod summary;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};

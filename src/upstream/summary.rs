@@ -1,0 +1,257 @@
+//! What a tap's upstream process did over a window, per request: its CPU, its wait for a
+//! CPU, where the CPU went (components, functions) and what a faster parser could save at
+//! most (docs/phases.md, docs/report.md). The report prints it, the findings reason
+//! over it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::UpstreamSnapshot;
+
+/// The component a faster parser would shrink.
+pub const PARSER: &str = "http_parser";
+/// The what-if factor when `--what-if` is not given.
+pub const DEFAULT_WHAT_IF: f64 = 2.0;
+
+/// One tap's upstream process over the report's window.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inside {
+    pub comm: String,
+    pub pid: Option<u32>,
+    pub threads: u64,
+    pub watched_seconds: f64,
+    pub restarts: u64,
+    pub requests: u64,
+    /// Per request, in seconds: thread-time divided by requests (docs/phases.md).
+    pub cpu_user: f64,
+    pub cpu_system: f64,
+    pub runqueue: f64,
+    /// Shares of the sampled CPU, largest first; empty when not profiled.
+    pub components: Vec<Component>,
+    /// What the call stacks' frames are (`native`, `php`); null without call stacks.
+    pub frames: Option<String>,
+    /// With call stacks: the functions with the most inclusive samples, with their self
+    /// and inclusive shares of all samples.
+    pub functions: Vec<Function>,
+    /// With call stacks: the fraction of samples whose stack was cut before its root.
+    pub truncated: Option<f64>,
+    /// The main binary has no symbol table: its own code (parser included) is one
+    /// component named after it.
+    pub stripped: bool,
+    pub what_if: Option<WhatIf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Component {
+    pub name: String,
+    /// How the report names it: `webdis (own code)`, `kernel network`.
+    pub label: String,
+    pub samples: u64,
+    /// Fraction of all samples: those whose running function is the component's (self;
+    /// the shares add up to 1).
+    pub share: f64,
+    /// With call stacks: the fraction of samples whose stack holds a frame of the
+    /// component (at least `share`; they do not add up to 1).
+    pub inclusive: Option<f64>,
+}
+
+/// One function of the call stacks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Function {
+    pub name: String,
+    pub object: String,
+    pub component: String,
+    /// Fraction of all samples with this function running.
+    #[serde(rename = "self")]
+    pub self_share: f64,
+    /// Fraction of all samples with this function anywhere on the stack.
+    pub inclusive: f64,
+    /// A PHP function's first line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// A parser `factor`× faster, by Amdahl's law on its share of the CPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct WhatIf {
+    pub factor: f64,
+    /// The component taken as the parser.
+    pub component: String,
+    /// Whether `share` is the parser's inclusive share (its own code and all it calls),
+    /// else its self share (the functions of the parser only: a lower bound of its cost
+    /// when it calls helpers, as without call stacks).
+    pub inclusive: bool,
+    /// True when the parser has no name of its own (a stripped binary): the share is the
+    /// whole of the binary's own code, an upper bound.
+    pub upper_bound: bool,
+    pub share: f64,
+    /// CPU saved per request, seconds.
+    pub saved: f64,
+    /// `saved` as a fraction of the mean `total`.
+    pub saved_of_total: Option<f64>,
+    /// If the server is CPU-bound: at most this much more throughput (a fraction).
+    pub throughput_gain: f64,
+}
+
+impl Inside {
+    /// `requests` and `mean_total` (seconds) come from the tap's `total` phase over the
+    /// same window as `u`.
+    pub fn new(u: &UpstreamSnapshot, requests: u64, mean_total: Option<f64>, factor: f64) -> Self {
+        let per = |s: f64| {
+            if requests == 0 {
+                0.0
+            } else {
+                s / requests as f64
+            }
+        };
+        let comm = u.comm.clone().unwrap_or_else(|| "the upstream".to_owned());
+        let own = own_component(u);
+        let mut components = components(u.samples.as_ref(), own.as_deref());
+        let total: u64 = components.iter().map(|c| c.samples).sum();
+        if let (Some(inclusive), true) = (&u.inclusive, total > 0) {
+            for c in &mut components {
+                c.inclusive = Some(
+                    inclusive.get(&c.name).copied().unwrap_or(c.samples) as f64 / total as f64,
+                );
+            }
+            // A component that is never the running function but holds frames.
+            for (name, &n) in inclusive {
+                if n > 0 && !components.iter().any(|c| &c.name == name) {
+                    components.push(Component {
+                        label: label(name, own.as_deref()),
+                        name: name.clone(),
+                        samples: 0,
+                        share: 0.0,
+                        inclusive: Some(n as f64 / total as f64),
+                    });
+                }
+            }
+        }
+        let functions = match (&u.functions, total > 0) {
+            (Some(f), true) => f
+                .iter()
+                .map(|f| Function {
+                    name: f.name.clone(),
+                    object: f.object.clone(),
+                    component: f.component.clone(),
+                    self_share: f.self_samples as f64 / total as f64,
+                    inclusive: f.inclusive_samples as f64 / total as f64,
+                    line: f.line,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let truncated = u
+            .stacks
+            .as_ref()
+            .filter(|_| total > 0)
+            .map(|s| s.truncated_samples as f64 / total as f64);
+        let stripped = u.stripped.unwrap_or(false);
+        let cpu = per(u.cpu_user_seconds + u.cpu_system_seconds);
+        let what_if = what_if(
+            &components,
+            own.as_deref(),
+            stripped,
+            cpu,
+            mean_total,
+            factor,
+        );
+        Self {
+            comm,
+            pid: u.pid,
+            threads: u.threads,
+            watched_seconds: u.watched_seconds,
+            restarts: u.restarts,
+            requests,
+            cpu_user: per(u.cpu_user_seconds),
+            cpu_system: per(u.cpu_system_seconds),
+            runqueue: per(u.runqueue_seconds),
+            components,
+            frames: u.frames.clone(),
+            functions,
+            truncated,
+            stripped,
+            what_if,
+        }
+    }
+}
+
+/// The component that stands for the binary's own code: the one named after its file.
+fn own_component(u: &UpstreamSnapshot) -> Option<String> {
+    let exe = u.exe.as_deref()?;
+    std::path::Path::new(exe)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+}
+
+fn components(samples: Option<&BTreeMap<String, u64>>, own: Option<&str>) -> Vec<Component> {
+    let Some(samples) = samples else {
+        return Vec::new();
+    };
+    let total: u64 = samples.values().sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut out: Vec<Component> = samples
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(name, &n)| Component {
+            label: label(name, own),
+            name: name.clone(),
+            samples: n,
+            share: n as f64 / total as f64,
+            inclusive: None,
+        })
+        .collect();
+    out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.name.cmp(&b.name)));
+    out
+}
+
+fn label(name: &str, own: Option<&str>) -> String {
+    if Some(name) == own {
+        return format!("{name} (own code)");
+    }
+    match name {
+        "kernel_network" => "kernel network".to_owned(),
+        "redis_client" => "redis client (hiredis)".to_owned(),
+        "event_loop" => "event loop".to_owned(),
+        "php_engine" => "PHP engine".to_owned(),
+        "http_parser" => "HTTP parser".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+fn what_if(
+    components: &[Component],
+    own: Option<&str>,
+    stripped: bool,
+    cpu_per_request: f64,
+    mean_total: Option<f64>,
+    factor: f64,
+) -> Option<WhatIf> {
+    let (c, upper_bound) = match components.iter().find(|c| c.name == PARSER) {
+        Some(c) => (c, false),
+        None if stripped => (
+            components.iter().find(|c| Some(c.name.as_str()) == own)?,
+            true,
+        ),
+        None => return None,
+    };
+    // The parser's inclusive share: what it costs with the helpers it calls. For a
+    // stripped binary's own code the self share stays the bound (inclusive, `main` is
+    // in it and it would read as all of the CPU).
+    let inclusive = c.inclusive.filter(|_| !upper_bound);
+    let p = inclusive.unwrap_or(c.share);
+    let saved = cpu_per_request * p * (1.0 - 1.0 / factor);
+    Some(WhatIf {
+        factor,
+        component: c.label.clone(),
+        inclusive: inclusive.is_some(),
+        upper_bound,
+        share: p,
+        saved,
+        saved_of_total: mean_total.filter(|t| *t > 0.0).map(|t| saved / t),
+        throughput_gain: 1.0 / ((1.0 - p) + p / factor) - 1.0,
+    })
+}
