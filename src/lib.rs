@@ -14,6 +14,7 @@ pub mod clock;
 pub mod config;
 pub mod correlate;
 pub mod demo;
+pub mod findings;
 pub mod http1;
 pub mod logging;
 pub mod metrics;

@@ -102,6 +102,7 @@ fn run(rng: &mut Rng, n: usize, wait_us: f64, factor: f64) -> Snapshot {
                 upstream: None,
             },
         )]),
+        findings: Vec::new(),
     }
 }
 

@@ -51,7 +51,7 @@ pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&
         }
         "/healthz" if read => reply(StatusCode::OK, TEXT, "ok"),
         "/api/snapshot" if read => {
-            blocking(move || match serde_json::to_vec(&registry.snapshot()) {
+            blocking(move || match serde_json::to_vec(&diagnosed(registry.snapshot())) {
                 Ok(body) => reply(StatusCode::OK, JSON, body),
                 Err(e) => internal_error(&e),
             })
@@ -76,6 +76,12 @@ pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&
             None => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
         },
     }
+}
+
+/// The snapshot with what the rules of docs/findings.md find in its window.
+fn diagnosed(mut snapshot: crate::metrics::Snapshot) -> crate::metrics::Snapshot {
+    snapshot.findings = crate::findings::diagnose(&snapshot);
+    snapshot
 }
 
 /// Runs a scrape, snapshot or reset on the blocking pool: they take milliseconds on a big

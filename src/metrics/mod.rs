@@ -8,7 +8,9 @@
 //! metric contract, the bucket layout and its error bound, and the snapshot schema.
 
 pub mod buckets;
+mod difference;
 pub mod exposition;
+pub mod finding;
 mod hdr;
 pub mod labels;
 pub mod native;
@@ -20,6 +22,7 @@ mod tap;
 mod upstream;
 
 pub use buckets::Buckets;
+pub use finding::{Board, Evidence, Finding, Impact, Severity};
 pub use hdr::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
 pub use registry::Registry;
 pub use snapshot::{HdrLayout, SeriesSnapshot, Snapshot, TapSnapshot, TapTotals};

@@ -8,6 +8,7 @@ use anyhow::{ensure, Context};
 use crate::config::{MetricsConfig, TapConfig};
 use crate::metrics::buckets::Buckets;
 use crate::metrics::exposition;
+use crate::metrics::finding::Board;
 use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
@@ -35,6 +36,8 @@ pub struct Registry {
     error_baseline: Mutex<Vec<(String, ErrorCounts, HeadShapes)>>,
     /// Taps that watch their upstream's process.
     upstreams: RwLock<Vec<Arc<Upstream>>>,
+    /// The findings active now, for the `phasescope_finding` gauge.
+    findings: Board,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -50,6 +53,7 @@ impl Registry {
             front_to_back: RwLock::new(Vec::new()),
             error_baseline: Mutex::new(Vec::new()),
             upstreams: RwLock::new(Vec::new()),
+            findings: Board::default(),
             since: Mutex::new(SystemTime::now()),
         }))
     }
@@ -115,8 +119,14 @@ impl Registry {
         let mut out = exposition::encode(&collect(&taps, Collect::Counts), &self.buckets);
         if self.enabled {
             out.push_str(&super::upstream::encode(&self.upstreams()));
+            out.push_str(&super::upstream::text(&self.findings.families()));
         }
         out
+    }
+
+    /// The findings board the `phasescope_finding` gauge is read from.
+    pub fn findings(&self) -> &Board {
+        &self.findings
     }
 
     /// The exposition in `format`: text as [`encode_prometheus`](Self::encode_prometheus),
@@ -128,7 +138,9 @@ impl Registry {
             exposition::Format::Protobuf => {
                 let taps = self.enabled_taps();
                 let upstreams = if self.enabled {
-                    super::upstream::families(&self.upstreams())
+                    let mut families = super::upstream::families(&self.upstreams());
+                    families.extend(self.findings.families());
+                    families
                 } else {
                     Vec::new()
                 };

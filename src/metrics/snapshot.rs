@@ -47,6 +47,11 @@ pub struct Snapshot {
     pub phase_order: Vec<String>,
     /// Keyed by the `tap` label.
     pub taps: BTreeMap<String, TapSnapshot>,
+    /// What the rules of docs/findings.md find in this window, most severe first. The
+    /// admin server fills it in; absent when nothing was found and in older snapshots
+    /// (readers diagnose the snapshot again rather than trust it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<super::finding::Finding>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -346,6 +351,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             .map(|p| p.name().to_owned())
             .collect(),
         taps: out,
+        findings: Vec::new(),
     }
 }
 

@@ -21,13 +21,17 @@ pub const INCLUSIVE_SAMPLES: &str = "phasescope_upstream_inclusive_samples_total
 
 /// The families of every watched tap in the text exposition; empty when there is none.
 pub fn encode(upstreams: &[Arc<Upstream>]) -> String {
-    let families = families(upstreams);
+    text(&families(upstreams))
+}
+
+/// `families` in the text exposition; empty for none.
+pub fn text(families: &[MetricFamily]) -> String {
     let mut out = String::new();
     if families.is_empty() {
         return out;
     }
-    if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut out) {
-        tracing::error!(error = %e, "encoding the upstream metrics failed");
+    if let Err(e) = TextEncoder::new().encode_utf8(families, &mut out) {
+        tracing::error!(error = %e, "encoding metrics failed");
     }
     out
 }

@@ -174,6 +174,45 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
     }
 }
 
+/// The part of `now`'s window after `before` was taken (two snapshots of one process, no
+/// reset between): times, counts and samples subtract. Stacks, functions and top symbols
+/// are not kept per part of a window, so the difference has none.
+pub fn since(now: &UpstreamSnapshot, before: &UpstreamSnapshot) -> UpstreamSnapshot {
+    let sub_maps = |a: &Option<BTreeMap<String, u64>>, b: &Option<BTreeMap<String, u64>>| {
+        a.as_ref().map(|a| {
+            a.iter()
+                .map(|(k, v)| {
+                    let then = b.as_ref().and_then(|b| b.get(k)).copied().unwrap_or(0);
+                    (k.clone(), v.saturating_sub(then))
+                })
+                .collect()
+        })
+    };
+    let sub = |a: f64, b: f64| (a - b).max(0.0);
+    UpstreamSnapshot {
+        watched_seconds: sub(now.watched_seconds, before.watched_seconds),
+        cpu_user_seconds: sub(now.cpu_user_seconds, before.cpu_user_seconds),
+        cpu_system_seconds: sub(now.cpu_system_seconds, before.cpu_system_seconds),
+        runqueue_seconds: sub(now.runqueue_seconds, before.runqueue_seconds),
+        context_switches_voluntary: now
+            .context_switches_voluntary
+            .saturating_sub(before.context_switches_voluntary),
+        context_switches_involuntary: now
+            .context_switches_involuntary
+            .saturating_sub(before.context_switches_involuntary),
+        restarts: now.restarts.saturating_sub(before.restarts),
+        samples: sub_maps(&now.samples, &before.samples),
+        inclusive: sub_maps(&now.inclusive, &before.inclusive),
+        lost_samples: now
+            .lost_samples
+            .map(|n| n.saturating_sub(before.lost_samples.unwrap_or(0))),
+        top_symbols: None,
+        functions: None,
+        stacks: None,
+        ..now.clone()
+    }
+}
+
 fn add_maps(
     a: Option<BTreeMap<String, u64>>,
     b: Option<&BTreeMap<String, u64>>,

@@ -1,0 +1,114 @@
+//! `upstream_cpu_bound` and `upstream_runqueue`: the server's threads are busy all the
+//! time, or wait for a CPU longer than they run.
+
+use super::{met, per_request, shown, Draft};
+use crate::findings::TapView;
+use crate::metrics::{Finding, Severity};
+use crate::units::{duration, share, three_digits};
+
+/// CPUs busy over the CPUs its threads can use, from which the server is CPU-bound.
+pub const BUSY: f64 = 0.85;
+/// Seconds a process must have been watched in the window for either rule.
+pub const MIN_WATCHED: f64 = 2.0;
+/// The wait for a CPU, per request, must be at least this share of the mean `total`.
+pub const MIN_RUNQUEUE_OF_TOTAL: f64 = 0.05;
+
+/// CPUs this machine offers: what the threads can use at most.
+fn machine_cpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
+    let (u, i) = (v.tap.upstream.as_ref()?, v.inside.as_ref()?);
+    if u.watched_seconds < MIN_WATCHED || i.threads == 0 {
+        return None;
+    }
+    let busy = (u.cpu_user_seconds + u.cpu_system_seconds) / u.watched_seconds;
+    let cpus = machine_cpus();
+    let capacity = i.threads.min(cpus) as f64;
+    if busy < BUSY * capacity {
+        return None;
+    }
+    let cpu = i.cpu_user + i.cpu_system;
+    let rate = v.requests as f64 / v.window.max(f64::MIN_POSITIVE);
+    let ceiling = if cpu > 0.0 { capacity / cpu } else { 0.0 };
+    let largest = i
+        .components
+        .iter()
+        .max_by(|a, b| a.inclusive.unwrap_or(a.share).total_cmp(&b.inclusive.unwrap_or(b.share)))
+        .filter(|c| c.name != "kernel")
+        .map(|c| format!(" Its largest part is {} ({} of its CPU{}).", c.label, share(c.inclusive.unwrap_or(c.share)), if c.inclusive.is_some() { " with all it calls" } else { "" }))
+        .unwrap_or_default();
+    Some(
+        Draft {
+            id: "upstream_cpu_bound",
+            route: None,
+            summary: format!(
+                "{} keeps {} CPUs busy of the {} its {} thread{} can use: it is CPU-bound, at {} of CPU per request it serves at most about {} requests a second",
+                i.comm,
+                three_digits(busy),
+                capacity,
+                i.threads,
+                if i.threads == 1 { "" } else { "s" },
+                duration(cpu),
+                three_digits(ceiling)
+            ),
+            evidence: vec![
+                met("CPUs busy", busy, "cpus", format!("≥ {BUSY} × min(threads, CPUs)")),
+                shown("threads", i.threads as f64, "count"),
+                shown("CPUs of this machine", cpus as f64, "count"),
+                shown("CPU per request", cpu, "seconds"),
+                shown("requests per second", rate, "per_second"),
+            ],
+            seconds: cpu,
+            share: v.of_total(cpu),
+            fix: format!("Add threads or processes where cores are free (Webdis `threads`; a PHP server: more worker processes, e.g. amphp/cluster), or make a request cheaper.{largest}"),
+        }
+        .with(v, Severity::Warn),
+    )
+}
+
+pub fn runqueue(v: &TapView<'_>) -> Option<Finding> {
+    let (u, i) = (v.tap.upstream.as_ref()?, v.inside.as_ref()?);
+    if u.watched_seconds < MIN_WATCHED {
+        return None;
+    }
+    let cpu = u.cpu_user_seconds + u.cpu_system_seconds;
+    let waited = per_request(v, u.runqueue_seconds);
+    let of_total = v.of_total(waited)?;
+    if u.runqueue_seconds < cpu || of_total < MIN_RUNQUEUE_OF_TOTAL {
+        return None;
+    }
+    Some(
+        Draft {
+            id: "upstream_runqueue",
+            route: None,
+            summary: format!(
+                "{}'s threads wait longer for a CPU ({} per request) than they run ({}): the machine has more runnable work than cores",
+                i.comm,
+                duration(waited),
+                duration(i.cpu_user + i.cpu_system)
+            ),
+            evidence: vec![
+                met(
+                    "waiting for a CPU over CPU time",
+                    if cpu > 0.0 { u.runqueue_seconds / cpu } else { f64::INFINITY },
+                    "ratio",
+                    "≥ 1".to_owned(),
+                ),
+                met(
+                    "waiting for a CPU per request, over the mean total",
+                    of_total,
+                    "ratio",
+                    format!("≥ {MIN_RUNQUEUE_OF_TOTAL}"),
+                ),
+                shown("waiting for a CPU per request", waited, "seconds"),
+                shown("CPU per request", i.cpu_user + i.cpu_system, "seconds"),
+            ],
+            seconds: waited,
+            share: Some(of_total),
+            fix: "Give the server cores of its own: move other work (the load generator, the proxy, batch jobs) off them (taskset, cpusets), or run fewer server threads than cores.".to_owned(),
+        }
+        .scaled(v),
+    )
+}

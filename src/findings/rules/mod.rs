@@ -1,0 +1,100 @@
+//! The rules of docs/findings.md, one file per cause. Each `check` reads one tap's window
+//! and returns its findings; thresholds are named constants, quoted in the evidence.
+
+mod backend_queue;
+mod churn;
+mod client;
+mod cpu;
+mod nagle;
+mod parser;
+mod proxy;
+
+use super::TapView;
+use crate::metrics::{Evidence, Finding, Impact, Severity};
+
+/// A share of a request's time at or above which a finding is a warning.
+const WARN_SHARE: f64 = 0.2;
+
+/// Every rule's findings for one tap.
+pub fn all(v: &TapView<'_>) -> Vec<Finding> {
+    let mut out = nagle::check(v);
+    out.extend(backend_queue::check(v));
+    out.extend(cpu::cpu_bound(v));
+    out.extend(cpu::runqueue(v));
+    out.extend(churn::check(v));
+    out.extend(client::check(v));
+    out.extend(proxy::check(v));
+    out.extend(parser::check(v));
+    out
+}
+
+/// A finding in the making: what a rule says, before the tap is attached.
+struct Draft {
+    id: &'static str,
+    route: Option<String>,
+    summary: String,
+    evidence: Vec<Evidence>,
+    /// Seconds per request it explains.
+    seconds: f64,
+    /// Its share of the mean `total` (of the route, for a route's finding).
+    share: Option<f64>,
+    fix: String,
+}
+
+impl Draft {
+    /// A warning when it explains [`WARN_SHARE`] of a request's time or more, else
+    /// information.
+    fn scaled(self, v: &TapView<'_>) -> Finding {
+        let severity = if self.share.is_some_and(|s| s >= WARN_SHARE) {
+            Severity::Warn
+        } else {
+            Severity::Info
+        };
+        self.with(v, severity)
+    }
+
+    fn with(self, v: &TapView<'_>, severity: Severity) -> Finding {
+        Finding {
+            id: self.id.to_owned(),
+            tap: v.name.to_owned(),
+            route: self.route,
+            severity,
+            summary: self.summary,
+            evidence: self.evidence,
+            impact: Impact {
+                seconds_per_request: self.seconds,
+                share_of_total: self.share,
+            },
+            fix: self.fix,
+        }
+    }
+}
+
+/// A figure that met a threshold (`threshold`, as docs/findings.md writes it).
+fn met(name: &str, value: f64, unit: &str, threshold: String) -> Evidence {
+    Evidence {
+        name: name.to_owned(),
+        value,
+        unit: unit.to_owned(),
+        threshold: Some(threshold),
+    }
+}
+
+/// A figure shown for context.
+fn shown(name: &str, value: f64, unit: &str) -> Evidence {
+    Evidence {
+        name: name.to_owned(),
+        value,
+        unit: unit.to_owned(),
+        threshold: None,
+    }
+}
+
+/// `x` per request of the tap's window.
+fn per_request(v: &TapView<'_>, x: f64) -> f64 {
+    if v.requests == 0 {
+        0.0
+    } else {
+        x / v.requests as f64
+    }
+}
