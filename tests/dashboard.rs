@@ -36,16 +36,19 @@ const RATE_INTERVAL: &str = "30s";
 /// Webdis and Redis (the backend_in/backend/backend_out phases), or with the upstream
 /// sampled (tests/upstream.rs checks the samples). Here their queries must parse and
 /// evaluate, and may be empty.
-const NEED_CORRELATED_SETUP: [&str; 4] = [
+const NEED_CORRELATED_SETUP: [&str; 5] = [
     "Webdis decomposition: mean per request",
     "Webdis decomposition: share of upstream_wait",
     // Needs `profile = true` and the permission to sample.
     "Upstream CPU by component ($tap)",
     "Upstream CPU by component, with all it calls ($tap)",
+    // Needs a cause to find (tests/findings.rs checks the gauge).
+    "Findings ($tap)",
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 16] = [
+const METRICS: [&str; 17] = [
+    "phasescope_finding",
     "phasescope_upstream_samples_total",
     "phasescope_upstream_inclusive_samples_total",
     "phasescope_upstream_cpu_seconds_total",

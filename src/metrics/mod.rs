@@ -8,7 +8,7 @@
 //! metric contract, the bucket layout and its error bound, and the snapshot schema.
 
 pub mod buckets;
-mod difference;
+mod window;
 pub mod exposition;
 pub mod finding;
 mod hdr;

@@ -11,12 +11,14 @@ use super::source::{self, Source};
 use super::table::colour_for_stdout;
 use super::{compare_table, pprof, prometheus, snapshot_cmd, stacks, svg, table};
 use super::{CompareArgs, ReportArgs, SnapshotArgs};
+use crate::metrics::Snapshot;
 
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
 /// `--from` is given.
 pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
     // The start of the earliest window read, for the pprof profile's time.
     let mut since_unix = None;
+    let mut findings = Vec::new();
     let ds = match &args.prometheus {
         Some(url) => prometheus::load(url, args.range)?,
         None => {
@@ -30,6 +32,9 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
             };
             let snaps = source::load_all(&sources)?;
             since_unix = snaps.iter().map(|s| s.since_unix).reduce(f64::min);
+            findings = Snapshot::merged(&snaps)
+                .map(|s| crate::findings::diagnose(&s))
+                .unwrap_or_default();
             Dataset::from_snapshots(&snaps, sources.iter().map(ToString::to_string).collect())?
         }
     };
@@ -42,8 +47,10 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
             ds.taps.keys().cloned().collect::<Vec<_>>().join(", ")
         );
         ds.taps.retain(|name, _| name == tap);
+        findings.retain(|f| &f.tap == tap);
     }
-    let report = Report::build_with(&ds, args.by.is_some(), args.what_if)?;
+    let mut report = Report::build_with(&ds, args.by.is_some(), args.what_if)?;
+    report.findings = findings;
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {
         let picture = svg::render(&ds)?;

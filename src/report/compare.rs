@@ -199,6 +199,8 @@ pub struct Comparison {
     /// Why `--fail-if-slower` failed, one line per offending row.
     pub failures: Vec<String>,
     pub notes: Vec<String>,
+    /// Findings (docs/findings.md) that appear, go or stay between A and B.
+    pub findings: super::compare_findings::FindingsChange,
 }
 
 type Key = (String, String, String);
@@ -682,6 +684,7 @@ pub fn compare(
         summary,
         failures,
         notes,
+        findings: super::compare_findings::FindingsChange::of(&a, &b, &opts.taps, opts.vs_tap.as_deref()),
     })
 }
 

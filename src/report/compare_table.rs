@@ -215,6 +215,13 @@ fn text(c: &Comparison, colour: bool) -> String {
             let _ = writeln!(out, "{s}");
         }
     }
+    let findings = c.findings.lines();
+    if !findings.is_empty() {
+        let _ = writeln!(out);
+        for l in findings {
+            let _ = writeln!(out, "{l}");
+        }
+    }
     for n in &c.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
@@ -247,6 +254,9 @@ fn markdown(c: &Comparison) -> String {
     }
     for s in &c.summary {
         let _ = writeln!(out, "\n- {}", esc(s));
+    }
+    for l in c.findings.lines() {
+        let _ = writeln!(out, "\n- {}", esc(&l));
     }
     for n in &c.notes {
         let _ = writeln!(out, "\n> note: {}", esc(n));

@@ -19,6 +19,9 @@ pub struct Report {
     pub percentiles: &'static str,
     /// Caveats that apply to the numbers.
     pub notes: Vec<String>,
+    /// What the rules of docs/findings.md find in the window, most severe first, each with
+    /// its `tap`; made from snapshots (a Prometheus report has none).
+    pub findings: Vec<crate::metrics::Finding>,
     pub taps: Vec<TapReport>,
 }
 
@@ -106,6 +109,7 @@ impl Report {
                 Precision::Buckets => "interpolated",
             },
             notes: ds.notes.clone(),
+            findings: Vec::new(),
             taps,
         })
     }

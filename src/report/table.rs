@@ -80,6 +80,21 @@ fn inside_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
         .map_or_else(Vec::new, |i| i.lines())
 }
 
+/// The findings of `tap`, printed under its all-routes headline.
+fn finding_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
+    if s.route != ALL_ROUTES {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for f in super::findings::of_tap(&report.findings, tap) {
+        if out.is_empty() {
+            out.push("findings:".to_owned());
+        }
+        out.extend(super::findings::lines(f).into_iter().map(|l| format!("  {l}")));
+    }
+    out
+}
+
 fn title(tap: &str, protocol: Option<&str>, s: &Section) -> String {
     let proto = protocol.map(|p| format!(" ({p})")).unwrap_or_default();
     if s.route == ALL_ROUTES {
@@ -127,6 +142,9 @@ fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(out, "{}", paint("1", &title(tap, protocol, s)));
         let _ = writeln!(out, "  {}", s.headline);
         for l in inside_lines(report, tap, s) {
+            let _ = writeln!(out, "  {l}");
+        }
+        for l in finding_lines(report, tap, s) {
             let _ = writeln!(out, "  {l}");
         }
         let _ = writeln!(out);
@@ -177,6 +195,24 @@ fn markdown(report: &Report) -> String {
         let _ = writeln!(out, "{}\n", md_escape(&s.headline));
         for l in inside_lines(report, tap, s) {
             let _ = writeln!(out, "{}\n", md_escape(&l));
+        }
+        let findings: Vec<&crate::metrics::Finding> = if s.route == ALL_ROUTES {
+            super::findings::of_tap(&report.findings, tap).collect()
+        } else {
+            Vec::new()
+        };
+        if !findings.is_empty() {
+            let _ = writeln!(out, "**Findings**\n");
+            for f in findings {
+                let mut l = super::findings::lines(f).into_iter();
+                if let Some(head) = l.next() {
+                    let _ = writeln!(out, "- **{}**", md_escape(&head));
+                }
+                for rest in l {
+                    let _ = writeln!(out, "  - {}", md_escape(rest.trim_start()));
+                }
+            }
+            let _ = writeln!(out);
         }
         let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
         let _ = writeln!(out, "|---|{}", "---:|".repeat(HEADERS.len() - 1));

@@ -865,8 +865,40 @@
     statusText.textContent = text;
   }
 
+  /* A figure of a finding's evidence in its unit (docs/metrics.md, `findings`). */
+  function fmtEvidence(e) {
+    const v = e.unit === "seconds" ? fmtDur(e.value)
+      : e.unit === "ratio" ? fmtPct(e.value)
+      : e.unit === "count" ? fmtInt(e.value)
+      : e.unit === "per_second" ? fmtRate(e.value) + "/s"
+      : num3(e.value);
+    return `${e.name} ${v}` + (e.threshold ? ` (${e.threshold})` : "");
+  }
+
+  /* The findings card: what the rules of docs/findings.md find in the snapshot's window,
+   * most severe first, each with its evidence, what it explains and its fix. */
+  function renderFindings(findings) {
+    const card = document.getElementById("findings");
+    const list = document.getElementById("findings-list");
+    card.hidden = !findings.length;
+    list.replaceChildren(...findings.map((f) => {
+      const share = f.impact.share_of_total;
+      return h("li", { "data-id": f.id, "data-tap": f.tap },
+        h("span", { class: `severity ${f.severity}`, text: f.severity }),
+        h("span", { class: "id", text: f.id }),
+        h("span", { class: "where", text: `tap ${f.tap}` + (f.route ? ` · route ${f.route}` : "") }),
+        h("div", { class: "summary", text: f.summary }),
+        h("div", { class: "impact" }, h("b", { text: "explains " }),
+          `${fmtDur(f.impact.seconds_per_request)} per request` + (share === null || share === undefined ? "" : `, ${fmtPct(share)} of total`)),
+        h("div", { class: "fix" }, h("b", { text: "fix " }), f.fix),
+        h("details", null, h("summary", { text: "evidence" }),
+          h("ul", null, ...f.evidence.map((e) => h("li", { text: fmtEvidence(e) })))));
+    }));
+  }
+
   function render(snap) {
     phaseOrder = snap.phase_order || [];
+    renderFindings(snap.findings || []);
     const span = snap.taken_at_unix - snap.since_unix;
     meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
     // Front to back (the snapshot's `position`): the tap clients reach first on top.
