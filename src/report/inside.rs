@@ -264,6 +264,7 @@ mod tests {
             cpu_user_seconds: 0.91,
             cpu_system_seconds: 1.22,
             runqueue_seconds: 1.4,
+            busiest_thread_seconds: 0.9,
             context_switches_voluntary: 1,
             context_switches_involuntary: 1,
             restarts: 0,

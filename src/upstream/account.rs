@@ -26,6 +26,11 @@ pub struct Totals {
     pub restarts: u64,
     /// Nanoseconds of wall time between reads of a live process.
     pub watched_ns: u64,
+    /// Per read, the busiest thread's demand for a CPU since the previous read (its time
+    /// running plus its time runnable but waiting), added up: over `watched_ns`, how much
+    /// of the time its busiest thread wanted a CPU. A saturated event loop reads near 1
+    /// even while other threads idle.
+    pub busiest_ns: u64,
 }
 
 impl Totals {
@@ -39,6 +44,7 @@ impl Totals {
             involuntary: self.involuntary.saturating_sub(earlier.involuntary),
             restarts: self.restarts.saturating_sub(earlier.restarts),
             watched_ns: self.watched_ns.saturating_sub(earlier.watched_ns),
+            busiest_ns: self.busiest_ns.saturating_sub(earlier.busiest_ns),
         }
     }
 }
@@ -56,6 +62,8 @@ pub struct ProcessInfo {
 /// One thread's values at the last read.
 #[derive(Debug, Clone, Copy, Default)]
 struct ThreadLast {
+    /// Time on a CPU (schedstat's first field).
+    cpu_ns: u64,
     runqueue_ns: u64,
     voluntary: u64,
     involuntary: u64,
@@ -192,7 +200,8 @@ impl Accountant {
         let t = &mut self.totals;
         t.user_ns += ticks_to_ns(stat.utime.saturating_sub(w.user_ticks), ticks);
         t.system_ns += ticks_to_ns(stat.stime.saturating_sub(w.system_ticks), ticks);
-        t.watched_ns += now.saturating_duration_since(w.read_at).as_nanos() as u64;
+        let interval = now.saturating_duration_since(w.read_at).as_nanos() as u64;
+        t.watched_ns += interval;
         w.user_ticks = w.user_ticks.max(stat.utime);
         w.system_ticks = w.system_ticks.max(stat.stime);
         w.read_at = now;
@@ -212,6 +221,7 @@ impl Accountant {
             }
         }
         let threads = threads.ok;
+        let mut busiest = 0;
         for (tid, now) in &threads {
             // A thread first seen now started since the last read: all of its values
             // happened while watched. A tid whose values went down is a new thread that
@@ -221,7 +231,12 @@ impl Accountant {
             t.runqueue_ns += delta(now.runqueue_ns, last.runqueue_ns);
             t.voluntary += delta(now.voluntary, last.voluntary);
             t.involuntary += delta(now.involuntary, last.involuntary);
+            // A thread new since the last read brings its whole life: at most the
+            // interval of it is this read's.
+            let demand = delta(now.cpu_ns, last.cpu_ns) + delta(now.runqueue_ns, last.runqueue_ns);
+            busiest = busiest.max(demand.min(interval));
         }
+        t.busiest_ns += busiest;
         w.threads = threads;
         w.threads_readable = readable;
         Read::Alive
@@ -266,6 +281,7 @@ fn read_threads(process: &Process) -> Threads {
                 out.ok.insert(
                     task.tid,
                     ThreadLast {
+                        cpu_ns: sched.sum_exec_runtime,
                         runqueue_ns: sched.run_delay,
                         voluntary: status.voluntary_ctxt_switches.unwrap_or(0),
                         involuntary: status.nonvoluntary_ctxt_switches.unwrap_or(0),

@@ -28,6 +28,11 @@ pub struct UpstreamSnapshot {
     pub cpu_system_seconds: f64,
     /// Time its threads were runnable but waiting for a CPU.
     pub runqueue_seconds: f64,
+    /// Of `watched_seconds`, the time its busiest thread wanted a CPU (running or
+    /// waiting for one), thread by thread per read: near `watched_seconds` when one
+    /// thread is saturated. Absent in older snapshots.
+    #[serde(default)]
+    pub busiest_thread_seconds: f64,
     pub context_switches_voluntary: u64,
     pub context_switches_involuntary: u64,
     /// Times the process went away and another took its place.
@@ -88,6 +93,7 @@ impl UpstreamSnapshot {
             cpu_user_seconds: s(window.user_ns),
             cpu_system_seconds: s(window.system_ns),
             runqueue_seconds: s(window.runqueue_ns),
+            busiest_thread_seconds: s(window.busiest_ns),
             context_switches_voluntary: window.voluntary,
             context_switches_involuntary: window.involuntary,
             restarts: window.restarts,
@@ -144,6 +150,7 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
         cpu_user_seconds: a.cpu_user_seconds + b.cpu_user_seconds,
         cpu_system_seconds: a.cpu_system_seconds + b.cpu_system_seconds,
         runqueue_seconds: a.runqueue_seconds + b.runqueue_seconds,
+        busiest_thread_seconds: a.busiest_thread_seconds + b.busiest_thread_seconds,
         context_switches_voluntary: a.context_switches_voluntary + b.context_switches_voluntary,
         context_switches_involuntary: a.context_switches_involuntary
             + b.context_switches_involuntary,
@@ -194,6 +201,7 @@ pub fn since(now: &UpstreamSnapshot, before: &UpstreamSnapshot) -> UpstreamSnaps
         cpu_user_seconds: sub(now.cpu_user_seconds, before.cpu_user_seconds),
         cpu_system_seconds: sub(now.cpu_system_seconds, before.cpu_system_seconds),
         runqueue_seconds: sub(now.runqueue_seconds, before.runqueue_seconds),
+        busiest_thread_seconds: sub(now.busiest_thread_seconds, before.busiest_thread_seconds),
         context_switches_voluntary: now
             .context_switches_voluntary
             .saturating_sub(before.context_switches_voluntary),

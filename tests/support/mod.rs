@@ -773,6 +773,12 @@ pub struct WebdisChain {
 
 impl WebdisChain {
     pub fn start() -> WebdisChain {
+        WebdisChain::start_configured(serde_json::json!({}))
+    }
+
+    /// Like [`WebdisChain::start`], with Webdis config keys overridden (e.g.
+    /// `{"threads": 1, "pool_size": 1}`).
+    pub fn start_configured(webdis: serde_json::Value) -> WebdisChain {
         let redis = RedisServer::start();
         let resp_port = free_port();
         let webdis_port = free_port();
@@ -806,7 +812,7 @@ resp = "redis"
         .unwrap();
         // The RESP tap listens before Webdis opens its Redis pool through it.
         let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
-        let webdis = Webdis::start_at(resp_port, webdis_port);
+        let webdis = Webdis::start_inner(resp_port, || webdis_port, webdis);
         WebdisChain {
             proxy,
             _webdis: webdis,

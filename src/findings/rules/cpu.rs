@@ -6,7 +6,8 @@ use crate::findings::TapView;
 use crate::metrics::{Finding, Severity};
 use crate::units::{duration, share, three_digits};
 
-/// CPUs busy over the CPUs its threads can use, from which the server is CPU-bound.
+/// The share of the time its busiest thread wants a CPU, or the CPUs all of its threads
+/// want over those they can use, from which the server is CPU-bound.
 pub const BUSY: f64 = 0.85;
 /// Seconds a process must have been watched in the window for either rule.
 pub const MIN_WATCHED: f64 = 2.0;
@@ -23,38 +24,57 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
     if u.watched_seconds < MIN_WATCHED || i.threads == 0 {
         return None;
     }
-    let busy = (u.cpu_user_seconds + u.cpu_system_seconds) / u.watched_seconds;
+    // Demand: the time the threads ran or were runnable and waiting. A server that would
+    // use more CPU than it gets is as CPU-bound as one that gets all it wants.
+    let busiest = u.busiest_thread_seconds / u.watched_seconds;
+    let demand = (u.cpu_user_seconds + u.cpu_system_seconds + u.runqueue_seconds) / u.watched_seconds;
     let cpus = machine_cpus();
     let capacity = i.threads.min(cpus) as f64;
-    if busy < BUSY * capacity {
+    let one_thread = busiest >= BUSY;
+    if !one_thread && demand < BUSY * capacity {
         return None;
     }
     let cpu = i.cpu_user + i.cpu_system;
     let rate = v.requests as f64 / v.window.max(f64::MIN_POSITIVE);
-    let ceiling = if cpu > 0.0 { capacity / cpu } else { 0.0 };
     let largest = i
         .components
         .iter()
-        .max_by(|a, b| a.inclusive.unwrap_or(a.share).total_cmp(&b.inclusive.unwrap_or(b.share)))
         .filter(|c| c.name != "kernel")
-        .map(|c| format!(" Its largest part is {} ({} of its CPU{}).", c.label, share(c.inclusive.unwrap_or(c.share)), if c.inclusive.is_some() { " with all it calls" } else { "" }))
+        .max_by(|a, b| a.share.total_cmp(&b.share))
+        .map(|c| format!(" Its largest part is {} ({} of its CPU).", c.label, share(c.share)))
         .unwrap_or_default();
+    let summary = if one_thread {
+        format!(
+            "{}'s busiest thread wants a CPU {} of the time: requests queue behind its CPU work ({} of CPU per request)",
+            i.comm,
+            share(busiest),
+            duration(cpu)
+        )
+    } else {
+        format!(
+            "{}'s threads want {} CPUs of the {} they can use: it is CPU-bound ({} of CPU per request)",
+            i.comm,
+            three_digits(demand),
+            capacity,
+            duration(cpu)
+        )
+    };
     Some(
         Draft {
             id: "upstream_cpu_bound",
             route: None,
-            summary: format!(
-                "{} keeps {} CPUs busy of the {} its {} thread{} can use: it is CPU-bound, at {} of CPU per request it serves at most about {} requests a second",
-                i.comm,
-                three_digits(busy),
-                capacity,
-                i.threads,
-                if i.threads == 1 { "" } else { "s" },
-                duration(cpu),
-                three_digits(ceiling)
-            ),
+            summary,
             evidence: vec![
-                met("CPUs busy", busy, "cpus", format!("≥ {BUSY} × min(threads, CPUs)")),
+                if one_thread {
+                    met("busiest thread running or waiting to run", busiest, "ratio", format!("≥ {BUSY}"))
+                } else {
+                    shown("busiest thread running or waiting to run", busiest, "ratio")
+                },
+                if one_thread {
+                    shown("CPUs wanted (running or waiting)", demand, "cpus")
+                } else {
+                    met("CPUs wanted (running or waiting)", demand, "cpus", format!("≥ {BUSY} × min(threads, CPUs)"))
+                },
                 shown("threads", i.threads as f64, "count"),
                 shown("CPUs of this machine", cpus as f64, "count"),
                 shown("CPU per request", cpu, "seconds"),
@@ -62,7 +82,7 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
             ],
             seconds: cpu,
             share: v.of_total(cpu),
-            fix: format!("Add threads or processes where cores are free (Webdis `threads`; a PHP server: more worker processes, e.g. amphp/cluster), or make a request cheaper.{largest}"),
+            fix: format!("Spread the work over more threads or processes where cores are free (Webdis `threads`; a PHP server: more worker processes, e.g. amphp/cluster), or make a request cheaper.{largest}"),
         }
         .with(v, Severity::Warn),
     )
