@@ -232,7 +232,10 @@ fn malformed_commands_get_a_resp_error_and_the_connection_closes() {
 fn bytes_total(proxy: &Proxy) -> (u64, u64) {
     let text = proxy.admin_get("/metrics").body_text();
     let mut out = (0, 0);
-    for line in text.lines().filter(|l| l.starts_with("phasescope_bytes_total{")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("phasescope_bytes_total{"))
+    {
         let n: u64 = line
             .rsplit(' ')
             .next()

@@ -35,9 +35,24 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
     let largest = i
         .components
         .iter()
-        .max_by(|a, b| a.inclusive.unwrap_or(a.share).total_cmp(&b.inclusive.unwrap_or(b.share)))
+        .max_by(|a, b| {
+            a.inclusive
+                .unwrap_or(a.share)
+                .total_cmp(&b.inclusive.unwrap_or(b.share))
+        })
         .filter(|c| c.name != "kernel")
-        .map(|c| format!(" Its largest part is {} ({} of its CPU{}).", c.label, share(c.inclusive.unwrap_or(c.share)), if c.inclusive.is_some() { " with all it calls" } else { "" }))
+        .map(|c| {
+            format!(
+                " Its largest part is {} ({} of its CPU{}).",
+                c.label,
+                share(c.inclusive.unwrap_or(c.share)),
+                if c.inclusive.is_some() {
+                    " with all it calls"
+                } else {
+                    ""
+                }
+            )
+        })
         .unwrap_or_default();
     Some(
         Draft {
