@@ -1,5 +1,6 @@
 //! The `phasescope` binary: parse the command line, assemble the config, hand over to the
-//! library. Exit codes: 0 ok, 1 the run failed, 2 bad usage or bad config.
+//! library. Exit codes: 0 ok, 1 the run failed, 2 bad usage, bad config, or a `run` that
+//! could not start.
 //!
 //! Every subcommand returns its error here and this file alone prints it: a config or
 //! usage error as it is (`FILE:LINE:COL: …`, `--flag: …`, docs/config.md) by
@@ -130,7 +131,17 @@ fn run(cli: &Cli, args: &RunArgs) -> ExitCode {
         admin = %config.admin.listen,
         "configuration loaded"
     );
-    outcome(phasescope::app::run(config))
+    // `app::run` returns an error only before it serves (a listen or admin address in use,
+    // a log file that cannot be opened, a runtime that cannot start): after that it runs
+    // until a signal and drains. Such an error is a start-up error, exit 2 as
+    // docs/config.md says, printed with its causes.
+    match phasescope::app::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            print_error(&e);
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
 }
 
 fn check_config(file: &Path) -> ExitCode {

@@ -105,6 +105,74 @@ impl Phase {
     }
 }
 
+/// How every reader draws a phase: the one table the live page (through the snapshot's
+/// `phase_styles`), the report's SVG and the dashboard's test take their colours from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    /// `#rrggbb`.
+    pub colour: &'static str,
+    /// What a legend calls it, short.
+    pub label: &'static str,
+    /// The phase it is drawn inside ([`Phase::within`]).
+    pub parent: Option<Phase>,
+    /// Its place in the stacked bar of where the time goes, from the left; `None` for a
+    /// phase that is not stacked (it lies inside another, or is the whole).
+    pub stack: Option<u8>,
+}
+
+impl Phase {
+    /// The phase's [`Style`].
+    ///
+    /// The colours start from the Okabe–Ito palette (Okabe & Ito 2008, made to stay apart
+    /// under colour-vision deficiency): each phase keeps an Okabe–Ito hue (within 18°:
+    /// blue for the client side, bluish green for connecting and receiving, orange and
+    /// vermillion for the upstream's wait and the Webdis parts inside it, reddish purple
+    /// for the proxy's overhead, yellow darkened to olive for the write), darkened until it
+    /// has at least 4.5:1 contrast against white, so that thin curves stay visible (WCAG
+    /// asks 3:1 of graphics). The lightness and saturation were then chosen so that
+    /// every two colours shown together — the stacked phases, the phases inside others,
+    /// each against `total` — stay at least 8 CIELAB ΔE apart for normal vision and under
+    /// simulated protanopia, deuteranopia and tritanopia (Machado et al. 2009);
+    /// tests/phase_colours.rs checks both bounds.
+    pub const fn style(self) -> Style {
+        let (colour, label, stack) = match self {
+            Phase::ClientRecv => ("#0a46bd", "client_recv", Some(0)),
+            Phase::Parse => ("#003399", "parse", None),
+            Phase::UpstreamConnect => ("#0f3d25", "upstream_connect", Some(1)),
+            Phase::Queue => ("#9f5828", "queue", Some(2)),
+            Phase::UpstreamSend => ("#257d93", "upstream_send", Some(3)),
+            Phase::UpstreamWait => ("#8a1c00", "upstream_wait", Some(4)),
+            Phase::UpstreamRecv => ("#2a6f58", "upstream_recv", Some(5)),
+            Phase::ResponseParse => ("#531862", "response_parse", None),
+            Phase::Write => ("#594e22", "write", Some(6)),
+            Phase::ProxyOverhead => ("#903766", "proxy_overhead", Some(7)),
+            Phase::Total => ("#000000", "total", None),
+            Phase::BackendIn => ("#502c0b", "backend_in (Webdis)", None),
+            Phase::Backend => ("#c70d00", "backend (Redis)", None),
+            Phase::BackendOut => ("#97289f", "backend_out (Webdis)", None),
+            Phase::BackendQueue => ("#7a0029", "backend_queue (Redis queue)", None),
+            Phase::UpstreamRecvGap => ("#07837b", "upstream_recv_gap", None),
+        };
+        Style {
+            colour,
+            label,
+            parent: self.within(),
+            stack,
+        }
+    }
+
+    /// The colour as its red, green and blue bytes.
+    pub fn rgb(self) -> (u8, u8, u8) {
+        let hex = self.style().colour.trim_start_matches('#');
+        let byte = |i: usize| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+                .unwrap_or(0x59)
+        };
+        (byte(0), byte(2), byte(4))
+    }
+}
+
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -159,6 +227,28 @@ mod tests {
                 assert!(outer.index() < p.index(), "{p} within {outer}");
             }
         }
+    }
+
+    #[test]
+    fn styles_agree_with_the_phases() {
+        let mut stacked: Vec<(u8, Phase)> = Vec::new();
+        for p in Phase::ALL {
+            let st = p.style();
+            assert_eq!(st.parent, p.within(), "{p}");
+            assert!(st.label.starts_with(p.name()), "{p}: {}", st.label);
+            assert_eq!(st.colour.len(), 7, "{p}");
+            assert_eq!(
+                format!("#{:02x}{:02x}{:02x}", p.rgb().0, p.rgb().1, p.rgb().2),
+                st.colour
+            );
+            if let Some(at) = st.stack {
+                assert!(p.within().is_none() && p != Phase::Total, "{p} is stacked");
+                stacked.push((at, p));
+            }
+        }
+        // The stack is in timeline order, one place each.
+        let order: Vec<u8> = stacked.iter().map(|(at, _)| *at).collect();
+        assert_eq!(order, (0..stacked.len() as u8).collect::<Vec<_>>());
     }
 
     #[test]

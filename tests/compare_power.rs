@@ -90,6 +90,7 @@ fn run(rng: &mut Rng, n: usize, wait_us: f64, factor: f64) -> Snapshot {
         metrics_enabled: true,
         hdr: HdrLayout::CURRENT,
         phase_order: Vec::new(),
+        phase_styles: Default::default(),
         taps: BTreeMap::from([(
             "web".to_owned(),
             TapSnapshot {

@@ -47,7 +47,7 @@ const NEED_CORRELATED_SETUP: [&str; 5] = [
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 17] = [
+const METRICS: [&str; 18] = [
     "phasescope_finding",
     "phasescope_upstream_samples_total",
     "phasescope_upstream_inclusive_samples_total",
@@ -56,6 +56,9 @@ const METRICS: [&str; 17] = [
     "phasescope_upstream_context_switches_total",
     "phasescope_upstream_threads",
     "phasescope_upstream_info",
+    // The native histogram's series (a Prometheus with native histograms keeps this one
+    // instead of the three classic ones).
+    "phasescope_phase_duration_seconds",
     "phasescope_phase_duration_seconds_bucket",
     "phasescope_phase_duration_seconds_sum",
     "phasescope_phase_duration_seconds_count",
@@ -322,9 +325,32 @@ fn queries_use_only_contract_metrics_phases_and_defined_variables() {
 // Against a real Prometheus
 // -----------------------------------------------------------------------------------------
 
+/// How Prometheus keeps the phase histograms: the two storage modes the dashboard must
+/// work in, with one model and no variant to choose (dashboards/README.md).
+#[derive(Debug, Clone, Copy)]
+enum Storage {
+    /// No feature flag: the classic `_bucket`, `_sum` and `_count` series.
+    Classic,
+    /// `--enable-feature=native-histograms` (Prometheus 2.40 to 2.x; 3.x the same flag):
+    /// the one native series, and, on 2.42, no classic series at all.
+    Native,
+}
+
+impl Storage {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Storage::Classic => &[],
+            Storage::Native => &["--enable-feature=native-histograms"],
+        }
+    }
+}
+
+/// The requests counted in `total`, read the way the mode stores them.
+const TOTAL_COUNT: &str = r#"sum(phasescope_phase_duration_seconds_count{phase="total"}) or histogram_count(sum(phasescope_phase_duration_seconds{phase="total"}))"#;
+
 /// A Prometheus scraping `proxy`'s admin server, once it has scraped it.
-fn scraping(binary: &Path, proxy: &Proxy) -> Prometheus {
-    let prometheus = Prometheus::start(binary, proxy.admin_addr(), &[]);
+fn scraping(binary: &Path, proxy: &Proxy, storage: Storage) -> Prometheus {
+    let prometheus = Prometheus::start(binary, proxy.admin_addr(), storage.flags());
     let scraped = support::wait_for(PATIENCE, || {
         prometheus.scalar(r#"up{job="phasescope"}"#, now_unix()) == Some(1.0)
     });
@@ -415,11 +441,20 @@ fn hdr_merged(s: &Snapshot, phase: &str) -> (u64, f64) {
 }
 
 #[test]
-fn every_dashboard_query_returns_series_from_a_real_prometheus() {
+fn every_dashboard_query_returns_series_from_a_classic_prometheus() {
+    every_dashboard_query_returns_series(Storage::Classic);
+}
+
+#[test]
+fn every_dashboard_query_returns_series_from_a_native_histogram_prometheus() {
+    every_dashboard_query_returns_series(Storage::Native);
+}
+
+fn every_dashboard_query_returns_series(storage: Storage) {
     let binary = require_tool("prometheus");
     let upstream = Upstream::start(UPSTREAM_DELAY);
     let mut proxy = Proxy::in_front_of(upstream.addr(), &[]);
-    let prometheus = scraping(&binary, &proxy);
+    let prometheus = scraping(&binary, &proxy, storage);
 
     let load = Load::start(proxy.addr(), 2);
     thread::sleep(LOAD_TIME);
@@ -448,17 +483,29 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
 
     // Evaluate everything at the instant Prometheus had the final counts: its 30 s windows
     // then cover the whole load.
-    let total_count = r#"sum(phasescope_phase_duration_seconds_count{phase="total"})"#;
     let mut at = 0.0;
     let seen = support::wait_for(PATIENCE, || {
         at = now_unix();
-        prometheus.scalar(total_count, at) == Some(sent as f64)
+        prometheus.scalar(TOTAL_COUNT, at) == Some(sent as f64)
     });
     assert!(
         seen,
-        "Prometheus never saw {sent} requests\n{}",
+        "{storage:?} Prometheus never saw {sent} requests\n{}",
         prometheus.log_tail()
     );
+    // The mode is the one asked for: a native Prometheus keeps no classic series of the
+    // phase histogram, a classic one no native series.
+    let classic_series = prometheus.result(
+        r#"phasescope_phase_duration_seconds_count{phase="total"}"#,
+        at,
+    );
+    match storage {
+        Storage::Classic => assert!(!classic_series.is_empty(), "no classic series"),
+        Storage::Native => assert!(
+            classic_series.is_empty(),
+            "a native Prometheus stored classic series: {classic_series:?}"
+        ),
+    }
 
     let d = dashboard();
     let instance = proxy.admin_addr().to_string();
@@ -537,7 +584,7 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
     }
     assert!(
         failures.is_empty(),
-        "{} of {checked} queries returned nothing:\n{}\n{}",
+        "{storage:?}: {} of {checked} queries returned nothing:\n{}\n{}",
         failures.len(),
         failures.join("\n"),
         prometheus.log_tail()
@@ -549,7 +596,8 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
     // bucket or neighbouring ones (a median close to a bound). The buckets are √2 apart
     // (docs/metrics.md).
     let data = prometheus.query(
-        "histogram_quantile(0.5, sum by (le, phase) (rate(phasescope_phase_duration_seconds_bucket[30s])))",
+        "histogram_quantile(0.5, sum by (le, phase) (rate(phasescope_phase_duration_seconds_bucket[30s])))\
+         or histogram_quantile(0.5, sum by (phase) (rate(phasescope_phase_duration_seconds[30s])))",
         at,
     );
     let promql_p50 = data["result"]
@@ -588,7 +636,8 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
     // no value, which the panels show as "none".
     let quiet = |q: &str| q.replace(&format!("[{RATE_INTERVAL}]"), "[3s]");
     let connects = quiet(&format!(
-        "sum(rate(phasescope_phase_duration_seconds_count{{phase=\"upstream_connect\"}}[{RATE_INTERVAL}]))"
+        "sum(rate(phasescope_phase_duration_seconds_count{{phase=\"upstream_connect\"}}[{RATE_INTERVAL}])) \
+         or histogram_count(sum(rate(phasescope_phase_duration_seconds{{phase=\"upstream_connect\"}}[{RATE_INTERVAL}])))"
     ));
     assert_eq!(
         prometheus.scalar(&connects, at + 1.0),
@@ -640,16 +689,25 @@ fn every_dashboard_query_returns_series_from_a_real_prometheus() {
 /// Redis): the stacked parts, "Redis queue" apart from the rest of Redis, add up to
 /// `upstream_wait` per request, and their shares to one.
 #[test]
-fn the_webdis_decomposition_panels_add_up_on_a_correlated_chain() {
+fn the_webdis_decomposition_panels_add_up_on_a_correlated_chain_classic() {
+    the_webdis_decomposition_panels_add_up(Storage::Classic);
+}
+
+#[test]
+fn the_webdis_decomposition_panels_add_up_on_a_correlated_chain_native() {
+    the_webdis_decomposition_panels_add_up(Storage::Native);
+}
+
+fn the_webdis_decomposition_panels_add_up(storage: Storage) {
     let binary = require_tool("prometheus");
     let chain = support::WebdisChain::start();
     let proxy = &chain.proxy;
-    let prometheus = scraping(&binary, proxy);
+    let prometheus = scraping(&binary, proxy, storage);
     // More connections than Webdis pools Redis connections, so that commands queue.
     let wrk = support::run_wrk_distinct(&proxy.url("/"), "/GET/k%d_%d", 5, 16, 2);
     assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
     let sent = wrk.requests;
-    let count = r#"sum(phasescope_phase_duration_seconds_count{tap="webdis",phase="total"})"#;
+    let count = r#"sum(phasescope_phase_duration_seconds_count{tap="webdis",phase="total"}) or histogram_count(sum(phasescope_phase_duration_seconds{tap="webdis",phase="total"}))"#;
     let mut at = 0.0;
     let seen = support::wait_for(PATIENCE, || {
         at = now_unix();

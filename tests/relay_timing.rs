@@ -192,7 +192,10 @@ async fn the_pause_between_two_pieces_of_a_response_is_its_recv_gap() {
         let truth = held[i / 2];
         // Exact by construction: the pause lies between two reads of the response. Its
         // length is the upstream's own pause, give or take how late each read returned.
-        assert!(gap <= recv, "exchange {i}: gap {gap} ns > upstream_recv {recv} ns");
+        assert!(
+            gap <= recv,
+            "exchange {i}: gap {gap} ns > upstream_recv {recv} ns"
+        );
         assert!(
             gap >= truth / 2,
             "exchange {i}: gap {gap} ns for an upstream that paused {truth} ns"

@@ -881,6 +881,17 @@ fn live_report_counts_what_went_through_the_proxy_and_snapshot_resets() {
 /// --prometheus` builds the table from its buckets.
 #[test]
 fn live_report_from_a_real_prometheus() {
+    live_report_from_prometheus(&[]);
+}
+
+/// The same with native histograms on: Prometheus keeps the native series only (no
+/// `_bucket`, `_sum`, `_count`), and the report reads it.
+#[test]
+fn live_report_from_a_native_histogram_prometheus() {
+    live_report_from_prometheus(&["--enable-feature=native-histograms"]);
+}
+
+fn live_report_from_prometheus(flags: &[&str]) {
     let binary = support::require_tool("prometheus");
     let upstream = SlowUpstream::start(Duration::from_micros(200));
     let proxy = Proxy::in_front_of(upstream.addr, &[]);
@@ -906,12 +917,14 @@ fn live_report_from_a_real_prometheus() {
             "--storage.tsdb.path={}",
             dir.path().join("data").display()
         ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .args(flags);
     let mut prom =
         support::Managed::spawn("prometheus", &mut cmd, &dir.path().join("prometheus.log"));
     let base = format!("http://127.0.0.1:{port}");
     let samples = phasescope::report::http::Url::parse(&format!(
-        "{base}/api/v1/query?query=count_over_time(phasescope_phase_duration_seconds_count%7Bphase%3D%22total%22%7D%5B1m%5D)"
+        "{base}/api/v1/query?query={}",
+        support::percent_encode(r#"count_over_time(phasescope_requests_total{route="GET"}[1m])"#)
     ))
     .unwrap();
     let scraped_twice = || {
@@ -962,6 +975,17 @@ fn live_report_from_a_real_prometheus() {
     );
     let v = seen.unwrap();
     assert_eq!(v["percentiles"], "interpolated");
+    // The mode is the one asked for: with native histograms on there is no classic series.
+    let classic = phasescope::report::http::Url::parse(&format!(
+        "{base}/api/v1/query?query={}",
+        support::percent_encode("count(phasescope_phase_duration_seconds_count)")
+    ))
+    .unwrap();
+    let classic = phasescope::report::http::get(&classic)
+        .ok()
+        .and_then(|b| phasescope::report::prometheus::parse_vector(&b).ok())
+        .unwrap_or_default();
+    assert_eq!(classic.is_empty(), !flags.is_empty(), "{classic:?}");
     let get = v["taps"][0]["routes"]
         .as_array()
         .unwrap()

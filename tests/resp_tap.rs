@@ -227,3 +227,68 @@ fn malformed_commands_get_a_resp_error_and_the_connection_closes() {
     let reply = String::from_utf8_lossy(&reply);
     assert!(reply.starts_with("-ERR Protocol error"), "{reply:?}");
 }
+
+/// `phasescope_bytes_total` of the RESP tap, (request, response), from `/metrics`.
+fn bytes_total(proxy: &Proxy) -> (u64, u64) {
+    let text = proxy.admin_get("/metrics").body_text();
+    let mut out = (0, 0);
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("phasescope_bytes_total{"))
+    {
+        let n: u64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("not a sample: {line}")) as u64;
+        if line.contains("direction=\"request\"") {
+            out.0 += n;
+        } else if line.contains("direction=\"response\"") {
+            out.1 += n;
+        }
+    }
+    out
+}
+
+/// The client connections the tap has open, from `/metrics`.
+fn clients_open(proxy: &Proxy) -> Option<u64> {
+    let text = proxy.admin_get("/metrics").body_text();
+    text.lines()
+        .find(|l| l.starts_with("phasescope_connections{") && l.contains("side=\"client\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|n| n as u64)
+}
+
+#[test]
+fn bytes_total_counts_what_the_client_sent_and_received_both_ways() {
+    let redis = RedisServer::start();
+    let proxy = resp_tap(&redis);
+    let script: Vec<u8> = [
+        resp_encode(&["SET", "k", "v"]),
+        resp_encode(&["GET", "k"]),
+        b"PING\r\n".to_vec(),
+    ]
+    .concat();
+    let reply = b"+OK\r\n$1\r\nv\r\n+PONG\r\n";
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&script).unwrap();
+    let mut got = vec![0; reply.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, reply);
+    // Counted while the connection stays open, as a pooled client's (Webdis's) does.
+    let want = (script.len() as u64, reply.len() as u64);
+    let counted = support::wait_for(Duration::from_secs(10), || bytes_total(&proxy) == want);
+    assert!(
+        counted,
+        "client sent {} and received {} bytes; /metrics counts {:?}",
+        want.0,
+        want.1,
+        bytes_total(&proxy)
+    );
+    // Closing adds nothing more: no byte is counted twice.
+    drop(s);
+    let closed = support::wait_for(Duration::from_secs(10), || clients_open(&proxy) == Some(0));
+    assert!(closed, "{}", proxy.log_tail());
+    assert_eq!(bytes_total(&proxy), want);
+}

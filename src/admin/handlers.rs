@@ -51,10 +51,12 @@ pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&
         }
         "/healthz" if read => reply(StatusCode::OK, TEXT, "ok"),
         "/api/snapshot" if read => {
-            blocking(move || match serde_json::to_vec(&diagnosed(registry.snapshot())) {
-                Ok(body) => reply(StatusCode::OK, JSON, body),
-                Err(e) => internal_error(&e),
-            })
+            blocking(
+                move || match serde_json::to_vec(&diagnosed(registry.snapshot())) {
+                    Ok(body) => reply(StatusCode::OK, JSON, body),
+                    Err(e) => internal_error(&e),
+                },
+            )
             .await
         }
         "/api/reset" if method == Method::POST => {

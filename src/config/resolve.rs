@@ -53,6 +53,17 @@ pub fn choose_origin(config_flag: Option<&Path>, env_config: Option<PathBuf>) ->
     }
 }
 
+/// The built-in config's tap is the Webdis one (its route rule reads Webdis URLs). Given
+/// another upstream and a listen address, without a file, the user is in front of some
+/// other server: the built-in tap is dropped so that, as for a file without taps, a tap
+/// named `default` with route rule `none` is made from them (docs/config.md). With only
+/// one of the two the built-in tap stays and takes it.
+fn builtin_for(config: &mut Config, overrides: &Overrides) {
+    if overrides.listen.is_some() && overrides.upstream.is_some() {
+        config.taps.clear();
+    }
+}
+
 impl Config {
     /// The config `phasescope run` uses: the chosen file (see [`choose_origin`]), then
     /// `flags`, then the `PHASESCOPE_*` variables among `env` (pass `std::env::vars_os()`),
@@ -83,7 +94,11 @@ impl Config {
         };
         let parsed = load::parse(&text, &origin_path)?;
         let mut config = parsed.config;
-        let overridden = apply_unchecked(&mut config, &env_overrides.over(flags))?;
+        let overrides = env_overrides.over(flags);
+        if origin == ConfigOrigin::Builtin {
+            builtin_for(&mut config, &overrides);
+        }
+        let overridden = apply_unchecked(&mut config, &overrides)?;
         let origins = Origins {
             file: Some(parsed.spans),
             overridden,

@@ -8,7 +8,6 @@
 //! metric contract, the bucket layout and its error bound, and the snapshot schema.
 
 pub mod buckets;
-mod window;
 pub mod exposition;
 pub mod finding;
 mod hdr;
@@ -20,6 +19,7 @@ mod shard;
 pub mod snapshot;
 mod tap;
 mod upstream;
+mod window;
 
 pub use buckets::Buckets;
 pub use finding::{Board, Evidence, Finding, Impact, Severity};

@@ -45,6 +45,11 @@ pub struct Snapshot {
     /// own copy. Empty in snapshots of older builds.
     #[serde(default)]
     pub phase_order: Vec<String>,
+    /// How to draw each phase, keyed by its name: the one colour table of
+    /// `Phase::style`, so that the live page draws with the colours the SVG and the
+    /// dashboard use. Empty in snapshots of older builds.
+    #[serde(default)]
+    pub phase_styles: BTreeMap<String, PhaseStyle>,
     /// Keyed by the `tap` label.
     pub taps: BTreeMap<String, TapSnapshot>,
     /// What the rules of docs/findings.md find in this window, most severe first. The
@@ -52,6 +57,30 @@ pub struct Snapshot {
     /// (readers diagnose the snapshot again rather than trust it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<super::finding::Finding>,
+}
+
+/// One phase's entry of [`Snapshot::phase_styles`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseStyle {
+    /// `#rrggbb`.
+    pub colour: String,
+    pub label: String,
+    /// The phase it is drawn inside, if any.
+    pub parent: Option<String>,
+    /// Its place in the stacked bar from the left, if it is stacked.
+    pub stack: Option<u8>,
+}
+
+impl PhaseStyle {
+    fn of(p: crate::phase::Phase) -> PhaseStyle {
+        let st = p.style();
+        PhaseStyle {
+            colour: st.colour.to_owned(),
+            label: st.label.to_owned(),
+            parent: st.parent.map(|q| q.name().to_owned()),
+            stack: st.stack,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -349,6 +378,10 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
         phase_order: crate::phase::Phase::ALL
             .iter()
             .map(|p| p.name().to_owned())
+            .collect(),
+        phase_styles: crate::phase::Phase::ALL
+            .iter()
+            .map(|&p| (p.name().to_owned(), PhaseStyle::of(p)))
             .collect(),
         taps: out,
         findings: Vec::new(),

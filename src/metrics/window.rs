@@ -105,13 +105,7 @@ fn series_add(a: &SeriesSnapshot, b: &SeriesSnapshot) -> SeriesSnapshot {
     let histogram: Vec<[u64; 2]> = counts.into_iter().map(|(v, n)| [v, n]).collect();
     let count = a.count + b.count;
     let sum = a.sum + b.sum;
-    read_off(
-        histogram,
-        count,
-        sum,
-        a.min.min(b.min),
-        a.max.max(b.max),
-    )
+    read_off(histogram, count, sum, a.min.min(b.min), a.max.max(b.max))
 }
 
 /// A series of `histogram` with exact `count`, `sum` and extremes; percentiles read off

@@ -189,6 +189,11 @@ pub(super) struct RespConnection {
     /// Upstream→client stream offsets.
     down_read: u64,
     down_written: u64,
+    /// The offsets up to which `phasescope_bytes_total` has counted the bytes written each
+    /// way: counted as replies complete, not only at the close a pooled connection may
+    /// never reach.
+    up_counted: u64,
+    down_counted: u64,
     /// Where the reply being received started, and the tick of the read that brought its
     /// first byte, and of its first byte's write to the client.
     reply_start: u64,
@@ -238,6 +243,8 @@ impl RespConnection {
             pending: VecDeque::new(),
             down_read: 0,
             down_written: 0,
+            up_counted: 0,
+            down_counted: 0,
             reply_start: 0,
             reply_first: 0,
             reply_write_first: 0,
@@ -315,8 +322,7 @@ impl RespConnection {
                 let _ = timeout(ANSWER_WRITE, self.client.write_all(line.as_bytes())).await;
             }
         }
-        rec.bytes(Direction::Request, self.up_written);
-        rec.bytes(Direction::Response, self.down_written);
+        self.count_bytes();
         if self.upstream.take().is_some() {
             rec.connection_closed(Side::Upstream);
         }
@@ -520,6 +526,7 @@ impl RespConnection {
         {
             self.reply_write_first = t;
         }
+        let mut recorded = false;
         while let Some(r) = self.replied.front_mut() {
             if r.cmd.ex.t_write_first == 0 {
                 r.cmd.ex.t_write_first = t;
@@ -530,7 +537,28 @@ impl RespConnection {
             let r = *r;
             self.replied.pop_front();
             self.record(&r, t);
+            recorded = true;
+        }
+        if recorded {
+            self.count_bytes();
         }
         Ok(Step::Continue)
+    }
+
+    /// Adds the bytes written each way since the last count to the tap's byte counters:
+    /// once per write that completed replies (pipelined replies share it), and at the
+    /// close for the rest (pushed messages, a reply cut short).
+    fn count_bytes(&mut self) {
+        let rec = &self.tap.recorder;
+        let up = self.up_written - self.up_counted;
+        let down = self.down_written - self.down_counted;
+        if up > 0 {
+            rec.bytes(Direction::Request, up);
+        }
+        if down > 0 {
+            rec.bytes(Direction::Response, down);
+        }
+        self.up_counted = self.up_written;
+        self.down_counted = self.down_written;
     }
 }

@@ -684,7 +684,12 @@ pub fn compare(
         summary,
         failures,
         notes,
-        findings: super::compare_findings::FindingsChange::of(&a, &b, &opts.taps, opts.vs_tap.as_deref()),
+        findings: super::compare_findings::FindingsChange::of(
+            &a,
+            &b,
+            &opts.taps,
+            opts.vs_tap.as_deref(),
+        ),
     })
 }
 

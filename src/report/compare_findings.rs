@@ -42,16 +42,32 @@ impl FindingsChange {
             .collect();
         let same = |x: &Finding, y: &Finding| x.id == y.id && x.tap == y.tap && x.route == y.route;
         Self {
-            appeared: b.iter().filter(|f| !a.iter().any(|g| same(f, g))).cloned().collect(),
-            gone: a.iter().filter(|f| !b.iter().any(|g| same(f, g))).cloned().collect(),
-            kept: b.iter().filter(|f| a.iter().any(|g| same(f, g))).cloned().collect(),
+            appeared: b
+                .iter()
+                .filter(|f| !a.iter().any(|g| same(f, g)))
+                .cloned()
+                .collect(),
+            gone: a
+                .iter()
+                .filter(|f| !b.iter().any(|g| same(f, g)))
+                .cloned()
+                .collect(),
+            kept: b
+                .iter()
+                .filter(|f| a.iter().any(|g| same(f, g)))
+                .cloned()
+                .collect(),
         }
     }
 
     /// One line per finding, for the text and markdown compare.
     pub fn lines(&self) -> Vec<String> {
         let name = |f: &Finding| {
-            let route = f.route.as_ref().map(|r| format!(", route {r}")).unwrap_or_default();
+            let route = f
+                .route
+                .as_ref()
+                .map(|r| format!(", route {r}"))
+                .unwrap_or_default();
             let share = f
                 .impact
                 .share_of_total

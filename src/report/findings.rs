@@ -36,7 +36,10 @@ pub fn lines(f: &Finding) -> Vec<String> {
             units::duration(f.impact.seconds_per_request),
             units::share(s)
         ),
-        None => format!("{} per request", units::duration(f.impact.seconds_per_request)),
+        None => format!(
+            "{} per request",
+            units::duration(f.impact.seconds_per_request)
+        ),
     };
     vec![
         format!("{severity} {}{route}: {}", f.id, f.summary),

@@ -2,7 +2,6 @@
 //! server's CPU, how long its threads wait for one, where its CPU goes, and what a faster
 //! parser could save at most (docs/report.md, docs/phases.md).
 
-
 pub use crate::upstream::summary::{Component, Function, Inside, WhatIf, DEFAULT_WHAT_IF, PARSER};
 
 use super::units;

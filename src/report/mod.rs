@@ -24,6 +24,7 @@ pub mod multiplicity;
 pub mod pprof;
 mod pprof_proto;
 pub mod prometheus;
+pub mod prometheus_native;
 pub mod rows;
 pub mod selection;
 pub mod snapshot_cmd;

@@ -4,6 +4,10 @@
 //! Three instant queries over the HTTP API (`/api/v1/query`): the bucket, sum and count
 //! increases over the range. Percentiles are then interpolated within buckets, which is
 //! as precise as the bucket layout allows and no more; the report says so.
+//!
+//! A Prometheus with native histograms on keeps no classic series of a histogram that has
+//! native buckets: when the classic queries find nothing, the native series is read
+//! instead ([`super::prometheus_native`]). Which of the two it was goes into the notes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,16 +46,26 @@ pub fn load(base: &str, range: Duration) -> anyhow::Result<Dataset> {
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let [buckets, sums, counts] = queries(&range_text).map(|q| {
+    let get = |q: &str| {
         let url = base.with_path(&format!(
             "{prefix}/api/v1/query?query={}&time={at:.3}",
-            encode(&q)
+            encode(q)
         ));
-        http::get(&url)
+        http::get(&url).with_context(|| format!("Prometheus query {q}"))
+    };
+    let [buckets, sums, counts] = queries(&range_text).map(|q| {
+        get(&q)
             .and_then(|body| parse_vector(&body))
             .with_context(|| format!("Prometheus query {q}"))
     });
     let mut ds = build(buckets?, sums?, counts?)?;
+    if ds.taps.is_empty() {
+        let q = super::prometheus_native::query(METRIC, &range_text);
+        ds.taps = get(&q)
+            .and_then(|body| super::prometheus_native::parse(&body))
+            .with_context(|| format!("Prometheus query {q}"))?;
+        ds.notes = vec![NATIVE_NOTE.to_owned()];
+    }
     if ds.taps.is_empty() {
         explain_empty(&base, &prefix, range, at)?;
     }
@@ -62,6 +76,11 @@ pub fn load(base: &str, range: Duration) -> anyhow::Result<Dataset> {
     Ok(ds)
 }
 
+/// The note of a report read from native histograms.
+const NATIVE_NOTE: &str = "from Prometheus native histograms: percentiles are interpolated \
+     within a bucket (the proxy's schema 4: a bucket spans a factor of 1.044), max is the \
+     top of the highest non-empty bucket, and counts are increase() estimates, rounded";
+
 /// How far back [`explain_empty`] looks for the proxy's samples.
 const LOOKBACK: Duration = Duration::from_secs(15 * 60);
 
@@ -70,23 +89,41 @@ const LOOKBACK: Duration = Duration::from_secs(15 * 60);
 /// the proxy is scraped and busy; an error then says what range would work.
 fn explain_empty(base: &Url, prefix: &str, range: Duration, at: f64) -> anyhow::Result<()> {
     let lookback = range.max(LOOKBACK);
+    // The classic `_count` series or the native one, whichever the server keeps.
     let q = format!(
-        "{METRIC}_count{{phase=\"total\"}}[{}]",
+        "{{__name__=~\"{METRIC}(_count)?\",phase=\"total\"}}[{}]",
         promql_range(lookback)?
     );
-    let url = base.with_path(&format!(
-        "{prefix}/api/v1/query?query={}&time={at:.3}",
-        encode(&q)
-    ));
-    let times = http::get(&url)
+    let get = |q: &str| {
+        let url = base.with_path(&format!(
+            "{prefix}/api/v1/query?query={}&time={at:.3}",
+            encode(q)
+        ));
+        http::get(&url).with_context(|| format!("Prometheus query {q}"))
+    };
+    let times = get(&q)
         .and_then(|body| parse_matrix_times(&body))
         .with_context(|| format!("Prometheus query {q}"))?;
-    ensure!(
-        !times.is_empty(),
-        "Prometheus at {base} has no {METRIC} series in the last {}: is it scraping the \
-         proxy's /metrics?",
-        humantime::format_duration(lookback)
-    );
+    if times.is_empty() {
+        // Every proxy exposes build_info from its start: if Prometheus has it, it scrapes
+        // proxies that have not served a request yet.
+        let info = format!("phasescope_build_info[{}]", promql_range(lookback)?);
+        let proxies = get(&info)
+            .and_then(|body| parse_matrix_times(&body))
+            .with_context(|| format!("Prometheus query {info}"))?;
+        ensure!(
+            proxies.is_empty(),
+            "Prometheus at {base} scrapes {} phasescope proxies, but none has recorded a \
+             request in the last {}: send traffic through a tap",
+            proxies.len(),
+            humantime::format_duration(lookback)
+        );
+        bail!(
+            "Prometheus at {base} has no phasescope series in the last {}: is it scraping \
+             the proxy's admin address (/metrics)?",
+            humantime::format_duration(lookback)
+        );
+    }
     let Some(interval) = scrape_interval(&times) else {
         bail!(
             "Prometheus at {base} has scraped the proxy only once in the last {}: \
@@ -126,6 +163,9 @@ fn parse_matrix_times(body: &[u8]) -> anyhow::Result<Vec<Vec<f64>>> {
     struct MatrixSeries {
         #[serde(default)]
         values: Vec<(f64, String)>,
+        /// A native histogram's samples: `[time, {count, sum, buckets}]`.
+        #[serde(default)]
+        histograms: Vec<(f64, serde::de::IgnoredAny)>,
     }
     let answer: MatrixAnswer =
         serde_json::from_slice(body).context("not a Prometheus API answer")?;
@@ -140,7 +180,11 @@ fn parse_matrix_times(body: &[u8]) -> anyhow::Result<Vec<Vec<f64>>> {
     Ok(data
         .result
         .into_iter()
-        .map(|s| s.values.into_iter().map(|(t, _)| t).collect())
+        .map(|s| {
+            let mut times: Vec<f64> = s.values.into_iter().map(|(t, _)| t).collect();
+            times.extend(s.histograms.into_iter().map(|(t, _)| t));
+            times
+        })
         .filter(|t: &Vec<f64>| !t.is_empty())
         .collect())
 }
@@ -335,6 +379,9 @@ mod tests {
         let answer = br#"{"status":"success","data":{"resultType":"matrix","result":[
             {"metric":{"tap":"w"},"values":[[100.5,"1"],[101.5,"3"]]}]}}"#;
         assert_eq!(parse_matrix_times(answer).unwrap(), [vec![100.5, 101.5]]);
+        let native = br#"{"status":"success","data":{"resultType":"matrix","result":[
+            {"metric":{"tap":"w"},"histograms":[[100.5,{"count":"1","sum":"0.1"}],[101.5,{"count":"2","sum":"0.2"}]]}]}}"#;
+        assert_eq!(parse_matrix_times(native).unwrap(), [vec![100.5, 101.5]]);
     }
 
     fn sample(labels: &[(&str, &str)], value: f64) -> Sample {

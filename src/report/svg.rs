@@ -21,7 +21,7 @@ const HEIGHT_PER_TAP: u32 = 460;
 fn stacked() -> impl Iterator<Item = Phase> {
     Phase::ALL
         .into_iter()
-        .filter(|&p| p != Phase::Total && p.within().is_none())
+        .filter(|&p| p.style().stack.is_some())
 }
 
 /// The picture for `ds`, as an SVG document.
@@ -55,28 +55,13 @@ fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("drawing the SVG: {e}")
 }
 
-/// One colour per phase, in `Phase` index order. Each has a contrast of at least 4.5:1
-/// against the white background (WCAG asks 3:1 of graphics), so thin curves stay visible,
-/// and neighbours in the stacked bar differ in hue. tests/report.rs checks the contrast
-/// of every colour the SVG uses.
-const PALETTE: [RGBColor; Phase::COUNT] = [
-    RGBColor(0x4a, 0x5f, 0xa8), // client_recv: blue
-    RGBColor(0xb0, 0x30, 0x7f), // parse: magenta
-    RGBColor(0x3d, 0x7a, 0x1e), // upstream_connect: green
-    RGBColor(0x8a, 0x6d, 0x00), // queue: ochre
-    RGBColor(0x1c, 0x7f, 0x68), // upstream_send: teal
-    RGBColor(0xc0, 0x4f, 0x00), // upstream_wait: orange
-    RGBColor(0x0b, 0x6f, 0x8a), // upstream_recv: cyan
-    RGBColor(0xa3, 0x17, 0x3f), // response_parse: crimson
-    RGBColor(0x6d, 0x4c, 0x41), // write: brown
-    RGBColor(0xd1, 0x2f, 0x2f), // proxy_overhead: red
-    RGBColor(0x33, 0x3a, 0x45), // total: near black
-    RGBColor(0x6f, 0x6a, 0x00), // backend_in: olive
-    RGBColor(0x6b, 0x3f, 0xa0), // backend: purple
-    RGBColor(0x9c, 0x3d, 0x6b), // backend_out: plum
-    RGBColor(0x2e, 0x5e, 0x3a), // backend_queue: dark green
-    RGBColor(0x2f, 0x5f, 0x7f), // upstream_recv_gap: slate blue
-];
+/// Every phase's colour comes from the one table in `phase::Phase::style` (Okabe–Ito
+/// hues, each at least 4.5:1 against the white background, apart under colour-vision
+/// deficiency), which the live page and the dashboard's test use too.
+fn phase_colour(p: Phase) -> RGBColor {
+    let (r, g, b) = p.rgb();
+    RGBColor(r, g, b)
+}
 /// A phase this build does not know.
 const OTHER: RGBColor = RGBColor(0x59, 0x59, 0x59);
 /// The grid: light, so that it does not compete with the data.
@@ -86,7 +71,7 @@ const GRID_BOLD: RGBAColor = RGBAColor(0, 0, 0, 0.14);
 const LEGEND_WIDTH: u32 = 150;
 
 fn colour(phase: &str) -> RGBColor {
-    Phase::from_name(phase).map_or(OTHER, |p| PALETTE[p.index()])
+    Phase::from_name(phase).map_or(OTHER, phase_colour)
 }
 
 /// The legend in its own column beside the plot, so that it never covers what it names.

@@ -90,7 +90,11 @@ fn finding_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
         if out.is_empty() {
             out.push("findings:".to_owned());
         }
-        out.extend(super::findings::lines(f).into_iter().map(|l| format!("  {l}")));
+        out.extend(
+            super::findings::lines(f)
+                .into_iter()
+                .map(|l| format!("  {l}")),
+        );
     }
     out
 }

@@ -27,22 +27,11 @@
    * proxy takes from its own list of phases (src/phase.rs), so the page keeps no copy. */
   let phaseOrder = [];
 
+  /* Each phase's colour: the snapshot's `phase_styles`, the one table of src/phase.rs that
+   * the report's SVG and the dashboard use too (Okabe–Ito hues, checked apart under
+   * colour-vision deficiency). Filled in from the first snapshot; a phase without a
+   * style (an older proxy) falls into the grey of "unattributed". */
   const COLORS = {
-    client_recv: "#8da0cb",
-    parse: "#e377c2",
-    upstream_connect: "#9bd36b",
-    queue: "#f1ce63",
-    upstream_send: "#5fc0a8",
-    upstream_wait: "#f28e2b",
-    backend_in: "#f7b267",
-    backend: "#d9622b",
-    backend_out: "#b07aa1",
-    upstream_recv: "#17a589",
-    response_parse: "#c2185b",
-    upstream_recv_gap: "#2f5f7f",
-    proxy_overhead: "#e15759",
-    write: "#4e79a7",
-    total: "#3a4150",
     unattributed: "#c3c8d0",
   };
 
@@ -115,7 +104,7 @@
   }
 
   function swatch(key) {
-    return h("span", { class: "swatch", style: { background: COLORS[key] || COLORS.unattributed } });
+    return h("span", { class: "swatch", style: { background: colour(key) } });
   }
 
   function num3(x) {
@@ -168,6 +157,35 @@
     if (seconds < 5400) return (seconds / 60).toFixed(0) + " min";
     if (seconds < 172800) return (seconds / 3600).toFixed(1) + " h";
     return (seconds / 86400).toFixed(1) + " d";
+  }
+
+  function colour(phase) {
+    return COLORS[phase] || COLORS.unattributed;
+  }
+
+  /* The report's what-if line (docs/report.md, "Inside the upstream"), for a parser 2×
+   * faster: with p the parser's share of the CPU and c the CPU per request, it saves at
+   * most c·p·(1 − 1/2) per request, and a CPU-bound server gains at most
+   * 1 / ((1 − p) + p/2) − 1 in throughput (Amdahl). A stripped server's own code stands
+   * in for its parser, an upper bound. Empty when nothing names a parser. */
+  const WHAT_IF_FACTOR = 2;
+  function whatIf(u, n, samples, total, inclusive, own) {
+    if (!total || !n) return "";
+    let comp = samples.http_parser !== undefined ? "http_parser" : null;
+    const upper = !comp && u.stripped && own && samples[own] !== undefined;
+    if (upper) comp = own;
+    if (!comp) return "";
+    const self = samples[comp] / total;
+    const incl = !upper && inclusive && inclusive[comp] !== undefined ? inclusive[comp] / total : null;
+    const p = incl == null ? self : incl;
+    const cpu = (u.cpu_user_seconds + u.cpu_system_seconds) / n;
+    const f = WHAT_IF_FACTOR;
+    const saved = cpu * p * (1 - 1 / f);
+    const gain = 1 / (1 - p + p / f) - 1;
+    const which = upper
+      ? `its parser is inside ${comp} (own code), ${fmtPct(p)} of its CPU: an upper bound`
+      : `HTTP parser is ${fmtPct(p)} of its CPU${incl == null ? "" : " with all it calls"}`;
+    return `what if: a parser ${f}× faster saves ≤ ${num3(saved * 1e6)} µs per request; if the server is CPU-bound, at most ${fmtPct(gain)} more throughput (${which})`;
   }
 
   function fmtClock(unix) {
@@ -431,6 +449,7 @@
       this.breakdownNote = h("div", { class: "note" });
       this.insideSub = h("span", { class: "sub" });
       this.insideLine = h("div", { class: "inside-line" });
+      this.insideWhatIf = h("div", { class: "inside-line what-if" });
       this.insideNote = h("div", { class: "note" });
       this.functionsBody = h("tbody");
       this.functions = h("table", { class: "functions", hidden: true },
@@ -440,7 +459,7 @@
           h("th", { text: "inclusive", title: "share of the samples with the function anywhere on the stack: it and what it calls" }))),
         this.functionsBody);
       this.inside = h("div", { class: "panel inside-upstream", hidden: true },
-        h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.functions, this.insideNote);
+        h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.insideWhatIf, this.functions, this.insideNote);
       this.phaseBody = h("tbody");
       this.phaseSub = h("span", { class: "sub" });
       this.routeBody = h("tbody");
@@ -514,8 +533,8 @@
       const hasDecomposition = order.some((k) => DECOMPOSITION.includes(k));
       this.stackChart = new Chart(this.stackBox, order.map((k) => ({
         label: segLabel(k, hasDecomposition),
-        color: COLORS[k],
-        fill: COLORS[k] + "d0",
+        color: colour(k),
+        fill: colour(k) + "d0",
         raw: () => this.history.seg[k],
       })), { fmt: fmtDur, stacked: true, legend: false, height: 189 });
     }
@@ -663,6 +682,7 @@
       this.renderFunctions(u);
       if (!n) {
         this.insideLine.textContent = "no requests in this window yet";
+        this.insideWhatIf.textContent = "";
         this.insideNote.textContent = "";
         return;
       }
@@ -683,6 +703,7 @@
         line += `; its CPU${inclusive ? ", self (inclusive)" : ""}: ${parts.join(", ")}`;
       }
       this.insideLine.textContent = line;
+      this.insideWhatIf.textContent = whatIf(u, n, samples, total, inclusive, own);
       const notes = ["thread-time per request: the process's CPU and run-queue time divided by this tap's requests"];
       if (u.restarts) notes.push(`${u.restarts} restart${u.restarts === 1 ? "" : "s"} in this window`);
       if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);
@@ -722,7 +743,7 @@
           class: "seg",
           "data-segment": k,
           title: `${segLabel(k, hasDecomposition)}: ${fmtDur(v / n)} per request, ${fmtPct(share)} — ${ABOUT[k] || ""}`,
-          style: { background: COLORS[k], flexGrow: String(share), flexBasis: "0" },
+          style: { background: colour(k), flexGrow: String(share), flexBasis: "0" },
         });
         // Name and share where they fit, the share alone in a narrower segment.
         if (share >= 0.14) seg.append(h("span", { text: `${segLabel(k, hasDecomposition)} ${fmtPct(share)}` }));
@@ -764,7 +785,7 @@
           cell("max", fmtDur(s.max)),
           h("td", { class: "sharecell", "data-col": "share" },
             h("div", { class: "sharebar" },
-              h("div", { class: "bar" }, h("i", { style: { width: `${Math.min(100, share * 100)}%`, background: COLORS[p] || COLORS.unattributed } })),
+              h("div", { class: "bar" }, h("i", { style: { width: `${Math.min(100, share * 100)}%`, background: colour(p) } })),
               h("b", { text: fmtPct(share) }))));
       }));
     }
@@ -781,7 +802,7 @@
         const segs = segments(phaseSums(tap, r));
         const sum = s.sum || 1;
         const mini = h("div", { class: "mini", title: segs.map(([k, v]) => `${k} ${fmtPct(v / sum)}`).join(", ") },
-          ...segs.map(([k, v]) => h("i", { style: { width: `${(100 * v) / sum}%`, background: COLORS[k] } })));
+          ...segs.map(([k, v]) => h("i", { style: { width: `${(100 * v) / sum}%`, background: colour(k) } })));
         const rate = routeRates && routeRates[r] !== undefined ? fmtRate(routeRates[r]) : "–";
         return h("tr", { "data-route": r },
           h("td", { class: "name", text: r }),
@@ -899,6 +920,7 @@
   function render(snap) {
     phaseOrder = snap.phase_order || [];
     renderFindings(snap.findings || []);
+    for (const [name, style] of Object.entries(snap.phase_styles || {})) COLORS[name] = style.colour;
     const span = snap.taken_at_unix - snap.since_unix;
     meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
     // Front to back (the snapshot's `position`): the tap clients reach first on top.

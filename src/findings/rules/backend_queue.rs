@@ -31,7 +31,11 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         ),
         shown("backend_queue mean", q, "seconds"),
         shown("upstream_wait mean", w, "seconds"),
-        shown("requests matched to their Redis command", queue.count as f64, "count"),
+        shown(
+            "requests matched to their Redis command",
+            queue.count as f64,
+            "count",
+        ),
     ];
     if let Some(backend) = v.mean("backend") {
         evidence.push(shown("backend mean", backend, "seconds"));

@@ -53,7 +53,11 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
                     "ratio",
                     format!("≥ {MIN_SHARE}"),
                 ),
-                shown("upstream_connect mean", connect.mean().unwrap_or(0.0), "seconds"),
+                shown(
+                    "upstream_connect mean",
+                    connect.mean().unwrap_or(0.0),
+                    "seconds",
+                ),
                 met(
                     "client connections per request (since start)",
                     per_client,

@@ -27,7 +27,8 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
     // Demand: the time the threads ran or were runnable and waiting. A server that would
     // use more CPU than it gets is as CPU-bound as one that gets all it wants.
     let busiest = u.busiest_thread_seconds / u.watched_seconds;
-    let demand = (u.cpu_user_seconds + u.cpu_system_seconds + u.runqueue_seconds) / u.watched_seconds;
+    let demand =
+        (u.cpu_user_seconds + u.cpu_system_seconds + u.runqueue_seconds) / u.watched_seconds;
     let cpus = machine_cpus();
     let capacity = i.threads.min(cpus) as f64;
     let one_thread = busiest >= BUSY;
@@ -41,7 +42,13 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
         .iter()
         .filter(|c| c.name != "kernel")
         .max_by(|a, b| a.share.total_cmp(&b.share))
-        .map(|c| format!(" Its largest part is {} ({} of its CPU).", c.label, share(c.share)))
+        .map(|c| {
+            format!(
+                " Its largest part is {} ({} of its CPU).",
+                c.label,
+                share(c.share)
+            )
+        })
         .unwrap_or_default();
     let summary = if one_thread {
         format!(

@@ -21,7 +21,8 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         return None;
     }
     let saved_of_total = w.saved_of_total.unwrap_or(0.0);
-    let worth = saved_of_total >= WORTH || w.throughput_gain >= WORTH && saved_of_total >= WORTH / 5.0;
+    let worth =
+        saved_of_total >= WORTH || w.throughput_gain >= WORTH && saved_of_total >= WORTH / 5.0;
     let kind = if w.upper_bound {
         "at most (the binary has no symbols: its own code)"
     } else if w.inclusive {
@@ -30,10 +31,21 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         "its own functions"
     };
     let mut evidence = vec![
-        shown(&format!("{} share of the server's CPU, {kind}", w.component), w.share, "ratio"),
-        shown("upstream CPU per request", i.cpu_user + i.cpu_system, "seconds"),
+        shown(
+            &format!("{} share of the server's CPU, {kind}", w.component),
+            w.share,
+            "ratio",
+        ),
+        shown(
+            "upstream CPU per request",
+            i.cpu_user + i.cpu_system,
+            "seconds",
+        ),
         met(
-            &format!("saved by a parser {}× as fast, over the mean total", w.factor),
+            &format!(
+                "saved by a parser {}× as fast, over the mean total",
+                w.factor
+            ),
             saved_of_total,
             "ratio",
             format!("{} {WORTH}", if worth { "≥" } else { "<" }),
@@ -42,14 +54,24 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         shown("samples", samples as f64, "count"),
     ];
     if let Some(parse) = v.mean("parse") {
-        evidence.push(shown("the proxy's own parse of the same heads", parse, "seconds"));
+        evidence.push(shown(
+            "the proxy's own parse of the same heads",
+            parse,
+            "seconds",
+        ));
     }
     let larger = i
         .components
         .iter()
         .filter(|c| c.name != w.component && c.label != w.component)
         .max_by(|a, b| a.share.total_cmp(&b.share))
-        .map(|c| format!(" Its largest part is {} ({} of its CPU).", c.label, share(c.share)))
+        .map(|c| {
+            format!(
+                " Its largest part is {} ({} of its CPU).",
+                c.label,
+                share(c.share)
+            )
+        })
         .unwrap_or_default();
     let (id, summary, fix, severity) = if worth {
         (

@@ -1,0 +1,142 @@
+//! The one colour table (`Phase::style`, src/phase.rs) that the live page, the report's
+//! SVG and the dashboard share: every colour readable against white, and the colours
+//! shown together far enough apart for normal vision and under simulated colour-vision
+//! deficiency (Machado, Oliveira & Fernandes 2009, severity 1), in CIELAB ΔE (1976).
+
+use phasescope::phase::Phase;
+
+/// WCAG's contrast for text, more than the 3:1 it asks of graphics: thin curves.
+const MIN_CONTRAST: f64 = 4.5;
+/// Two colours shown together differ by at least this much in every vision simulated.
+const MIN_DELTA_E: f64 = 8.0;
+
+fn linear(c: u8) -> f64 {
+    let c = f64::from(c) / 255.0;
+    if c <= 0.04045 {
+        c / 12.92
+    } else {
+        ((c + 0.055) / 1.055).powf(2.4)
+    }
+}
+
+fn luminance([r, g, b]: [f64; 3]) -> f64 {
+    0.2126 * r + 0.7152 * g + 0.0722 * b
+}
+
+fn rgb(p: Phase) -> [f64; 3] {
+    let (r, g, b) = p.rgb();
+    [linear(r), linear(g), linear(b)]
+}
+
+/// Linear RGB seen with a deficiency: Machado et al.'s matrices at full severity.
+fn simulate(v: [f64; 3], m: &[[f64; 3]; 3]) -> [f64; 3] {
+    let mut out = [0.0; 3];
+    for (i, row) in m.iter().enumerate() {
+        out[i] = (row[0] * v[0] + row[1] * v[1] + row[2] * v[2]).clamp(0.0, 1.0);
+    }
+    out
+}
+
+const NORMAL: [[f64; 3]; 3] = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+const PROTANOPIA: [[f64; 3]; 3] = [
+    [0.152286, 1.052583, -0.204868],
+    [0.114503, 0.786281, 0.099216],
+    [-0.003882, -0.048116, 1.051998],
+];
+const DEUTERANOPIA: [[f64; 3]; 3] = [
+    [0.367322, 0.860646, -0.227968],
+    [0.280085, 0.672501, 0.047413],
+    [-0.011820, 0.042940, 0.968881],
+];
+const TRITANOPIA: [[f64; 3]; 3] = [
+    [1.255528, -0.076749, -0.178779],
+    [-0.078411, 0.930809, 0.147602],
+    [0.004733, 0.691367, 0.303900],
+];
+
+fn lab([r, g, b]: [f64; 3]) -> [f64; 3] {
+    let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+    let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+    let f = |t: f64| {
+        if t > 0.008856 {
+            t.cbrt()
+        } else {
+            7.787 * t + 16.0 / 116.0
+        }
+    };
+    [
+        116.0 * f(y) - 16.0,
+        500.0 * (f(x) - f(y)),
+        200.0 * (f(y) - f(z)),
+    ]
+}
+
+fn delta_e(a: [f64; 3], b: [f64; 3]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).powi(2))
+        .sum::<f64>()
+        .sqrt()
+}
+
+#[test]
+fn every_phase_colour_is_readable_on_white() {
+    for p in Phase::ALL {
+        let contrast = 1.05 / (luminance(rgb(p)) + 0.05);
+        assert!(
+            contrast >= MIN_CONTRAST,
+            "{p} {}: {contrast:.2}:1",
+            p.style().colour
+        );
+    }
+}
+
+#[test]
+fn colours_shown_together_stay_apart_under_colour_vision_deficiency() {
+    use Phase::*;
+    let stacked: Vec<Phase> = Phase::ALL
+        .into_iter()
+        .filter(|p| p.style().stack.is_some())
+        .collect();
+    // The stacked bar of a Webdis tap: upstream_wait drawn as its parts.
+    let webdis: Vec<Phase> = stacked
+        .iter()
+        .copied()
+        .filter(|&p| p != UpstreamWait)
+        .chain([BackendIn, BackendQueue, Backend, BackendOut])
+        .collect();
+    let inside: Vec<Phase> = Phase::ALL
+        .into_iter()
+        .filter(|p| p.within().is_some())
+        .collect();
+    let mut pairs: Vec<(Phase, Phase)> = Vec::new();
+    for group in [&stacked, &webdis, &inside] {
+        for (i, &a) in group.iter().enumerate() {
+            pairs.extend(group[i + 1..].iter().map(|&b| (a, b)));
+        }
+    }
+    pairs.extend(
+        Phase::ALL
+            .into_iter()
+            .filter(|&p| p != Total)
+            .map(|p| (p, Total)),
+    );
+    let visions = [
+        ("normal", NORMAL),
+        ("protanopia", PROTANOPIA),
+        ("deuteranopia", DEUTERANOPIA),
+        ("tritanopia", TRITANOPIA),
+    ];
+    for (vision, m) in &visions {
+        for &(a, b) in &pairs {
+            let d = delta_e(lab(simulate(rgb(a), m)), lab(simulate(rgb(b), m)));
+            assert!(
+                d >= MIN_DELTA_E,
+                "{vision}: {a} {} and {b} {} are ΔE {d:.1} apart",
+                a.style().colour,
+                b.style().colour
+            );
+        }
+    }
+}
