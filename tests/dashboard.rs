@@ -379,6 +379,8 @@ fn substitute(expr: &str, values: &BTreeMap<&str, String>) -> String {
         ("__interval".into(), "5s".into()),
         ("__range".into(), "1m".into()),
     ];
+    // A test's own value of a built-in (its `$__rate_interval`) replaces the default.
+    all.retain(|(k, _)| !values.contains_key(k.as_str()));
     all.extend(values.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
     // Longest names first, so that `$__range` never eats the start of a longer name.
     all.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
@@ -703,23 +705,40 @@ fn the_webdis_decomposition_panels_add_up(storage: Storage) {
     let chain = support::WebdisChain::start();
     let proxy = &chain.proxy;
     let prometheus = scraping(&binary, proxy, storage);
+    let count = r#"sum(phasescope_phase_duration_seconds_count{tap="webdis",phase="total"}) or histogram_count(sum(phasescope_phase_duration_seconds{tap="webdis",phase="total"}))"#;
+    // Prometheus's rate() extrapolates each series from its samples in the range, and
+    // a series whose first sample lies inside the range is extrapolated by its own
+    // values (never below zero): series created by the load itself would then be scaled
+    // differently, and parts that add up exactly in the proxy would not in the panel
+    // (3 % apart here). So a warm-up creates every series first, and the range starts
+    // after Prometheus has scraped it: every series then has a sample before the range,
+    // all are sampled at the same instants, and rate() scales them all alike.
+    let seen_at_least = |n: u64| {
+        let mut at = 0.0;
+        let seen = support::wait_for(PATIENCE, || {
+            at = now_unix();
+            prometheus.scalar(count, at).is_some_and(|c| c >= n as f64)
+        });
+        assert!(
+            seen,
+            "Prometheus never saw {n} requests\n{}",
+            prometheus.log_tail()
+        );
+        at
+    };
+    // ab ends with no request in flight (wrk's end would leave some: see
+    // docs/architecture.md's known debts on correlation after an abrupt stop).
+    let warm = support::run_ab(&proxy.url("/GET/warm"), 4000, 16);
+    assert_eq!(warm.failed, 0, "{warm:?}");
+    seen_at_least(warm.complete);
+    // One more scrape, so that the sample before the range holds the whole warm-up.
+    std::thread::sleep(Duration::from_millis(1500));
+    let start = now_unix();
     // More connections than Webdis pools Redis connections, so that commands queue.
     let wrk = support::run_wrk_distinct(&proxy.url("/"), "/GET/k%d_%d", 5, 16, 2);
     assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
-    let sent = wrk.requests;
-    let count = r#"sum(phasescope_phase_duration_seconds_count{tap="webdis",phase="total"}) or histogram_count(sum(phasescope_phase_duration_seconds{tap="webdis",phase="total"}))"#;
-    let mut at = 0.0;
-    let seen = support::wait_for(PATIENCE, || {
-        at = now_unix();
-        prometheus
-            .scalar(count, at)
-            .is_some_and(|n| n >= sent as f64)
-    });
-    assert!(
-        seen,
-        "Prometheus never saw {sent} requests\n{}",
-        prometheus.log_tail()
-    );
+    let at = seen_at_least(warm.complete + wrk.requests);
+    let range = format!("{}s", (at - start).ceil() as u64);
 
     let d = dashboard();
     let values: BTreeMap<&str, String> = [
@@ -727,6 +746,7 @@ fn the_webdis_decomposition_panels_add_up(storage: Storage) {
         ("tap", "webdis"),
         ("route", ".*"),
         ("phase", ".*"),
+        ("__rate_interval", range.as_str()),
     ]
     .into_iter()
     .map(|(k, v)| (k, v.to_owned()))
