@@ -405,7 +405,10 @@ async fn an_expect_body_sent_with_its_head_never_reaches_an_upstream_that_refuse
     );
     p.capture.wait_exchanges(2).await;
     let all = received.all();
-    assert_eq!(all[0], head, "the body never went to the upstream that refused it");
+    assert_eq!(
+        all[0], head,
+        "the body never went to the upstream that refused it"
+    );
     assert_eq!(all.get(1).map(Vec::as_slice), Some(NEXT), "{all:?}");
 }
 
@@ -422,7 +425,10 @@ async fn an_expect_body_sent_with_its_head_goes_after_the_100_continue() {
             c.write(CONTINUE).await;
             c.read_at_least(len).await;
             // What came before the 100 is reported in the answer.
-            let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{:02}", early % 100);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{:02}",
+                early % 100
+            );
             c.write(answer.as_bytes()).await;
             serve_ok(c).await;
         }

@@ -88,9 +88,8 @@ impl RequestSide {
         let read_done = body.is_done();
         let held = pending.saturating_sub(head.len);
         // RFC 9110 §10.1.1: a server ignores the expectation in an HTTP/1.0 request.
-        let awaiting_continue = head.expect_continue
-            && head.version == Version::Http11
-            && !(read_done && held == 0);
+        let awaiting_continue =
+            head.expect_continue && head.version == Version::Http11 && !(read_done && held == 0);
         let (pending, held) = if awaiting_continue {
             (pending - held, held)
         } else {
@@ -698,7 +697,10 @@ mod tests {
         assert!(!s.interest(true).write_up);
         flush(&mut s, 3_000, &mut ex);
         let r = done(&s, 0);
-        assert!(!r.upstream_reusable, "that upstream connection is not reused");
+        assert!(
+            !r.upstream_reusable,
+            "that upstream connection is not reused"
+        );
         assert!(
             r.keep_alive && !r.early_end,
             "the body was here whole: the client carries on"
