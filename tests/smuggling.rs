@@ -316,7 +316,7 @@ fn request_cases() -> Vec<Case> {
         fwd("asterisk_form_options", b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.4: asterisk-form with OPTIONS"),
         rej("asterisk_form_get", 400, b"GET * HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.4: asterisk-form is only for OPTIONS"),
         rej("authority_form_get", 400, b"GET a.example:80 HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.3: authority-form is only for CONNECT"),
-        rej("connect_with_content_length", 400, connect_with("Content-Length", &hidden),
+        rej("connect_with_content_length", 400, connect_with("Content-Length", hidden),
             "RFC 9110 §9.3.6: a CONNECT request has no content; an upstream answers it and reads the \"body\" as the next request (nginx answers 400 too)"),
         rej("connect_with_content_length_0", 400, connect_with("Content-Length", ""),
             "RFC 9110 §9.3.6: as above; any Content-Length on CONNECT is refused"),

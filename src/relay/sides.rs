@@ -133,10 +133,8 @@ impl RequestSide {
     /// once the answer is out.
     #[inline]
     pub(super) fn wants_body(&self) -> bool {
-        !self.read_done
-            && self.pending == 0
-            && !self.awaiting_continue
-            && !(self.abandoned && self.expect_continue)
+        let refused_continue = self.abandoned && self.expect_continue;
+        !self.read_done && self.pending == 0 && !self.awaiting_continue && !refused_continue
     }
 
     /// Frames body bytes just read (`unframed`: the whole client buffer, since nothing
