@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The hostile-input cases of docs/security.md against HAProxy and nginx, side by side.
 
-    cargo build --release && python3 scripts/hostile_compare.py
+    cargo build --release && python3 scripts/hostile_compare.py [PHASESCOPE_BINARY]
 
 Runs one scripted upstream and, in front of it, phasescope (target/release), HAProxy
 (mode http) and nginx (proxy_pass, HTTP/1.1 upstream keep-alive), configured as
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASESCOPE = ROOT / "target" / "release" / "phasescope"
+PHASESCOPE = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "release" / "phasescope"
 TIMEOUT = 3
 
 HAPROXY_CFG = """global
@@ -244,6 +244,18 @@ def early(c):
         c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret" if b"/admin" in c.buf else OK)
 
 
+def refuse_then_serve(status_line):
+    """Answers the first head with `status_line` without reading a body, then reads what
+    follows as requests: /admin gets the secret."""
+    def script(c):
+        c.read_head()
+        c.send(status_line + b"\r\nContent-Length: 0\r\n\r\n")
+        while c.read_head():
+            last = c.buf[c.buf.rfind(b"\r\n\r\n", 0, len(c.buf) - 4) + 4:]
+            c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret" if b"/admin" in last else OK)
+    return script
+
+
 def stall(c):
     c.read_head()
     c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nfirst ten.")
@@ -275,6 +287,20 @@ CASES = [
      [b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 43\r\n\r\n", 0.3, HIDDEN + NEXT]),
     ("8 upstream stalls after head + part of body", stall, [GET]),
     ("9 connection that never sends a byte", serve_ok, []),
+    # The third round (docs/security.md): request framing.
+    ("r3.1 CONNECT with a Content-Length body hiding a request",
+     refuse_then_serve(b"HTTP/1.1 405 Method Not Allowed"),
+     [b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\nContent-Length: 43\r\n\r\n"
+      + HIDDEN + NEXT]),
+    ("r3.2 Expect: 100-continue, body (a hidden request) in the same write, answered 417",
+     refuse_then_serve(b"HTTP/1.1 417 Expectation Failed"),
+     [b"PUT /up HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 43\r\n\r\n"
+      + HIDDEN + NEXT]),
+    ("r3.4 Connection: transfer-encoding", serve_ok,
+     [b"POST / HTTP/1.1\r\nHost: a\r\nConnection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]),
+    ("r3.4 a trailer section of 200 fields", serve_ok,
+     [b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+      + b"".join(b"T-%d: v\r\n" % i for i in range(200)) + b"\r\n"]),
 ]
 
 

@@ -95,7 +95,12 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
     let registry = Registry::new(&config.metrics)?;
     registry.set_front_to_back(config.taps_front_to_back());
     let admin = crate::admin::bind(config.admin.listen, Arc::clone(&registry))?
-        .with_token(config.admin.token.as_deref());
+        .with_token(config.admin.token.as_deref())
+        .with_limits(crate::admin::AdminLimits {
+            allowed_hosts: config.admin.allowed_hosts.clone(),
+            max_connections: config.admin.max_connections,
+            max_scrapes: config.admin.max_scrapes,
+        });
     warn_if_public(config.admin.listen);
     tracing::info!(admin = %admin.local_addr(), "admin server listening");
     let running = start(&config, &registry).await?;

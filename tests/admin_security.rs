@@ -13,7 +13,7 @@ fn admin(proxy: &Proxy, method: &str, path: &str, token: Option<&str>) -> Respon
     let _ = proxy.admin_get("/healthz");
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     );
     parse_response(&http_exchange(proxy.admin_addr(), req.as_bytes()))
 }

@@ -32,6 +32,8 @@ fn stricter_on_purpose(e: &RequestError) -> bool {
             | RequestError::ChunkedRepeated   // §7: chunked twice
             | RequestError::UnsupportedCoding // §6.1: 501 for codings but chunked
             | RequestError::EncodingOnHttp10  // §6.1: TE in HTTP/1.0
+            | RequestError::ConnectWithBody   // RFC 9110 §9.3.6: CONNECT has no content
+            | RequestError::FramingHopByHop   // RFC 9110 §7.6.1: Connection: content-length
             | RequestError::Framing(_) // RFC 9110 §8.6 / §6.3: bad or conflicting CL, bad TE
     )
 }

@@ -498,7 +498,7 @@ fn errors_cover_the_window_ticks_are_distinct_and_taps_keep_their_order() {
     assert!(wait_for(PATIENCE, || errors_now().1 == 3));
     let reset = support::parse_response(&support::http_exchange(
         proxy.admin_addr(),
-        b"POST /api/reset HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"POST /api/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     ));
     assert_eq!(reset.status, 200);
     bad_request(2);

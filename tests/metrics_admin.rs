@@ -31,7 +31,7 @@ struct Reply {
 async fn request(addr: SocketAddr, method: &str, path: &str) -> Reply {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();

@@ -104,7 +104,7 @@ fn native_histograms_match_the_hdr_median_and_classic_scrapers_keep_their_bucket
     thread::sleep(Duration::from_millis(2_500));
     let reset = http_exchange(
         proxy.admin_addr(),
-        b"POST /api/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"POST /api/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(parse_response(&reset).status, 200);
 

@@ -691,7 +691,7 @@ fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
     );
     let reset = support::http_exchange(
         proxy.admin_addr(),
-        b"POST /api/reset HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"POST /api/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(parse_response(&reset).status, 200);
     let before = burn.truth();

@@ -342,3 +342,127 @@ async fn a_417_to_expect_100_continue_never_reads_the_next_request_as_body() {
     );
     assert_eq!(received.all()[0], head.to_vec());
 }
+
+// --- third round, item 2: Expect: 100-continue with the body in the same write ----------
+
+const EXPECT_FAILED: &[u8] = b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n";
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// An `Expect: 100-continue` head whose body is a whole request.
+fn expect_head(body: &[u8]) -> Vec<u8> {
+    format!(
+        "PUT /up HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Answers the first head with 417 without reading a body, then, slowly (each answer
+/// only once the next request is in as well), treats what follows as requests: `/admin`
+/// gets the secret. Later connections serve `OK`.
+async fn refusing_slow_upstream() -> (std::net::SocketAddr, fake::Received) {
+    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    upstream(move |mut c| {
+        let first = first.swap(false, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if !first {
+                return serve_ok(c).await;
+            }
+            c.read_head().await;
+            c.write(EXPECT_FAILED).await;
+            let mut answered = 1;
+            while c.read_head().await {
+                let heads = fake::occurrences(&c.buf, b"\r\n\r\n");
+                // The hidden request is answered only when the next one came too: the
+                // slow upstream that lets the proxy forward it first.
+                if heads < 3 {
+                    continue;
+                }
+                while answered < heads {
+                    let admin = answered == 1 && c.buf.windows(10).any(|w| w == b"GET /admin");
+                    c.write(if admin { ADMIN } else { OK }).await;
+                    answered += 1;
+                }
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expect_body_sent_with_its_head_never_reaches_an_upstream_that_refused_it() {
+    let (up, received) = refusing_slow_upstream().await;
+    let p = proxy(up).await;
+    let head = expect_head(HIDDEN);
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(&[&head, HIDDEN, NEXT].concat()).await.unwrap();
+    let got = read_n(&mut s, EXPECT_FAILED.len() + OK.len()).await;
+    assert_eq!(
+        got,
+        [EXPECT_FAILED, OK].concat(),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    p.capture.wait_exchanges(2).await;
+    let all = received.all();
+    assert_eq!(
+        all[0], head,
+        "the body never went to the upstream that refused it"
+    );
+    assert_eq!(all.get(1).map(Vec::as_slice), Some(NEXT), "{all:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expect_body_sent_with_its_head_goes_after_the_100_continue() {
+    let body = b"hello";
+    let head = expect_head(body);
+    let want = [head.as_slice(), body].concat();
+    let (up, received) = upstream(move |mut c| {
+        let len = want.len();
+        async move {
+            c.read_head().await;
+            let early = c.buf.len();
+            c.write(CONTINUE).await;
+            c.read_at_least(len).await;
+            // What came before the 100 is reported in the answer.
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{:02}",
+                early % 100
+            );
+            c.write(answer.as_bytes()).await;
+            serve_ok(c).await;
+        }
+    })
+    .await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(&[&head, &body[..]].concat()).await.unwrap();
+    let got = read_n(&mut s, CONTINUE.len() + OK.len()).await;
+    let before_100 = head.len() % 100;
+    let want_answer = format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{before_100:02}");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        format!("{}{want_answer}", String::from_utf8_lossy(CONTINUE)),
+        "only the head before the 100, the body after it"
+    );
+    assert_eq!(received.all()[0], [head.as_slice(), body].concat());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expect_body_goes_after_the_wait_when_the_upstream_says_nothing() {
+    let body = b"hello";
+    let head = expect_head(body);
+    let len = head.len() + body.len();
+    let (up, received) = upstream(move |mut c| async move {
+        c.read_at_least(len).await;
+        c.write(OK).await;
+        serve_ok(c).await;
+    })
+    .await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(&[&head, &body[..]].concat()).await.unwrap();
+    assert_eq!(read_n(&mut s, OK.len()).await, OK);
+    assert_eq!(received.all()[0], [head.as_slice(), body].concat());
+    assert!(p.capture.errors().is_empty(), "{:?}", p.capture.errors());
+}

@@ -89,6 +89,20 @@ fn get_with(fields: &str) -> Vec<u8> {
 
 fn request_cases() -> Vec<Case> {
     let long_ext = format!("5;{}\r\nhello\r\n0\r\n\r\n", "e".repeat(5000));
+    let trailers = |n: usize| -> String {
+        let fields: String = (0..n).map(|i| format!("T-{i}: v\r\n")).collect();
+        format!("0\r\n{fields}\r\n")
+    };
+    let (many_trailers, trailers_at_limit) = (trailers(MAX_HEADERS + 1), trailers(MAX_HEADERS));
+    let hidden = "GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+    let connect_with = |field: &str, body: &str| -> Vec<u8> {
+        let value = if field == "Content-Length" {
+            body.len().to_string()
+        } else {
+            "chunked".into()
+        };
+        format!("CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n{field}: {value}\r\n\r\n{body}").into_bytes()
+    };
     let many: String = (0..MAX_HEADERS + 5)
         .map(|i| format!("X-{i}: v\r\n"))
         .collect();
@@ -243,6 +257,10 @@ fn request_cases() -> Vec<Case> {
             "§5.2: obs-fold is refused in trailers as in heads"),
         fwd("trailer_plain", chunked(b"0\r\nX-T: a\r\n\r\n"),
             "§7.1.2: an ordinary trailer field"),
+        rej("trailer_too_many_fields", 400, chunked(many_trailers.as_bytes()),
+            "§7.1.2: trailer fields count against max_headers as head fields do; a merging upstream would take them for head fields"),
+        fwd("trailer_fields_at_the_limit", chunked(trailers_at_limit.as_bytes()),
+            "§7.1.2: as many trailer fields as max_headers allows in a head"),
         // --- Expect --------------------------------------------------------------------
         // Framing never depends on Expect: the body is the body whatever the upstream
         // answers (an early final response is the relay's business, tests/relay_desync.rs).
@@ -298,6 +316,12 @@ fn request_cases() -> Vec<Case> {
         fwd("asterisk_form_options", b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.4: asterisk-form with OPTIONS"),
         rej("asterisk_form_get", 400, b"GET * HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.4: asterisk-form is only for OPTIONS"),
         rej("authority_form_get", 400, b"GET a.example:80 HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.3: authority-form is only for CONNECT"),
+        rej("connect_with_content_length", 400, connect_with("Content-Length", hidden),
+            "RFC 9110 §9.3.6: a CONNECT request has no content; an upstream answers it and reads the \"body\" as the next request (nginx answers 400 too)"),
+        rej("connect_with_content_length_0", 400, connect_with("Content-Length", ""),
+            "RFC 9110 §9.3.6: as above; any Content-Length on CONNECT is refused"),
+        rej("connect_chunked", 400, connect_with("Transfer-Encoding", &format!("{:x}\r\n{hidden}\r\n0\r\n\r\n", hidden.len())),
+            "RFC 9110 §9.3.6: as above, with a chunked body"),
         rej("connect_origin_form", 400, b"CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2.3: CONNECT takes authority-form"),
         rej("relative_target", 400, b"GET x/y HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2: none of the four forms"),
         rej("space_in_target", 400, b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), "§3.2: SP ends the target; the rest is no version"),
@@ -319,6 +343,15 @@ fn request_cases() -> Vec<Case> {
         rej("too_many_fields", 431, get_with(&many), "RFC 6585 §5: more fields than max_headers"),
         rej("request_line_too_long", 431, format!("GET /{} HTTP/1.1\r\n", "a".repeat(MAX_HEAD)).into_bytes(),
             "§3: a line longer than we parse (414 would also do; 431 because the head limit is what was hit)"),
+        // --- hop-by-hop nominations of framing fields ------------------------------------
+        rej("connection_transfer_encoding", 400, post("Connection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"),
+            "RFC 9110 §7.6.1: a proxy behind us removes the fields Connection names; without Transfer-Encoding the upstream frames no body and reads the chunks as a request"),
+        rej("connection_content_length", 400, post("Connection: keep-alive, Content-Length\r\nContent-Length: 5\r\n", "hello"),
+            "RFC 9110 §7.6.1: as above; without Content-Length the body is read as the next request"),
+        rej("connection_host", 400, get_with("Connection: host\r\n"),
+            "RFC 9110 §7.6.1: a proxy removing Host routes the request differently from the upstream"),
+        fwd("connection_other_field", get_with("Connection: x-trace\r\nX-Trace: 1\r\n"),
+            "RFC 9110 §7.6.1: nominating an ordinary field changes no framing"),
         // --- Host ----------------------------------------------------------------------
         fwd("duplicate_host", get_with("Host: b\r\n"),
             "§3.2 asks the origin to 400; framing is unambiguous and we never route by Host, so the upstream sees the same bytes and decides"),

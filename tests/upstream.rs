@@ -37,7 +37,7 @@ fn window(snap: &Value, tap: &str) -> (Value, u64) {
 fn reset(proxy: &Proxy) {
     let raw = http_exchange(
         proxy.admin_addr(),
-        b"POST /api/reset HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"POST /api/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     );
     assert!(parse_response(&raw).status == 200, "reset failed");
 }

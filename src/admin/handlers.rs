@@ -11,22 +11,31 @@ use hyper::header::{
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::page::{self, Asset};
+use super::{guard, Shared};
 use crate::metrics::exposition;
-use crate::metrics::Registry;
 
 type Reply = Response<Full<Bytes>>;
 
 const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
 
-/// Answers one admin request. The request body, if any, is ignored. With a `token`, the
-/// data paths (`/metrics`, `/api/*`) need it as a bearer token; the page and `/healthz`
-/// stay open (the page asks for the token and sends it itself).
-pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&str>) -> Reply {
+/// Answers one admin request. The request body, if any, is ignored. Only for a `Host`
+/// this server is known by (`guard`). With a token, the data paths (`/metrics`,
+/// `/api/*`) need it as a bearer token; the page and `/healthz` stay open (the page asks
+/// for the token and sends it itself).
+pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
     let method = req.method();
     let read = method == Method::GET || method == Method::HEAD;
     let path = req.uri().path();
-    if let Some(token) = token {
+    if !guard::host_allowed(req.headers(), &shared.allowed_hosts) {
+        return reply(
+            StatusCode::MISDIRECTED_REQUEST,
+            TEXT,
+            "unknown Host: add it to [admin] allowed_hosts\n",
+        );
+    }
+    let registry = Arc::clone(&shared.registry);
+    if let Some(token) = shared.token.as_deref() {
         if (path == "/metrics" || path.starts_with("/api/")) && !authorized(&req, token) {
             return unauthorized();
         }
@@ -36,7 +45,7 @@ pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&
             // Protobuf (with native histograms) only for a scraper that asks for it.
             let format =
                 exposition::negotiate(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
-            blocking(move || {
+            blocking(&shared, move || {
                 let mut r = reply(
                     StatusCode::OK,
                     format.content_type(),
@@ -51,16 +60,23 @@ pub async fn handle<B>(req: Request<B>, registry: Arc<Registry>, token: Option<&
         }
         "/healthz" if read => reply(StatusCode::OK, TEXT, "ok"),
         "/api/snapshot" if read => {
-            blocking(
-                move || match serde_json::to_vec(&diagnosed(registry.snapshot())) {
+            blocking(&shared, move || {
+                match serde_json::to_vec(&diagnosed(registry.snapshot())) {
                     Ok(body) => reply(StatusCode::OK, JSON, body),
                     Err(e) => internal_error(&e),
-                },
-            )
+                }
+            })
             .await
         }
         "/api/reset" if method == Method::POST => {
-            blocking(move || {
+            if !guard::may_change_state(req.headers(), &shared.allowed_hosts) {
+                return reply(
+                    StatusCode::FORBIDDEN,
+                    TEXT,
+                    "a reset needs Content-Type: application/json (or an X-Phasescope-* header) and no cross-site Origin\n",
+                );
+            }
+            blocking(&shared, move || {
                 let since = registry.reset();
                 let body = serde_json::json!({
                     "reset": true,
@@ -87,8 +103,13 @@ fn diagnosed(mut snapshot: crate::metrics::Snapshot) -> crate::metrics::Snapshot
 }
 
 /// Runs a scrape, snapshot or reset on the blocking pool: they take milliseconds on a big
-/// registry, which must not be taken from the runtime's workers.
-async fn blocking(f: impl FnOnce() -> Reply + Send + 'static) -> Reply {
+/// registry, which must not be taken from the runtime's workers. At most
+/// `[admin] max_scrapes` run at once; the others wait their turn (threads and memory stay
+/// bounded however many scrapers come).
+async fn blocking(shared: &Shared, f: impl FnOnce() -> Reply + Send + 'static) -> Reply {
+    let Ok(_turn) = shared.scrapes.acquire().await else {
+        return internal_error(&"the scrape limiter is closed");
+    };
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) => internal_error(&e),

@@ -4,6 +4,7 @@
 //! format on tokio's blocking pool, so a large exposition never occupies a worker thread
 //! that connection tasks need.
 
+mod guard;
 mod handlers;
 mod page;
 
@@ -18,12 +19,12 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::metrics::Registry;
 
-pub use handlers::handle;
+use handlers::handle;
 
 /// A client that has not sent a complete request head by then is dropped.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,6 +33,39 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Pause after a failed accept (out of file descriptors, say) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// At most this share of the process's descriptors goes to admin connections, whatever
+/// `[admin] max_connections` says: the data path keeps the rest.
+const ADMIN_SHARE_OF_DESCRIPTORS: u64 = 8;
+
+/// What the admin server answers with, shared by its connections.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    registry: Arc<Registry>,
+    token: Option<Arc<str>>,
+    /// Host names besides IP addresses and `localhost` (see `guard`).
+    allowed_hosts: Vec<String>,
+    /// Scrapes, snapshots and resets running at once, on the blocking pool.
+    scrapes: Semaphore,
+}
+
+/// The admin server's limits (`[admin]` in docs/config.md).
+#[derive(Debug, Clone)]
+pub struct AdminLimits {
+    pub allowed_hosts: Vec<String>,
+    pub max_connections: usize,
+    pub max_scrapes: usize,
+}
+
+impl Default for AdminLimits {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            max_connections: 64,
+            max_scrapes: 4,
+        }
+    }
+}
+
 /// A bound, not yet serving, admin server.
 #[derive(Debug)]
 pub struct AdminServer {
@@ -39,6 +73,7 @@ pub struct AdminServer {
     local_addr: SocketAddr,
     registry: Arc<Registry>,
     token: Option<Arc<str>>,
+    limits: AdminLimits,
 }
 
 /// Binds the admin listener now, so that a taken port fails at start-up with a clear
@@ -57,13 +92,37 @@ pub fn bind(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<AdminSe
         local_addr,
         registry,
         token: None,
+        limits: AdminLimits::default(),
     })
+}
+
+/// How many admin connections may be open: the configured cap, within an eighth of the
+/// process's descriptor limit.
+fn connection_cap(configured: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given and nothing else.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    let share = if ok {
+        usize::try_from(lim.rlim_cur / ADMIN_SHARE_OF_DESCRIPTORS).unwrap_or(usize::MAX)
+    } else {
+        configured
+    };
+    configured.min(share).max(1)
 }
 
 impl AdminServer {
     /// Requires `Authorization: Bearer <token>` on `/metrics` and `/api/*`.
     pub fn with_token(mut self, token: Option<&str>) -> Self {
         self.token = token.map(Arc::from);
+        self
+    }
+
+    /// Caps connections and concurrent scrapes and names the hosts it is known by.
+    pub fn with_limits(mut self, limits: AdminLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -78,6 +137,13 @@ impl AdminServer {
         let listener = tokio::net::TcpListener::from_std(self.listener)
             .context("registering the admin listener with the runtime")?;
         tracing::info!(addr = %self.local_addr, "admin server listening");
+        let cap = connection_cap(self.limits.max_connections);
+        let shared = Arc::new(Shared {
+            registry: self.registry,
+            token: self.token,
+            allowed_hosts: self.limits.allowed_hosts,
+            scrapes: Semaphore::new(self.limits.max_scrapes.max(1)),
+        });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
@@ -85,13 +151,14 @@ impl AdminServer {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
+                    // Past the cap the connection is closed at once: its descriptor is
+                    // the data path's.
+                    Ok((stream, peer)) if conns.len() >= cap => {
+                        tracing::debug!(%peer, cap, "admin server: connection refused, at its cap");
+                        drop(stream);
+                    }
                     Ok((stream, _)) => {
-                        conns.spawn(connection(
-                            stream,
-                            Arc::clone(&self.registry),
-                            self.token.clone(),
-                            stop_rx.clone(),
-                        ));
+                        conns.spawn(connection(stream, Arc::clone(&shared), stop_rx.clone()));
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "admin server: accept failed");
@@ -114,19 +181,13 @@ impl AdminServer {
     }
 }
 
-async fn connection(
-    stream: TcpStream,
-    registry: Arc<Registry>,
-    token: Option<Arc<str>>,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn connection(stream: TcpStream, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     // The only change ever sent is the stop; a dropped sender means stop too.
     // Replies are one small write each; waiting for Nagle only adds latency.
     let _ = stream.set_nodelay(true);
     let service = service_fn(move |req| {
-        let registry = Arc::clone(&registry);
-        let token = token.clone();
-        async move { Ok::<_, Infallible>(handle(req, registry, token.as_deref()).await) }
+        let shared = Arc::clone(&shared);
+        async move { Ok::<_, Infallible>(handle(req, shared).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())

@@ -57,6 +57,17 @@ pub struct AdminConfig {
     /// `PHASESCOPE_ADMIN_TOKEN` to writing it in the file.
     #[serde(default)]
     pub token: Option<String>,
+    /// Host names the admin server answers to besides IP addresses and `localhost`
+    /// (against DNS rebinding), e.g. the name Prometheus scrapes it by.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Admin connections open at once; more are closed at once (and never more than an
+    /// eighth of the descriptor limit, which the data path keeps).
+    #[serde(default = "defaults::admin_max_connections")]
+    pub max_connections: usize,
+    /// Scrapes, snapshots and resets formatted at once; more wait their turn.
+    #[serde(default = "defaults::admin_max_scrapes")]
+    pub max_scrapes: usize,
 }
 
 impl Default for AdminConfig {
@@ -64,6 +75,9 @@ impl Default for AdminConfig {
         Self {
             listen: defaults::admin_listen(),
             token: None,
+            allowed_hosts: Vec::new(),
+            max_connections: defaults::admin_max_connections(),
+            max_scrapes: defaults::admin_max_scrapes(),
         }
     }
 }
@@ -436,6 +450,12 @@ pub mod defaults {
 
     pub fn admin_listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 9464))
+    }
+    pub fn admin_max_connections() -> usize {
+        64
+    }
+    pub fn admin_max_scrapes() -> usize {
+        4
     }
     pub fn protocol() -> Protocol {
         Protocol::Http

@@ -67,6 +67,7 @@ pub(crate) fn check(config: &Config) -> Result<(), Problem> {
     }
     check_unique_names(config)?;
     check_unique_listens(config)?;
+    check_admin(config)?;
     for i in 0..config.correlate.len() {
         check_correlate(config, i)?;
     }
@@ -335,6 +336,39 @@ fn check_unique_names(config: &Config) -> Result<(), Problem> {
                     tap.name
                 ),
             });
+        }
+    }
+    Ok(())
+}
+
+/// The admin server's caps are at least 1, and each allowed host is a bare name (no port,
+/// scheme or path: the Host check compares names).
+fn check_admin(config: &Config) -> Result<(), Problem> {
+    let admin = &config.admin;
+    let key = |k: &'static str| vec![Seg::Key("admin"), Seg::Key(k)];
+    for (name, value) in [
+        ("max_connections", admin.max_connections),
+        ("max_scrapes", admin.max_scrapes),
+    ] {
+        if value == 0 {
+            return Err(Problem::at(
+                key(name),
+                format!("admin.{name} must be at least 1"),
+            ));
+        }
+    }
+    for (i, host) in admin.allowed_hosts.iter().enumerate() {
+        let bare = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+        if !bare {
+            let mut path = key("allowed_hosts");
+            path.push(Seg::Index(i));
+            return Err(Problem::at(
+                path,
+                format!("admin.allowed_hosts: `{host}` is not a bare host name (no port, scheme or path)"),
+            ));
         }
     }
     Ok(())

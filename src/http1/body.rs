@@ -64,6 +64,8 @@ enum Chunked {
     Trailer {
         at: Field,
         seen: u32,
+        /// Field lines completed so far.
+        fields: u32,
     },
     /// Expecting the LF of the final empty line.
     EndLf,
@@ -100,6 +102,8 @@ enum Field {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyFramer {
     state: State,
+    /// Most trailer field lines accepted (see [`BodyFramer::max_trailer_fields`]).
+    max_fields: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +122,17 @@ impl BodyFramer {
             BodyKind::Chunked => State::Chunked(Chunked::Size { size: 0, digits: 0 }),
             BodyKind::Close => State::Close,
         };
-        Self { state }
+        Self {
+            state,
+            max_fields: u32::MAX,
+        }
+    }
+
+    /// Limits the trailer section to `n` field lines, as the head is limited: a request
+    /// may not carry in its trailers the fields its head could not.
+    pub fn max_trailer_fields(mut self, n: usize) -> Self {
+        self.max_fields = u32::try_from(n).unwrap_or(u32::MAX);
+        self
     }
 
     pub fn is_done(&self) -> bool {
@@ -155,7 +169,7 @@ impl BodyFramer {
             }
             State::Chunked(c) => {
                 let mut chunked = *c;
-                let (consumed, done) = advance_chunked(&mut chunked, buf)?;
+                let (consumed, done) = advance_chunked(&mut chunked, buf, self.max_fields)?;
                 self.state = if done {
                     State::Done
                 } else {
@@ -191,7 +205,11 @@ fn is_value_byte(b: u8) -> bool {
 }
 
 /// Walks the chunk structure; returns bytes consumed and whether the body ended.
-fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyError> {
+fn advance_chunked(
+    st: &mut Chunked,
+    buf: &[u8],
+    max_fields: u32,
+) -> Result<(usize, bool), BodyError> {
     let mut i = 0;
     while i < buf.len() {
         let b = buf[i];
@@ -268,6 +286,7 @@ fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyEr
                     Chunked::Trailer {
                         at: Field::LineStart,
                         seen: 0,
+                        fields: 0,
                     }
                 } else {
                     Chunked::Data { left: size }
@@ -294,7 +313,7 @@ fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyEr
                     Chunked::Size { size: 0, digits: 0 }
                 };
             }
-            Chunked::Trailer { at, seen } => {
+            Chunked::Trailer { at, seen, fields } => {
                 if seen >= MAX_TRAILERS {
                     return Err(BodyError::BadTrailer);
                 }
@@ -311,12 +330,13 @@ fn advance_chunked(st: &mut Chunked, buf: &[u8]) -> Result<(usize, bool), BodyEr
                     (Field::Name, b':') => Field::Value,
                     (Field::Value, b'\r') => Field::Cr,
                     (Field::Value, v) if is_value_byte(v) => Field::Value,
-                    (Field::Cr, b'\n') => Field::LineStart,
+                    (Field::Cr, b'\n') if fields < max_fields => Field::LineStart,
                     _ => return Err(BodyError::BadTrailer),
                 };
                 *st = Chunked::Trailer {
                     at: next,
                     seen: seen + 1,
+                    fields: fields + u32::from(next == Field::LineStart),
                 };
                 i += 1;
             }
@@ -444,6 +464,30 @@ mod tests {
         }
         let ok = b"0\r\nA: b\r\nC:\r\n\r\n";
         assert_eq!(frame(BodyKind::Chunked, ok, 3), Ok(Some(ok.len())));
+    }
+
+    /// The trailer section holds at most as many field lines as the limit says, whole or
+    /// in pieces.
+    #[test]
+    fn trailer_fields_are_counted_against_the_limit() {
+        let body = b"0\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n";
+        for piece in 1..body.len() {
+            let mut f = BodyFramer::new(BodyKind::Chunked).max_trailer_fields(3);
+            let mut at = 0;
+            let mut done = false;
+            while at < body.len() && !done {
+                let p = f.advance(&body[at..(at + piece).min(body.len())]).unwrap();
+                at += p.consumed;
+                done = p.done;
+            }
+            assert!(done, "three fields fit a limit of three (piece {piece})");
+            let mut f = BodyFramer::new(BodyKind::Chunked).max_trailer_fields(2);
+            let refused = body
+                .chunks(piece)
+                .map(|c| f.advance(c))
+                .find_map(Result::err);
+            assert_eq!(refused, Some(BodyError::BadTrailer), "piece {piece}");
+        }
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct FramingFields {
     pub upgrade: bool,
     /// `Expect: 100-continue`.
     pub expect_continue: bool,
+    /// Connection names Content-Length, Transfer-Encoding or Host as hop-by-hop: a proxy
+    /// that honours it removes a field the message is framed or routed by.
+    pub nominates_framing: bool,
 }
 
 /// Why the framing fields cannot be trusted (RFC 9112 §6.3 says such a request is
@@ -143,6 +146,11 @@ impl FramingFields {
                         f.keep_alive = true;
                     } else if token.eq_ignore_ascii_case(b"upgrade") {
                         upgrade_token = true;
+                    } else if token.eq_ignore_ascii_case(b"content-length")
+                        || token.eq_ignore_ascii_case(b"transfer-encoding")
+                        || token.eq_ignore_ascii_case(b"host")
+                    {
+                        f.nominates_framing = true;
                     }
                 }
             } else if name.eq_ignore_ascii_case(b"upgrade") {

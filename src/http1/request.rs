@@ -70,6 +70,10 @@ pub enum RequestError {
     FramingLookalike,
     #[error("the request target's form does not fit the method")]
     BadTarget,
+    #[error("a CONNECT request with Content-Length or Transfer-Encoding")]
+    ConnectWithBody,
+    #[error("Connection nominates a framing field (Content-Length, Transfer-Encoding, Host)")]
+    FramingHopByHop,
 }
 
 impl RequestError {
@@ -133,6 +137,17 @@ fn parse_with<'h>(
     let start = path.as_ptr() as usize - head.as_ptr() as usize;
     check_framing_syntax(head, req.headers)?;
     let fields = FramingFields::read(req.headers).map_err(RequestError::Framing)?;
+    // RFC 9110 §9.3.6: a CONNECT request has no content, so an upstream that follows it
+    // answers the CONNECT and reads what we framed as its body as the next request.
+    if method == Method::Connect && (fields.content_length.is_some() || fields.transfer_encoding) {
+        return Err(RequestError::ConnectWithBody);
+    }
+    // RFC 9110 §7.6.1: a proxy removes the fields Connection names. One behind us that
+    // removes Content-Length, Transfer-Encoding or Host frames (or routes) the request
+    // differently from us and from the upstream.
+    if fields.nominates_framing {
+        return Err(RequestError::FramingHopByHop);
+    }
 
     // RFC 9112 §6.3: Transfer-Encoding wins over Content-Length, but a request carrying
     // both is how smuggling starts, and an intermediary must remove the Content-Length
@@ -429,6 +444,30 @@ mod tests {
                 RequestError::BadTarget,
             ),
             ("CONNECT / HTTP/1.1\r\n\r\n", RequestError::BadTarget),
+            (
+                "CONNECT a.example:443 HTTP/1.1\r\nContent-Length: 35\r\n\r\n",
+                RequestError::ConnectWithBody,
+            ),
+            (
+                "CONNECT a.example:443 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                RequestError::ConnectWithBody,
+            ),
+            (
+                "CONNECT a.example:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                RequestError::ConnectWithBody,
+            ),
+            (
+                "GET / HTTP/1.1\r\nConnection: transfer-encoding\r\n\r\n",
+                RequestError::FramingHopByHop,
+            ),
+            (
+                "POST / HTTP/1.1\r\nConnection: keep-alive, Content-Length\r\nContent-Length: 1\r\n\r\n",
+                RequestError::FramingHopByHop,
+            ),
+            (
+                "GET / HTTP/1.1\r\nConnection: HOST\r\n\r\n",
+                RequestError::FramingHopByHop,
+            ),
         ];
         for (raw, want) in cases {
             assert_eq!(p(raw), Err(*want), "{raw:?}");

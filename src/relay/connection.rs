@@ -178,7 +178,8 @@ impl HttpConnection {
 
         // Frame the body bytes already here before anything goes upstream, so that
         // a malformed body is refused with the upstream having seen nothing.
-        let mut body = BodyFramer::new(head.body);
+        let mut body =
+            BodyFramer::new(head.body).max_trailer_fields(self.tap.config.limits.max_headers);
         let buffered = &self.cbuf.filled()[head.len..];
         let progress = body
             .advance(buffered)

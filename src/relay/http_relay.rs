@@ -328,6 +328,9 @@ impl Relay<'_> {
             .timer
             .passed(self.timer.deadline(deadline.since, deadline.after))
         {
+            if self.sides.continue_wait_over() {
+                return self.upstream_writable(Ok(()));
+            }
             return Err(self.sides.expired(&deadline));
         }
         Ok(Step::Continue)

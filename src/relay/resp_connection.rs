@@ -53,7 +53,7 @@ use super::timer::Timer;
 use super::TapContext;
 use crate::clock::{self, Tick};
 use crate::recorder::{Direction, ErrorKind, RouteId, Side};
-use crate::resp::{ModeSwitch, RespError, Scanner};
+use crate::resp::{Blocking, ModeSwitch, RespError, Scanner};
 
 /// A command is assembled in the buffer up to this size before it is forwarded; larger
 /// ones (big values) are streamed through as they arrive.
@@ -132,6 +132,8 @@ struct Pending {
     name: &'static str,
     route: RouteId,
     switch: Option<ModeSwitch>,
+    /// Redis may hold it this long before replying (BLPOP, XREAD BLOCK, WAIT, …).
+    block: Option<Blocking>,
     /// Its identity for the correlator, when the tap reports to one.
     key: Option<u64>,
 }
@@ -141,6 +143,7 @@ struct Seen {
     empty: bool,
     name: &'static str,
     switch: Option<ModeSwitch>,
+    block: Option<Blocking>,
     key: Option<u64>,
 }
 
@@ -203,6 +206,9 @@ pub(super) struct RespConnection {
     replied: VecDeque<Replied>,
     mode: Mode,
     resp3: bool,
+    /// RESP3 subscriptions are open: the client waits for pushes, as a RESP2 subscriber
+    /// does in `Mode::Subscribed`, and is spared the idle deadline.
+    subscribed3: bool,
     /// The last read or write that moved a byte, either way, and the last read from the
     /// upstream: the idle, transfer and reply deadlines run from them.
     last_moved: Tick,
@@ -252,6 +258,7 @@ impl RespConnection {
             replied: VecDeque::new(),
             mode: Mode::Paired,
             resp3: false,
+            subscribed3: false,
             last_moved: clock::now(),
             last_up_read: 0,
             timer: Timer::new(),
@@ -278,11 +285,24 @@ impl RespConnection {
         }
         if self.mode == Mode::Paired {
             match self.pending.front() {
-                Some(p) if p.ex.t_sent != 0 => {
-                    consider(p.ex.t_sent.max(self.last_up_read), t.response, Due::Reply)
-                }
+                // A blocking command is owed its reply after its own timeout; one that
+                // blocks forever has no deadline but the client's leaving.
+                Some(p) if p.ex.t_sent != 0 => match p.block {
+                    Some(Blocking::Forever) => {}
+                    block => {
+                        let after = match block {
+                            Some(Blocking::For(d)) => t.response.saturating_add(d),
+                            _ => t.response,
+                        };
+                        consider(p.ex.t_sent.max(self.last_up_read), after, Due::Reply)
+                    }
+                },
                 Some(_) => {}
-                None if to_up == 0 && to_client == 0 && self.cmd_first == 0 => {
+                None if to_up == 0
+                    && to_client == 0
+                    && self.cmd_first == 0
+                    && !self.subscribed3 =>
+                {
                     consider(self.last_moved, t.idle, Due::Idle)
                 }
                 None => {}

@@ -34,6 +34,8 @@ pub(super) struct ResponseProgress {
     body: BodyFramer,
     /// Bytes of interim (1xx) responses at the start of the last framed batch.
     pub(super) interim_in_batch: usize,
+    /// A `100 Continue` came.
+    pub(super) continued: bool,
     pub(super) status: u16,
     pub(super) done: bool,
     pub(super) tunnel: bool,
@@ -51,6 +53,7 @@ impl ResponseProgress {
             head: None,
             body: BodyFramer::new(BodyKind::None),
             interim_in_batch: 0,
+            continued: false,
             status: 0,
             done: false,
             tunnel: false,
@@ -123,6 +126,7 @@ impl ResponseProgress {
                 used += head.len;
                 self.scanner.reset();
                 if head.is_interim() {
+                    self.continued |= head.status == 100;
                     self.head_first = 0;
                     self.interim_in_batch = used;
                     continue;

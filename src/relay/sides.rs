@@ -17,6 +17,11 @@ use crate::config::Timeouts;
 use crate::http1::{Answer, BodyError, BodyFramer, RequestHead, Version};
 use crate::recorder::ErrorKind;
 
+/// How long the body of an `Expect: 100-continue` request is held back when the upstream
+/// says nothing: curl's wait for the `100 Continue` (RFC 9110 §10.1.1 lets a client send
+/// the body after waiting "for some indefinite period").
+pub(super) const CONTINUE_WAIT: Duration = Duration::from_secs(1);
+
 /// The HTTP relay's failures: the client gets a proxy-made response.
 pub(super) type Failure = failure::Failure<Answer>;
 
@@ -69,26 +74,51 @@ pub(super) struct RequestSide {
     /// The upstream stopped taking the request after its response was complete.
     cut_short: bool,
     expect_continue: bool,
+    /// `Expect: 100-continue` with a body: the body waits for a `100 Continue` or for
+    /// [`CONTINUE_WAIT`] after the head. An upstream that answers without one has not
+    /// read the body, and would read it as requests (docs/security.md).
+    awaiting_continue: bool,
+    /// Body bytes framed behind the head while the body waits: after `pending`.
+    held: usize,
 }
 
 impl RequestSide {
     /// A request whose head and first `pending` bytes (framed by `body`) are buffered.
     fn new(head: &RequestHead, body: BodyFramer, pending: usize) -> Self {
+        let read_done = body.is_done();
+        let held = pending.saturating_sub(head.len);
+        // RFC 9110 §10.1.1: a server ignores the expectation in an HTTP/1.0 request.
+        let awaiting_continue =
+            head.expect_continue && head.version == Version::Http11 && !(read_done && held == 0);
+        let (pending, held) = if awaiting_continue {
+            (pending - held, held)
+        } else {
+            (pending, 0)
+        };
         Self {
-            read_done: body.is_done(),
+            read_done,
             body,
             pending,
             sent: 0,
             abandoned: false,
             cut_short: false,
             expect_continue: head.expect_continue,
+            awaiting_continue,
+            held,
         }
     }
 
     /// Every byte of the request was read and handed on (or dropped).
     #[inline]
     pub(super) fn is_sent(&self) -> bool {
-        self.read_done && self.pending == 0
+        self.read_done && self.pending == 0 && !self.awaiting_continue
+    }
+
+    /// The body may go: the upstream said `100 Continue`, or the wait is over.
+    #[inline]
+    fn release(&mut self) {
+        self.awaiting_continue = false;
+        self.pending += std::mem::take(&mut self.held);
     }
 
     /// Bytes at the front of the client buffer to write upstream.
@@ -103,7 +133,8 @@ impl RequestSide {
     /// once the answer is out.
     #[inline]
     pub(super) fn wants_body(&self) -> bool {
-        !self.read_done && self.pending == 0 && !(self.abandoned && self.expect_continue)
+        let refused_continue = self.abandoned && self.expect_continue;
+        !self.read_done && self.pending == 0 && !self.awaiting_continue && !refused_continue
     }
 
     /// Frames body bytes just read (`unframed`: the whole client buffer, since nothing
@@ -126,7 +157,8 @@ impl RequestSide {
     #[inline]
     fn abandon(&mut self) -> usize {
         self.abandoned = true;
-        std::mem::take(&mut self.pending)
+        self.awaiting_continue = false;
+        std::mem::take(&mut self.pending) + std::mem::take(&mut self.held)
     }
 }
 
@@ -257,6 +289,14 @@ impl Sides {
     /// side that is holding things up.
     #[inline]
     pub(super) fn deadline(&self, timeouts: &Timeouts) -> Deadline {
+        if self.req.awaiting_continue && self.req.pending == 0 {
+            return Deadline {
+                since: self.moved_at,
+                after: CONTINUE_WAIT.min(timeouts.transfer),
+                answer: Answer::GatewayTimeout,
+                kind: ErrorKind::UpstreamTimeout,
+            };
+        }
         if self.resp.owed_since != 0 && !self.resp.head_done() {
             return Deadline {
                 since: self.resp.owed_since,
@@ -277,6 +317,18 @@ impl Sides {
             answer,
             kind,
         }
+    }
+
+    /// The deadline expired while the body of an `Expect: 100-continue` request waited
+    /// after its head: the body goes now (as curl sends it after its wait). False when
+    /// the deadline was another one.
+    #[inline]
+    pub(super) fn continue_wait_over(&mut self) -> bool {
+        if !(self.req.awaiting_continue && self.req.pending == 0) {
+            return false;
+        }
+        self.req.release();
+        true
     }
 
     /// The deadline expired: an answer while the client has seen nothing of the
@@ -387,6 +439,11 @@ impl Sides {
         if self.http10 && framing.interim_in_batch > 0 {
             read.drop_interim = std::mem::take(&mut framing.interim_in_batch);
             self.resp.pending -= read.drop_interim;
+        }
+        // RFC 9110 §15.2.1: `100 Continue` asks for the body (a final response in the same
+        // batch still abandons it, below).
+        if framing.continued && self.req.awaiting_continue && !framing.head_done() {
+            self.req.release();
         }
         if self.resp.final_from.is_none() && framing.head_done() {
             read.began = true;
@@ -572,7 +629,10 @@ mod tests {
             b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 36\r\nExpect: 100-continue\r\n\r\n",
         );
         send_all(&mut s, 1_500, &mut ex);
-        assert!(s.interest(true).read_client, "the body is awaited");
+        assert!(
+            !s.interest(true).read_client,
+            "the body waits for a 100 Continue"
+        );
         s.response_read(
             b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n",
             2_000,
@@ -586,6 +646,64 @@ mod tests {
         flush(&mut s, 3_000, &mut ex);
         let r = done(&s, 0);
         assert!(r.early_end && !r.keep_alive);
+    }
+
+    const EXPECT_WITH_BODY: &[u8] =
+        b"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello";
+
+    #[test]
+    fn a_body_sent_with_its_expect_head_waits_for_the_100_continue() {
+        let (mut s, mut ex) = start(EXPECT_WITH_BODY);
+        let head_len = EXPECT_WITH_BODY.len() - 5;
+        assert_eq!(s.req.pending(), head_len, "only the head goes first");
+        send_all(&mut s, 1_500, &mut ex);
+        assert!(!s.interest(true).write_up && !s.interest(true).read_client);
+        assert_eq!(ex.t_sent, 0, "the request is not all sent");
+        let d = s.deadline(&Timeouts::default());
+        assert_eq!((d.since, d.after), (1_500, CONTINUE_WAIT));
+        s.response_read(b"HTTP/1.1 100 Continue\r\n\r\n", 2_000, &mut ex)
+            .unwrap();
+        assert_eq!(s.req.pending(), 5, "the 100 releases the body");
+        send_all(&mut s, 2_100, &mut ex);
+        assert_eq!(ex.t_sent, 2_100);
+        s.response_read(OK2, 3_000, &mut ex).unwrap();
+        flush(&mut s, 3_100, &mut ex);
+        let r = done(&s, 0);
+        assert!(r.upstream_reusable && r.keep_alive);
+        assert_eq!(r.request_bytes, EXPECT_WITH_BODY.len() as u64);
+    }
+
+    #[test]
+    fn a_held_body_goes_when_the_wait_passes_and_never_after_a_final_answer() {
+        let (mut s, mut ex) = start(EXPECT_WITH_BODY);
+        assert!(!s.continue_wait_over(), "the head is not out yet");
+        send_all(&mut s, 1_500, &mut ex);
+        assert!(s.continue_wait_over());
+        assert_eq!(s.req.pending(), 5);
+        assert!(!s.continue_wait_over(), "once");
+
+        let (mut s, mut ex) = start(EXPECT_WITH_BODY);
+        send_all(&mut s, 1_500, &mut ex);
+        let read = s
+            .response_read(
+                b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n",
+                2_000,
+                &mut ex,
+            )
+            .unwrap();
+        assert_eq!(read.drop_request, 5, "the held body is dropped, never sent");
+        assert!(!s.interest(true).write_up);
+        flush(&mut s, 3_000, &mut ex);
+        let r = done(&s, 0);
+        assert!(
+            !r.upstream_reusable,
+            "that upstream connection is not reused"
+        );
+        assert!(
+            r.keep_alive && !r.early_end,
+            "the body was here whole: the client carries on"
+        );
+        assert_eq!(r.request_bytes, (EXPECT_WITH_BODY.len() - 5) as u64);
     }
 
     #[test]

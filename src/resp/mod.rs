@@ -9,11 +9,13 @@
 //! - [`Scanner`]: resumable framing of RESP2 and RESP3 (replies) and of client commands
 //!   (multibulk or inline), bounded by [`Limits`].
 //! - [`command`]: a borrowed [`Command`] view of one complete request: name, arguments,
-//!   and [`Command::mode_switch`]; [`command_name`] for a request still arriving.
+//!   [`Command::mode_switch`] and [`Command::blocking`]; [`command_name`] for a request
+//!   still arriving.
 //! - [`known_command`]: the bounded table of Redis command names for route labels.
 //!
 //! docs/resp.md explains the scanner's design.
 
+mod blocking;
 mod command;
 mod error;
 mod kind;
@@ -22,6 +24,7 @@ mod mode;
 mod names;
 mod scanner;
 
+pub use blocking::Blocking;
 pub use command::{command, command_name, Args, Command};
 pub use error::RespError;
 pub use kind::Kind;

@@ -1011,7 +1011,8 @@
   resetButton.addEventListener("click", async () => {
     if (!window.confirm("Empty the percentile histograms and start a new window? (Prometheus counters are not touched.)")) return;
     try {
-      const r = await api("/api/reset", { method: "POST" });
+      // JSON, so that no page elsewhere can send the same request (docs/security.md).
+      const r = await api("/api/reset", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
       if (!r.ok) throw new Error(`/api/reset answered ${r.status}`);
     } catch (e) {
       setStatus("error", e.message);

@@ -86,6 +86,7 @@ impl RespConnection {
                 name,
                 route: self.tap.routes.resolve_command(name),
                 switch: None,
+                block: None,
                 key: None,
             });
         }
@@ -100,6 +101,7 @@ impl RespConnection {
             empty,
             name,
             switch,
+            block,
             key,
         } = seen?;
         if empty {
@@ -111,10 +113,9 @@ impl RespConnection {
                 // Replies will no longer follow commands one to one.
                 self.mode = Mode::PassThrough;
             }
-            // In RESP3 (un)subscribe confirmations are pushes, which never pair.
-            Some(ModeSwitch::Subscribe(_) | ModeSwitch::Unsubscribe(_)) if self.resp3 => {
-                return None
-            }
+            // (Un)subscribe commands wait for their confirmation even in RESP3, where it
+            // is a push: whether a push or an array answers them is known only when it
+            // comes (a HELLO 3 in the same write is answered after they are framed).
             _ => {}
         }
         if self.mode != Mode::Paired {
@@ -126,6 +127,7 @@ impl RespConnection {
             name,
             route: self.tap.routes.resolve_command(name),
             switch,
+            block,
             key,
         })
     }
@@ -159,6 +161,7 @@ fn seen(msg: &[u8], correlated: bool) -> Option<Seen> {
         empty: c.is_empty(),
         name: c.known_name().unwrap_or("other"),
         switch: c.mode_switch(),
+        block: c.blocking(),
         key: correlated.then(|| {
             c.args()
                 .fold(CommandKey::new().name(c.name()), |k, a| k.arg(a))

@@ -1,0 +1,223 @@
+//! RESP3 pushes and blocking commands through the RESP tap, against a real Redis
+//! (docs/security.md, "third round"): a RESP3 subscriber is kept as Redis keeps it, every
+//! command of a pipeline with pushes in it is paired with its own reply, and a blocking
+//! command waits for its own timeout (or, at 0, for as long as the client stays) rather
+//! than the tap's response timeout.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{find, resp_command, resp_encode, Proxy, RedisServer};
+
+/// The tap's response and idle timeouts: each test waits past them.
+const SHORT: &str = "1s";
+const PAST_SHORT: Duration = Duration::from_millis(2500);
+
+/// A RESP tap in front of `redis` whose response and idle timeouts are [`SHORT`].
+fn short_tap(redis: &RedisServer, dir: &std::path::Path) -> Proxy {
+    let config = dir.join("resp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[[tap]]
+name = "redis"
+protocol = "resp"
+listen = "127.0.0.1:0"
+upstream = "{}"
+
+[tap.timeouts]
+response = "{SHORT}"
+idle = "{SHORT}"
+"#,
+            redis.addr()
+        ),
+    )
+    .unwrap();
+    Proxy::start(&["--config", config.to_str().unwrap()])
+}
+
+/// Reads from `s` until `done` says the bytes are complete, or `limit` passes; returns
+/// the bytes and whether the peer closed.
+fn read_until(s: &mut TcpStream, limit: Duration, done: impl Fn(&[u8]) -> bool) -> (Vec<u8>, bool) {
+    let end = Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while !done(&out) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (out, false);
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut chunk) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+    (out, false)
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+fn methods(proxy: &Proxy, method: &str, want: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(proxy.access_log()).unwrap_or_default();
+        let n = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["method"] == method)
+            .count();
+        if n >= want || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const CONFIRM3: &[u8] = b">3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n";
+
+#[test]
+fn a_resp3_subscriber_from_one_write_is_kept_past_the_response_and_idle_timeouts() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = short_tap(&redis, dir.path());
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    let hello_and_subscribe = [
+        resp_encode(&["HELLO", "3"]),
+        resp_encode(&["SUBSCRIBE", "c"]),
+    ]
+    .concat();
+    s.write_all(&hello_and_subscribe).unwrap();
+    let (got, closed) = read_until(&mut s, Duration::from_secs(5), |b| {
+        find(b, CONFIRM3).is_some()
+    });
+    assert!(
+        !closed && find(&got, CONFIRM3).is_some(),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    // Past both timeouts the subscriber is still there, as Redis keeps it.
+    let (late, closed) = read_until(&mut s, PAST_SHORT, |b| !b.is_empty());
+    assert!(
+        !closed && late.is_empty(),
+        "the subscriber got {:?} (closed: {closed})",
+        String::from_utf8_lossy(&late)
+    );
+    assert_eq!(
+        resp_command(proxy.addr(), &["PUBLISH", "c", "hi"]),
+        b":1\r\n"
+    );
+    let message = b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n";
+    let (got, _) = read_until(&mut s, Duration::from_secs(5), |b| {
+        find(b, message).is_some()
+    });
+    assert_eq!(got, message, "{:?}", String::from_utf8_lossy(&got));
+    assert_eq!(
+        methods(&proxy, "SUBSCRIBE", 1),
+        1,
+        "the SUBSCRIBE is paired with its confirmation"
+    );
+}
+
+#[test]
+fn a_pipeline_with_pushes_pairs_every_command_with_its_own_reply() {
+    const PINGS: usize = 1000;
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = short_tap(&redis, dir.path());
+    let mut script = [
+        resp_encode(&["HELLO", "3"]),
+        resp_encode(&["SUBSCRIBE", "c"]),
+    ]
+    .concat();
+    for _ in 0..PINGS {
+        script.extend_from_slice(&resp_encode(&["PING"]));
+    }
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    s.write_all(&script).unwrap();
+    let (got, closed) = read_until(&mut s, Duration::from_secs(10), |b| {
+        count(b, b"+PONG\r\n") == PINGS
+    });
+    assert!(
+        !closed,
+        "closed after {:?}",
+        String::from_utf8_lossy(&got[got.len().saturating_sub(200)..])
+    );
+    assert_eq!(count(&got, b"+PONG\r\n"), PINGS);
+    assert_eq!(
+        methods(&proxy, "PING", PINGS),
+        PINGS,
+        "every PING is recorded once"
+    );
+    assert_eq!(methods(&proxy, "SUBSCRIBE", 1), 1);
+    // A message after the pipeline is a push, paired with nothing, and the connection stays.
+    assert_eq!(
+        resp_command(proxy.addr(), &["PUBLISH", "c", "after"]),
+        b":1\r\n"
+    );
+    let (late, closed) = read_until(&mut s, PAST_SHORT, |b| find(b, b"after").is_some());
+    assert!(
+        !closed && find(&late, b"after").is_some(),
+        "{:?}",
+        String::from_utf8_lossy(&late)
+    );
+    assert_eq!(methods(&proxy, "PING", PINGS), PINGS);
+}
+
+#[test]
+fn a_blocking_command_waits_for_its_own_timeout_not_the_response_timeout() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = short_tap(&redis, dir.path());
+    let direct = {
+        let mut s = TcpStream::connect(redis.addr()).unwrap();
+        s.write_all(&resp_encode(&["BLPOP", "q", "2"])).unwrap();
+        read_until(&mut s, Duration::from_secs(10), |b| b.ends_with(b"\r\n")).0
+    };
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    s.write_all(&resp_encode(&["BLPOP", "q", "2"])).unwrap();
+    let (got, _) = read_until(&mut s, Duration::from_secs(10), |b| b.ends_with(b"\r\n"));
+    assert_eq!(got, direct, "{:?}", String::from_utf8_lossy(&got));
+    assert_eq!(got, b"*-1\r\n");
+}
+
+#[test]
+fn a_blocking_command_with_timeout_0_waits_as_long_as_the_client_and_gets_its_element() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = short_tap(&redis, dir.path());
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    s.write_all(&resp_encode(&["BLPOP", "q", "0"])).unwrap();
+    let (early, closed) = read_until(&mut s, PAST_SHORT, |b| !b.is_empty());
+    assert!(
+        !closed && early.is_empty(),
+        "cut before an element came: {:?}",
+        String::from_utf8_lossy(&early)
+    );
+    assert_eq!(redis.command(&["LPUSH", "q", "x"]), b":1\r\n");
+    let popped = b"*2\r\n$1\r\nq\r\n$1\r\nx\r\n";
+    let (got, _) = read_until(&mut s, Duration::from_secs(5), |b| b.len() >= popped.len());
+    assert_eq!(got, popped, "{:?}", String::from_utf8_lossy(&got));
+    assert_eq!(
+        redis.command(&["LLEN", "q"]),
+        b":0\r\n",
+        "the element went to the client"
+    );
+    assert_eq!(methods(&proxy, "BLPOP", 1), 1);
+}
