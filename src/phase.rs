@@ -31,10 +31,13 @@ pub enum Phase {
     /// a response written in pieces waited between them (Nagle's algorithm against a
     /// delayed ACK shows here as ~40 ms).
     UpstreamRecvGap,
+    /// The time response bytes waited for the client's socket to take them, inside
+    /// `write`: a client reading slowly (or a network in its way).
+    WriteBlocked,
 }
 
 impl Phase {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
 
     /// Every phase, in timeline order (the derived ones last). This is also the order
     /// readers show them in: the text report, the SVG and (through the snapshot's
@@ -57,6 +60,7 @@ impl Phase {
         Phase::BackendOut,
         Phase::BackendQueue,
         Phase::UpstreamRecvGap,
+        Phase::WriteBlocked,
     ];
 
     /// The phase this one lies inside, for those that are not laid end to end along the
@@ -67,6 +71,7 @@ impl Phase {
         match self {
             Phase::Parse => Some(Phase::ClientRecv),
             Phase::ResponseParse | Phase::UpstreamRecvGap => Some(Phase::UpstreamRecv),
+            Phase::WriteBlocked => Some(Phase::Write),
             Phase::BackendIn | Phase::Backend | Phase::BackendOut => Some(Phase::UpstreamWait),
             Phase::BackendQueue => Some(Phase::Backend),
             _ => None,
@@ -92,6 +97,7 @@ impl Phase {
             Phase::BackendOut => "backend_out",
             Phase::BackendQueue => "backend_queue",
             Phase::UpstreamRecvGap => "upstream_recv_gap",
+            Phase::WriteBlocked => "write_blocked",
         }
     }
 
@@ -152,6 +158,7 @@ impl Phase {
             Phase::BackendOut => ("#97289f", "backend_out (Webdis)", None),
             Phase::BackendQueue => ("#7a0029", "backend_queue (Redis queue)", None),
             Phase::UpstreamRecvGap => ("#07837b", "upstream_recv_gap", None),
+            Phase::WriteBlocked => ("#6a5acd", "write_blocked", None),
         };
         Style {
             colour,
@@ -185,7 +192,7 @@ impl fmt::Display for Phase {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Phases {
     nanos: [u64; Phase::COUNT],
-    present: u16,
+    present: u32,
 }
 
 impl Phases {

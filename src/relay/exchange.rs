@@ -66,6 +66,10 @@ pub struct Exchange {
     /// the read after it returned (HTTP; 0 when the response came in one read).
     pub t_gap_start: Tick,
     pub t_gap_end: Tick,
+    /// Since when response bytes wait for the client's socket to take them (0: they do
+    /// not), and the time they waited so far: `write_blocked`.
+    pub t_client_blocked: Tick,
+    pub client_blocked_ns: u64,
     /// The response has no head to parse (a RESP reply is framed, and its framing is not
     /// timed): there is no `response_parse`.
     pub headless: bool,
@@ -82,6 +86,24 @@ impl Exchange {
         Self {
             t_first,
             ..Self::default()
+        }
+    }
+
+    /// The client's socket would not take the response bytes pending: they wait from now,
+    /// unless they already did.
+    #[inline]
+    pub fn client_blocked(&mut self) {
+        if self.t_client_blocked == 0 {
+            self.t_client_blocked = crate::clock::now();
+        }
+    }
+
+    /// The client took response bytes at `t`: a wait for it, if one ran, is over.
+    #[inline]
+    pub fn client_took(&mut self, t: Tick) {
+        if self.t_client_blocked != 0 {
+            self.client_blocked_ns += nanos_between(self.t_client_blocked, t);
+            self.t_client_blocked = 0;
         }
     }
 
@@ -132,6 +154,9 @@ impl Exchange {
             set(Phase::ResponseParse, Some(self.response_parse_ns));
         }
         set(Phase::Write, span(self.t_write_first, self.t_write_last));
+        if self.client_blocked_ns > 0 {
+            set(Phase::WriteBlocked, Some(self.client_blocked_ns));
+        }
         // Up to the first byte's write; where that write is not timed apart from the
         // last byte's (RESP forwards commands as one stream), up to `t_sent`.
         let first_write = if self.t_up_write != 0 {

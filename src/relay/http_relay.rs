@@ -235,9 +235,13 @@ impl Relay<'_> {
         {
             Ok(n) => {
                 self.ubuf.consume(n);
-                self.sides.client_accepted(n, clock::now(), self.ex);
+                let t = clock::now();
+                self.ex.client_took(t);
+                self.sides.client_accepted(n, t, self.ex);
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // Response bytes wait for the client: from now until it takes some, the
+            // exchange is blocked on it (`write_blocked`). One clock read, only here.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.ex.client_blocked(),
             Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
         }
         Ok(self.step())

@@ -55,6 +55,7 @@
     upstream_recv: "first → last response byte from the upstream (overlaps write when streamed)",
     response_parse: "CPU time in the response-head parser",
     upstream_recv_gap: "the longest pause between two reads of one response (Nagle's algorithm against a delayed ACK shows as ~40 ms)",
+    write_blocked: "the time response bytes waited for the client's socket to take them (a client reading slowly)",
     proxy_overhead: "latency phasescope itself adds",
     write: "writing the response to the client",
     total: "first request byte → last response byte written: what the client saw",
@@ -71,6 +72,7 @@
     upstream_recv: "overlaps write",
     response_parse: "CPU",
     upstream_recv_gap: "in upstream_recv",
+    write_blocked: "in write",
   };
 
   const DECOMPOSITION = ["backend_in", "backend", "backend_out"];

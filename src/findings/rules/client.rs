@@ -1,12 +1,10 @@
 //! `slow_client`: most of a request's time is the client sending its request
-//! (`client_recv`) or taking the response (`write` beyond `upstream_recv`): the server is
-//! not where the time goes.
+//! (`client_recv`) or taking the response (`write_blocked`: response bytes waiting for its
+//! socket): the server is not where the time goes.
 //!
-//! `write` overlaps `upstream_recv` while a response streams through (docs/phases.md), so
-//! a large response from a fast client has a long `write` too; only the part of `write`
-//! beyond the transfer from the upstream is the client's. A client slow enough to hold
-//! back the upstream (its buffers along the path full) stretches `upstream_recv` with it
-//! and is not told apart here.
+//! `write` itself overlaps `upstream_recv` while a response streams through
+//! (docs/phases.md), so a large response to a fast client has a long `write` too; only
+//! the time the client's socket refused bytes is the client's.
 
 use super::{met, per_request, shown, Draft};
 use crate::findings::TapView;
@@ -17,8 +15,8 @@ use crate::units::share;
 pub const MIN_SHARE: f64 = 0.5;
 
 pub fn check(v: &TapView<'_>) -> Option<Finding> {
-    let (recv, write) = (v.phase("client_recv"), v.phase("write"));
-    let taking = (write.sum - v.phase("upstream_recv").sum).max(0.0);
+    let recv = v.phase("client_recv");
+    let taking = v.phase("write_blocked").sum;
     let seconds = per_request(v, recv.sum + taking);
     let of_total = v.of_total(seconds)?;
     if of_total < MIN_SHARE {
@@ -26,7 +24,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
     }
     let reading = taking >= recv.sum;
     let what = if reading {
-        "reads the responses slowly (write: waiting for the client's socket to take them)"
+        "reads the responses slowly (write_blocked: response bytes waiting for its socket)"
     } else {
         "sends its requests slowly (client_recv: the head arriving in pieces)"
     };
@@ -40,13 +38,13 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             ),
             evidence: vec![
                 met(
-                    "client_recv and write beyond upstream_recv, over total",
+                    "client_recv and write_blocked, over total",
                     of_total,
                     "ratio",
                     format!("≥ {MIN_SHARE}"),
                 ),
                 shown("client_recv per request", per_request(v, recv.sum), "seconds"),
-                shown("write beyond upstream_recv per request", per_request(v, taking), "seconds"),
+                shown("write_blocked per request", per_request(v, taking), "seconds"),
             ],
             seconds,
             share: Some(of_total),

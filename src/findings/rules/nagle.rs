@@ -19,6 +19,10 @@ pub const MIN_SHARE: f64 = 0.1;
 /// The server's CPU per request must stay under this fraction of the mean pause: a
 /// server computing through the pause is not waiting on an ACK.
 pub const MAX_CPU_OF_PAUSE: f64 = 0.5;
+/// The time the responses waited for the client (`write_blocked`) must stay under this
+/// fraction of the pauses: a proxy held back by a slow client stops reading the upstream,
+/// and the pauses are then the client's.
+pub const MAX_BLOCKED_OF_PAUSES: f64 = 0.1;
 
 pub fn check(v: &TapView<'_>) -> Vec<Finding> {
     v.routes()
@@ -35,6 +39,10 @@ fn route_check(v: &TapView<'_>, route: &str, requests: u64) -> Option<Finding> {
     if stalled < MIN_SHARE {
         return None;
     }
+    let blocked = v.route_phase("write_blocked", route).sum;
+    if blocked >= MAX_BLOCKED_OF_PAUSES * pauses.sum {
+        return None;
+    }
     let mut evidence = vec![
         met(
             "responses with a pause of 30–500 ms between two reads",
@@ -43,6 +51,12 @@ fn route_check(v: &TapView<'_>, route: &str, requests: u64) -> Option<Finding> {
             format!("≥ {MIN_SHARE}"),
         ),
         shown("mean pause", pause, "seconds"),
+        met(
+            "write_blocked over the pauses",
+            blocked / pauses.sum,
+            "ratio",
+            format!("< {MAX_BLOCKED_OF_PAUSES}"),
+        ),
     ];
     if let Some(recv) = v.route_phase("upstream_recv", route).mean() {
         evidence.push(shown("upstream_recv mean", recv, "seconds"));
