@@ -42,3 +42,150 @@ pub fn diagnose(snapshot: &Snapshot) -> Vec<Finding> {
     });
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::metrics::{SeriesSnapshot, TapSnapshot};
+    use crate::upstream::UpstreamSnapshot;
+
+    /// A series of `count` observations of `mean` seconds each.
+    fn series(count: u64, mean: f64) -> SeriesSnapshot {
+        let ns = (mean * 1e9) as u64;
+        SeriesSnapshot {
+            count,
+            sum: mean * count as f64,
+            mean,
+            min: mean,
+            p50: mean,
+            p90: mean,
+            p99: mean,
+            p999: mean,
+            max: mean,
+            histogram: vec![[ns, count]],
+        }
+    }
+
+    /// One tap `web` over a 10 s window with 1000 requests of these phase means.
+    fn snapshot(phases: &[(&str, f64)], upstream: Option<UpstreamSnapshot>) -> Snapshot {
+        let mut s: Snapshot = serde_json::from_value(serde_json::json!({
+            "format": "phasescope-snapshot", "format_version": 1, "version": "test",
+            "clock": "os", "taken_at": "", "taken_at_unix": 10.0, "since": "",
+            "since_unix": 0.0, "metrics_enabled": true,
+            "hdr": { "significant_figures": 2, "lowest_ns": 1, "highest_ns": 3_600_000_000_000u64 },
+            "taps": {}
+        }))
+        .unwrap();
+        let mut tap: TapSnapshot = serde_json::from_value(serde_json::json!({
+            "protocol": "http", "phases": {},
+            "totals": { "requests": 1000, "errors": {}, "connections_open": {},
+                        "connections": { "client": 1 }, "bytes": {} }
+        }))
+        .unwrap();
+        for (phase, mean) in phases {
+            tap.phases.insert(
+                (*phase).to_owned(),
+                BTreeMap::from([("all".to_owned(), series(1000, *mean))]),
+            );
+        }
+        tap.upstream = upstream;
+        s.taps.insert("web".to_owned(), tap);
+        s
+    }
+
+    fn upstream(cpu: f64, runqueue: f64, samples: &[(&str, u64)]) -> UpstreamSnapshot {
+        serde_json::from_value(serde_json::json!({
+            "pid": 1, "comm": "server", "exe": "/usr/bin/server", "threads": 4,
+            "interval_seconds": 1.0, "watched_seconds": 10.0,
+            "cpu_user_seconds": cpu, "cpu_system_seconds": 0.0, "runqueue_seconds": runqueue,
+            "busiest_thread_seconds": (cpu + runqueue) / 4.0,
+            "context_switches_voluntary": 0, "context_switches_involuntary": 0, "restarts": 0,
+            "samples": samples.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect::<BTreeMap<_, _>>(),
+            "stripped": false
+        }))
+        .unwrap()
+    }
+
+    fn ids(s: &Snapshot) -> Vec<String> {
+        diagnose(s).into_iter().map(|f| f.id).collect()
+    }
+
+    const QUICK: [(&str, f64); 4] = [
+        ("client_recv", 2e-6),
+        ("upstream_wait", 80e-6),
+        ("write", 4e-6),
+        ("total", 100e-6),
+    ];
+
+    #[test]
+    fn a_proxy_adding_a_quarter_of_the_time_is_a_finding_and_a_tenth_less_is_not() {
+        let mut phases = QUICK.to_vec();
+        phases.push(("proxy_overhead", 25e-6));
+        let found = diagnose(&snapshot(&phases, None));
+        let f = found.iter().find(|f| f.id == "proxy_overhead").unwrap();
+        assert!((f.impact.share_of_total.unwrap() - 0.25).abs() < 1e-9);
+        assert_eq!(f.severity, crate::metrics::Severity::Warn);
+        phases.pop();
+        phases.push(("proxy_overhead", 9e-6));
+        assert!(!ids(&snapshot(&phases, None)).contains(&"proxy_overhead".to_owned()));
+    }
+
+    #[test]
+    fn waiting_longer_for_a_cpu_than_running_is_a_finding() {
+        // 1000 requests: 1 ms of CPU and 2 ms of waiting for one per request.
+        let s = snapshot(&QUICK, Some(upstream(1.0, 2.0, &[])));
+        let found = diagnose(&s);
+        let f = found.iter().find(|f| f.id == "upstream_runqueue").unwrap();
+        assert!((f.impact.seconds_per_request - 2e-3).abs() < 1e-9);
+        // Less waiting than running: none.
+        let s = snapshot(&QUICK, Some(upstream(2.0, 1.0, &[])));
+        assert!(!ids(&s).contains(&"upstream_runqueue".to_owned()));
+    }
+
+    #[test]
+    fn the_parser_what_if_is_a_finding_either_way() {
+        let total = [("total", 2e-3)];
+        // 1 ms of CPU a request, half of it in the parser: twice as fast saves 250 µs of
+        // a 2 ms request.
+        let s = snapshot(
+            &total,
+            Some(upstream(1.0, 0.0, &[("http_parser", 500), ("server", 500)])),
+        );
+        let f = diagnose(&s)
+            .into_iter()
+            .find(|f| f.id.starts_with("parser_"))
+            .unwrap();
+        assert_eq!(f.id, "parser_worth_replacing");
+        assert!((f.impact.seconds_per_request - 250e-6).abs() < 1e-9);
+        // 1 % of the CPU: 5 µs of 2 ms.
+        let s = snapshot(
+            &total,
+            Some(upstream(1.0, 0.0, &[("http_parser", 10), ("server", 990)])),
+        );
+        let f = diagnose(&s)
+            .into_iter()
+            .find(|f| f.id.starts_with("parser_"))
+            .unwrap();
+        assert_eq!(f.id, "parser_not_the_problem");
+        assert_eq!(f.severity, crate::metrics::Severity::Info);
+        // Too few samples to say: nothing.
+        let s = snapshot(
+            &total,
+            Some(upstream(1.0, 0.0, &[("http_parser", 10), ("server", 90)])),
+        );
+        assert!(!ids(&s).iter().any(|id| id.starts_with("parser_")));
+    }
+
+    #[test]
+    fn a_quiet_window_says_nothing() {
+        let mut s = snapshot(&[("total", 1.0), ("write_blocked", 0.9)], None);
+        for routes in s.taps.get_mut("web").unwrap().phases.values_mut() {
+            for x in routes.values_mut() {
+                *x = series(MIN_REQUESTS - 1, x.mean);
+            }
+        }
+        assert!(diagnose(&s).is_empty());
+    }
+}
