@@ -194,6 +194,52 @@ async fn a_client_gone_mid_response_closes_the_upstream_side() {
     assert_eq!(p.rec.wait_all_closed().await, (1, 1));
 }
 
+/// A client that leaves while the upstream is still working on its request: the proxy
+/// waits for the answer and drops it, and closes the upstream connection only then. A
+/// server that writes a late answer to a descriptor it has reused meanwhile (Webdis 0.1.9)
+/// would otherwise hand it to the next connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_while_the_upstream_works_is_let_finish_before_the_upstream_closes() {
+    // The upstream answers 100 ms after the head, and says whether the proxy had already
+    // closed its side by then, and whether it closes after the answer.
+    let (tx, mut seen) = mpsc::unbounded_channel::<(bool, bool)>();
+    let (up, _) = upstream(move |mut c| {
+        let tx = tx.clone();
+        async move {
+            c.read_head().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut probe = [0u8; 1];
+            let closed_before = matches!(c.stream.try_read(&mut probe), Ok(0));
+            let _ = c.stream.write_all(OK).await;
+            let closed_after = matches!(
+                tokio::time::timeout(Duration::from_secs(5), c.stream.read(&mut probe)).await,
+                Ok(Ok(0) | Err(_))
+            );
+            let _ = tx.send((closed_before, closed_after));
+        }
+    })
+    .await;
+    let p = counting_proxy(up, |_| {}).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(GET).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(s);
+    let (closed_before, closed_after) = tokio::time::timeout(Duration::from_secs(10), seen.recv())
+        .await
+        .expect("the upstream never answered")
+        .unwrap();
+    assert!(
+        !closed_before,
+        "the proxy closed the upstream before it answered"
+    );
+    assert!(
+        closed_after,
+        "the proxy kept the upstream open after the answer"
+    );
+    assert_eq!(p.rec.wait_errors(1).await, vec![ErrorKind::ClientReset]);
+    assert_eq!(p.rec.wait_all_closed().await, (1, 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_gets_408_while_a_normal_client_is_served() {
     const CRAWLERS: usize = 200;

@@ -88,6 +88,12 @@ impl Relay<'_> {
         }
         loop {
             match step {
+                // Drained as far as it is waited for: the response began (or ended).
+                Step::Continue | Step::Done { .. }
+                    if self.sides.draining() && self.sides.resp.head_done() =>
+                {
+                    return Err(Failure::Abort(ErrorKind::ClientReset))
+                }
                 Step::Continue => {}
                 Step::Done { early_end } => {
                     let relayed = self.sides.relayed(self.ubuf.len(), early_end);
@@ -99,7 +105,7 @@ impl Relay<'_> {
             let interest = self.sides.interest(self.ahead_allowed());
             self.arm();
             let event = poll_fn(|cx| self.poll_event(cx, interest)).await;
-            step = match event {
+            let next = match event {
                 RelayEvent::UpWritable(r) => self.upstream_writable(r),
                 RelayEvent::ClientWritable(r) => self.client_writable(r),
                 RelayEvent::ClientReadable(r) => self
@@ -109,7 +115,16 @@ impl Relay<'_> {
                     .upstream_readable(r)
                     .and_then(|step| self.write_through(step)),
                 RelayEvent::Timer => self.deadline_fired(),
-            }?;
+            };
+            // While draining for a client that left, whatever ends the drain is still
+            // the client's doing.
+            step = next.map_err(|f| {
+                if self.sides.draining() {
+                    Failure::Abort(ErrorKind::ClientReset)
+                } else {
+                    f
+                }
+            })?;
         }
     }
 
@@ -225,10 +240,32 @@ impl Relay<'_> {
         Ok(self.step())
     }
 
+    /// The client is gone (it closed, or its socket failed): the response is drained
+    /// when the upstream is working on the request ([`Sides::client_gone`]), else the
+    /// exchange ends.
+    #[inline]
+    fn client_left(&mut self) -> Result<Step, Failure> {
+        if !self.sides.client_gone() {
+            return Err(Failure::Abort(ErrorKind::ClientReset));
+        }
+        self.drop_pending();
+        Ok(self.step())
+    }
+
+    /// While draining, the response bytes read go nowhere.
+    #[inline]
+    fn drop_pending(&mut self) {
+        let pending = self.sides.resp.pending();
+        self.ubuf.consume(pending);
+        self.sides.client_accepted(pending, clock::now(), self.ex);
+    }
+
     /// The client can take response bytes.
     #[inline]
     fn client_writable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
-        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        if ready.is_err() {
+            return self.client_left();
+        }
         match self
             .client
             .try_write(&self.ubuf.filled()[..self.sides.resp.pending()])
@@ -242,7 +279,7 @@ impl Relay<'_> {
             // Response bytes wait for the client: from now until it takes some, the
             // exchange is blocked on it (`write_blocked`). One clock read, only here.
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.ex.client_blocked(),
-            Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+            Err(_) => return self.client_left(),
         }
         Ok(self.step())
     }
@@ -250,7 +287,9 @@ impl Relay<'_> {
     /// The client sent body bytes, or the next request's.
     #[inline]
     fn client_readable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
-        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        if ready.is_err() {
+            return self.client_left();
+        }
         let limits = &self.tap.config.limits;
         let read_body = self.sides.req.wants_body();
         let limit = if read_body {
@@ -259,9 +298,9 @@ impl Relay<'_> {
             limits.max_head_bytes
         };
         match read_some(self.client, self.cbuf.spare(limit)) {
-            // A client that closes its side mid-exchange is gone: the upstream's work is
-            // abandoned (as nginx does by default).
-            Ok(0) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+            // A client that closes its side mid-exchange is gone (as for nginx by
+            // default); the response, if the upstream is working on it, is drained.
+            Ok(0) => return self.client_left(),
             Ok(n) => {
                 let t = clock::now();
                 self.cbuf.commit(n);
@@ -278,7 +317,7 @@ impl Relay<'_> {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+            Err(_) => return self.client_left(),
         }
         Ok(self.step())
     }
@@ -293,7 +332,12 @@ impl Relay<'_> {
             MAX_RESPONSE_HEAD
         };
         match read_some(self.up, self.ubuf.spare(limit)) {
-            Ok(0) => self.sides.upstream_closed(clock::now(), self.ex)?,
+            Ok(0) => {
+                self.sides.upstream_closed(clock::now(), self.ex)?;
+                if self.sides.draining() {
+                    self.drop_pending();
+                }
+            }
             Ok(n) => {
                 let t = clock::now();
                 self.ubuf.commit(n);
@@ -305,6 +349,9 @@ impl Relay<'_> {
                 self.cbuf.consume(read.drop_request);
                 if read.began {
                     self.response_began();
+                }
+                if self.sides.draining() {
+                    self.drop_pending();
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

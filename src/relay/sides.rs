@@ -245,6 +245,9 @@ pub(super) struct Sides {
     http10: bool,
     /// The last time a byte moved either way: the transfer deadline runs from it.
     moved_at: Tick,
+    /// The client went away after its whole request went out; the response is read to
+    /// its end and dropped (see [`Sides::client_gone`]).
+    client_gone: bool,
 }
 
 impl Sides {
@@ -268,13 +271,46 @@ impl Sides {
             client_keep_alive: head.keep_alive,
             http10: head.version == Version::Http10,
             moved_at: t_up_ready,
+            client_gone: false,
         }
+    }
+
+    /// The client went away mid-exchange. When its whole request went out and no
+    /// response has begun, the upstream is working on it: the relay waits for the
+    /// response (within the response timeout) and drops it before the upstream
+    /// connection closes, so that the upstream is done with the request first. A server
+    /// that writes a late answer to a descriptor it has meanwhile reused for a new
+    /// connection (Webdis 0.1.9 does, when its client leaves while the Redis command is
+    /// out) would otherwise give that answer to the next connection's request. A
+    /// response already begun is not waited for (it may never end: a stream). Returns
+    /// whether the relay drains; if not, the exchange ends now.
+    #[inline]
+    pub(super) fn client_gone(&mut self) -> bool {
+        if !self.req.is_sent() || self.resp.head_done() {
+            return false;
+        }
+        self.client_gone = true;
+        true
+    }
+
+    /// Whether the relay is draining a response nobody will read.
+    #[inline]
+    pub(super) fn draining(&self) -> bool {
+        self.client_gone
     }
 
     /// What the relay waits for. `ahead_allowed`: the next request's head may be read
     /// ahead (it is not complete, not failed, and the buffer holds less than a head).
     #[inline]
     pub(super) fn interest(&self, ahead_allowed: bool) -> Interest {
+        if self.client_gone {
+            return Interest {
+                write_up: false,
+                write_client: false,
+                read_client: false,
+                read_up: !self.resp.framing.done,
+            };
+        }
         let read_ahead = self.req.is_sent() && ahead_allowed;
         Interest {
             write_up: self.req.pending > 0,
