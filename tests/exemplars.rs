@@ -132,9 +132,9 @@ fn slow_buckets_carry_exemplars_that_name_slow_log_lines_through_prometheus() {
     let last_blpop = std::fs::read_to_string(&slow_log)
         .unwrap()
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["method"] == "BLPOP")
-        .last()
+        .find(|v| v["method"] == "BLPOP")
         .map(|v| v["exchange_id"].as_str().unwrap().to_owned())
         .unwrap();
 
