@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use phasescope::config::{MetricsConfig, Protocol, RouteRule, TapConfig};
 use phasescope::metrics::{Registry, TapMetrics};
 use phasescope::phase::{Phase, Phases};
-use phasescope::recorder::{ExchangeRecord, Recorder, RouteId};
+use phasescope::recorder::{ExchangeId, ExchangeRecord, Recorder, RouteId};
 use phasescope::routes::RouteTable;
 
 /// The phases of a typical keep-alive exchange: nine observations.
@@ -52,6 +52,7 @@ fn setup() -> (Arc<Registry>, Arc<TapMetrics>, RouteId) {
 
 fn record(tap: &TapMetrics, route: RouteId, phases: &Phases) {
     tap.exchange(black_box(&ExchangeRecord {
+        id: ExchangeId::NONE,
         route,
         method: "GET",
         target: b"",

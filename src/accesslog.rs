@@ -138,7 +138,8 @@ pub fn format_line(tap: &str, r: &ExchangeRecord<'_>, now: SystemTime) -> String
     let target = String::from_utf8_lossy(r.target);
     let _ = write!(
         line,
-        "{{\"ts\":\"{ts}\",\"tap\":{},\"method\":{},\"target\":{},\"status\":{},\"request_bytes\":{},\"response_bytes\":{},\"phases_us\":{{",
+        "{{\"ts\":\"{ts}\",\"exchange_id\":\"{}\",\"tap\":{},\"method\":{},\"target\":{},\"status\":{},\"request_bytes\":{},\"response_bytes\":{},\"phases_us\":{{",
+        r.id,
         json(tap),
         json(r.method),
         json(&target),
@@ -188,7 +189,7 @@ impl Recorder for ExchangeLog {
 mod tests {
     use super::*;
     use crate::phase::{Phase, Phases};
-    use crate::recorder::RouteId;
+    use crate::recorder::{ExchangeId, RouteId};
 
     #[test]
     fn lines_are_json_with_phases_in_microseconds() {
@@ -196,6 +197,7 @@ mod tests {
         phases.set(Phase::UpstreamWait, 20_000_000);
         phases.set(Phase::Total, 20_500_000);
         let r = ExchangeRecord {
+            id: ExchangeId(0x0001_0000_0000_002a),
             route: RouteId(0),
             method: "GET",
             target: b"/GET/\"k\"",
@@ -211,5 +213,6 @@ mod tests {
         assert_eq!(v["phases_us"]["total"], 20_500.0);
         assert!(v["phases_us"].get("queue").is_none());
         assert_eq!(v["ts"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["exchange_id"], "000100000000002a");
     }
 }

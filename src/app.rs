@@ -94,6 +94,7 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
     let (stop_tx, stop_rx) = watch::channel(false);
     let registry = Registry::new(&config.metrics)?;
     registry.set_front_to_back(config.taps_front_to_back());
+    registry.set_exemplar_threshold(config.log.slow_threshold);
     let admin = crate::admin::bind(config.admin.listen, Arc::clone(&registry))?
         .with_token(config.admin.token.as_deref())
         .with_limits(crate::admin::AdminLimits {

@@ -62,6 +62,11 @@ struct Chromium {
 /// Loads `url` in a fresh headless Chromium profile and returns the DOM after the
 /// virtual-time budget, the browser's own log and its net log; saves a screenshot.
 fn load_page(chromium: &Path, url: &str, screenshot: &Path) -> Chromium {
+    load_page_for(chromium, url, screenshot, VIRTUAL_TIME_MS)
+}
+
+/// [`load_page`] with a virtual-time budget of `budget_ms`.
+fn load_page_for(chromium: &Path, url: &str, screenshot: &Path, budget_ms: u32) -> Chromium {
     let dir = tempfile::Builder::new()
         .prefix("phasescope-chromium-")
         .tempdir()
@@ -97,7 +102,7 @@ fn load_page(chromium: &Path, url: &str, screenshot: &Path) -> Chromium {
             dir.path().join("profile").display()
         ))
         .arg(format!("--log-net-log={}", net_log.display()))
-        .arg(format!("--virtual-time-budget={VIRTUAL_TIME_MS}"))
+        .arg(format!("--virtual-time-budget={budget_ms}"))
         .arg(format!("--screenshot={}", screenshot.display()))
         .arg(url)
         .stdin(Stdio::null())
@@ -551,13 +556,33 @@ fn errors_cover_the_window_ticks_are_distinct_and_taps_keep_their_order() {
     );
     assert_eq!((&c[2], &c[3]), ("2", "5"));
 
-    // Every chart's time axis: at least two labels, none repeated.
+    // Every chart's time axis: at least two labels, none repeated, each a whole
+    // HH:MM:SS drawn inside the canvas (the page measures each label it drew against the
+    // canvas's width: a label past its edge is cut, as "19:56:3" was).
     let ticks = Regex::new(r#"data-x-ticks="([^"]*)""#).unwrap();
+    let clipped = Regex::new(r#"data-x-ticks-clipped="(\d+)""#).unwrap();
+    let whole = Regex::new(r"^\d\d:\d\d:\d\d$").unwrap();
+    let clipped: Vec<&str> = clipped
+        .captures_iter(tap)
+        .map(|c| c.get(1).unwrap().as_str())
+        .collect();
+    assert!(
+        clipped.len() >= 2 && clipped.iter().all(|n| *n == "0"),
+        "time labels past the canvas's edge, per chart: {clipped:?}"
+    );
+    // The charts have their data: no note says they wait.
+    assert!(
+        tap.contains(r#"data-charts-waiting="no""#),
+        "the charts still wait for data after {VIRTUAL_TIME_MS} ms"
+    );
     let mut charts = 0;
     for t in ticks.captures_iter(tap) {
         charts += 1;
         let labels: Vec<&str> = t[1].split('|').filter(|l| !l.is_empty()).collect();
         assert!(labels.len() >= 2, "too few x-axis labels: {labels:?}");
+        for label in &labels {
+            assert!(whole.is_match(label), "a time label not whole: {label:?}");
+        }
         let mut distinct = labels.clone();
         distinct.dedup();
         assert_eq!(distinct, labels, "repeated x-axis labels");
@@ -781,6 +806,37 @@ impl Drop for ScriptedAdmin {
     }
 }
 
+/// The fixture's `total` over all routes of the webdis tap: the snapshot JSON.
+fn upstream_snapshot_total(fixture: &Path) -> Value {
+    let snapshot: Value = serde_json::from_str(&fs::read_to_string(fixture).unwrap()).unwrap();
+    snapshot["taps"]["webdis"]["phases"]["total"].clone()
+}
+
+/// (count, sum in seconds) of a phase's routes.
+fn snapshot_totals(by_route: &Value) -> (u64, f64) {
+    by_route
+        .as_object()
+        .unwrap()
+        .values()
+        .fold((0, 0.0), |(n, s), v| {
+            (
+                n + v["count"].as_u64().unwrap(),
+                s + v["sum"].as_f64().unwrap(),
+            )
+        })
+}
+
+/// The page's `num3`: three significant digits.
+fn fmt_num3(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
 /// The page's `fmtPct`: 3 significant digits at most, a space before `%`.
 fn fmt_pct(f: f64) -> String {
     let p = f * 100.0;
@@ -874,6 +930,38 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
         assert!(line.contains(&want), "{want:?} is not in {line:?}");
     }
 
+    // The what-if line, as the report words it: the saving per request and as a share
+    // of the mean total, from the parser's inclusive share of the CPU.
+    let what_if = Regex::new(r#"class="inside-line what-if"[^>]*>([^<]*)<"#).unwrap();
+    let what_if = what_if
+        .captures(tap)
+        .map(|c| text(&c[1]))
+        .unwrap_or_else(|| panic!("no what-if line in\n{tap}"));
+    let totals = snapshot_totals(&upstream_snapshot_total(&fixture));
+    let requests = totals.0 as f64;
+    let cpu = (upstream["cpu_user_seconds"].as_f64().unwrap()
+        + upstream["cpu_system_seconds"].as_f64().unwrap())
+        / requests;
+    let parser = inclusive["http_parser"] as f64 / total as f64;
+    let saved = cpu * parser * 0.5;
+    let mean_total = totals.1 / requests;
+    let want = format!(
+        "what if: a parser 2× faster saves ≤ {} µs per request, {} of mean total; ",
+        fmt_num3(saved * 1e6),
+        fmt_pct(saved / mean_total)
+    );
+    assert!(
+        what_if.starts_with(&want),
+        "{what_if:?} does not start {want:?}"
+    );
+    assert!(
+        what_if.contains(&format!(
+            "HTTP parser is {} of its CPU with all it calls",
+            fmt_pct(parser)
+        )),
+        "{what_if}"
+    );
+
     // The functions table: the snapshot's first ten, in its order.
     let functions = upstream["functions"].as_array().unwrap();
     let want: Vec<&Value> = functions.iter().take(10).collect();
@@ -910,4 +998,31 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
     }
     assert!(fs::read(&screenshot).unwrap().starts_with(b"\x89PNG"));
     eprintln!("screenshot: {}", screenshot.display());
+}
+
+/// While the charts have nothing to draw, a note says why: loaded for less than the two
+/// polls a point needs, the page says it waits for data.
+#[test]
+fn the_charts_say_they_wait_for_data_until_they_have_some() {
+    let chromium = require_tool("chromium");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json");
+    let snapshot: Value = serde_json::from_str(&fs::read_to_string(&fixture).unwrap()).unwrap();
+    let admin = ScriptedAdmin::start(snapshot);
+    let screenshot = artifacts().join("live-page-waiting.png");
+    // Less than a second of virtual time: the first poll only.
+    let page = load_page_for(
+        &chromium,
+        &format!("http://{}/", admin.addr),
+        &screenshot,
+        500,
+    );
+    let note =
+        Regex::new(r#"class="note charts-note" data-charts-waiting="yes"[^>]*>([^<]*)<"#).unwrap();
+    let note = note
+        .captures(&page.dom)
+        .map(|c| text(&c[1]))
+        .unwrap_or_else(|| panic!("no waiting note in\n{}", page.dom));
+    assert!(note.starts_with("waiting for data: "), "{note}");
+    assert!(note.contains("(0 of 2 so far)"), "{note}");
 }

@@ -1,7 +1,7 @@
 //! Native histograms against a real Prometheus (Debian's 2.42): one with
 //! `--enable-feature=native-histograms`, which asks `/metrics` for protobuf and gets every
-//! phase histogram with exponential buckets, and one without, which keeps getting the
-//! classic text exposition. Both scrape one proxy in front of an upstream that answers
+//! phase histogram with exponential buckets, and one without, which asks for OpenMetrics
+//! and gets the classic buckets in it (a text 0.0.4 scraper gets them in text). Both scrape one proxy in front of an upstream that answers
 //! after a known delay.
 //!
 //! Ground truth: the HDR copy behind `/api/snapshot` (each percentile at most 1/128 above
@@ -201,7 +201,7 @@ fn native_histograms_match_the_hdr_median_and_classic_scrapers_keep_their_bucket
         }
     }
 
-    // The classic Prometheus still gets (and stores) classic buckets, as text.
+    // The classic Prometheus still gets (and stores) classic buckets, as OpenMetrics.
     let classic_total = r#"sum(phasescope_phase_duration_seconds_count{phase="total"})"#;
     let seen = support::wait_for(PATIENCE, || {
         classic.scalar(classic_total, now_unix()) == Some(total as f64)
@@ -219,7 +219,18 @@ fn native_histograms_match_the_hdr_median_and_classic_scrapers_keep_their_bucket
         "classic buckets of upstream_wait: {} series",
         buckets.len()
     );
-    let text = scrape(&proxy, CLASSIC_ACCEPT);
+    let om = scrape(&proxy, CLASSIC_ACCEPT);
+    assert_eq!(om.status, 200);
+    assert_eq!(
+        om.header("content-type"),
+        Some(phasescope::metrics::openmetrics::CONTENT_TYPE)
+    );
+    assert!(om
+        .body_text()
+        .contains("phasescope_phase_duration_seconds_bucket{"));
+    assert!(om.body_text().ends_with("# EOF\n"));
+    // A text 0.0.4 scraper gets the same buckets in text.
+    let text = scrape(&proxy, "text/plain;version=0.0.4");
     assert_eq!(text.status, 200);
     assert!(
         text.header("content-type")

@@ -140,3 +140,69 @@ fn colours_shown_together_stay_apart_under_colour_vision_deficiency() {
         }
     }
 }
+
+/// The phase a dashboard override names: `byName` a series called after the phase (or
+/// `PHASE (mean)`), `byRegexp` `^.* PHASE$` (the Webdis panels prefix the tap).
+fn overridden_phase(matcher: &serde_json::Value) -> Option<Phase> {
+    let options = matcher["options"].as_str()?;
+    let name = match matcher["id"].as_str()? {
+        "byName" => options.trim_end_matches(" (mean)"),
+        "byRegexp" => options
+            .strip_prefix("^.* ")?
+            .trim_end_matches('$')
+            .trim_end_matches(r" \(mean\)"),
+        _ => return None,
+    };
+    Phase::from_name(name)
+}
+
+fn panels(v: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
+    for p in v["panels"].as_array().into_iter().flatten() {
+        out.push(p.clone());
+        panels(p, out);
+    }
+}
+
+/// The dashboard draws each phase in the colour of `Phase::style`, the table the SVG
+/// and the live page use: every colour override of a series named after a phase.
+#[test]
+fn the_dashboard_draws_every_phase_in_its_style_colour() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/phasescope.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut all = Vec::new();
+    panels(&dashboard, &mut all);
+    let mut checked = 0;
+    let mut phases = std::collections::BTreeSet::new();
+    for panel in &all {
+        let title = panel["title"].as_str().unwrap_or("");
+        for o in panel["fieldConfig"]["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let Some(phase) = overridden_phase(&o["matcher"]) else {
+                continue;
+            };
+            for p in o["properties"].as_array().into_iter().flatten() {
+                if p["id"] != "color" {
+                    continue;
+                }
+                let colour = p["value"]["fixedColor"].as_str().unwrap_or("");
+                assert_eq!(
+                    colour.to_ascii_lowercase(),
+                    phase.style().colour,
+                    "panel {title:?}: {} is drawn in {colour}",
+                    phase.name()
+                );
+                checked += 1;
+                phases.insert(phase.name());
+            }
+        }
+    }
+    // The panels by phase name most phases: the check is not empty.
+    assert!(
+        checked >= 40 && phases.len() >= 12,
+        "{checked} overrides of {phases:?}"
+    );
+}

@@ -473,6 +473,67 @@ fn svg_has_a_bar_per_route_and_a_curve_per_phase() {
     }
 }
 
+/// A snapshot that watched its upstream (with call stacks) gets the inside-the-upstream
+/// band below its charts: the report's lines, the what-if, and a flame graph naming the
+/// stacks' frames; a snapshot without one has no such band.
+#[test]
+fn svg_shows_inside_the_upstream_when_the_snapshot_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("inside.svg");
+    let stacks = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/snapshots/stacks.json");
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            stacks.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        0,
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let texts: Vec<String> = regex::Regex::new(r"(?s)<text[^>]*>(.*?)</text>")
+        .unwrap()
+        .captures_iter(&text)
+        .map(|c| c[1].split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let has = |want: &str| texts.iter().any(|t| t.contains(want));
+    for want in [
+        "webdis: inside the upstream",
+        "inside webdis (pid 4242, 3 threads, 30 s): per request",
+        "µs on CPU",
+        "what if: a parser 2× faster saves ≤",
+        "of mean total",
+        "call stacks (1000 samples",
+    ] {
+        assert!(has(want), "{want:?} is not in the SVG's text: {texts:#?}");
+    }
+    // The flame graph names the frames wide enough to read: the root, `main`.
+    assert!(texts.iter().any(|t| t == "main"), "{texts:#?}");
+    // The band comes after the tap's charts and before the next tap's.
+    let at = |want: &str| texts.iter().position(|t| t.contains(want)).unwrap();
+    assert!(at("webdis: where the time goes") < at("webdis: inside the upstream"));
+    assert!(at("webdis: inside the upstream") < at("redis: where the time goes"));
+
+    let plain = dir.path().join("plain.svg");
+    phasescope_ok(
+        &[
+            "report",
+            "--from",
+            &fixture_path(),
+            "--svg",
+            plain.to_str().unwrap(),
+        ],
+        0,
+    );
+    let plain = std::fs::read_to_string(&plain).unwrap();
+    assert!(
+        !plain.contains("inside the upstream"),
+        "a band without an upstream"
+    );
+}
+
 /// WCAG contrast ratio of `#RRGGBB` against white.
 fn contrast_on_white(hex: &str) -> f64 {
     let channel = |i: usize| {

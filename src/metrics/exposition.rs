@@ -13,8 +13,10 @@ use prometheus::proto::{
 use prometheus::TextEncoder;
 
 use crate::metrics::buckets::Buckets;
+use crate::metrics::exemplar::Exemplar;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::metrics::native::{self, NativeBuckets};
+use crate::metrics::openmetrics;
 use crate::metrics::proto;
 use crate::metrics::tap::{SeriesCounts, TapCounts, TapMetrics, DIRECTIONS, SIDES};
 use crate::phase::Phase;
@@ -36,11 +38,14 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const PROTOBUF_CONTENT_TYPE: &str =
     "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
 
-/// The two expositions `/metrics` serves.
+/// The three expositions `/metrics` serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Text 0.0.4, classic buckets: every scraper reads it.
     Text,
+    /// OpenMetrics 1.0 text: the same families, with exemplars on the slow buckets of
+    /// `total`. What Prometheus asks for first when its native histograms are off.
+    OpenMetrics,
     /// Delimited protobuf, classic and native buckets: what Prometheus asks for when its
     /// native histograms are on.
     Protobuf,
@@ -50,22 +55,23 @@ impl Format {
     pub fn content_type(self) -> &'static str {
         match self {
             Format::Text => CONTENT_TYPE,
+            Format::OpenMetrics => openmetrics::CONTENT_TYPE,
             Format::Protobuf => PROTOBUF_CONTENT_TYPE,
         }
     }
 }
 
-/// Chooses the exposition for an `Accept` header: protobuf when the scraper lists
-/// `application/vnd.google.protobuf` with `proto=io.prometheus.client.MetricFamily` and
-/// `encoding=delimited` at a quality no lower than any text type it accepts, else text
-/// (also for no header, or one that does not parse). OpenMetrics text is not served; a
-/// scraper that prefers it falls back to the text 0.0.4 it also lists.
+/// Chooses the exposition for an `Accept` header: the one listed at the highest quality
+/// (`q`), among protobuf (`application/vnd.google.protobuf` with
+/// `proto=io.prometheus.client.MetricFamily` and `encoding=delimited`), OpenMetrics
+/// (`application/openmetrics-text`, version 1.0.0, 0.0.1 or none) and text (`text/*`,
+/// `*/*`); a tie goes to the one named more exactly (protobuf, then OpenMetrics). Text
+/// for no header, or one that does not parse.
 pub fn negotiate(accept: Option<&str>) -> Format {
     let Some(accept) = accept else {
         return Format::Text;
     };
-    let mut protobuf_q = 0.0f32;
-    let mut text_q = 0.0f32;
+    let (mut protobuf_q, mut openmetrics_q, mut text_q) = (0.0f32, 0.0f32, 0.0f32);
     for range in accept.split(',') {
         let Ok(m) = range.trim().parse::<mime::Mime>() else {
             continue;
@@ -84,15 +90,19 @@ pub fn negotiate(accept: Option<&str>) -> Format {
             && is("encoding", "delimited")
         {
             protobuf_q = protobuf_q.max(q);
-        } else if m.type_() == mime::TEXT || m.type_() == mime::STAR {
-            text_q = text_q.max(q);
         } else if m.type_() == mime::APPLICATION && m.subtype() == "openmetrics-text" {
-            // Not served, but a scraper that ranks it above protobuf wants text.
+            if m.get_param("version").is_none() || is("version", "1.0.0") || is("version", "0.0.1")
+            {
+                openmetrics_q = openmetrics_q.max(q);
+            }
+        } else if m.type_() == mime::TEXT || m.type_() == mime::STAR {
             text_q = text_q.max(q);
         }
     }
-    if protobuf_q > 0.0 && protobuf_q >= text_q {
+    if protobuf_q > 0.0 && protobuf_q >= openmetrics_q && protobuf_q >= text_q {
         Format::Protobuf
+    } else if openmetrics_q > 0.0 && openmetrics_q >= text_q {
+        Format::OpenMetrics
     } else {
         Format::Text
     }
@@ -106,6 +116,28 @@ pub(crate) fn encode(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> St
         tracing::error!(error = %e, "encoding the Prometheus exposition failed");
     }
     out
+}
+
+/// The OpenMetrics exposition: the families of [`encode`] followed by `extra` (as for
+/// [`encode_protobuf`]), the slow buckets of `total` with their exemplars.
+pub(crate) fn encode_openmetrics(
+    taps: &[(&TapMetrics, TapCounts)],
+    buckets: &Buckets,
+    extra: Vec<MetricFamily>,
+) -> String {
+    // In the order phase_histograms() emits the series.
+    let exemplars: Vec<&[Exemplar]> = phase_series(taps)
+        .into_iter()
+        .map(|(_, _, _, s)| s.exemplars.as_slice())
+        .collect();
+    let families: Vec<MetricFamily> = families(taps, buckets).into_iter().chain(extra).collect();
+    openmetrics::encode(&families, |name, i| {
+        if name == PHASE_DURATION {
+            exemplars.get(i).copied().unwrap_or_default()
+        } else {
+            &[]
+        }
+    })
 }
 
 /// The protobuf exposition: the families of [`encode`], each phase histogram with its
@@ -466,7 +498,7 @@ mod tests {
     #[test]
     fn protobuf_only_for_a_scraper_that_prefers_it() {
         assert_eq!(negotiate(Some(PROMETHEUS_NATIVE)), Format::Protobuf);
-        assert_eq!(negotiate(Some(PROMETHEUS_CLASSIC)), Format::Text);
+        assert_eq!(negotiate(Some(PROMETHEUS_CLASSIC)), Format::OpenMetrics);
         assert_eq!(negotiate(None), Format::Text);
         assert_eq!(negotiate(Some("")), Format::Text);
         assert_eq!(negotiate(Some("*/*")), Format::Text);
@@ -487,6 +519,31 @@ mod tests {
             assert_eq!(negotiate(Some(accept)), Format::Text, "{accept}");
         }
         assert_eq!(Format::Text.content_type(), CONTENT_TYPE);
+        assert!(Format::OpenMetrics
+            .content_type()
+            .parse::<mime::Mime>()
+            .is_ok());
+    }
+
+    #[test]
+    fn openmetrics_only_for_a_scraper_that_ranks_it_first_among_what_is_served() {
+        for accept in [
+            "application/openmetrics-text",
+            "application/openmetrics-text;version=0.0.1",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8,text/plain;q=0.9",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4",
+        ] {
+            assert_eq!(negotiate(Some(accept)), Format::OpenMetrics, "{accept}");
+        }
+        for accept in [
+            "text/plain;version=0.0.4",
+            "application/openmetrics-text;version=2.0.0,text/plain;q=0.5",
+            "application/openmetrics-text;q=0.4,text/plain;q=0.5",
+            "application/openmetrics-text;q=0",
+            "*/*",
+        ] {
+            assert_eq!(negotiate(Some(accept)), Format::Text, "{accept}");
+        }
         assert!(Format::Protobuf
             .content_type()
             .parse::<mime::Mime>()

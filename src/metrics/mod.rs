@@ -8,11 +8,13 @@
 //! metric contract, the bucket layout and its error bound, and the snapshot schema.
 
 pub mod buckets;
+pub mod exemplar;
 pub mod exposition;
 pub mod finding;
 mod hdr;
 pub mod labels;
 pub mod native;
+pub mod openmetrics;
 mod proto;
 mod registry;
 mod shard;

@@ -1,7 +1,8 @@
 //! The process-wide metrics registry: every tap's recorder, the exposition, snapshots.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{ensure, Context};
 
@@ -38,6 +39,8 @@ pub struct Registry {
     upstreams: RwLock<Vec<Arc<Upstream>>>,
     /// The findings active now, for the `phasescope_finding` gauge.
     findings: Board,
+    /// A `total` at least this long (ns) is an exemplar: `[log] slow_threshold`.
+    exemplar_min_ns: AtomicU64,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
     /// that a snapshot never sees half a reset.
     since: Mutex<SystemTime>,
@@ -54,8 +57,19 @@ impl Registry {
             error_baseline: Mutex::new(Vec::new()),
             upstreams: RwLock::new(Vec::new()),
             findings: Board::default(),
+            exemplar_min_ns: AtomicU64::new(duration_ns(
+                crate::config::LogConfig::default().slow_threshold,
+            )),
             since: Mutex::new(SystemTime::now()),
         }))
+    }
+
+    /// The total from which an exchange is slow and becomes its bucket's exemplar (the
+    /// slow log's threshold, so that the slow log has every exemplar's line). For the taps
+    /// registered after the call.
+    pub fn set_exemplar_threshold(&self, threshold: Duration) {
+        self.exemplar_min_ns
+            .store(duration_ns(threshold), Ordering::Relaxed);
     }
 
     /// False under `--no-metrics`: the exposition then has only build_info.
@@ -85,8 +99,13 @@ impl Registry {
             tap.name
         );
         let metrics = Arc::new(
-            TapMetrics::new(tap, routes, Arc::clone(&self.buckets))
-                .with_context(|| format!("tap {:?}", tap.name))?,
+            TapMetrics::new(
+                tap,
+                routes,
+                Arc::clone(&self.buckets),
+                self.exemplar_min_ns.load(Ordering::Relaxed),
+            )
+            .with_context(|| format!("tap {:?}", tap.name))?,
         );
         taps.push(Arc::clone(&metrics));
         Ok(metrics)
@@ -135,22 +154,29 @@ impl Registry {
     pub fn encode(&self, format: exposition::Format) -> Vec<u8> {
         match format {
             exposition::Format::Text => self.encode_prometheus().into_bytes(),
-            exposition::Format::Protobuf => {
-                let taps = self.enabled_taps();
-                let upstreams = if self.enabled {
-                    let mut families = super::upstream::families(&self.upstreams());
-                    families.extend(self.findings.families());
-                    families
-                } else {
-                    Vec::new()
-                };
-                exposition::encode_protobuf(
-                    &collect(&taps, Collect::WithHdr),
-                    &self.buckets,
-                    upstreams,
-                )
-            }
+            exposition::Format::OpenMetrics => exposition::encode_openmetrics(
+                &collect(&self.enabled_taps(), Collect::Counts),
+                &self.buckets,
+                self.scrape_time_families(),
+            )
+            .into_bytes(),
+            exposition::Format::Protobuf => exposition::encode_protobuf(
+                &collect(&self.enabled_taps(), Collect::WithHdr),
+                &self.buckets,
+                self.scrape_time_families(),
+            ),
         }
+    }
+
+    /// The families read at scrape time (the upstream processes', the findings'), for
+    /// the expositions that take them as data rather than text.
+    fn scrape_time_families(&self) -> Vec<prometheus::proto::MetricFamily> {
+        if !self.enabled {
+            return Vec::new();
+        }
+        let mut families = super::upstream::families(&self.upstreams());
+        families.extend(self.findings.families());
+        families
     }
 
     /// Every tap, or none under `--no-metrics`.
@@ -251,6 +277,10 @@ impl Registry {
         *since = SystemTime::now();
         *since
     }
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn collect(taps: &[Arc<TapMetrics>], what: Collect) -> Vec<(&TapMetrics, TapCounts)> {

@@ -9,6 +9,7 @@
 
 use hdrhistogram::Histogram;
 
+use crate::metrics::exemplar::Exemplar;
 use crate::metrics::hdr::HdrCounts;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::phase::Phase;
@@ -140,16 +141,33 @@ pub struct SeriesShard {
     /// Exact extremes since the last reset (`u64::MAX` and 0 when none).
     pub min_ns: u64,
     pub max_ns: u64,
+    /// For a series with exemplars (`total`): one slot per bucket, the last slow exchange
+    /// counted in it, overwritten in place.
+    pub exemplars: Option<Box<[Exemplar]>>,
 }
 
 impl SeriesShard {
-    pub fn new(slots: usize, hdr: &Histogram<u64>) -> Self {
+    /// A series of `slots` buckets; with `exemplars`, a slot per bucket for them.
+    pub fn new(slots: usize, hdr: &Histogram<u64>, exemplars: bool) -> Self {
         Self {
             buckets: vec![0; slots].into_boxed_slice(),
             sum_ns: 0,
             hdr: HdrCounts::new(hdr),
             min_ns: u64::MAX,
             max_ns: 0,
+            exemplars: exemplars.then(|| vec![Exemplar::default(); slots].into_boxed_slice()),
+        }
+    }
+
+    /// Makes `exemplar` the one of `bucket`, if this series keeps exemplars.
+    #[inline]
+    pub fn keep_exemplar(&mut self, bucket: usize, exemplar: Exemplar) {
+        if let Some(slot) = self
+            .exemplars
+            .as_mut()
+            .and_then(|slots| slots.get_mut(bucket))
+        {
+            *slot = exemplar;
         }
     }
 
@@ -183,7 +201,7 @@ mod tests {
         let mut shard = ThreadShard::default();
         let route = shard.route(RouteId(3));
         let series = route.phases[Phase::Total.index()]
-            .get_or_insert_with(|| Box::new(SeriesShard::new(4, &template)));
+            .get_or_insert_with(|| Box::new(SeriesShard::new(4, &template, false)));
         for ns in [300, 1_000, 0, HIGHEST_NS * 2] {
             series.observe(1, index_of(ns), ns);
         }
@@ -203,6 +221,31 @@ mod tests {
         );
         series.observe(0, index_of(7), 7);
         assert_eq!((series.min_ns, series.max_ns), (7, 7));
+        series.keep_exemplar(1, Exemplar::default());
+        assert!(
+            series.exemplars.is_none(),
+            "a series without exemplar slots"
+        );
         assert_eq!(shard.routes.len(), 4);
+    }
+
+    #[test]
+    fn an_exemplar_overwrites_its_buckets_slot_and_only_that_one() {
+        use crate::recorder::ExchangeId;
+        let template = template().unwrap();
+        let mut series = SeriesShard::new(3, &template, true);
+        let ex = |id, ns| Exemplar {
+            id: ExchangeId(id),
+            ns,
+            unix_ms: 1,
+        };
+        series.keep_exemplar(2, ex(7, 70));
+        series.keep_exemplar(2, ex(8, 80));
+        series.keep_exemplar(9, ex(9, 90));
+        let slots = series.exemplars.as_deref().unwrap();
+        assert_eq!(
+            slots,
+            &[Exemplar::default(), Exemplar::default(), ex(8, 80)]
+        );
     }
 }

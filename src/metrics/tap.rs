@@ -8,6 +8,7 @@ use thread_local::ThreadLocal;
 
 use crate::config::{Protocol, TapConfig};
 use crate::metrics::buckets::Buckets;
+use crate::metrics::exemplar::{self, Exemplar};
 use crate::metrics::hdr::{self, HdrSeries};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
 use crate::metrics::shard::{CachePadded, HeadShapes, SeriesShard, ThreadShard};
@@ -29,6 +30,8 @@ pub struct TapMetrics {
     hdr_template: Histogram<u64>,
     /// What the HDR copies held at the last reset, subtracted from every snapshot.
     baseline: Mutex<HashMap<(RouteId, Phase), Baseline>>,
+    /// A `total` at least this long is slow: it becomes its bucket's exemplar.
+    exemplar_min_ns: u64,
 }
 
 /// One series' HDR histogram and sum as they were at the last reset.
@@ -62,6 +65,9 @@ pub(crate) struct SeriesCounts {
     /// Exact extremes since the last reset.
     pub min_ns: u64,
     pub max_ns: u64,
+    /// Per bucket, the most recent slow exchange of any thread (empty slots where none;
+    /// no slot at all for a series without exemplars).
+    pub exemplars: Vec<Exemplar>,
 }
 
 /// A tap's counts added up over all threads at one scrape.
@@ -106,6 +112,7 @@ impl TapMetrics {
         tap: &TapConfig,
         routes: Arc<RouteTable>,
         buckets: Arc<Buckets>,
+        exemplar_min_ns: u64,
     ) -> anyhow::Result<Self> {
         Ok(Self {
             name: tap.name.clone(),
@@ -115,6 +122,7 @@ impl TapMetrics {
             shards: ThreadLocal::new(),
             hdr_template: hdr::template()?,
             baseline: Mutex::new(HashMap::new()),
+            exemplar_min_ns,
         })
     }
 
@@ -185,6 +193,7 @@ impl TapMetrics {
                             hdr: None,
                             min_ns: u64::MAX,
                             max_ns: 0,
+                            exemplars: Vec::new(),
                         });
                     for (a, n) in s.buckets.iter_mut().zip(series.buckets.iter()) {
                         *a += n;
@@ -192,6 +201,9 @@ impl TapMetrics {
                     s.sum_ns += series.sum_ns;
                     s.min_ns = s.min_ns.min(series.min_ns);
                     s.max_ns = s.max_ns.max(series.max_ns);
+                    if let Some(slots) = &series.exemplars {
+                        exemplar::merge_latest(&mut s.exemplars, slots);
+                    }
                     if what != Collect::Counts {
                         match &mut s.hdr {
                             None => s.hdr = Some(series.hdr.to_histogram(&self.hdr_template)),
@@ -281,11 +293,26 @@ impl TapMetrics {
         rs.requests[method][status] += 1;
         for (phase, ns) in record.phases.iter() {
             let series = rs.phases[phase.index()].get_or_insert_with(|| {
-                Box::new(SeriesShard::new(self.buckets.slots(), &self.hdr_template))
+                Box::new(SeriesShard::new(
+                    self.buckets.slots(),
+                    &self.hdr_template,
+                    phase == Phase::Total,
+                ))
             });
             // The HDR index is worked out once, for the HDR copy and to find the bucket.
             let hdr = hdr::index_of(ns);
-            series.observe(self.buckets.index_by_hdr(hdr, ns), hdr, ns);
+            let bucket = self.buckets.index_by_hdr(hdr, ns);
+            series.observe(bucket, hdr, ns);
+            if phase == Phase::Total && ns >= self.exemplar_min_ns && record.id.0 != 0 {
+                series.keep_exemplar(
+                    bucket,
+                    Exemplar {
+                        id: record.id,
+                        ns,
+                        unix_ms: exemplar::coarse_unix_ms(),
+                    },
+                );
+            }
         }
     }
 }

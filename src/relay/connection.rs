@@ -47,7 +47,7 @@ use super::TapContext;
 use crate::clock::{self, Tick};
 use crate::correlate;
 use crate::http1::{Answer, BodyError, BodyFramer, BodyKind, RequestHead};
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, HeadShape, RouteId, Side};
+use crate::recorder::{Direction, ErrorKind, ExchangeId, ExchangeRecord, HeadShape, RouteId, Side};
 
 /// How long a proxy-made answer may take to write, and how long the client's remaining
 /// bytes are drained afterwards so that the answer is not lost to a reset.
@@ -581,6 +581,7 @@ impl HttpConnection {
             rec.correlated(self.corr.found.is_some());
         }
         let record = ExchangeRecord {
+            id: ExchangeId::next(),
             route,
             method: head.method.as_str(),
             target: &self.target,

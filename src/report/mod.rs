@@ -31,6 +31,7 @@ pub mod snapshot_cmd;
 pub mod source;
 pub mod stacks;
 pub mod svg;
+mod svg_inside;
 pub mod table;
 pub use crate::units;
 pub mod verdict;

@@ -1,5 +1,6 @@
 //! `--svg FILE`: per tap, a stacked bar per route of the mean time per request spent in
-//! each phase, and the latency distribution (cumulative) of each phase.
+//! each phase, and the latency distribution (cumulative) of each phase; below them, for a
+//! tap whose snapshot watched its upstream, what happened inside it (`svg_inside`).
 //!
 //! Drawn with plotters' SVG backend and no font support of its own: the text is left as
 //! SVG `<text>` for the viewer to render, so nothing depends on system fonts.
@@ -9,6 +10,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::dataset::{Dataset, Distribution, Series, TapData};
 use super::rows::ALL_ROUTES;
+use super::svg_inside;
 use crate::phase::Phase;
 
 const WIDTH: u32 = 1280;
@@ -28,7 +30,11 @@ fn stacked() -> impl Iterator<Item = Phase> {
 pub fn render(ds: &Dataset) -> anyhow::Result<String> {
     let mut buf = String::new();
     let taps: Vec<(&String, &TapData)> = ds.taps_front_to_back();
-    let height = HEIGHT_PER_TAP * taps.len().max(1) as u32;
+    let heights: Vec<u32> = taps
+        .iter()
+        .map(|(_, t)| HEIGHT_PER_TAP + svg_inside::height(t))
+        .collect();
+    let height = heights.iter().sum::<u32>().max(HEIGHT_PER_TAP);
     {
         let root = SVGBackend::with_string(&mut buf, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(draw_error)?;
@@ -40,11 +46,17 @@ pub fn render(ds: &Dataset) -> anyhow::Result<String> {
             )
             .map_err(draw_error)?;
         }
-        let rows = root.split_evenly((taps.len().max(1), 1));
-        for ((name, tap), area) in taps.into_iter().zip(rows) {
-            let (left, right) = area.split_horizontally(WIDTH / 2);
+        let mut rest = root.clone();
+        for ((name, tap), h) in taps.into_iter().zip(heights) {
+            let (area, below) = rest.split_vertically(h);
+            rest = below;
+            let (charts, inside) = area.split_vertically(HEIGHT_PER_TAP);
+            let (left, right) = charts.split_horizontally(WIDTH / 2);
             stacked_bars(&left, name, tap)?;
             distributions(&right, name, tap)?;
+            if tap.upstream.is_some() {
+                svg_inside::draw(&inside, name, tap)?;
+            }
         }
         root.present().map_err(draw_error)?;
     }

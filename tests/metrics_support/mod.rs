@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use phasescope::config::{Protocol, RouteRule, TapConfig};
 use phasescope::phase::{Phase, Phases};
-use phasescope::recorder::{ExchangeRecord, RouteId};
+use phasescope::recorder::{ExchangeId, ExchangeRecord, RouteId};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -159,6 +159,7 @@ pub fn exchange(
     phases: Phases,
 ) -> ExchangeRecord<'static> {
     ExchangeRecord {
+        id: ExchangeId::NONE,
         route,
         method,
         target: b"",

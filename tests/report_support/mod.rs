@@ -15,7 +15,7 @@ use std::time::Duration;
 use phasescope::config::{MetricsConfig, Protocol, RouteRule, TapConfig};
 use phasescope::metrics::{Registry, Snapshot};
 use phasescope::phase::{Phase, Phases};
-use phasescope::recorder::{ExchangeRecord, Recorder};
+use phasescope::recorder::{ExchangeId, ExchangeRecord, Recorder};
 use phasescope::routes::RouteTable;
 
 /// A small deterministic generator (SplitMix64) with a normal deviate, so that synthetic
@@ -110,6 +110,7 @@ pub fn synthetic(seed: u64, taps: &[TapSpec<'_>]) -> Snapshot {
                     .sum();
                 p.set(Phase::Total, total);
                 metrics.exchange(&ExchangeRecord {
+                    id: ExchangeId::NONE,
                     route: id,
                     method: "GET",
                     target: b"",

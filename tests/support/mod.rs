@@ -634,6 +634,25 @@ impl Prometheus {
         }
     }
 
+    /// `/api/v1/query_exemplars` from `start` to `end` (Unix seconds): the `data` array,
+    /// one entry per series with its `exemplars`. Needs `--enable-feature=exemplar-storage`.
+    pub fn exemplars(&self, expr: &str, start: f64, end: f64) -> Vec<serde_json::Value> {
+        let path = format!(
+            "/api/v1/query_exemplars?query={}&start={start:.3}&end={end:.3}",
+            percent_encode(expr)
+        );
+        let r = http_get(self.addr, &path);
+        let body: serde_json::Value = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("prometheus answered {} {e}: {}", r.status, r.body_text()));
+        assert!(
+            r.status == 200 && body["status"] == "success",
+            "exemplar query failed: {expr}\n{}\n{}",
+            r.status,
+            body
+        );
+        body["data"].as_array().cloned().unwrap_or_default()
+    }
+
     /// The `result` array of [`query`](Self::query).
     pub fn result(&self, expr: &str, time: f64) -> Vec<serde_json::Value> {
         self.query(expr, time)["result"]

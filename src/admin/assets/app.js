@@ -171,7 +171,7 @@
    * 1 / ((1 − p) + p/2) − 1 in throughput (Amdahl). A stripped server's own code stands
    * in for its parser, an upper bound. Empty when nothing names a parser. */
   const WHAT_IF_FACTOR = 2;
-  function whatIf(u, n, samples, total, inclusive, own) {
+  function whatIf(u, n, samples, total, inclusive, own, meanTotal) {
     if (!total || !n) return "";
     let comp = samples.http_parser !== undefined ? "http_parser" : null;
     const upper = !comp && u.stripped && own && samples[own] !== undefined;
@@ -187,7 +187,9 @@
     const which = upper
       ? `its parser is inside ${comp} (own code), ${fmtPct(p)} of its CPU: an upper bound`
       : `HTTP parser is ${fmtPct(p)} of its CPU${incl == null ? "" : " with all it calls"}`;
-    return `what if: a parser ${f}× faster saves ≤ ${num3(saved * 1e6)} µs per request; if the server is CPU-bound, at most ${fmtPct(gain)} more throughput (${which})`;
+    // As the report: the saving beside what a request takes in all, the mean total.
+    const ofTotal = meanTotal > 0 ? `, ${fmtPct(saved / meanTotal)} of mean total` : "";
+    return `what if: a parser ${f}× faster saves ≤ ${num3(saved * 1e6)} µs per request${ofTotal}; if the server is CPU-bound, at most ${fmtPct(gain)} more throughput (${which})`;
   }
 
   function fmtClock(unix) {
@@ -342,6 +344,33 @@
     return labels.map((l, i) => (i > 0 && l === labels[i - 1] ? "" : l));
   }
 
+  const AXIS_FONT = "11px system-ui, sans-serif";
+  /* Room right of the plot for half the widest time label ("00:00:00" at AXIS_FONT is
+   * about 44 px): the last tick sits at the right edge, and its label, centred on it,
+   * was cut in half ("19:56:3"). */
+  const RIGHT_PAD = 28;
+  const measure = document.createElement("canvas").getContext("2d");
+
+  /* After each draw: how many time labels reach past the canvas, from the ticks uPlot
+   * drew and the labels' measured widths (data-x-ticks-clipped, for tests and for
+   * anyone who wonders). */
+  function markClipped(u) {
+    const box = u.root && u.root.parentElement;
+    const axis = u.axes[0];
+    if (!box || !axis || !axis._splits) return;
+    measure.font = AXIS_FONT;
+    const left = u.bbox.left / window.uPlot.pxRatio;
+    let clipped = 0;
+    axis._splits.forEach((split, i) => {
+      const label = axis._values && axis._values[i];
+      if (!label) return;
+      const x = left + u.valToPos(split, "x");
+      const half = measure.measureText(label).width / 2;
+      if (x - half < 0 || x + half > u.width) clipped += 1;
+    });
+    box.dataset.xTicksClipped = String(clipped);
+  }
+
   function axes(valueFmt) {
     const stroke = cssVar("--muted");
     const grid = { stroke: cssVar("--grid"), width: 1 };
@@ -350,7 +379,7 @@
       {
         // Ticks on whole seconds only, at least 60 px apart: with sub-second steps (a
         // short history, a fast refresh) every label read the same HH:MM:SS.
-        stroke, grid, ticks, font: "11px system-ui, sans-serif",
+        stroke, grid, ticks, font: AXIS_FONT,
         space: 60,
         incrs: TIME_INCRS,
         values: (u, splits) => {
@@ -361,7 +390,7 @@
         },
       },
       {
-        stroke, grid, ticks, size: 62, font: "11px system-ui, sans-serif",
+        stroke, grid, ticks, size: 62, font: AXIS_FONT,
         values: (u, splits) => splits.map(valueFmt),
       },
     ];
@@ -401,7 +430,8 @@
         cursor: { drag: { x: false, y: false }, points: { show: !this.stacked } },
         // At least the last minute, so that a short history still has whole-second ticks.
         scales: { x: { time: true, range: (u, lo, hi) => (hi == null ? [lo, hi] : [Math.min(lo, hi - 60), hi]) }, y: { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.08 : 1] } },
-        padding: [8, 8, 0, 0],
+        padding: [8, RIGHT_PAD, 0, 0],
+        hooks: { draw: [markClipped] },
       }, [[]], container);
       this.observer = new ResizeObserver(() => {
         const w = Math.max(200, this.container.clientWidth);
@@ -470,6 +500,7 @@
       this.stackBox = h("div", { class: "chart" });
       this.rateBox = h("div", { class: "chart" });
       this.latencyBox = h("div", { class: "chart" });
+      this.chartsNote = h("div", { class: "note charts-note", "data-charts-waiting": "" });
 
       const th = (...names) => h("tr", null, ...names.map((n) => h("th", { text: n })));
 
@@ -486,6 +517,7 @@
           h("h3", null, "Where the time goes", this.breakdownSub),
           this.stack, this.legend, this.breakdownNote),
         this.inside,
+        this.chartsNote,
         h("div", { class: "charts" },
           h("div", { class: "panel" }, h("h3", null, "Mean per request by phase", h("span", { class: "sub", text: "each second, stacked" })), this.stackBox),
           h("div", { class: "panel" }, h("h3", null, "Throughput", h("span", { class: "sub", text: "per second" })), this.rateBox),
@@ -601,7 +633,7 @@
       this.renderHead(tap, snap, merged, segs, n);
       this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
       this.renderBreakdown(segs, n, sums.total || 0, snap);
-      this.renderInside(tap.upstream, n, snap);
+      this.renderInside(tap.upstream, n, snap, total ? total.mean : 0);
       this.renderPhases(merged, sums.total || 0, snap);
       this.renderRoutes(tap, routeRates);
       this.renderErrors(tap);
@@ -675,7 +707,7 @@
 
     // The upstream's process (docs/report.md, "Inside the upstream"): thread-time per
     // request over the window, and where its CPU goes when it is sampled.
-    renderInside(u, n, snap) {
+    renderInside(u, n, snap, meanTotal) {
       this.inside.hidden = !u;
       if (!u) return;
       const name = u.comm || "the upstream";
@@ -705,7 +737,7 @@
         line += `; its CPU${inclusive ? ", self (inclusive)" : ""}: ${parts.join(", ")}`;
       }
       this.insideLine.textContent = line;
-      this.insideWhatIf.textContent = whatIf(u, n, samples, total, inclusive, own);
+      this.insideWhatIf.textContent = whatIf(u, n, samples, total, inclusive, own, meanTotal);
       const notes = ["thread-time per request: the process's CPU and run-queue time divided by this tap's requests"];
       if (u.restarts) notes.push(`${u.restarts} restart${u.restarts === 1 ? "" : "s"} in this window`);
       if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);
@@ -844,7 +876,21 @@
       this.traffic.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: v })]));
     }
 
+    /* Until a chart has something to draw, a line says why it is empty: a point needs
+     * two snapshots (a difference), a line two points; latency needs requests. */
+    renderChartsNote() {
+      const hist = this.history;
+      let text = "";
+      if (!haveCharts) text = "charts unavailable: the chart library did not load";
+      else if (hist.t.length < 2) text = `waiting for data: the charts draw a point per poll (every ${POLL_MS / 1000} s) from the second one, a line from two points (${hist.t.length} of 2 so far)`;
+      else if (!hist.p50.some((v) => v !== null)) text = "no requests since the page opened: the latency and phase charts wait for some";
+      this.chartsNote.textContent = text;
+      this.chartsNote.hidden = !text;
+      this.chartsNote.dataset.chartsWaiting = text ? "yes" : "no";
+    }
+
     renderCharts() {
+      this.renderChartsNote();
       if (!haveCharts) return;
       const hist = this.history;
       this.rateChart.setData([hist.t, hist.rate, hist.errRate]);

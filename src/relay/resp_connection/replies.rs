@@ -5,7 +5,7 @@
 use super::{Mode, Replied, RespConnection};
 use crate::clock::Tick;
 use crate::correlate;
-use crate::recorder::{ErrorKind, ExchangeRecord};
+use crate::recorder::{ErrorKind, ExchangeId, ExchangeRecord};
 use crate::relay::exchange::{Exchange, Wait};
 use crate::resp::{Kind, ModeSwitch};
 
@@ -144,6 +144,7 @@ impl RespConnection {
         };
         let phases = ex.phases();
         self.tap.recorder.exchange(&ExchangeRecord {
+            id: ExchangeId::next(),
             route: c.route,
             method: c.name,
             target: &[],
