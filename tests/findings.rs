@@ -86,11 +86,14 @@ fn gauge_shows(proxy: &Proxy, tap: &str, id: &str) -> bool {
 
 #[test]
 fn responses_written_in_pieces_without_nodelay_are_found_stalling_on_nagle() {
+    let dir = tempfile::tempdir().unwrap();
     for nodelay in ["0", "1"] {
         let amp = AmpServer::start(&[("AMP_FIXTURE_NODELAY", nodelay)]);
         let proxy = Proxy::in_front_of(amp.addr(), &[]);
         sequential(&proxy, "/", 30);
         let s = snapshot(&proxy);
+        let body = proxy.admin_get("/api/snapshot").body;
+        std::fs::write(dir.path().join(format!("nodelay-{nodelay}.json")), body).unwrap();
         let nagle = found(&s, "nagle_delayed_ack");
         if nodelay == "1" {
             assert!(nagle.is_empty(), "with TCP_NODELAY: {nagle:?}");
@@ -119,6 +122,22 @@ fn responses_written_in_pieces_without_nodelay_are_found_stalling_on_nagle() {
             proxy.admin_get("/metrics").body_text()
         );
     }
+    // compare says the finding went away with TCP_NODELAY.
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .arg("compare")
+        .arg(dir.path().join("nodelay-0.json"))
+        .arg("--vs")
+        .arg(dir.path().join("nodelay-1.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "finding gone in B: nagle_delayed_ack (tap {TAP}, route"
+        )),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

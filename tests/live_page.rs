@@ -6,6 +6,7 @@
 //! polls run back to back in real time), writes a net log of every request it made, and
 //! saves a screenshot to tests/artifacts/live-page.png for a person to look at.
 
+mod amp;
 mod support;
 mod traffic;
 
@@ -278,7 +279,7 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
     assert_eq!(proxy.admin_get("/assets/missing.js").status, 404);
     let post = support::parse_response(&support::http_exchange(
         proxy.admin_addr(),
-        b"POST /assets/app.js HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        b"POST /assets/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     ));
     assert_eq!(post.status, 405);
     assert_eq!(post.header("allow"), Some("GET, HEAD"));
@@ -1025,4 +1026,41 @@ fn the_charts_say_they_wait_for_data_until_they_have_some() {
         .unwrap_or_else(|| panic!("no waiting note in\n{}", page.dom));
     assert!(note.starts_with("waiting for data: "), "{note}");
     assert!(note.contains("(0 of 2 so far)"), "{note}");
+}
+
+/// A server that writes its responses in pieces without TCP_NODELAY (the Amp fixture, as
+/// amphp/http-server by default): the page's findings card, on top, names the Nagle stall
+/// with its fix and evidence, as the snapshot has it.
+#[test]
+fn the_findings_card_shows_a_nagle_stall_with_its_fix() {
+    let chromium = require_tool("chromium");
+    let amp = amp::AmpServer::start(&[("AMP_FIXTURE_NODELAY", "0")]);
+    let proxy = Proxy::in_front_of(amp.addr(), &[]);
+    let mut c = support::HttpConn::connect(proxy.addr());
+    for _ in 0..25 {
+        let r = support::parse_response(&c.exchange(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert_eq!(r.status, 200);
+    }
+    let page = load_page(
+        &chromium,
+        &format!("http://{}/", proxy.admin_addr()),
+        &artifacts().join("live-page-findings.png"),
+    );
+    let dom = &page.dom;
+    let card = Regex::new(r#"(?s)<section[^>]*id="findings"[^>]*>(.*?)</section>"#)
+        .unwrap()
+        .captures(dom)
+        .unwrap_or_else(|| panic!("no findings card in\n{dom}"))[0]
+        .to_owned();
+    assert!(!card.contains(" hidden"), "the card is hidden: {card}");
+    assert!(
+        card.contains(r#"data-finding="nagle_delayed_ack""#),
+        "no Nagle finding in {card}"
+    );
+    let shown = text(&card);
+    assert!(shown.contains("TCP_NODELAY"), "no fix in {shown:?}");
+    assert!(shown.contains("mean pause"), "no evidence in {shown:?}");
+    // On top: before any tap's section.
+    let at = dom.find(r#"id="findings""#).unwrap();
+    assert!(dom.find(r#"data-tap=""#).is_none_or(|tap| at < tap));
 }

@@ -952,7 +952,7 @@
     card.hidden = !findings.length;
     list.replaceChildren(...findings.map((f) => {
       const share = f.impact.share_of_total;
-      return h("li", { "data-id": f.id, "data-tap": f.tap },
+      return h("li", { "data-finding": f.id, "data-finding-tap": f.tap },
         h("span", { class: `severity ${f.severity}`, text: f.severity }),
         h("span", { class: "id", text: f.id }),
         h("span", { class: "where", text: `tap ${f.tap}` + (f.route ? ` · route ${f.route}` : "") }),
