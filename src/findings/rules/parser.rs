@@ -73,23 +73,38 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             )
         })
         .unwrap_or_default();
+    let saving = format!(
+        "a parser {}× as fast would save {} per request, {} of a request's time",
+        w.factor,
+        duration(w.saved),
+        share(saved_of_total)
+    );
+    let what = if w.upper_bound {
+        format!(
+            "{}'s parser is inside {}, {} of its CPU (an upper bound)",
+            i.comm,
+            w.component,
+            share(w.share)
+        )
+    } else {
+        format!(
+            "the {} is {} of {}'s CPU",
+            w.component,
+            share(w.share),
+            i.comm
+        )
+    };
     let (id, summary, fix, severity) = if worth {
         (
             "parser_worth_replacing",
-            format!(
-                "the {} is {} of {}'s CPU: one {}× as fast would save {} per request, {} of a request's time",
-                w.component, share(w.share), i.comm, w.factor, duration(w.saved), share(saved_of_total)
-            ),
+            format!("{what}: {saving}"),
             format!("A faster parser is worth trying: build the server with it and compare both with `phasescope bench` (A/B under the same load); `report --what-if N` gives the bound for other speed-ups.{larger}"),
             Severity::Warn,
         )
     } else {
         (
             "parser_not_the_problem",
-            format!(
-                "the {} is {} of {}'s CPU: one {}× as fast would save {} per request, {} of a request's time — not where the time goes",
-                w.component, share(w.share), i.comm, w.factor, duration(w.saved), share(saved_of_total)
-            ),
+            format!("{what}: {saving} — not where the time goes"),
             format!("Leave the parser: a faster one cannot make a visible difference. Look at the phases that hold the time and at the server's larger components.{larger}"),
             Severity::Info,
         )

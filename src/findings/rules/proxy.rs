@@ -37,7 +37,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             ],
             seconds,
             share: Some(of_total),
-            fix: "Give the proxy cores of its own (it competes here with the upstream and the load generator: taskset, cpusets), set `workers` to the cores it has, and keep profiling at its default frequency. `phasescope bench` measures the proxy against a direct connection.".to_owned(),
+            fix: "Give the proxy cores of its own (on a shared machine it competes for CPUs with the upstream and the load generator: taskset, cpusets), set `workers` to the cores it has, and keep profiling at its default frequency. `phasescope bench` measures the proxy against a direct connection.".to_owned(),
         }
         .scaled(v),
     )
