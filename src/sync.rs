@@ -7,3 +7,46 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+/// A thread beside the data path that runs until told to stop. It is handed the
+/// receiving end of a channel that disconnects when the `Background` is stopped or
+/// dropped: its waits (`recv_timeout`) end at once then, and the thread is joined.
+pub(crate) struct Background {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Starts `body` on a thread named `name` (cut at the kernel's 15 bytes).
+    pub(crate) fn spawn(
+        name: &str,
+        body: impl FnOnce(std::sync::mpsc::Receiver<()>) + Send + 'static,
+    ) -> std::io::Result<Background> {
+        let (stop, stopped) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(name.chars().take(15).collect())
+            .spawn(move || body(stopped))?;
+        Ok(Background {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -5,14 +5,14 @@
 //! and gone within a [`WINDOW`] of the cause going away.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
 
 use crate::metrics::{Registry, Snapshot};
+use crate::sync::Background;
 
 /// How often the findings are evaluated.
 pub const EVERY: Duration = Duration::from_secs(10);
@@ -21,47 +21,27 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 
 /// Owns the thread; [`Monitor::stop`] (or dropping it) ends it at once.
 pub struct Monitor {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Background,
 }
 
 impl Monitor {
     pub fn spawn(registry: Arc<Registry>) -> anyhow::Result<Monitor> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("ps-findings".into())
-            .spawn(move || {
-                let mut ring = VecDeque::new();
-                loop {
-                    evaluate(&registry, &mut ring);
-                    match stopped.recv_timeout(EVERY) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                    }
+        let thread = Background::spawn("ps-findings", move |stopped| {
+            let mut ring = VecDeque::new();
+            loop {
+                evaluate(&registry, &mut ring);
+                match stopped.recv_timeout(EVERY) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                 }
-            })
-            .context("starting the findings thread")?;
-        Ok(Monitor {
-            stop: Some(stop),
-            thread: Some(thread),
+            }
         })
+        .context("starting the findings thread")?;
+        Ok(Monitor { thread })
     }
 
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        self.shutdown();
+    pub fn stop(self) {
+        self.thread.stop();
     }
 }
 

@@ -3,9 +3,10 @@
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use anyhow::Context;
+
+use crate::sync::Background;
 
 use super::account::Read;
 use super::find::Target;
@@ -45,8 +46,7 @@ impl ProfileSettings {
 /// Owns the thread; dropping it (or [`Watcher::stop`]) ends the thread within one
 /// `interval`'s wait, which the stop cuts short.
 pub struct Watcher {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Background,
 }
 
 impl Watcher {
@@ -57,34 +57,16 @@ impl Watcher {
         upstream: Arc<Upstream>,
         profile: Option<ProfileSettings>,
     ) -> anyhow::Result<Watcher> {
-        let (stop, stopped) = mpsc::channel();
         let name = format!("ps-up-{}", upstream.tap());
-        let thread = std::thread::Builder::new()
-            // Thread names are cut at 15 bytes by the kernel; the prefix is what matters.
-            .name(name.chars().take(15).collect())
-            .spawn(move || run(&target, &upstream, profile.as_ref(), &stopped))
-            .context("starting the upstream watcher thread")?;
-        Ok(Watcher {
-            stop: Some(stop),
-            thread: Some(thread),
+        let thread = Background::spawn(&name, move |stopped| {
+            run(&target, &upstream, profile.as_ref(), &stopped)
         })
+        .context("starting the upstream watcher thread")?;
+        Ok(Watcher { thread })
     }
 
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.shutdown();
+    pub fn stop(self) {
+        self.thread.stop();
     }
 }
 

@@ -37,19 +37,7 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
     }
     let cpu = i.cpu_user + i.cpu_system;
     let rate = v.requests as f64 / v.window.max(f64::MIN_POSITIVE);
-    let largest = i
-        .components
-        .iter()
-        .filter(|c| c.name != "kernel")
-        .max_by(|a, b| a.share.total_cmp(&b.share))
-        .map(|c| {
-            format!(
-                " Its largest part is {} ({} of its CPU).",
-                c.label,
-                share(c.share)
-            )
-        })
-        .unwrap_or_default();
+    let largest = super::largest_part(i, |c| c.name == "kernel");
     let summary = if one_thread {
         format!(
             "{}'s busiest thread wants a CPU {} of the time: requests queue behind its CPU work ({} of CPU per request)",

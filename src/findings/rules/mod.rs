@@ -11,6 +11,7 @@ mod proxy;
 
 use super::TapView;
 use crate::metrics::{Evidence, Finding, Impact, Severity};
+use crate::upstream::summary::{Component, Inside};
 
 /// A share of a request's time at or above which a finding is a warning.
 const WARN_SHARE: f64 = 0.2;
@@ -88,6 +89,23 @@ fn shown(name: &str, value: f64, unit: &str) -> Evidence {
         unit: unit.to_owned(),
         threshold: None,
     }
+}
+
+/// " Its largest part is … (… of its CPU)." for the upstream's largest component that
+/// `skip` does not leave out; empty when the process was not sampled.
+fn largest_part(i: &Inside, skip: impl Fn(&Component) -> bool) -> String {
+    i.components
+        .iter()
+        .filter(|c| !skip(c))
+        .max_by(|a, b| a.share.total_cmp(&b.share))
+        .map(|c| {
+            format!(
+                " Its largest part is {} ({} of its CPU).",
+                c.label,
+                crate::units::share(c.share)
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// `x` per request of the tap's window.

@@ -60,19 +60,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             "seconds",
         ));
     }
-    let larger = i
-        .components
-        .iter()
-        .filter(|c| c.name != w.component && c.label != w.component)
-        .max_by(|a, b| a.share.total_cmp(&b.share))
-        .map(|c| {
-            format!(
-                " Its largest part is {} ({} of its CPU).",
-                c.label,
-                share(c.share)
-            )
-        })
-        .unwrap_or_default();
+    let larger = super::largest_part(i, |c| c.name == w.component || c.label == w.component);
     let saving = format!(
         "a parser {}× as fast would save {} per request, {} of a request's time",
         w.factor,
