@@ -231,9 +231,30 @@ NEXT = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
 HIDDEN = b"GET /admin HTTP/1.1\r\nHost: a\r\nX-Pad: 12\r\n\r\n"
 
 
+def first_head_is_head(c):
+    """Reads the connection's first head; True if it is a HEAD, else answers it `OK`
+    (the connection a proxy opens for the request after the HEAD)."""
+    if not c.read_head():
+        return False
+    if c.buf.startswith(b"HEAD "):
+        return True
+    c.send(OK)
+    return False
+
+
 def excess(c):
-    if c.read_head():
+    if first_head_is_head(c):
         c.send(HEAD_ANSWER + EVIL)
+    serve_ok(c)
+
+
+def late_after_head(c):
+    """Answers HEAD with a head announcing 5 bytes, then the next request on the same
+    connection with a response nobody asked for (the late bytes) before the real one."""
+    if first_head_is_head(c):
+        c.send(HEAD_ANSWER)
+        if c.read_head():
+            c.send(EVIL + OK)
     serve_ok(c)
 
 
@@ -296,6 +317,8 @@ CASES = [
      refuse_then_serve(b"HTTP/1.1 417 Expectation Failed"),
      [b"PUT /up HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 43\r\n\r\n"
       + HIDDEN + NEXT]),
+    ("r3.3 late bytes after a HEAD answer, next request pipelined", late_after_head,
+     [b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n" + NEXT]),
     ("r3.4 Connection: transfer-encoding", serve_ok,
      [b"POST / HTTP/1.1\r\nHost: a\r\nConnection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]),
     ("r3.4 a trailer section of 200 fields", serve_ok,
@@ -304,13 +327,23 @@ CASES = [
 ]
 
 
-def main():
-    if not PHASESCOPE.exists():
-        sys.exit(f"{PHASESCOPE} is missing: cargo build --release")
-    up = Upstream()
-    d = Path(tempfile.mkdtemp(prefix="hostile-"))
-    procs = {}
-    ports = {"phasescope": free_port(), "haproxy": free_port(), "nginx": free_port()}
+def tool(name):
+    """The path of an installed proxy, or None."""
+    path = shutil.which(name) or f"/usr/sbin/{name}"
+    return path if Path(path).exists() else None
+
+
+def accepts(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_proxies(procs, d, ports, up, tools):
+    """Starts the three proxies into `procs` (so that the caller stops whichever started)
+    and waits until each accepts."""
     cfg = d / "phasescope.toml"
     cfg.write_text(f"""[admin]
 listen = "127.0.0.1:{free_port()}"
@@ -323,21 +356,51 @@ head = "{TIMEOUT}s"
 response = "{TIMEOUT}s"
 transfer = "{TIMEOUT}s"
 """)
-    procs["phasescope"] = subprocess.Popen([PHASESCOPE, "--config", cfg, "run"],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs["phasescope"] = subprocess.Popen([PHASESCOPE, "--config", cfg, "run"], **quiet)
     hcfg = d / "haproxy.cfg"
     hcfg.write_text(HAPROXY_CFG.format(t=TIMEOUT, port=ports["haproxy"], upstream=up.port))
-    procs["haproxy"] = subprocess.Popen([shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", hcfg],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs["haproxy"] = subprocess.Popen([tools["haproxy"], "-db", "-f", hcfg], **quiet)
     nd = d / "nginx"
     nd.mkdir()
     ncfg = nd / "nginx.conf"
     ncfg.write_text(NGINX_CFG.format(t=TIMEOUT, dir=nd, port=ports["nginx"], upstream=up.port))
-    procs["nginx"] = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-p", nd, "-e",
-                                       nd / "nginx-error.log", "-c", ncfg],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
+    procs["nginx"] = subprocess.Popen([tools["nginx"], "-p", nd, "-e", nd / "nginx-error.log",
+                                       "-c", ncfg], **quiet)
+    deadline = time.monotonic() + 20
+    for name, port in ports.items():
+        while not accepts(port):
+            if procs[name].poll() is not None:
+                sys.exit(f"{name} exited with {procs[name].returncode} before it listened")
+            if time.monotonic() > deadline:
+                sys.exit(f"{name} does not listen on {port}")
+            time.sleep(0.05)
+
+
+def stop(procs):
+    for p in procs.values():
+        p.terminate()
+    for p in procs.values():
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def main():
+    if not PHASESCOPE.exists():
+        sys.exit(f"{PHASESCOPE} is missing: cargo build --release")
+    tools = {name: tool(name) for name in ("haproxy", "nginx")}
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        sys.exit(f"{' and '.join(missing)} not installed: apt-get install -y haproxy nginx")
+    up = Upstream()
+    d = Path(tempfile.mkdtemp(prefix="hostile-"))
+    ports = {"phasescope": free_port(), "haproxy": free_port(), "nginx": free_port()}
+    procs = {}
     try:
+        start_proxies(procs, d, ports, up, tools)
         print(f"| case | phasescope | HAProxy {version('haproxy')} | nginx {version('nginx')} |")
         print("|---|---|---|---|")
         for name, script, steps in CASES:
@@ -351,10 +414,8 @@ transfer = "{TIMEOUT}s"
                 row.append(summary(got, closed) + note)
             print(f"| {name} | " + " | ".join(row) + " |", flush=True)
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            p.wait(timeout=10)
+        stop(procs)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def version(tool):

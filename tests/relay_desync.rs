@@ -144,7 +144,9 @@ async fn a_101_to_an_upgrade_request_still_opens_the_tunnel() {
 
 // --- item 2: bytes beyond the framed end of a response, or with no request in flight ---
 
-const HEAD_ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+/// No body announced: the connection stays pooled (one that announces a body is never
+/// reused, `late_bytes_after_a_head_answer_never_answer_the_next_request`).
+const HEAD_ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
 const EVIL: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil";
 const NEXT: &[u8] = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n";
 const HEAD_REQ: &[u8] = b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n";
@@ -230,6 +232,68 @@ async fn excess_while_idle_is_dropped_before_the_next_request() {
     s.write_all(NEXT).await.unwrap();
     got.extend(read_n(&mut s, OK.len()).await);
     assert_excess_dropped(&p, &received, &got).await;
+}
+
+// --- third round, item 3: late bytes after a HEAD answer --------------------------------
+
+/// A HEAD answer that announces five bytes of body it does not send.
+const HEAD_ANNOUNCING: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+
+/// The first upstream connection answers HEAD with `head`, and the next request, if one
+/// comes on it, with `EVIL` (late bytes, as a faulty upstream that sends a HEAD's body
+/// would) then `OK`. Later connections serve `OK`.
+async fn late_bytes_upstream(head: &'static [u8]) -> (std::net::SocketAddr, fake::Received) {
+    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    upstream(move |mut c| {
+        let first = first.swap(false, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if !first {
+                return serve_ok(c).await;
+            }
+            c.read_head().await;
+            c.write(head).await;
+            if c.read_head().await {
+                c.write(&[EVIL, OK].concat()).await;
+            }
+            serve_ok(c).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_bytes_after_a_head_answer_never_answer_the_next_request() {
+    let (up, received) = late_bytes_upstream(HEAD_ANNOUNCING).await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    // Pipelined: the next request is here before the HEAD is answered.
+    s.write_all(&[HEAD_REQ, NEXT].concat()).await.unwrap();
+    let got = read_n(&mut s, HEAD_ANNOUNCING.len() + OK.len()).await;
+    assert_eq!(
+        got,
+        [HEAD_ANNOUNCING, OK].concat(),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    p.capture.wait_exchanges(2).await;
+    // The HEAD's upstream connection carried nothing else: the next request went on a
+    // new one, and the client's connection carried on.
+    assert_eq!(received.all(), vec![HEAD_REQ.to_vec(), NEXT.to_vec()]);
+    s.write_all(NEXT).await.unwrap();
+    assert_eq!(read_n(&mut s, OK.len()).await, OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_answer_that_announces_no_body_keeps_its_upstream_connection() {
+    let (up, received) = late_bytes_upstream(HEAD_ANSWER).await;
+    let p = proxy(up).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(&[HEAD_REQ, NEXT].concat()).await.unwrap();
+    let got = read_n(&mut s, HEAD_ANSWER.len() + EVIL.len()).await;
+    // Nothing could be late: the connection is reused (and this upstream's scripted
+    // `EVIL` is then the next answer, as it would be for any reused connection).
+    assert_eq!(got, [HEAD_ANSWER, EVIL].concat());
+    assert_eq!(received.all(), vec![[HEAD_REQ, NEXT].concat()]);
 }
 
 // --- item 3: a final response before the request body is complete ---------------------

@@ -12,9 +12,10 @@
 //!   would frame it.
 //!
 //! Each case says why, citing RFC 9112 (and RFC 9110 where the field is defined there).
-//! docs/security.md has the same table. The response side follows: a malformed upstream
-//! response gives the client a 502 and a counted `bad_response`, or, once part of the
-//! response was forwarded, a closed connection and never a second response.
+//! docs/security.md has the same tables (the last two tests hold them to these cases).
+//! The response side follows: a malformed upstream response gives the client a 502 and a
+//! counted `bad_response`, or, once part of the response was forwarded, a closed
+//! connection and never a second response.
 
 mod fake;
 
@@ -242,7 +243,7 @@ fn request_cases() -> Vec<Case> {
         rej("chunk_size_bare_cr", 400, chunked(b"2\rxx\r\n0\r\n\r\n"),
             "§7.1, §2.2: a size line ended by a bare CR"),
         rej("chunk_ext_bare_lf_after_value", 400, chunked(b"2;a=b\nxx\r\n0\r\n\r\n"),
-            "§7.1.1: as term_ext_bare_lf_in_ext, after a value"),
+            "§7.1.1: as `term_ext_bare_lf_in_ext`, after a value"),
         rej("chunk_data_bare_cr", 400, chunked(b"2\r\nxx\r0\r\n\r\n"),
             "§7.1: chunk-data is followed by CRLF, not a bare CR"),
         rej("trail_term_bare_lf_end", 400, chunked(b"0\r\n\nGET /admin HTTP/1.1\r\nHost: a\r\n\r\n"),
@@ -900,4 +901,100 @@ async fn early_response_gadgets_corpus() {
         }
     }
     run_all(cases).await;
+}
+
+// --- docs/security.md holds these tables -------------------------------------------------
+
+/// The rows `| `name` | outcome | why |` of the section `## {title}` of docs/security.md.
+fn doc_rows(title: &str) -> Vec<(String, String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md");
+    let doc = std::fs::read_to_string(path).expect("docs/security.md");
+    let heading = format!("## {title}\n");
+    let start = doc
+        .find(&heading)
+        .unwrap_or_else(|| panic!("no {heading:?}"))
+        + heading.len();
+    let section = &doc[start..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    section
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.strip_prefix("| `")?.splitn(3, " | ").collect();
+            let [name, outcome, why] = cells[..] else {
+                return None;
+            };
+            let name = name.strip_suffix('`')?;
+            Some((
+                name.to_owned(),
+                outcome.to_owned(),
+                why.strip_suffix(" |")?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Every row the cases give that the doc lacks, and every row the doc has that no case
+/// gives, as a readable list.
+fn table_differences(
+    cases: Vec<(String, String, String)>,
+    doc: Vec<(String, String, String)>,
+) -> Vec<String> {
+    let row = |(name, outcome, why): &(String, String, String)| {
+        format!("| `{name}` | {outcome} | {why} |")
+    };
+    let missing = cases
+        .iter()
+        .filter(|c| !doc.contains(c))
+        .map(|c| format!("+ {}", row(c)));
+    let extra = doc
+        .iter()
+        .filter(|d| !cases.contains(d))
+        .map(|d| format!("- {}", row(d)));
+    missing.chain(extra).collect()
+}
+
+#[test]
+fn the_request_table_in_docs_security_is_the_request_corpus() {
+    let cases = request_cases()
+        .into_iter()
+        .map(|c| {
+            let outcome = match c.expect {
+                Expect::Forward => "forwarded".to_owned(),
+                Expect::Reject(status) => status.to_string(),
+                Expect::RejectStreamed(status) => {
+                    format!("{status}, after the body began to stream")
+                }
+            };
+            (c.name.to_owned(), outcome, c.why.to_owned())
+        })
+        .collect();
+    let differences = table_differences(cases, doc_rows("Request cases"));
+    assert!(
+        differences.is_empty(),
+        "docs/security.md \"Request cases\" differs from request_cases() (+ in the test only, - in the doc only):\n{}",
+        differences.join("\n")
+    );
+}
+
+#[test]
+fn the_response_table_in_docs_security_is_the_response_corpus() {
+    let cases = response_cases()
+        .into_iter()
+        .map(|c| {
+            let outcome = match c.expect {
+                RespExpect::BadGateway => "502".to_owned(),
+                RespExpect::Forward => "forwarded".to_owned(),
+                RespExpect::CutAfter(_, kind) => {
+                    format!("first part forwarded, then closed (`{}`)", kind.name())
+                }
+            };
+            (c.name.to_owned(), outcome, c.why.to_owned())
+        })
+        .collect();
+    let differences = table_differences(cases, doc_rows("Response cases"));
+    assert!(
+        differences.is_empty(),
+        "docs/security.md \"Response cases\" differs from response_cases() (+ in the test only, - in the doc only):\n{}",
+        differences.join("\n")
+    );
 }

@@ -19,6 +19,10 @@ pub struct ResponseHead {
     pub keep_alive: bool,
     /// After this head the connection is a byte tunnel (101, or 2xx to CONNECT).
     pub tunnel: bool,
+    /// The answer to a HEAD announces a body (a non-zero Content-Length, or chunked) that
+    /// is not sent: an upstream that sends it anyway sends it late, where it would read
+    /// as the answer to the next request on the connection (docs/security.md).
+    pub announces_unsent_body: bool,
 }
 
 impl ResponseHead {
@@ -152,12 +156,16 @@ fn parse_with<'h>(
             Version::Http11 => !fields.close,
             Version::Http10 => fields.keep_alive && !fields.close,
         };
+    let announces_unsent_body = method == Method::Head
+        && !tunnel
+        && (fields.transfer_encoding || fields.content_length.is_some_and(|n| n > 0));
     Ok(ResponseHead {
         len,
         status,
         version,
         body,
         keep_alive,
+        announces_unsent_body,
         tunnel,
     })
 }
@@ -198,6 +206,21 @@ mod tests {
         let close = p("HTTP/1.0 200 OK\r\n\r\n", Method::Get);
         assert_eq!(close.body, BodyKind::Close);
         assert!(!close.keep_alive);
+    }
+
+    #[test]
+    fn a_head_answer_that_announces_a_body_says_so() {
+        let announced = |head: &str, m| p(head, m).announces_unsent_body;
+        let cl5 = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(announced(cl5, Method::Head));
+        assert!(announced(chunked, Method::Head));
+        assert!(!announced(cl5, Method::Get), "its body is framed and sent");
+        assert!(!announced(
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            Method::Head
+        ));
+        assert!(!announced("HTTP/1.1 204 No Content\r\n\r\n", Method::Head));
     }
 
     #[test]

@@ -75,6 +75,14 @@ impl ResponseProgress {
         self.head.is_some_and(|h| h.keep_alive)
     }
 
+    /// A HEAD was answered with a length (or chunked) but no body: bytes the upstream
+    /// sends later would read as the next request's answer, so its connection carries
+    /// no next request (docs/security.md).
+    #[inline]
+    pub(super) fn announces_unsent_body(&self) -> bool {
+        self.head.is_some_and(|h| h.announces_unsent_body)
+    }
+
     /// Where the final response starts within a batch framed after `before` bytes that
     /// were already framed: interim responses come first.
     #[inline]

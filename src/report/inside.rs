@@ -271,6 +271,8 @@ mod tests {
             top_symbols: None,
             stripped,
             lost_samples: None,
+            unsampled_threads: None,
+            unsampled_cpu_seconds: None,
             frames: None,
             inclusive: None,
             functions: None,

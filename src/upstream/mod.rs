@@ -49,6 +49,10 @@ struct Samples {
     window: BTreeMap<String, u64>,
     window_symbols: HashMap<(String, String, String), u64>,
     window_lost: u64,
+    /// Threads left without a perf event at the latest collect.
+    unsampled_threads: u64,
+    /// CPU time of the threads without an event, in the window.
+    window_unsampled_cpu_ns: u64,
     /// With call stacks: component → samples with a frame of it, since start (the
     /// exposition) and in the window.
     inclusive_total: BTreeMap<String, u64>,
@@ -118,6 +122,7 @@ impl Upstream {
             samples.window.clear();
             samples.window_symbols.clear();
             samples.window_lost = 0;
+            samples.window_unsampled_cpu_ns = 0;
             samples.window_inclusive.clear();
             samples.window_stacks.clear();
         }
@@ -150,6 +155,8 @@ impl Upstream {
                 .or_default() += sym.samples;
         }
         samples.window_lost += delta.lost;
+        samples.unsampled_threads = delta.unsampled_threads;
+        samples.window_unsampled_cpu_ns += delta.unsampled_cpu_ns;
         if let Some(frames) = delta.frames {
             samples.frames = Some(frames);
             for (component, n) in &delta.inclusive {
@@ -207,6 +214,8 @@ impl Upstream {
             snap.stripped = Some(samples.stripped);
             snap.frequency_hz = Some(samples.frequency_hz).filter(|&f| f > 0);
             snap.lost_samples = Some(samples.window_lost);
+            snap.unsampled_threads = Some(samples.unsampled_threads);
+            snap.unsampled_cpu_seconds = Some(samples.window_unsampled_cpu_ns as f64 / 1e9);
             if let Some(frames) = samples.frames {
                 snap.frames = Some(frames.to_owned());
                 snap.inclusive = Some(samples.window_inclusive.clone());

@@ -49,6 +49,15 @@ pub struct UpstreamSnapshot {
     /// When profiling: samples the kernel dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_samples: Option<u64>,
+    /// When profiling: threads of the process without a perf event at the latest
+    /// collect (only the busiest are sampled, within the descriptor budget). Absent in
+    /// older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsampled_threads: Option<u64>,
+    /// When profiling: CPU time, in the window, of threads that had no perf event; the
+    /// samples stand for the rest of `cpu_user_seconds + cpu_system_seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsampled_cpu_seconds: Option<f64>,
     /// When profiling with call stacks: `native` (machine code: the binary, its libraries,
     /// the kernel) or `php` (the PHP interpreter's own call stack).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,6 +110,8 @@ impl UpstreamSnapshot {
             top_symbols: None,
             stripped: None,
             lost_samples: None,
+            unsampled_threads: None,
+            unsampled_cpu_seconds: None,
             frames: None,
             inclusive: None,
             functions: None,
@@ -162,6 +173,11 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
             (x, y) => Some(x.unwrap_or(false) || y.unwrap_or(false)),
         },
         lost_samples: add(a.lost_samples, b.lost_samples),
+        unsampled_threads: b.unsampled_threads.or(a.unsampled_threads),
+        unsampled_cpu_seconds: match (a.unsampled_cpu_seconds, b.unsampled_cpu_seconds) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
+        },
         frames: b.frames.clone().or(a.frames),
         inclusive: add_maps(a.inclusive, b.inclusive.as_ref()),
         functions: merge_functions(a.functions, b.functions.as_deref()),
@@ -214,6 +230,9 @@ pub fn since(now: &UpstreamSnapshot, before: &UpstreamSnapshot) -> UpstreamSnaps
         lost_samples: now
             .lost_samples
             .map(|n| n.saturating_sub(before.lost_samples.unwrap_or(0))),
+        unsampled_cpu_seconds: now
+            .unsampled_cpu_seconds
+            .map(|s| sub(s, before.unsampled_cpu_seconds.unwrap_or(0.0))),
         top_symbols: None,
         functions: None,
         stacks: None,

@@ -18,6 +18,8 @@ use std::io;
 use perf_event::events::Software;
 use perf_event::{Builder, SampleFlag, Sampler};
 
+use super::budget::Descriptors;
+use super::busiest::{self, ThreadCpu};
 use super::unwind::{self, Unwinder, Walk};
 use super::ProfileError;
 
@@ -112,7 +114,8 @@ impl StackHead {
     }
 }
 
-/// The per-thread events of one process.
+/// The per-thread events of one process: on its busiest threads, as many as
+/// [`Descriptors::events`] allows ([`busiest`]).
 pub struct ThreadEvents {
     pid: u32,
     period_ns: u64,
@@ -123,6 +126,14 @@ pub struct ThreadEvents {
     stack_bytes: u32,
     /// Scratch for one sample's stack.
     scratch: Scratch,
+    /// Each thread's CPU time, to find the busiest.
+    cpu: ThreadCpu,
+    /// Scratch: (tid, CPU since the last read) of every thread.
+    deltas: Vec<(u32, u64)>,
+    /// Threads of the process without an event, at the last open or refresh.
+    unsampled_threads: usize,
+    /// CPU time of threads that had no event, since the last [`Self::take_unsampled_cpu_ns`].
+    unsampled_cpu_ns: u64,
 }
 
 /// Buffers reused from one sample to the next.
@@ -133,7 +144,8 @@ struct Scratch {
 }
 
 impl ThreadEvents {
-    /// Opens an event on every thread of `pid`. Fails when none can be opened; the error
+    /// Opens an event on each of the busiest threads of `pid`, as many as the descriptor
+    /// budget allows. Fails when threads were chosen and none could be opened; the error
     /// of the first thread says why (permission, no such process).
     pub fn open(
         pid: u32,
@@ -150,11 +162,20 @@ impl ThreadEvents {
             ring: 0,
             stack_bytes,
             scratch: Scratch::default(),
+            cpu: ThreadCpu::default(),
+            deltas: Vec::new(),
+            unsampled_threads: 0,
+            unsampled_cpu_ns: 0,
         };
         let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
-        events.ring = first_ring(tids.len(), stack_bytes > 0);
+        let budget = Descriptors::now().events(0);
+        events.ring = first_ring(tids.len().min(budget), stack_bytes > 0);
+        // The first read ranks by all the CPU time each thread ever had.
+        events.cpu.read(pid, &tids, &mut events.deltas);
+        busiest::rank(&mut events.deltas, |_| false);
+        let chosen: Vec<u32> = events.deltas.iter().take(budget).map(|&(t, _)| t).collect();
         let mut first_error = None;
-        for tid in tids {
+        for tid in chosen {
             match events.open_thread(tid) {
                 Ok(sampler) => {
                     events.threads.insert(tid, sampler);
@@ -165,6 +186,15 @@ impl ThreadEvents {
                     first_error.get_or_insert(error);
                 }
             }
+        }
+        events.unsampled_threads = tids.len().saturating_sub(events.threads.len());
+        if budget == 0 && !tids.is_empty() {
+            tracing::warn!(
+                pid,
+                "no file descriptor to spare for a perf event (a quarter of RLIMIT_NOFILE stays \
+                 free for the data path): no thread is sampled until some are free"
+            );
+            return Ok(events);
         }
         match first_error {
             Some(ThreadError::Open(source)) if events.threads.is_empty() => {
@@ -225,8 +255,10 @@ impl ThreadEvents {
         }
     }
 
-    /// Picks up threads created since the last call and closes the events of threads that
-    /// exited (after their last samples were drained). Returns the number of threads.
+    /// Moves the events to the threads busiest since the last call, within the
+    /// descriptor budget: closes the events of threads that exited or fell out of the
+    /// busiest (after their last samples were drained) before opening the new ones, and
+    /// counts the CPU time of the threads that had none. Returns the number of events.
     pub fn refresh_threads(
         &mut self,
         unwinder: Option<&mut Unwinder>,
@@ -234,14 +266,25 @@ impl ThreadEvents {
     ) -> Result<usize, ProfileError> {
         let pid = self.pid;
         let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
-        let exited: Vec<u32> = self
+        self.cpu.read(pid, &tids, &mut self.deltas);
+        let threads = &self.threads;
+        self.unsampled_cpu_ns += self
+            .deltas
+            .iter()
+            .filter(|(tid, _)| !threads.contains_key(tid))
+            .map(|&(_, ns)| ns)
+            .sum::<u64>();
+        let budget = Descriptors::now().events(self.threads.len());
+        busiest::rank(&mut self.deltas, |tid| threads.contains_key(&tid));
+        let keep = &self.deltas[..budget.min(self.deltas.len())];
+        let dropped: Vec<u32> = self
             .threads
             .keys()
             .copied()
-            .filter(|tid| !tids.contains(tid))
+            .filter(|tid| !keep.iter().any(|&(t, _)| t == *tid))
             .collect();
         let mut unwinder = unwinder;
-        for tid in exited {
+        for tid in dropped {
             if let Some(mut sampler) = self.threads.remove(&tid) {
                 drain_one(
                     &mut sampler,
@@ -251,26 +294,42 @@ impl ThreadEvents {
                 );
             }
         }
-        for tid in tids {
-            if self.threads.contains_key(&tid) {
-                continue;
-            }
-            match self.open_thread(tid) {
-                Ok(sampler) => {
-                    self.threads.insert(tid, sampler);
-                }
-                Err(error) if error.gone() => {}
-                Err(error) => {
-                    tracing::debug!(
-                        pid,
-                        tid,
-                        ?error,
-                        "cannot sample a new thread of the upstream"
-                    );
-                }
+        let chosen: Vec<u32> = keep.iter().map(|&(tid, _)| tid).collect();
+        for tid in chosen {
+            if !self.threads.contains_key(&tid) {
+                self.open_new(tid);
             }
         }
+        self.unsampled_threads = tids.len().saturating_sub(self.threads.len());
         Ok(self.threads.len())
+    }
+
+    /// Opens the event of a thread newly chosen; a failure is logged.
+    fn open_new(&mut self, tid: u32) {
+        match self.open_thread(tid) {
+            Ok(sampler) => {
+                self.threads.insert(tid, sampler);
+            }
+            Err(error) if error.gone() => {}
+            Err(error) => {
+                tracing::debug!(
+                    pid = self.pid,
+                    tid,
+                    ?error,
+                    "cannot sample a thread of the upstream"
+                );
+            }
+        }
+    }
+
+    /// Threads of the process without an event, as of the last open or refresh.
+    pub fn unsampled_threads(&self) -> usize {
+        self.unsampled_threads
+    }
+
+    /// The CPU time of threads without an event since the last call.
+    pub fn take_unsampled_cpu_ns(&mut self) -> u64 {
+        std::mem::take(&mut self.unsampled_cpu_ns)
     }
 
     /// Reads every record waiting in the ring buffers into `drained`, unwinding user

@@ -5,9 +5,13 @@
 //! [`Profiler::start`] opens one software-CPU-clock event per thread of the process (user
 //! and kernel, a fixed period of CPU time, kernel callchains, and with `stack_bytes` the
 //! user registers and a copy of the top of the user stack, which [`unwind`] follows to the
-//! callers on a drainer thread every [`DRAIN_EVERY`]); each [`Profiler::collect`] drains
-//! the ring buffers, opens events on threads created since, closes those of threads that
-//! exited, names each distinct address once (blazesym, cached per process) and folds the
+//! callers on a drainer thread every [`DRAIN_EVERY`]), on its busiest threads only: at most
+//! [`MAX_SAMPLED_THREADS`], and never more than the descriptor budget allows ([`budget`]:
+//! a sixteenth of RLIMIT_NOFILE, with a quarter of it kept free for the data path). Each
+//! [`Profiler::collect`] drains the ring buffers, moves the events to the threads busiest
+//! since the last collect ([`busiest`]: threads that exited or fell out lose theirs, and
+//! the CPU time of the threads left out is counted in [`ProfileDelta::unsampled_cpu_ns`]),
+//! names each distinct address once (blazesym, cached per process) and folds the
 //! samples: each counts once under the component of its running function (self) and once
 //! under every component on its stack (inclusive). A kernel sample whose leaf function is
 //! generic (`copy_user_generic`, `_raw_spin_unlock`) takes the component of the first
@@ -31,6 +35,8 @@
 //!   user), so a sidecar sharing the pod's process namespace names the other container's
 //!   binaries.
 
+mod budget;
+mod busiest;
 mod events;
 mod maps;
 pub mod php;
@@ -46,6 +52,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use budget::MAX_SAMPLED_THREADS;
 pub use php_profile::{PhpProfiler, PHP_FRAMES};
 pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
@@ -173,6 +180,12 @@ pub struct ProfileDelta {
     /// What the stacks' frames are: [`NATIVE_FRAMES`], or `None` without call stacks
     /// (`inclusive` and `stacks` are then empty).
     pub frames: Option<&'static str>,
+    /// Threads of the process left without a perf event at this collect (more threads
+    /// than the descriptor budget: the busiest are sampled).
+    pub unsampled_threads: u64,
+    /// CPU time, since the previous collect, of the threads that had no event: the
+    /// samples stand for the rest of the process's CPU.
+    pub unsampled_cpu_ns: u64,
 }
 
 /// `ProfileDelta::frames` of machine-code stacks.
@@ -333,6 +346,7 @@ impl Profiler {
     /// Drains the ring buffers, picks up threads created since the last call, symbolizes
     /// and folds. Returns the samples since the previous call.
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
+        let unsampled;
         {
             let mut sampling = lock(&self.sampling);
             let sampling = &mut *sampling;
@@ -346,6 +360,10 @@ impl Profiler {
             }
             self.drained.clear();
             std::mem::swap(&mut self.drained, &mut sampling.drained);
+            unsampled = (
+                sampling.events.unsampled_threads() as u64,
+                sampling.events.take_unsampled_cpu_ns(),
+            );
         }
         self.symbols.refresh_maps()?;
         fn split(stack: &[u64]) -> (&[u64], &[u64]) {
@@ -365,7 +383,9 @@ impl Profiler {
                 .flat_map(|s| split(s).0.iter().copied()),
         )?;
         self.update_components();
-        Ok(self.fold())
+        let mut delta = self.fold();
+        (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
+        Ok(delta)
     }
 
     fn update_components(&mut self) {
@@ -483,6 +503,8 @@ impl Profiler {
             inclusive: sorted(inclusive),
             stacks,
             frames: with_stacks.then_some(NATIVE_FRAMES),
+            unsampled_threads: 0,
+            unsampled_cpu_ns: 0,
         }
     }
 

@@ -178,6 +178,8 @@ impl Folder {
             inclusive: sorted(inclusive),
             stacks,
             frames: Some(PHP_FRAMES),
+            unsampled_threads: 0,
+            unsampled_cpu_ns: 0,
         }
     }
 }
