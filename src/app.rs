@@ -156,16 +156,28 @@ fn watch_upstreams(config: &Config, registry: &Arc<Registry>) -> Vec<crate::upst
     }
     let mut out = Vec::new();
     for tap in &config.taps {
-        let Some(target) = crate::upstream::find::Target::of(tap) else {
-            continue;
-        };
-        let profile = crate::upstream::ProfileSettings::of(tap);
-        match crate::upstream::Watcher::spawn(target, registry.upstream(tap), profile) {
-            Ok(w) => out.push(w),
+        match watch_upstream(tap, registry) {
+            Ok(Some((w, _))) => out.push(w),
+            Ok(None) => {}
             Err(e) => tracing::warn!(tap = %tap.name, "{e:#}; no upstream accounting"),
         }
     }
     out
+}
+
+/// The watcher of one tap's upstream process, with the figures it fills; `None` when
+/// `[tap.process]` asks for none.
+pub fn watch_upstream(
+    tap: &TapConfig,
+    registry: &Registry,
+) -> anyhow::Result<Option<(crate::upstream::Watcher, Arc<crate::upstream::Upstream>)>> {
+    let Some(target) = crate::upstream::find::Target::of(tap) else {
+        return Ok(None);
+    };
+    let profile = crate::upstream::ProfileSettings::of(tap);
+    let upstream = registry.upstream(tap);
+    let watcher = crate::upstream::Watcher::spawn(target, Arc::clone(&upstream), profile)?;
+    Ok(Some((watcher, upstream)))
 }
 
 /// The admin server exposes every route and latency of the upstream: anywhere but

@@ -58,6 +58,9 @@ pub enum Command {
     /// A first run with nothing to install: an embedded upstream, the proxy in front of it,
     /// some load, the per-phase report, and the live page until Ctrl-C.
     Demo(crate::demo::DemoArgs),
+    /// The demo's upstream process, which `demo` starts itself.
+    #[command(hide = true)]
+    DemoUpstream(crate::demo::UpstreamArgs),
     /// A/B benchmark of two running servers through an embedded proxy: interleaved runs,
     /// then compare's verdict with its power
     Bench(crate::bench::BenchArgs),

@@ -56,6 +56,7 @@ fn main() -> ExitCode {
         },
         Command::Probe(args) => outcome(phasescope::probe::command(args)),
         Command::Demo(args) => outcome(phasescope::demo::command(args)),
+        Command::DemoUpstream(args) => outcome(phasescope::demo::upstream_command(args)),
         Command::Bench(args) => outcome(phasescope::bench::command(args)),
     }
 }

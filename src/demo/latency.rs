@@ -55,6 +55,18 @@ impl Latency {
             .min(CAP)
     }
 
+    /// The distribution as [`FromStr`] reads it back (how the demo hands it to its
+    /// upstream process).
+    pub fn spec(&self) -> String {
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        match *self {
+            Latency::Fixed(x) => format!("fixed:{}", d(x)),
+            Latency::Uniform(lo, hi) => format!("uniform:{}..{}", d(lo), d(hi)),
+            Latency::LogNormal { median, sigma } => format!("lognormal:{},{sigma}", d(median)),
+            Latency::Exponential(mean) => format!("exp:{}", d(mean)),
+        }
+    }
+
     /// The distribution's median, for the demo's description of itself.
     pub fn median(&self) -> Duration {
         match *self {
@@ -183,6 +195,20 @@ mod tests {
         ] {
             let e = bad.parse::<Latency>().unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_spec_reads_back_as_the_same_distribution() {
+        for spec in [
+            "fixed:1ms",
+            "uniform:250us..3ms",
+            "lognormal:2ms 500us,0.7",
+            "exp:1500us",
+            "0",
+        ] {
+            let latency: Latency = spec.parse().unwrap();
+            assert_eq!(latency.spec().parse::<Latency>(), Ok(latency), "{spec}");
         }
     }
 

@@ -4,7 +4,9 @@
 //! The mix is chosen so that every phase shows up: API reads that wait on the backend, a
 //! POST with a body, a streamed (chunked) response, a large static file, a client that
 //! pipelines two requests at a time (the second one queues), and connections that are
-//! closed and reopened now and then (each new one pays `upstream_connect`).
+//! closed and reopened now and then (each new one pays `upstream_connect`). One request
+//! in a hundred goes to the older API whose answers stall on Nagle's algorithm: enough
+//! for its finding, few enough that the backend's wait stays the main story.
 
 use std::io;
 use std::net::SocketAddr;
@@ -112,10 +114,11 @@ async fn worker(
 
 /// One request of the mix, as bytes; `close` asks for the connection to end after it.
 fn pick(rng: &mut Rng, close: bool) -> Vec<u8> {
-    match rng.below(100) {
-        0..=59 => users(rng, close),
-        60..=74 => order(rng, close),
-        75..=84 => get("/api/report", close),
+    match rng.below(1000) {
+        0..=589 => users(rng, close),
+        590..=599 => get(&format!("/api/legacy/{}", 1 + rng.below(5000)), close),
+        600..=749 => order(rng, close),
+        750..=849 => get("/api/report", close),
         _ => get("/static/app.js", close),
     }
 }

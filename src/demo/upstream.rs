@@ -1,9 +1,15 @@
-//! The demo's embedded upstream: a small HTTP/1.1 server with a simulated backend.
+//! The demo's upstream: a small HTTP/1.1 server with a simulated parser and backend, run
+//! in a process of its own (`phasescope demo-upstream`, [`super::serve`]) so that the
+//! demo's tap watches it as it would a real server.
 //!
 //! It stands in for the application a user would put phasescope in front of, with a few
 //! kinds of request whose phases look different: API calls that wait for a backend,
-//! a POST with a body, a response streamed in chunks, and a large static file that needs
-//! no backend at all.
+//! a POST with a body, a response streamed in chunks, a large static file that needs
+//! no backend at all, and an older API whose handler writes the head and the body of its
+//! answer in two sends without `TCP_NODELAY`, as many servers do by default (each of its
+//! responses then waits for the proxy's delayed ACK: the `nagle_delayed_ack` finding).
+//! Every request costs the parser's CPU, every backend call the backend's
+//! ([`super::burn`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -16,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::burn::Burn;
 use super::latency::Latency;
 use crate::http1::{request, BodyFramer, HeadScanner};
 use crate::rng::Rng;
@@ -36,6 +43,7 @@ pub struct DemoUpstream {
 
 struct Backend {
     latency: Latency,
+    burn: Burn,
     seed: u64,
     connections: AtomicU64,
     static_body: Vec<u8>,
@@ -43,7 +51,7 @@ struct Backend {
 
 impl DemoUpstream {
     /// Binds a free loopback port.
-    pub async fn bind(latency: Latency, seed: u64) -> anyhow::Result<DemoUpstream> {
+    pub async fn bind(latency: Latency, burn: Burn, seed: u64) -> anyhow::Result<DemoUpstream> {
         let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
             .await
             .context("binding the demo upstream on loopback")?;
@@ -54,6 +62,7 @@ impl DemoUpstream {
             listener,
             backend: Arc::new(Backend {
                 latency,
+                burn,
                 seed,
                 connections: AtomicU64::new(0),
                 static_body,
@@ -95,141 +104,206 @@ pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
+/// One request as the server reads it: what it asks for, not its bytes.
+struct Request {
+    method: Vec<u8>,
+    path: String,
+    body_len: usize,
+    close: bool,
+}
+
+/// One client connection: its socket, what it has read ahead, and its request stream.
+struct Connection {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    scanner: HeadScanner,
+    rng: Rng,
+    /// Whether `TCP_NODELAY` is on now: each response sets what its handler wants.
+    nodelay: bool,
+}
+
 /// One client connection: requests one after another, keep-alive unless asked otherwise.
-async fn serve_connection(mut stream: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
+async fn serve_connection(stream: TcpStream, backend: Arc<Backend>) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let n = backend.connections.fetch_add(1, Ordering::Relaxed);
-    let mut rng = Rng::new(backend.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut buf: Vec<u8> = Vec::with_capacity(8 * 1024);
-    let mut scanner = HeadScanner::new();
-    loop {
+    let mut c = Connection {
+        stream,
+        buf: Vec::with_capacity(8 * 1024),
+        scanner: HeadScanner::new(),
+        rng: Rng::new(backend.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        nodelay: true,
+    };
+    while let Some(request) = c.read_request(&backend.burn).await? {
+        c.handle(&request, &backend).await?;
+        if request.close {
+            let _ = c.stream.shutdown().await;
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+impl Connection {
+    /// The next request, its head parsed (the parser's CPU spent) and its body read;
+    /// `None` once the client is gone or was answered an error.
+    async fn read_request(&mut self, burn: &Burn) -> io::Result<Option<Request>> {
         let head_len = loop {
-            if let Some(end) = scanner.find_end(&buf) {
+            if let Some(end) = self.scanner.find_end(&self.buf) {
                 break end;
             }
-            if buf.len() > MAX_HEAD {
-                return answer(&mut stream, 431, "Request Header Fields Too Large").await;
+            if self.buf.len() > MAX_HEAD {
+                answer(&mut self.stream, 431, "Request Header Fields Too Large").await?;
+                return Ok(None);
             }
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Ok(());
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Ok(None);
             }
         };
-        scanner.reset();
-        let head = match request::parse(&buf[..head_len], MAX_HEADERS) {
+        self.scanner.reset();
+        std::hint::black_box(burn.parse(head_len));
+        let head = match request::parse(&self.buf[..head_len], MAX_HEADERS) {
             Ok(head) => head,
-            Err(_) => return answer(&mut stream, 400, "Bad Request").await,
+            Err(_) => {
+                answer(&mut self.stream, 400, "Bad Request").await?;
+                return Ok(None);
+            }
         };
-        let method = buf[..head_len]
+        let method = self.buf[..head_len]
             .split(|&b| b == b' ')
             .next()
             .unwrap_or_default()
             .to_vec();
-        let target = String::from_utf8_lossy(head.target(&buf[..head_len])).into_owned();
-        buf.drain(..head_len);
+        let target = String::from_utf8_lossy(head.target(&self.buf[..head_len])).into_owned();
+        let path = target.split('?').next().unwrap_or("/").to_owned();
+        self.buf.drain(..head_len);
 
         // The body is read and counted, not kept.
         let mut body_len = 0usize;
         let mut framer = BodyFramer::new(head.body);
         while !framer.is_done() {
-            if buf.is_empty() && stream.read_buf(&mut buf).await? == 0 {
-                return Ok(());
+            if self.buf.is_empty() && self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Ok(None);
             }
             let progress = framer
-                .advance(&buf)
+                .advance(&self.buf)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             body_len += progress.consumed;
-            buf.drain(..progress.consumed);
+            self.buf.drain(..progress.consumed);
         }
+        Ok(Some(Request {
+            method,
+            path,
+            body_len,
+            close: !head.keep_alive,
+        }))
+    }
 
-        let path = target.split('?').next().unwrap_or("/");
-        let close = !head.keep_alive;
-        match (method.as_slice(), path) {
-            (b"GET", p) if p.starts_with("/api/users/") => {
-                backend.wait(&mut rng).await;
+    /// Answers one request as its route does.
+    async fn handle(&mut self, r: &Request, backend: &Backend) -> io::Result<()> {
+        let close = r.close;
+        let p = r.path.as_str();
+        match r.method.as_slice() {
+            b"GET" if p.starts_with("/api/users/") => {
+                backend.wait(&mut self.rng).await;
                 let id = &p["/api/users/".len()..];
                 let body =
                     format!("{{\"id\":\"{id}\",\"name\":\"user {id}\",\"plan\":\"free\"}}\n");
-                respond(
-                    &mut stream,
-                    "200 OK",
-                    "application/json",
-                    body.as_bytes(),
-                    close,
-                )
-                .await?;
+                self.respond("200 OK", "application/json", body.as_bytes(), close)
+                    .await
             }
-            (b"POST", "/api/orders") => {
-                backend.wait(&mut rng).await;
-                let body = format!("{{\"accepted\":true,\"bytes\":{body_len}}}\n");
-                respond(
-                    &mut stream,
-                    "200 OK",
-                    "application/json",
-                    body.as_bytes(),
-                    close,
-                )
-                .await?;
+            b"GET" if p.starts_with("/api/legacy/") => {
+                backend.wait(&mut self.rng).await;
+                let id = &p["/api/legacy/".len()..];
+                let body = format!("{{\"id\":\"{id}\",\"status\":\"active\"}}\n");
+                self.respond_in_two_sends("200 OK", "application/json", body.as_bytes(), close)
+                    .await
             }
-            (b"GET", "/api/report") => {
-                backend.wait(&mut rng).await;
-                stream_report(&mut stream, close).await?;
+            b"POST" if p == "/api/orders" => {
+                backend.wait(&mut self.rng).await;
+                let body = format!("{{\"accepted\":true,\"bytes\":{}}}\n", r.body_len);
+                self.respond("200 OK", "application/json", body.as_bytes(), close)
+                    .await
             }
-            (b"GET", "/static/app.js") => {
-                respond(
-                    &mut stream,
-                    "200 OK",
-                    "text/javascript",
-                    &backend.static_body,
-                    close,
-                )
-                .await?;
+            b"GET" if p == "/api/report" => {
+                backend.wait(&mut self.rng).await;
+                self.set_nodelay(true)?;
+                stream_report(&mut self.stream, close).await
+            }
+            b"GET" if p == "/static/app.js" => {
+                self.respond("200 OK", "text/javascript", &backend.static_body, close)
+                    .await
             }
             _ => {
-                respond(
-                    &mut stream,
-                    "404 Not Found",
-                    "text/plain",
-                    b"not found\n",
-                    close,
-                )
-                .await?;
+                self.respond("404 Not Found", "text/plain", b"not found\n", close)
+                    .await
             }
         }
-        if close {
-            let _ = stream.shutdown().await;
-            return Ok(());
+    }
+
+    fn set_nodelay(&mut self, on: bool) -> io::Result<()> {
+        if self.nodelay != on {
+            self.stream.set_nodelay(on)?;
+            self.nodelay = on;
         }
+        Ok(())
+    }
+
+    /// The whole response in one send, `TCP_NODELAY` on.
+    async fn respond(
+        &mut self,
+        status: &str,
+        content_type: &str,
+        body: &[u8],
+        close: bool,
+    ) -> io::Result<()> {
+        self.set_nodelay(true)?;
+        let head = response_head(status, content_type, body.len(), close);
+        let mut message = Vec::with_capacity(head.len() + body.len());
+        message.extend_from_slice(head.as_bytes());
+        message.extend_from_slice(body);
+        self.stream.write_all(&message).await
+    }
+
+    /// The head, then the body, in two sends with `TCP_NODELAY` off: Nagle's algorithm
+    /// holds the body back until the proxy acknowledges the head, which it does only
+    /// when its delayed-ACK timer fires (40 ms on Linux).
+    async fn respond_in_two_sends(
+        &mut self,
+        status: &str,
+        content_type: &str,
+        body: &[u8],
+        close: bool,
+    ) -> io::Result<()> {
+        self.set_nodelay(false)?;
+        let head = response_head(status, content_type, body.len(), close);
+        self.stream.write_all(head.as_bytes()).await?;
+        self.stream.write_all(body).await
     }
 }
 
 impl Backend {
-    /// The simulated backend call. A blocking sleep on the blocking pool rather than a
-    /// timer: tokio's timer rounds up to whole milliseconds, which would quantize a
-    /// latency distribution of a few milliseconds into a few bars.
+    /// The simulated backend call: the application's CPU around it, then the wait. On
+    /// the blocking pool rather than a timer: tokio's timer rounds up to whole
+    /// milliseconds, which would quantize a latency distribution of a few milliseconds
+    /// into a few bars.
     async fn wait(&self, rng: &mut Rng) {
         let d = self.latency.sample(rng);
-        if !d.is_zero() {
-            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
-        }
+        let (burn, key) = (self.burn, rng.below(1 << 20) as u64);
+        let _ = tokio::task::spawn_blocking(move || {
+            std::hint::black_box(burn.backend(key));
+            if !d.is_zero() {
+                std::thread::sleep(d);
+            }
+        })
+        .await;
     }
 }
 
-async fn respond(
-    stream: &mut TcpStream,
-    status: &str,
-    content_type: &str,
-    body: &[u8],
-    close: bool,
-) -> io::Result<()> {
+fn response_head(status: &str, content_type: &str, len: usize, close: bool) -> String {
     let connection = if close { "close" } else { "keep-alive" };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n",
-        body.len()
-    );
-    let mut message = Vec::with_capacity(head.len() + body.len());
-    message.extend_from_slice(head.as_bytes());
-    message.extend_from_slice(body);
-    stream.write_all(&message).await
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\nConnection: {connection}\r\n\r\n"
+    )
 }
 
 /// A chunked response produced piece by piece, the way a backend streams a result set.

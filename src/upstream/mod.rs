@@ -39,6 +39,8 @@ struct State {
     baseline: Totals,
     /// Sampling, when `profile` is on and a profiler runs (or ran) on the process.
     samples: Option<Samples>,
+    /// Why sampling asked for is not running, as the watcher logged it.
+    sampling_off: Option<String>,
 }
 
 /// Samples folded into components: since start (the exposition) and since the last reset
@@ -74,6 +76,7 @@ impl Upstream {
                 accountant: Accountant::new(),
                 baseline: Totals::default(),
                 samples: None,
+                sampling_off: None,
             }),
         })
     }
@@ -128,9 +131,21 @@ impl Upstream {
         }
     }
 
+    /// Why the sampling that `profile = true` asks for is off now (no permission, a bad
+    /// rule, …), as the watcher logged it; `None` while it runs or was not asked for.
+    pub fn sampling_off(&self) -> Option<String> {
+        lock(&self.state).sampling_off.clone()
+    }
+
+    /// The profiler could not start on the process: why, for [`Self::sampling_off`].
+    pub(crate) fn sampling_failed(&self, why: String) {
+        lock(&self.state).sampling_off = Some(why);
+    }
+
     /// A profiler started on the process: sampling figures exist from now on.
     pub(crate) fn profiling(&self, stripped: bool, frequency_hz: u32) {
         let mut s = lock(&self.state);
+        s.sampling_off = None;
         let samples = s.samples.get_or_insert_with(Samples::default);
         samples.stripped = stripped;
         samples.frequency_hz = frequency_hz;

@@ -230,6 +230,7 @@ fn start_profiler(
         Ok(r) => Some(r),
         Err(e) => {
             tracing::warn!(tap, "{e}; sampling is off");
+            upstream.sampling_failed(e.to_string());
             None
         }
     };
@@ -276,6 +277,7 @@ fn start_profiler(
             Some(Sampler::Native(p))
         }
         Err(e) => {
+            upstream.sampling_failed(e.to_string());
             if !*told {
                 tracing::warn!(
                     tap,
