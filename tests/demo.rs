@@ -1,16 +1,22 @@
-//! `phasescope demo`: the one-command first run, non-interactively and until Ctrl-C.
+//! `phasescope demo`: the one-command first run, non-interactively and until Ctrl-C. The
+//! demo's upstream is a process of its own that the demo's tap watches and samples, so
+//! its first report already has the inside-the-upstream section, the parser what-if, the
+//! findings with their evidence and a flame graph; the process never outlives the demo.
 
 mod support;
 
 use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use support::{http_get, wait_for, Managed};
 
 /// Every phase the demo's traffic produces: API calls, a POST with a body, a chunked
-/// stream, a static file, a pipelining client (queue) and reconnecting clients (connect).
-const PHASES: [&str; 11] = [
+/// stream, a static file, a pipelining client (queue), reconnecting clients (connect),
+/// and responses that arrive in pieces (recv gap).
+const PHASES: [&str; 12] = [
     "client_recv",
     "parse",
     "upstream_connect",
@@ -22,12 +28,19 @@ const PHASES: [&str; 11] = [
     "write",
     "proxy_overhead",
     "total",
+    "upstream_recv_gap",
 ];
+/// The user `nobody`, whom the unprivileged run drops to.
+const NOBODY: u32 = 65534;
 
-fn demo(args: &[&str], log: &std::path::Path) -> Managed {
+fn demo_command(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_phasescope"));
     command.arg("demo").args(args).env_remove("RUST_LOG");
-    Managed::spawn("phasescope demo", &mut command, log)
+    command
+}
+
+fn demo(args: &[&str], log: &Path) -> Managed {
+    Managed::spawn("phasescope demo", &mut demo_command(args), log)
 }
 
 /// The count column of a phase's row in the report, if the row is there.
@@ -38,19 +51,132 @@ fn row_count(text: &str, phase: &str) -> Option<u64> {
     })
 }
 
-#[test]
-fn runs_to_completion_and_reports_every_phase() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("demo.log");
-    let mut process = demo(&["--duration", "3", "--no-wait"], &log);
+/// The upstream process's pid, from the demo's first lines.
+fn upstream_pid(text: &str) -> Option<u32> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  upstream  http://"))?;
+    let rest = &line[line.find(", pid ")? + ", pid ".len()..];
+    rest.split(':').next()?.parse().ok()
+}
+
+fn is_running(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The line of the report that starts with `prefix` (after its indentation).
+fn line_starting<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    text.lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with(prefix))
+}
+
+fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// Whether the kernel refuses an unprivileged user's sampling of its own processes with
+/// kernel frames (the demo's profiler samples user and kernel): perf_event_paranoid ≥ 2.
+fn unprivileged_sampling_refused() -> bool {
+    fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|t| t.trim().parse::<i32>().ok())
+        .is_some_and(|p| p >= 2)
+}
+
+/// Waits for the demo's exit and returns its whole output; panics on a failure.
+fn finished(process: &mut Managed, log: &Path) -> String {
     assert!(
-        wait_for(Duration::from_secs(90), || process.exited().is_some()),
+        wait_for(Duration::from_secs(120), || process.exited().is_some()),
         "the demo did not finish\n{}",
         process.log_tail()
     );
     let status = process.exited().unwrap();
-    let text = fs::read_to_string(&log).unwrap();
+    let text = fs::read_to_string(log).unwrap();
     assert!(status.success(), "exit {status}\n{text}");
+    text
+}
+
+/// The sampled demo's report: the inside-the-upstream section names the simulated HTTP
+/// parser, the what-if is there, and so are the nagle_delayed_ack finding of the route
+/// that answers in two sends (with its evidence) and the flame graph of the samples.
+fn assert_inside_findings_and_flame_graph(text: &str, flamegraph: &Path) {
+    let inside = line_starting(text, "inside demo-upstream (pid ")
+        .unwrap_or_else(|| panic!("no inside section in\n{text}"));
+    let its_cpu = inside
+        .split("; its CPU: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the upstream was not sampled: {inside}\n{text}"));
+    assert!(its_cpu.contains("HTTP parser "), "{inside}");
+    assert!(its_cpu.contains("backend "), "{inside}");
+    let functions = line_starting(text, "top functions, running: ")
+        .unwrap_or_else(|| panic!("no call stacks in\n{text}"));
+    assert!(
+        functions.contains("http_parser_demo_execute"),
+        "{functions}"
+    );
+    let what_if = line_starting(text, "what if: a parser 2× faster saves ≤ ")
+        .unwrap_or_else(|| panic!("no what-if in\n{text}"));
+    assert!(what_if.contains("(HTTP parser is "), "{what_if}");
+
+    let lines: Vec<&str> = text.lines().map(str::trim_start).collect();
+    let nagle = lines
+        .iter()
+        .position(|l| l.starts_with("warn nagle_delayed_ack, route /api/legacy: "))
+        .unwrap_or_else(|| panic!("no nagle_delayed_ack finding on /api/legacy in\n{text}"));
+    let evidence = lines[nagle + 1];
+    assert!(
+        evidence.starts_with("evidence: responses with a pause of 30–500 ms between two reads "),
+        "{evidence}"
+    );
+    assert!(lines[nagle + 2].starts_with("explains: "), "{text}");
+    assert!(lines[nagle + 3].contains("TCP_NODELAY"), "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("info parser_not_the_problem: ")
+                || l.starts_with("warn parser_worth_replacing: ")),
+        "the what-if is not stated as a finding in\n{text}"
+    );
+
+    let said = format!("flame graph {}  (", flamegraph.display());
+    assert!(text.contains(&said), "{said:?} not in\n{text}");
+    let svg = fs::read_to_string(flamegraph).unwrap();
+    assert!(svg.contains("<svg"), "not an SVG: {}", flamegraph.display());
+    assert!(
+        svg.contains("http_parser_demo_execute"),
+        "the flame graph has no parser frame"
+    );
+}
+
+#[test]
+fn runs_to_completion_and_reports_every_phase_inside_findings_and_flame_graph() {
+    assert!(
+        is_root(),
+        "the demo samples its upstream; run the suite as root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("demo.log");
+    let flamegraph = dir.path().join("flame.svg");
+    let mut process = demo(
+        &[
+            "--duration",
+            "5",
+            "--no-wait",
+            "--admin",
+            "127.0.0.1:0",
+            "--flamegraph",
+            flamegraph.to_str().unwrap(),
+        ],
+        &log,
+    );
+    let text = finished(&mut process, &log);
+    let pid = upstream_pid(&text).unwrap_or_else(|| panic!("no upstream pid in\n{text}"));
+    assert!(
+        !is_running(pid),
+        "the upstream process {pid} outlived the demo"
+    );
     for phase in PHASES {
         let count = row_count(&text, phase).unwrap_or_else(|| panic!("no {phase} row in\n{text}"));
         assert!(count > 0, "{phase} has no observations\n{text}");
@@ -61,7 +187,13 @@ fn runs_to_completion_and_reports_every_phase() {
         row_count(&text, "total"),
         "{text}"
     );
-    for route in ["/api/users", "/api/orders", "/api/report", "/static/app.js"] {
+    for route in [
+        "/api/users",
+        "/api/orders",
+        "/api/report",
+        "/api/legacy",
+        "/static/app.js",
+    ] {
         assert!(text.contains(route), "no route {route} in\n{text}");
     }
     assert!(text.contains(", 0 client errors"), "{text}");
@@ -71,34 +203,37 @@ fn runs_to_completion_and_reports_every_phase() {
     );
     assert!(text.contains("live page   http://127.0.0.1:"), "{text}");
     assert!(!text.contains("Ctrl-C"), "--no-wait must not wait:\n{text}");
+    assert_inside_findings_and_flame_graph(&text, &flamegraph);
 }
 
 #[test]
-fn keeps_the_live_page_up_until_interrupted() {
+fn keeps_the_live_page_up_with_its_findings_until_interrupted() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("demo.log");
+    let flamegraph = dir.path().join("flame.svg");
     let mut process = demo(
         &[
             "--duration",
-            "1",
+            "4",
             "--admin",
             "127.0.0.1:0",
-            "--connections",
-            "2",
-            "--latency",
-            "fixed:1ms",
+            "--flamegraph",
+            flamegraph.to_str().unwrap(),
         ],
         &log,
     );
     let mut text = String::new();
     assert!(
-        wait_for(Duration::from_secs(60), || {
+        wait_for(Duration::from_secs(90), || {
             text = fs::read_to_string(&log).unwrap_or_default();
             text.contains("press Ctrl-C")
         }),
         "the demo never got to waiting\n{}",
         process.log_tail()
     );
+    let pid = upstream_pid(&text).unwrap_or_else(|| panic!("no upstream pid in\n{text}"));
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "demo-upstream", "pid {pid}");
     let admin: std::net::SocketAddr = text
         .lines()
         .find_map(|line| line.strip_prefix("live page   http://")?.strip_suffix('/'))
@@ -107,11 +242,34 @@ fn keeps_the_live_page_up_until_interrupted() {
         .unwrap();
     let page = http_get(admin, "/");
     assert_eq!(page.status, 200);
+    let snapshot = |admin| -> serde_json::Value {
+        serde_json::from_slice(&http_get(admin, "/api/snapshot").body).unwrap()
+    };
+    // What the live page's findings card shows: the same finding as the report, with its
+    // evidence, each figure with its value.
+    let snap = snapshot(admin);
+    let findings = snap["findings"].as_array().cloned().unwrap_or_default();
+    let nagle = findings
+        .iter()
+        .find(|f| f["id"] == "nagle_delayed_ack" && f["route"] == "/api/legacy")
+        .unwrap_or_else(|| {
+            panic!("no nagle_delayed_ack in the live page's findings: {findings:#?}")
+        });
+    let evidence = nagle["evidence"].as_array().cloned().unwrap_or_default();
+    assert!(!evidence.is_empty(), "{nagle:#}");
+    assert!(
+        evidence
+            .iter()
+            .all(|e| e["value"].is_number() && e["name"].is_string()),
+        "{nagle:#}"
+    );
+    assert!(
+        snap["taps"]["demo"]["upstream"]["samples"].is_object(),
+        "not sampled"
+    );
     // The trickle of requests keeps the numbers moving after the report.
     let requests = |admin| {
-        let snapshot: serde_json::Value =
-            serde_json::from_slice(&http_get(admin, "/api/snapshot").body).unwrap();
-        snapshot["taps"]["demo"]["totals"]["requests"]
+        snapshot(admin)["taps"]["demo"]["totals"]["requests"]
             .as_u64()
             .unwrap()
     };
@@ -131,4 +289,98 @@ fn keeps_the_live_page_up_until_interrupted() {
         "{}",
         process.log_tail()
     );
+    assert!(
+        !is_running(pid),
+        "the upstream process {pid} outlived the demo"
+    );
+}
+
+/// Ctrl-C in the middle of the load stops the demo at once, and its upstream with it.
+#[test]
+fn an_interrupted_load_stops_the_demo_and_its_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("demo.log");
+    let mut process = demo(
+        &["--duration", "60", "--no-wait", "--admin", "127.0.0.1:0"],
+        &log,
+    );
+    let mut pid = None;
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            pid = upstream_pid(&fs::read_to_string(&log).unwrap_or_default());
+            pid.is_some()
+        }),
+        "the demo never started its upstream\n{}",
+        process.log_tail()
+    );
+    let pid = pid.unwrap();
+    assert!(is_running(pid));
+    // Well into the load, which the report would follow 60 s later.
+    std::thread::sleep(Duration::from_secs(1));
+    process.signal(libc::SIGINT);
+    assert!(
+        wait_for(Duration::from_secs(20), || process.exited().is_some()),
+        "Ctrl-C did not stop the load\n{}",
+        process.log_tail()
+    );
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(process.exited().unwrap().success(), "{text}");
+    assert!(text.contains("interrupted"), "{text}");
+    assert!(!text.contains("load: "), "a report after Ctrl-C:\n{text}");
+    assert!(
+        !is_running(pid),
+        "the upstream process {pid} outlived the demo"
+    );
+}
+
+/// Run as `nobody`, who may not sample with kernel frames (perf_event_paranoid ≥ 2), the
+/// demo still runs, reports, and says why the inside section has no samples.
+#[test]
+fn without_permission_to_sample_the_demo_says_why() {
+    assert!(
+        is_root(),
+        "this test drops from root to nobody; run the suite as root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("demo.log");
+    let mut command = demo_command(&["--duration", "2", "--no-wait", "--admin", "127.0.0.1:0"]);
+    command
+        .arg("--flamegraph")
+        .arg(dir.path().join("flame.svg"));
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut process = Managed::spawn("phasescope demo as nobody", &mut command, &log);
+    let text = finished(&mut process, &log);
+    let pid = upstream_pid(&text).unwrap_or_else(|| panic!("no upstream pid in\n{text}"));
+    assert!(
+        !is_running(pid),
+        "the upstream process {pid} outlived the demo"
+    );
+    assert!(row_count(&text, "total").is_some_and(|n| n > 0), "{text}");
+    assert!(
+        line_starting(&text, "inside demo-upstream (pid ").is_some(),
+        "the CPU accounting needs no privilege:\n{text}"
+    );
+    if unprivileged_sampling_refused() {
+        let why = line_starting(&text, "inside      not sampled: ")
+            .unwrap_or_else(|| panic!("no word on why nothing was sampled in\n{text}"));
+        for needle in ["CAP_PERFMON", "perf_event_paranoid", &format!("pid {pid}")] {
+            assert!(why.contains(needle), "{needle:?} missing from: {why}");
+        }
+        assert!(!text.contains("what if: "), "{text}");
+        assert!(text.contains("flame graph not written: "), "{text}");
+    } else {
+        // This kernel lets a user sample its own processes: the demo's child is one.
+        assert!(line_starting(&text, "what if: ").is_some(), "{text}");
+    }
 }

@@ -30,6 +30,8 @@ pub fn print(
     }
     if let Some(why) = not_sampled(snapshot, upstream) {
         println!("inside      not sampled: {why}");
+        println!("flame graph not written: no call stacks without sampling");
+        return Ok(());
     }
     match stacks::select(&dataset, Some(TAP)) {
         Ok((taps, _)) => {
