@@ -17,8 +17,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// Iterations of one calibration run, and how many runs.
-const CALIBRATION_ITERATIONS: u64 = 200_000;
+/// How long one calibration run lasts at least, and how many runs are timed.
+const CALIBRATION_RUN: Duration = Duration::from_micros(500);
 const CALIBRATION_RUNS: usize = 7;
 
 /// What one request costs the demo upstream's CPU.
@@ -33,17 +33,23 @@ pub struct Burn {
 }
 
 impl Burn {
-    /// Measures the loop's speed on this machine now.
+    /// Measures the loop's speed on this machine now: runs long enough to time well
+    /// ([`CALIBRATION_RUN`]), the fastest of [`CALIBRATION_RUNS`].
     pub fn calibrate(parser: Duration, backend: Duration) -> Burn {
-        let mut per_us: f64 = 0.0;
-        for _ in 0..CALIBRATION_RUNS {
+        let timed = |iterations: u64| {
             let start = Instant::now();
-            black_box(spin(CALIBRATION_ITERATIONS, 1));
-            let us = start.elapsed().as_secs_f64() * 1e6;
-            if us > 0.0 {
-                per_us = per_us.max(CALIBRATION_ITERATIONS as f64 / us);
-            }
+            black_box(spin::<PARSER_INCREMENT>(iterations, 1));
+            start.elapsed()
+        };
+        let mut iterations = BLOCK;
+        while timed(iterations) < CALIBRATION_RUN && iterations < u64::MAX / 4 {
+            iterations *= 2;
         }
+        let fastest = (0..CALIBRATION_RUNS)
+            .map(|_| timed(iterations))
+            .min()
+            .unwrap_or(CALIBRATION_RUN);
+        let per_us = iterations as f64 / (fastest.as_secs_f64() * 1e6).max(1e-3);
         Burn {
             per_us: per_us.max(1.0),
             parser,
@@ -68,13 +74,21 @@ impl Burn {
 
 /// Steps of the loop between two [`black_box`] calls.
 const BLOCK: u64 = 64;
+/// The loop's additive constants, one per burn function (see [`spin`]).
+const PARSER_INCREMENT: u64 = 1_442_695_040_888_963_407;
+const BACKEND_INCREMENT: u64 = 1_013_904_223;
 
 /// The loop both burns run, written so that it stays in its caller in any build: no
 /// iterator (whose `next` a debug build would call, moving the samples out of the named
-/// function), integer steps that are always inlined, and one `black_box` per block so
-/// that an optimised build can neither fold the loop away nor spend its time in the call.
+/// function), integer steps that are always inlined, and one `black_box` per block, which
+/// an optimised build cannot see through (it may fold a block's steps into one; the
+/// calibration times whatever the build made of the loop).
+///
+/// `INCREMENT` differs between the two callers so that their machine code differs too:
+/// identical functions would be folded into one by the optimiser or the linker, and
+/// every sample of either would then carry the one name left.
 #[inline(always)]
-fn spin(iterations: u64, seed: u64) -> u64 {
+fn spin<const INCREMENT: u64>(iterations: u64, seed: u64) -> u64 {
     let mut x = seed | 1;
     let mut done = 0;
     while done < iterations {
@@ -82,7 +96,7 @@ fn spin(iterations: u64, seed: u64) -> u64 {
         while step < BLOCK {
             x = x
                 .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
+                .wrapping_add(INCREMENT);
             step += 1;
         }
         x = black_box(x);
@@ -95,14 +109,14 @@ fn spin(iterations: u64, seed: u64) -> u64 {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn http_parser_demo_execute(len: u64, iterations: u64) -> u64 {
-    spin(iterations, len)
+    spin::<PARSER_INCREMENT>(iterations, len)
 }
 
 /// The simulated application work on a backend call.
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn demo_backend_query(key: u64, iterations: u64) -> u64 {
-    spin(iterations, key)
+    spin::<BACKEND_INCREMENT>(iterations, key)
 }
 
 #[cfg(test)]

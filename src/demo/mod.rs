@@ -30,7 +30,6 @@ pub use args::{DemoArgs, UpstreamArgs};
 pub use latency::Latency;
 pub use load::{LoadCounters, LoadPlan};
 pub use serve::UpstreamOptions;
-pub use upstream::DemoUpstream;
 
 use child::UpstreamChild;
 use proxy::Proxy;
