@@ -106,13 +106,15 @@ async fn demo(
         () = signals.recv() => true,
     };
     let elapsed = started.elapsed();
-    progress.abort();
     if interrupted {
+        progress.abort();
         println!("\ninterrupted: stopping");
         let _ = stop_tx.send(true);
         proxy.stopped().await;
         return Ok(());
     }
+    // The progress line ends with the load (its last redraw, then a new line).
+    let _ = progress.await;
     // The proxy records an exchange just after its last byte reached the client, and
     // the watcher collects the upstream's samples every interval: give both a moment.
     tokio::time::sleep(proxy::PROCESS_INTERVAL + Duration::from_millis(100)).await;
