@@ -267,6 +267,12 @@ fn keeps_the_live_page_up_with_its_findings_until_interrupted() {
         snap["taps"]["demo"]["upstream"]["samples"].is_object(),
         "not sampled"
     );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["id"] == "parser_not_the_problem" || f["id"] == "parser_worth_replacing"),
+        "the what-if is not among the live page's findings: {findings:#?}"
+    );
     // The trickle of requests keeps the numbers moving after the report.
     let requests = |admin| {
         snapshot(admin)["taps"]["demo"]["totals"]["requests"]
