@@ -37,16 +37,15 @@ fn abrupt_stops_leave_no_request_unmatched() {
     )
     .unwrap();
     for round in 0..5 {
-        let mut wrk = std::process::Command::new(support::require_tool("wrk"))
-            .args(["-d", "30s", "-c", "16", "-t", "2", "-s"])
-            .arg(&script)
-            .arg(c.proxy.url("/"))
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        wrk.kill().unwrap();
-        let _ = wrk.wait();
+        let url = c.proxy.url("/");
+        support::killed_wrk(
+            &["-c", "16", "-t", "2", "-s"]
+                .map(std::ffi::OsStr::new)
+                .into_iter()
+                .chain([script.as_os_str(), url.as_ref()])
+                .collect::<Vec<_>>(),
+            1500,
+        );
         // Every request with its own key: a connection whose answers were one off would
         // find no command of its key (with one key for all, any answer pairs).
         let before = correlations(&c.proxy);

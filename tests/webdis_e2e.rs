@@ -443,14 +443,11 @@ fn proxy_serves_ab_keepalive_without_failures() {
 fn ab_keepalive_fails_nothing_through_the_tap_or_directly_after_an_abrupt_stop() {
     let backend = backend();
     let proxy = proxy_for(&backend, &[]);
-    let mut wrk = std::process::Command::new(support::require_tool("wrk"))
-        .args(["-d", "30s", "-c", "50", "-t", "2", &proxy.url("/GET/k")])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    wrk.kill().unwrap();
-    let _ = wrk.wait();
+    let url = proxy.url("/GET/k");
+    support::killed_wrk(
+        &["-c", "50", "-t", "2", &url].map(std::ffi::OsStr::new),
+        1500,
+    );
     for url in [proxy.url("/PING"), backend.webdis.url("/PING")] {
         let ab = run_ab(&url, 30_000, 50);
         assert_eq!(ab.complete, 30_000, "{url}: {}", ab.output);

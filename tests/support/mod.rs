@@ -1387,6 +1387,20 @@ fn run_load_tool(name: &str, command: &mut Command) -> String {
     text
 }
 
+/// Runs wrk with `args` (connections, script, URL) for `for_ms`, then kills it (SIGKILL):
+/// its requests in flight stay unanswered, as when a client crashes or is stopped.
+pub fn killed_wrk(args: &[&std::ffi::OsStr], for_ms: u64) {
+    let mut wrk = Command::new(require_tool("wrk"))
+        .args(["-d", "30s"])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(for_ms));
+    wrk.kill().unwrap();
+    let _ = wrk.wait();
+}
+
 /// Parses ab's summary.
 pub fn parse_ab(text: &str) -> AbReport {
     let number = |label: &str| -> Option<u64> {
