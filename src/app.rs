@@ -106,11 +106,6 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
     tracing::info!(admin = %admin.local_addr(), "admin server listening");
     let running = start(&config, &registry).await?;
     let watchers = watch_upstreams(&config, &registry);
-    let findings = if registry.enabled() {
-        Some(crate::findings::Monitor::spawn(Arc::clone(&registry))?)
-    } else {
-        None
-    };
     let mut admin_stop = stop_rx.clone();
     let admin_task = tokio::spawn(admin.serve(async move {
         let _ = admin_stop.wait_for(|stop| *stop).await;
@@ -139,9 +134,6 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
     }
     for w in watchers {
         w.stop();
-    }
-    if let Some(f) = findings {
-        f.stop();
     }
     tracing::info!("stopped");
     Ok(())

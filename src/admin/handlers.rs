@@ -45,7 +45,11 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             // Protobuf (with native histograms) only for a scraper that asks for it.
             let format =
                 exposition::negotiate(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
+            let scrape = Arc::clone(&shared);
             blocking(&shared, move || {
+                if registry.enabled() {
+                    scrape.recent.refresh(&registry);
+                }
                 let mut r = reply(
                     StatusCode::OK,
                     format.content_type(),

@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     allowed_hosts: Vec<String>,
     /// Scrapes, snapshots and resets running at once, on the blocking pool.
     scrapes: Semaphore,
+    /// The last minute's snapshots, for the findings gauge (refreshed by scrapes).
+    recent: crate::findings::Recent,
 }
 
 /// The admin server's limits (`[admin]` in docs/config.md).
@@ -143,6 +145,7 @@ impl AdminServer {
             token: self.token,
             allowed_hosts: self.limits.allowed_hosts,
             scrapes: Semaphore::new(self.limits.max_scrapes.max(1)),
+            recent: crate::findings::Recent::default(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();

@@ -1,7 +1,7 @@
 //! The demo's proxy: one HTTP tap in front of the upstream process, watching that
-//! process (its CPU, its run-queue wait, its sampled call stacks), the admin server with
-//! the live page, and the findings monitor behind the `phasescope_finding` gauge; all
-//! started and stopped together.
+//! process (its CPU, its run-queue wait, its sampled call stacks), and the admin server
+//! with the live page and the `phasescope_finding` gauge; all started and stopped
+//! together.
 //!
 //! The proxy is the real one ([`crate::app::start`], the same taps, recorder, watcher and
 //! admin server as `phasescope run`), so what the demo shows is what a deployment shows.
@@ -17,7 +17,6 @@ use tokio::task::JoinHandle;
 use super::TAP;
 use crate::admin::AdminServer;
 use crate::config::{ComponentRuleConfig, Config, Protocol, RouteRule, TapConfig};
-use crate::findings::Monitor;
 use crate::metrics::Registry;
 use crate::upstream::{Upstream, Watcher};
 
@@ -42,7 +41,6 @@ pub struct Proxy {
     /// The watched upstream's figures (`None` if the watcher could not start).
     pub upstream: Option<Arc<Upstream>>,
     watcher: Option<Watcher>,
-    monitor: Option<Monitor>,
     tasks: Vec<JoinHandle<()>>,
     admin_task: JoinHandle<anyhow::Result<()>>,
 }
@@ -73,7 +71,6 @@ impl Proxy {
                 (None, None)
             }
         };
-        let monitor = Some(Monitor::spawn(Arc::clone(&registry))?);
         let tasks = taps
             .into_iter()
             .map(|tap| tokio::spawn(tap.run(stop.clone(), GRACE)))
@@ -89,14 +86,13 @@ impl Proxy {
             admin_note,
             upstream,
             watcher,
-            monitor,
             tasks,
             admin_task,
         })
     }
 
     /// Waits for the tap and the admin server to drain (`stop` must have turned true),
-    /// then ends the watcher and the monitor.
+    /// then ends the watcher.
     pub async fn stopped(mut self) {
         for task in self.tasks.drain(..) {
             let _ = task.await;
@@ -104,9 +100,6 @@ impl Proxy {
         let _ = (&mut self.admin_task).await;
         if let Some(w) = self.watcher.take() {
             w.stop();
-        }
-        if let Some(m) = self.monitor.take() {
-            m.stop();
         }
     }
 }

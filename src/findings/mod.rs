@@ -11,7 +11,7 @@ mod monitor;
 mod rules;
 mod view;
 
-pub use monitor::Monitor;
+pub use monitor::Recent;
 pub use view::{Agg, TapView};
 
 use crate::metrics::{Finding, Snapshot};

@@ -1,62 +1,77 @@
-//! The findings of the last minute, for the `phasescope_finding` gauge: a thread takes a
-//! snapshot every [`EVERY`], diagnoses the window between the newest and the one taken
-//! [`WINDOW`] before it, and leaves the result on the registry's board. A finding is
-//! therefore 1 within [`EVERY`] of its cause holding for a window's worth of requests,
-//! and gone within a [`WINDOW`] of the cause going away.
+//! The findings of the last minute, for the `phasescope_finding` gauge. Each scrape of
+//! `/metrics` refreshes them, at most once every [`EVERY`]: a snapshot joins a ring of
+//! the snapshots of the last [`WINDOW`], the window between the newest and the oldest is
+//! diagnosed, and the result is left on the registry's board for the exposition. A
+//! finding therefore shows at the first scrape after a minute's requests have it, and
+//! goes within a [`WINDOW`] of its cause going away. Nothing is evaluated while nobody
+//! scrapes: a proxy nobody watches does no work for it.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::RecvTimeoutError;
-use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use crate::metrics::{Registry, Snapshot};
-use crate::sync::Background;
+use crate::sync::lock;
 
-/// How often the findings are evaluated.
+/// The shortest time between two evaluations.
 pub const EVERY: Duration = Duration::from_secs(10);
 /// The window they are evaluated over.
 pub const WINDOW: Duration = Duration::from_secs(60);
 
-/// Owns the thread; [`Monitor::stop`] (or dropping it) ends it at once.
-pub struct Monitor {
-    thread: Background,
+/// The ring of recent snapshots (trimmed to what the rules read).
+#[derive(Debug, Default)]
+pub struct Recent {
+    ring: Mutex<VecDeque<Snapshot>>,
 }
 
-impl Monitor {
-    pub fn spawn(registry: Arc<Registry>) -> anyhow::Result<Monitor> {
-        let thread = Background::spawn("ps-findings", move |stopped| {
-            let mut ring = VecDeque::new();
-            loop {
-                evaluate(&registry, &mut ring);
-                match stopped.recv_timeout(EVERY) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+impl Recent {
+    /// Evaluates the findings of the last minute onto `registry`'s board, unless the last
+    /// evaluation is less than [`EVERY`] old. Takes a snapshot: call it off the runtime's
+    /// workers (the admin server runs it on its blocking pool, with the scrape).
+    pub fn refresh(&self, registry: &Registry) {
+        let mut ring = lock(&self.ring);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        if ring
+            .back()
+            .is_some_and(|last| now - last.taken_at_unix < EVERY.as_secs_f64())
+        {
+            return;
+        }
+        let snapshot = registry.snapshot();
+        let start = snapshot.taken_at_unix - WINDOW.as_secs_f64();
+        // Those older than the window leave, but the newest of them: the window's start.
+        while ring.len() > 1 && ring.get(1).is_some_and(|s| s.taken_at_unix <= start) {
+            ring.pop_front();
+        }
+        let window = match ring.front() {
+            Some(oldest) => snapshot.since(oldest),
+            None => snapshot.clone(),
+        };
+        registry.findings().set(&super::diagnose(&window));
+        ring.push_back(trimmed(snapshot));
+    }
+}
+
+/// What the ring keeps of a snapshot: what the rules read. The rules read counts and sums
+/// of every phase but the histogram of one only (`upstream_recv_gap`, for the pauses in a
+/// range), and none of the upstream's stacks; a minute of whole snapshots would otherwise
+/// hold every series' histogram several times over.
+fn trimmed(mut s: Snapshot) -> Snapshot {
+    for tap in s.taps.values_mut() {
+        for (phase, routes) in &mut tap.phases {
+            if phase != "upstream_recv_gap" {
+                for series in routes.values_mut() {
+                    series.histogram = Vec::new();
                 }
             }
-        })
-        .context("starting the findings thread")?;
-        Ok(Monitor { thread })
+        }
     }
-
-    pub fn stop(self) {
-        self.thread.stop();
+    for u in s.taps.values_mut().filter_map(|t| t.upstream.as_mut()) {
+        u.stacks = None;
+        u.functions = None;
+        u.top_symbols = None;
     }
-}
-
-/// One evaluation: the newest snapshot joins the ring, those older than the window leave
-/// it (but one, the window's start), and the window between them is diagnosed.
-fn evaluate(registry: &Registry, ring: &mut VecDeque<Snapshot>) {
-    let now = registry.snapshot();
-    let start = now.taken_at_unix - WINDOW.as_secs_f64();
-    while ring.len() > 1 && ring.get(1).is_some_and(|s| s.taken_at_unix <= start) {
-        ring.pop_front();
-    }
-    let window = match ring.front() {
-        Some(oldest) => now.since(oldest),
-        None => now.clone(),
-    };
-    registry.findings().set(&super::diagnose(&window));
-    ring.push_back(now);
+    s
 }

@@ -68,7 +68,7 @@ pub struct Impact {
 }
 
 /// The findings active now, as the last evaluation left them, for the gauge. Written by
-/// whoever evaluates (every few seconds), read at each scrape.
+/// the evaluation a scrape makes (at most every 10 s), read by the exposition.
 #[derive(Debug, Default)]
 pub struct Board {
     active: Mutex<Vec<(String, String)>>,
