@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::bootstrap::{self, ln_seconds, std_dev, Sampler};
 use super::dataset::phase_order;
 use super::multiplicity::benjamini_hochberg;
-use super::selection::{front_taps, select};
+use super::selection::{check_named, front_taps, select};
 use super::verdict::{runs_needed, LogChange, Outcome};
 use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
 use crate::rng::{self, Rng};
@@ -376,6 +376,7 @@ pub fn compare(
     ensure!(opts.detect > 0.0, "--detect must be above 0");
     ensure!(opts.drift >= 0.0, "--drift must not be negative");
     ensure!(opts.resamples >= 50, "at least 50 resamples");
+    check_named(a, b, &opts.taps, opts.vs_tap.as_deref())?;
     let (a, b) = match &opts.vs_tap {
         Some(vs) => {
             ensure!(
