@@ -150,6 +150,8 @@ fn two_identical_webdis_are_never_different_on_the_primary() {
         "/PING",
         "--path",
         "/GET/k",
+        "--design",
+        "runs",
         "--runs",
         "4",
         "--duration",
@@ -190,6 +192,8 @@ fn webdis_with_one_thread_is_slower_than_with_two() {
         &one,
         "--path",
         "/GET/big",
+        "--design",
+        "runs",
         "--runs",
         "8",
         "--duration",
@@ -237,6 +241,8 @@ fn the_built_in_load_keeps_up_with_wrk() {
             &addr,
             "--b",
             &addr,
+            "--design",
+            "runs",
             "--runs",
             "2",
             "--duration",
@@ -295,6 +301,8 @@ fn kept_snapshots_rerun_through_compare() {
         &addr,
         "--b",
         &addr,
+        "--design",
+        "runs",
         "--runs",
         "2",
         "--duration",
@@ -389,6 +397,8 @@ fn a_server_that_does_not_speak_http_gets_no_verdict() {
         &redis,
         "--b",
         &fixed,
+        "--design",
+        "runs",
         "--runs",
         "2",
         "--duration",
@@ -435,7 +445,17 @@ fn a_server_that_goes_away_during_the_bench_gets_no_verdict() {
     let a = Fixed::start();
     let mut b = Fixed::start();
     let mut child = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args(["bench", "--a", &a.addr(), "--b", &b.addr(), "--runs", "3"])
+        .args([
+            "bench",
+            "--a",
+            &a.addr(),
+            "--b",
+            &b.addr(),
+            "--design",
+            "runs",
+            "--runs",
+            "3",
+        ])
         .args([
             "--duration",
             "500ms",
@@ -527,6 +547,8 @@ fn bench_webdis_with_resp_taps(
         &format!("127.0.0.1:{resp_b}={redis_addr}"),
         "--path",
         "/GET/k",
+        "--design",
+        "runs",
         "--runs",
         &runs.to_string(),
         "--duration",

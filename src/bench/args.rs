@@ -19,7 +19,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub path: Vec<String>,
 
-    /// Runs per side, interleaved A B B A …
+    /// How A and B share the machine: `duet` loads both at once (half the connections
+    /// each) and compares them in paired windows; `runs` loads one side at a time, whole
+    /// runs interleaved A B B A …
+    #[arg(long, value_enum, default_value = "duet")]
+    pub design: Design,
+
+    /// Duet: the length of one paired window
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub window: Duration,
+
+    /// Runs per side, interleaved A B B A … (duet: as long in all, 2 × runs × duration)
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub runs: usize,
 
@@ -78,6 +88,14 @@ pub struct BenchArgs {
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
+}
+
+/// `--design`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Design {
+    Duet,
+    Runs,
 }
 
 /// `--a-resp` / `--b-resp`: where the RESP tap listens and the Redis it forwards to.

@@ -8,6 +8,7 @@
 
 mod args;
 mod client;
+mod duet;
 mod external;
 pub mod load;
 pub mod order;
@@ -26,9 +27,11 @@ use crate::config::{Config, Protocol, RouteRule, TapConfig};
 use crate::metrics::{Registry, Snapshot};
 use crate::report::{compare, CompareOptions};
 
-pub use args::BenchArgs;
+pub use args::{BenchArgs, Design};
 pub use report::{BenchReport, RunRecord};
 
+/// A duet has at least this many windows.
+const MIN_WINDOWS: usize = 4;
 /// How long exchanges in flight may finish when the bench stops.
 const GRACE: Duration = Duration::from_secs(2);
 /// The proxy records an exchange just after its last byte reached the client: a moment
@@ -257,6 +260,7 @@ impl Bench<'_> {
             detect: args.detect / 100.0,
             taps: vec!["a".to_owned()],
             vs_tap: Some("b".to_owned()),
+            paired: args.design == Design::Duet,
             ..CompareOptions::default()
         };
         let validity = validity::sides(&runs);
@@ -269,18 +273,28 @@ impl Bench<'_> {
                 Some(c)
             }
         };
-        let rerun = args.keep.as_ref().map(|dir| {
-            format!(
+        let rerun = args.keep.as_ref().map(|dir| match args.design {
+            Design::Runs => format!(
                 "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b",
                 d = dir.display()
-            )
+            ),
+            Design::Duet => format!(
+                "phasescope compare {d}/window-*.json --vs {d}/window-*.json --tap a --vs-tap b \
+                 --paired",
+                d = dir.display()
+            ),
         });
         Ok(BenchReport {
             a: args.a.clone(),
             b: args.b.clone(),
             paths: self.paths.to_vec(),
+            design: args.design,
+            window: (args.design == Design::Duet).then_some(args.window.as_secs_f64()),
             connections: args.connections,
-            duration: args.duration.as_secs_f64(),
+            duration: match args.design {
+                Design::Runs => args.duration.as_secs_f64(),
+                Design::Duet => self.duet_length().as_secs_f64(),
+            },
             rate: args.rate,
             load: args.load.clone().unwrap_or_else(|| {
                 if args.rate.is_some() {
@@ -300,7 +314,10 @@ impl Bench<'_> {
 
 async fn experiment(bench: &Bench<'_>) -> anyhow::Result<BenchReport> {
     bench.warm_up().await?;
-    let (runs, measured) = bench.interleaved_runs().await?;
+    let (runs, measured) = match bench.args.design {
+        Design::Runs => bench.interleaved_runs().await?,
+        Design::Duet => bench.duet().await?,
+    };
     bench.verdict(runs, measured)
 }
 

@@ -69,8 +69,12 @@ pub struct BenchReport {
     pub a: String,
     pub b: String,
     pub paths: Vec<String>,
+    pub design: super::Design,
+    /// Duet: seconds per paired window; null for runs.
+    pub window: Option<f64>,
+    /// Client connections: of each run (runs), or of both sides together, half each (duet).
     pub connections: usize,
-    /// Seconds per run.
+    /// Seconds per run (runs), or of the whole duet.
     pub duration: f64,
     pub rate: Option<f64>,
     /// `closed loop`, `open loop`, or the external command.
@@ -92,14 +96,21 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
         return Ok(serde_json::to_string_pretty(r)? + "\n");
     }
     let mut out = String::new();
+    let how = match r.window {
+        Some(w) => format!(
+            "duet: both at once, {} connections each, {} s in windows of {} s",
+            (r.connections / 2).max(1),
+            r.duration,
+            w
+        ),
+        None => format!("{} connections, {} s a run", r.connections, r.duration),
+    };
     let _ = writeln!(
         out,
-        "bench: A {} vs B {}, {} ({} connections, {} s a run), paths {}",
+        "bench: A {} vs B {}, {} ({how}), paths {}",
         r.a,
         r.b,
         r.load,
-        r.connections,
-        r.duration,
         r.paths.join(" ")
     );
     for side in [Side::A, Side::B] {
@@ -114,8 +125,9 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
             .collect();
         let _ = writeln!(
             out,
-            "  {} requests/s per run: {}",
+            "  {} requests/s{}: {}",
             side.tap(),
+            if r.window.is_some() { "" } else { " per run" },
             rates.join(" ")
         );
     }

@@ -116,7 +116,11 @@ fn header_lines(c: &Comparison) -> Vec<String> {
     };
     let runs = c.rows.iter().any(|r| r.method == Method::Runs);
     let resampling = c.rows.iter().any(|r| r.method == Method::Resampling);
+    let paired = c.rows.iter().any(|r| r.method == Method::Paired);
     let method = match (runs, resampling) {
+        _ if paired => {
+            "method: paired windows of A and B measured at the same time, a bootstrap of windows"
+        }
         (true, false) => "method: several runs a side, intervals from the variation between runs",
         (false, true) => {
             "method: one run on a side: resampling plus an ASSUMED run-to-run drift (see the notes)"
