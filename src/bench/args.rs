@@ -155,6 +155,36 @@ mod tests {
         assert_eq!(b.warmup.as_secs(), 2);
         assert_eq!(b.rate, Some(1000.0));
         assert_eq!(b.a_resp, None);
+        assert_eq!(b.design, super::Design::Duet, "the duet is the default");
+        assert_eq!(b.window.as_millis(), 250);
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "bench",
+            "--a",
+            "x:1",
+            "--b",
+            "y:1",
+            "--design",
+            "runs",
+            "--window",
+            "1s",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!((b.design, b.window.as_secs()), (super::Design::Runs, 1));
+        assert!(Cli::try_parse_from([
+            "phasescope",
+            "bench",
+            "--a",
+            "x:1",
+            "--b",
+            "y:1",
+            "--design",
+            "sideways"
+        ])
+        .is_err());
         let cli = Cli::try_parse_from([
             "phasescope",
             "bench",

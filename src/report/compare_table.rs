@@ -106,17 +106,22 @@ fn cells(r: &Row) -> Vec<String> {
 }
 
 fn header_lines(c: &Comparison) -> Vec<String> {
+    let paired = c.rows.iter().any(|r| r.method == Method::Paired);
+    let unit = if paired { "window" } else { "run" };
     let side = |names: &[String]| {
+        // A duet's windows are many: the first and the last stand for them.
+        let shown = match names {
+            [first, _, .., last] if paired => format!("{first} … {last}"),
+            _ => names.join(", "),
+        };
         format!(
-            "{} ({} run{})",
-            names.join(", "),
+            "{shown} ({} {unit}{})",
             names.len(),
             if names.len() == 1 { "" } else { "s" }
         )
     };
     let runs = c.rows.iter().any(|r| r.method == Method::Runs);
     let resampling = c.rows.iter().any(|r| r.method == Method::Resampling);
-    let paired = c.rows.iter().any(|r| r.method == Method::Paired);
     let method = match (runs, resampling) {
         _ if paired => {
             "method: paired windows of A and B measured at the same time, a bootstrap of windows"
