@@ -1,7 +1,8 @@
 //! `phasescope bench`: the whole A/B experiment in one command. An embedded proxy with two
 //! taps, `a` and `b`, in front of the two servers; a load generator (built in, or
-//! `--load CMD`); warm-up, then runs interleaved A B B A …, each on a clean snapshot; then
-//! `compare` of tap `a`'s runs against tap `b`'s (docs/compare.md).
+//! `--load CMD`); warm-up, then either both sides at once in paired windows (`duet`, the
+//! default) or runs interleaved A B B A …, each on a clean snapshot (`runs`); then
+//! `compare` of tap `a`'s windows or runs against tap `b`'s (docs/compare.md).
 //!
 //! The proxy is the real one ([`crate::app::start`], as `run` and `demo` use), so the
 //! phases of a bench are those a deployment records.
