@@ -34,6 +34,25 @@ fn serial() -> Serial {
     Serial(file)
 }
 
+/// `phasescope bench ARGS --format json`: its exit code, stderr and the JSON it printed.
+fn bench_outcome(args: &[&str]) -> (Option<i32>, String, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .arg("bench")
+        .args(args)
+        .args(["--format", "json"])
+        .env_remove("PHASESCOPE_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bench output is not JSON ({e}):\n{}\n{err}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (out.status.code(), err, v)
+}
+
 /// `phasescope bench ARGS --format json`, which must succeed.
 fn bench(args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
@@ -131,6 +150,8 @@ fn two_identical_webdis_are_never_different_on_the_primary() {
         "/PING",
         "--path",
         "/GET/k",
+        "--design",
+        "runs",
         "--runs",
         "4",
         "--duration",
@@ -171,6 +192,8 @@ fn webdis_with_one_thread_is_slower_than_with_two() {
         &one,
         "--path",
         "/GET/big",
+        "--design",
+        "runs",
         "--runs",
         "8",
         "--duration",
@@ -218,6 +241,8 @@ fn the_built_in_load_keeps_up_with_wrk() {
             &addr,
             "--b",
             &addr,
+            "--design",
+            "runs",
             "--runs",
             "2",
             "--duration",
@@ -276,6 +301,8 @@ fn kept_snapshots_rerun_through_compare() {
         &addr,
         "--b",
         &addr,
+        "--design",
+        "runs",
         "--runs",
         "2",
         "--duration",
@@ -346,6 +373,126 @@ fn a_server_that_is_not_there_is_a_clear_error() {
     );
 }
 
+/// Runs of `side` and whether each was valid.
+fn validity_of(v: &Value, side: &str) -> Vec<bool> {
+    v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["side"] == side)
+        .map(|r| r["valid"].as_bool().unwrap())
+        .collect()
+}
+
+/// A bench pointed at a real Redis (which answers an HTTP request with a RESP error, and
+/// the proxy with a 502) gives no verdict: its runs are invalid, no rows, a message that
+/// says which side failed and how often, exit 1. The HTTP side's runs stay valid.
+#[test]
+fn a_server_that_does_not_speak_http_gets_no_verdict() {
+    let redis = RedisServer::start();
+    let upstream = Fixed::start();
+    let (redis, fixed) = (redis.addr().to_string(), upstream.addr());
+    let (code, err, v) = bench_outcome(&[
+        "--a",
+        &redis,
+        "--b",
+        &fixed,
+        "--design",
+        "runs",
+        "--runs",
+        "2",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "0s",
+        "--connections",
+        "4",
+    ]);
+    assert_eq!(code, Some(1), "{err}\n{v:#}");
+    assert!(
+        err.contains("no verdict") && err.contains("side a") && !err.contains("side b"),
+        "{err}"
+    );
+    assert_eq!(validity_of(&v, "a"), [false, false], "{v:#}");
+    assert_eq!(validity_of(&v, "b"), [true, true], "{v:#}");
+    assert!(
+        v.get("rows").is_none(),
+        "a refused bench has no rows: {v:#}"
+    );
+    assert!(v["refused"].as_str().unwrap().contains("side a"), "{v:#}");
+    let a = &v["validity"][0];
+    assert!(a["error_rate"].as_f64().unwrap() > 0.5, "{a}");
+    for r in v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["side"] == "a")
+    {
+        assert!(
+            r["proxy_errors"]["bad_response"].as_u64().unwrap_or(0) > 0
+                || r["proxy_errors"]["upstream_reset"].as_u64().unwrap_or(0) > 0,
+            "{r}"
+        );
+    }
+}
+
+/// B's server dies in the middle of the bench: its later runs fail (connects refused,
+/// answered 502 by the proxy), they are marked invalid, and there is no verdict (exit 1);
+/// A's runs are valid.
+#[test]
+fn a_server_that_goes_away_during_the_bench_gets_no_verdict() {
+    use std::io::BufRead;
+    let a = Fixed::start();
+    let mut b = Fixed::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "bench",
+            "--a",
+            &a.addr(),
+            "--b",
+            &b.addr(),
+            "--design",
+            "runs",
+            "--runs",
+            "3",
+        ])
+        .args([
+            "--duration",
+            "500ms",
+            "--warmup",
+            "0s",
+            "--connections",
+            "4",
+        ])
+        .args(["--format", "json"])
+        .env_remove("PHASESCOPE_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // B dies once its first run (run 2 of A B B A A B) is done: runs 3 and 6 find it gone.
+    let mut err = String::new();
+    for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.contains("run  2/6") {
+            let _ = b.0.kill();
+            let _ = b.0.wait();
+        }
+        err.push_str(&line);
+        err.push('\n');
+    }
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(out.status.code(), Some(1), "{err}\n{v:#}");
+    assert!(
+        err.contains("no verdict") && err.contains("side b"),
+        "{err}"
+    );
+    assert!(validity_of(&v, "a").iter().all(|ok| *ok), "{v:#}");
+    assert_eq!(validity_of(&v, "b"), [true, false, false], "{v:#}");
+    assert!(v.get("rows").is_none(), "{v:#}");
+}
+
 /// Debian's Webdis with its Redis at 127.0.0.1:`redis_port`, where the bench's RESP tap
 /// will listen once it starts: Webdis retries its Redis connections every 100 ms, so it
 /// serves HTTP at once and reaches Redis when the tap opens.
@@ -400,6 +547,8 @@ fn bench_webdis_with_resp_taps(
         &format!("127.0.0.1:{resp_b}={redis_addr}"),
         "--path",
         "/GET/k",
+        "--design",
+        "runs",
         "--runs",
         &runs.to_string(),
         "--duration",

@@ -329,6 +329,33 @@ fn in_process_and_binary_agree_and_missing_series_are_named() {
         .all(|r| r.verdict == Outcome::Unknown && r.note.is_some()));
 }
 
+/// `--tap` or `--vs-tap` naming no tap of the snapshots is a usage error (exit 2) that
+/// names the taps there are, not an empty comparison that exits 0.
+#[test]
+fn a_tap_that_is_not_in_the_snapshots_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = save(dir.path(), "a.json", &run(51, 300, 100.0));
+    let b = save(dir.path(), "b.json", &run(52, 300, 100.0));
+    for extra in [
+        &["--tap", "wbe"][..],
+        &["--tap", "web", "--vs-tap", "nope"][..],
+    ] {
+        let mut args = vec!["compare", a.as_str(), "--vs", b.as_str()];
+        args.extend_from_slice(extra);
+        let out = phasescope(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        let named = extra[extra.len() - 1];
+        assert!(
+            err.contains(named) && err.contains("their taps: web"),
+            "{extra:?}: {err}"
+        );
+    }
+    // The tap that is there still compares.
+    let v = compare_json(&[&a], &[&b], &["--tap", "web"]);
+    assert!(!v["rows"].as_array().unwrap().is_empty());
+}
+
 #[test]
 fn fail_if_slower_looks_at_the_primary_rows() {
     let dir = tempfile::tempdir().unwrap();

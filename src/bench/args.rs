@@ -19,7 +19,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub path: Vec<String>,
 
-    /// Runs per side, interleaved A B B A …
+    /// How A and B share the machine: `duet` loads both at once (half the connections
+    /// each) and compares them in paired windows; `runs` loads one side at a time, whole
+    /// runs interleaved A B B A …
+    #[arg(long, value_enum, default_value = "duet")]
+    pub design: Design,
+
+    /// Duet: the length of one paired window
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub window: Duration,
+
+    /// Runs per side, interleaved A B B A … (duet: as long in all, 2 × runs × duration)
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub runs: usize,
 
@@ -80,6 +90,14 @@ pub struct BenchArgs {
     pub format: crate::report::Format,
 }
 
+/// `--design`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Design {
+    Duet,
+    Runs,
+}
+
 /// `--a-resp` / `--b-resp`: where the RESP tap listens and the Redis it forwards to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RespTap {
@@ -137,6 +155,36 @@ mod tests {
         assert_eq!(b.warmup.as_secs(), 2);
         assert_eq!(b.rate, Some(1000.0));
         assert_eq!(b.a_resp, None);
+        assert_eq!(b.design, super::Design::Duet, "the duet is the default");
+        assert_eq!(b.window.as_millis(), 250);
+        let cli = Cli::try_parse_from([
+            "phasescope",
+            "bench",
+            "--a",
+            "x:1",
+            "--b",
+            "y:1",
+            "--design",
+            "runs",
+            "--window",
+            "1s",
+        ])
+        .unwrap();
+        let Command::Bench(b) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!((b.design, b.window.as_secs()), (super::Design::Runs, 1));
+        assert!(Cli::try_parse_from([
+            "phasescope",
+            "bench",
+            "--a",
+            "x:1",
+            "--b",
+            "y:1",
+            "--design",
+            "sideways"
+        ])
+        .is_err());
         let cli = Cli::try_parse_from([
             "phasescope",
             "bench",

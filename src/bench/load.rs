@@ -85,13 +85,7 @@ pub fn drive_on_threads(
     let threads = threads.clamp(1, plan.connections.max(1));
     let mut handles = Vec::new();
     for t in 0..threads {
-        // Connections t, t + threads, t + 2·threads … go to thread t.
-        let share = (plan.connections + threads - 1 - t) / threads;
-        let mut sub = plan.clone();
-        sub.connections = share;
-        sub.rate = plan
-            .rate
-            .map(|r| r * share as f64 / plan.connections.max(1) as f64);
+        let sub = share(plan, t, threads);
         let counters = Arc::clone(counters);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -109,18 +103,80 @@ pub fn drive_on_threads(
             .map_err(|_| anyhow::anyhow!("a load generator thread panicked"))?;
         total = Some(match total {
             None => o,
-            Some(acc) => Outcome {
-                requests: acc.requests + o.requests,
-                errors: acc.errors + o.errors,
-                error_statuses: acc.error_statuses + o.error_statuses,
-                seconds: acc.seconds.max(o.seconds),
-                // the worse thread's lateness: a conservative summary
-                due_p50: worse(acc.due_p50, o.due_p50),
-                due_p99: worse(acc.due_p99, o.due_p99),
-            },
+            Some(acc) => add(acc, o),
         });
     }
     total.ok_or_else(|| anyhow::anyhow!("no load generator thread ran"))
+}
+
+/// Two plans at once, for a duet: each of the `threads` threads drives its share of
+/// both, so a thread the machine starves slows A's and B's connections alike instead of
+/// one side's (with a thread pool per side, one side's starved thread looked like a
+/// difference between the servers). Blocks until every thread is done.
+pub fn drive_pair_on_threads(
+    sides: [(SocketAddr, &Plan, &Arc<Counters>); 2],
+    threads: usize,
+) -> anyhow::Result<[Outcome; 2]> {
+    let fewest = sides.iter().map(|s| s.1.connections).min().unwrap_or(1);
+    let threads = threads.clamp(1, fewest.max(1));
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        let [a, b] = sides.map(|(target, plan, counters)| {
+            (target, share(plan, t, threads), Arc::clone(counters))
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("phasescope-load-{t}"))
+                .spawn(move || {
+                    runtime.block_on(async {
+                        tokio::join!(drive(a.0, &a.1, &a.2), drive(b.0, &b.1, &b.2))
+                    })
+                })?,
+        );
+    }
+    let mut totals: [Option<Outcome>; 2] = [None, None];
+    for h in handles {
+        let (a, b) = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a load generator thread panicked"))?;
+        for (total, o) in totals.iter_mut().zip([a, b]) {
+            *total = Some(match total.take() {
+                None => o,
+                Some(acc) => add(acc, o),
+            });
+        }
+    }
+    let [Some(a), Some(b)] = totals else {
+        anyhow::bail!("no load generator thread ran");
+    };
+    Ok([a, b])
+}
+
+/// Thread `t`'s share of `plan` over `threads` threads: connections t, t + threads, ….
+fn share(plan: &Plan, t: usize, threads: usize) -> Plan {
+    let share = (plan.connections + threads - 1 - t) / threads;
+    let mut sub = plan.clone();
+    sub.connections = share;
+    sub.rate = plan
+        .rate
+        .map(|r| r * share as f64 / plan.connections.max(1) as f64);
+    sub
+}
+
+/// Two threads' outcomes as one.
+fn add(acc: Outcome, o: Outcome) -> Outcome {
+    Outcome {
+        requests: acc.requests + o.requests,
+        errors: acc.errors + o.errors,
+        error_statuses: acc.error_statuses + o.error_statuses,
+        seconds: acc.seconds.max(o.seconds),
+        // the worse thread's lateness: a conservative summary
+        due_p50: worse(acc.due_p50, o.due_p50),
+        due_p99: worse(acc.due_p99, o.due_p99),
+    }
 }
 
 fn worse(a: Option<f64>, b: Option<f64>) -> Option<f64> {

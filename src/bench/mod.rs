@@ -1,18 +1,21 @@
 //! `phasescope bench`: the whole A/B experiment in one command. An embedded proxy with two
 //! taps, `a` and `b`, in front of the two servers; a load generator (built in, or
-//! `--load CMD`); warm-up, then runs interleaved A B B A …, each on a clean snapshot; then
-//! `compare` of tap `a`'s runs against tap `b`'s (docs/compare.md).
+//! `--load CMD`); warm-up, then either both sides at once in paired windows (`duet`, the
+//! default) or runs interleaved A B B A …, each on a clean snapshot (`runs`); then
+//! `compare` of tap `a`'s windows or runs against tap `b`'s (docs/compare.md).
 //!
 //! The proxy is the real one ([`crate::app::start`], as `run` and `demo` use), so the
 //! phases of a bench are those a deployment records.
 
 mod args;
 mod client;
+mod duet;
 mod external;
 pub mod load;
 pub mod order;
 mod progress;
 mod report;
+mod validity;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -25,9 +28,11 @@ use crate::config::{Config, Protocol, RouteRule, TapConfig};
 use crate::metrics::{Registry, Snapshot};
 use crate::report::{compare, CompareOptions};
 
-pub use args::BenchArgs;
+pub use args::{BenchArgs, Design};
 pub use report::{BenchReport, RunRecord};
 
+/// A duet has at least this many windows.
+const MIN_WINDOWS: usize = 4;
 /// How long exchanges in flight may finish when the bench stops.
 const GRACE: Duration = Duration::from_secs(2);
 /// The proxy records an exchange just after its last byte reached the client: a moment
@@ -38,9 +43,13 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// `phasescope bench`.
 pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
-    let text = report::render(&run(args)?, args.format)?;
+    let report = run(args)?;
+    let text = report::render(&report, args.format)?;
     print!("{text}");
-    Ok(())
+    match report.refused {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
 }
 
 /// Runs the experiment on its own runtime.
@@ -105,7 +114,14 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let paths = paths(args);
-    let result = experiment(args, &registry, &paths, a_addr, b_addr).await;
+    let result = experiment(&Bench {
+        args,
+        registry: &registry,
+        paths: &paths,
+        a_addr,
+        b_addr,
+    })
+    .await;
     let _ = stop_tx.send(true);
     for t in tasks {
         let _ = t.await;
@@ -113,138 +129,210 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     result
 }
 
-async fn experiment(
-    args: &BenchArgs,
-    registry: &Registry,
-    paths: &[String],
+/// What every design needs: the arguments, the proxy's registry, the paths, each side's
+/// tap address.
+struct Bench<'a> {
+    args: &'a BenchArgs,
+    registry: &'a Registry,
+    paths: &'a [String],
     a_addr: SocketAddr,
     b_addr: SocketAddr,
-) -> anyhow::Result<BenchReport> {
-    let addr = |side: order::Side| match side {
-        order::Side::A => a_addr,
-        order::Side::B => b_addr,
-    };
-    let host = |side: order::Side| match side {
-        order::Side::A => args.a.clone(),
-        order::Side::B => args.b.clone(),
-    };
-    let plan = |side: order::Side, duration: Duration| load::Plan {
-        connections: args.connections,
-        duration,
-        rate: args.rate,
-        requests: Arc::new(
-            paths
-                .iter()
-                .map(|p| load::request(&host(side), p))
-                .collect(),
-        ),
-    };
-    if !args.warmup.is_zero() {
-        for side in [order::Side::A, order::Side::B] {
-            drive(args, addr(side), &plan(side, args.warmup), paths).await?;
-        }
-    }
-    let sequence = order::interleaved(args.runs);
-    let total = sequence.len();
-    let mut runs = Vec::new();
-    let (mut a_snaps, mut b_snaps, mut a_names, mut b_names) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (i, side) in sequence.into_iter().enumerate() {
-        registry.reset();
-        let counters = Arc::new(load::Counters::default());
-        let bar = tokio::spawn(progress::bar(
-            Arc::clone(&counters),
-            i + 1,
-            total,
-            side,
-            args.duration,
-        ));
-        let generated = match &args.load {
-            None => Some(generate(args, addr(side), plan(side, args.duration), &counters).await?),
-            Some(template) => {
-                let url = format!("http://{}{}", addr(side), paths[0]);
-                let cmd = external::fill(template, &url, args.duration, args.connections);
-                external::run(&cmd, args.duration).await?;
-                None
-            }
-        };
-        bar.abort();
-        let snap = settled(registry, side, generated.as_ref()).await;
-        let record = RunRecord::new(i + 1, side, &snap, generated);
-        progress::done(
-            i + 1,
-            total,
-            side,
-            record.requests,
-            record.seconds,
-            record.errors,
-        );
-        let name = format!("run-{:02}-{}.json", i + 1, side.tap());
-        if let Some(dir) = &args.keep {
-            let path = dir.join(&name);
-            let text = serde_json::to_string_pretty(&snap)? + "\n";
-            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        }
-        runs.push(record);
+}
+
+/// Each side's snapshots and their names, in the order they were taken.
+#[derive(Default)]
+struct Measured {
+    a: Vec<Snapshot>,
+    b: Vec<Snapshot>,
+    a_names: Vec<String>,
+    b_names: Vec<String>,
+}
+
+impl Measured {
+    fn push(&mut self, side: order::Side, snap: Snapshot, name: String) {
         match side {
             order::Side::A => {
-                a_snaps.push(snap);
-                a_names.push(name);
+                self.a.push(snap);
+                self.a_names.push(name);
             }
             order::Side::B => {
-                b_snaps.push(snap);
-                b_names.push(name);
+                self.b.push(snap);
+                self.b_names.push(name);
             }
         }
     }
-    let opts = CompareOptions {
-        alpha: args.alpha,
-        threshold: args.threshold / 100.0,
-        detect: args.detect / 100.0,
-        taps: vec!["a".to_owned()],
-        vs_tap: Some("b".to_owned()),
-        ..CompareOptions::default()
-    };
-    let comparison = compare(&a_snaps, &b_snaps, a_names, b_names, &opts)?;
-    let rerun = args.keep.as_ref().map(|dir| {
-        format!(
-            "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b",
-            d = dir.display()
-        )
-    });
-    Ok(BenchReport {
-        a: args.a.clone(),
-        b: args.b.clone(),
-        paths: paths.to_vec(),
-        connections: args.connections,
-        duration: args.duration.as_secs_f64(),
-        rate: args.rate,
-        load: args.load.clone().unwrap_or_else(|| {
-            if args.rate.is_some() {
-                "open loop".to_owned()
-            } else {
-                "closed loop".to_owned()
+}
+
+impl Bench<'_> {
+    fn addr(&self, side: order::Side) -> SocketAddr {
+        match side {
+            order::Side::A => self.a_addr,
+            order::Side::B => self.b_addr,
+        }
+    }
+
+    /// `connections` connections to `side` for `duration`.
+    fn plan(&self, side: order::Side, duration: Duration, connections: usize) -> load::Plan {
+        let host = match side {
+            order::Side::A => &self.args.a,
+            order::Side::B => &self.args.b,
+        };
+        load::Plan {
+            connections,
+            duration,
+            rate: self.args.rate,
+            requests: Arc::new(self.paths.iter().map(|p| load::request(host, p)).collect()),
+        }
+    }
+
+    async fn warm_up(&self) -> anyhow::Result<()> {
+        if !self.args.warmup.is_zero() {
+            for side in [order::Side::A, order::Side::B] {
+                let plan = self.plan(side, self.args.warmup, self.args.connections);
+                drive(self.args, self.addr(side), &plan, self.paths).await?;
             }
-        }),
-        runs,
-        rerun,
-        comparison,
-    })
+        }
+        Ok(())
+    }
+
+    fn keep(&self, name: &str, snap: &Snapshot) -> anyhow::Result<()> {
+        if let Some(dir) = &self.args.keep {
+            let path = dir.join(name);
+            let text = serde_json::to_string_pretty(snap)? + "\n";
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The runs design: whole runs, one side at a time, interleaved A B B A ….
+    async fn interleaved_runs(&self) -> anyhow::Result<(Vec<RunRecord>, Measured)> {
+        let args = self.args;
+        let sequence = order::interleaved(args.runs);
+        let total = sequence.len();
+        let mut runs = Vec::new();
+        let mut measured = Measured::default();
+        for (i, side) in sequence.into_iter().enumerate() {
+            self.registry.reset();
+            let counters = Arc::new(load::Counters::default());
+            let bar = tokio::spawn(progress::bar(
+                Arc::clone(&counters),
+                i + 1,
+                total,
+                side,
+                args.duration,
+            ));
+            let generated = match &args.load {
+                None => {
+                    let plan = self.plan(side, args.duration, args.connections);
+                    Some(generate(args, self.addr(side), plan, &counters).await?)
+                }
+                Some(template) => {
+                    let url = format!("http://{}{}", self.addr(side), self.paths[0]);
+                    let cmd = external::fill(template, &url, args.duration, args.connections);
+                    external::run(&cmd, args.duration).await?;
+                    None
+                }
+            };
+            bar.abort();
+            let snap = settled(self.registry, &[(side, generated.as_ref())]).await;
+            let record = RunRecord::new(i + 1, side, &snap, generated);
+            progress::done(
+                i + 1,
+                total,
+                side,
+                record.requests,
+                record.seconds,
+                validity::failed(&record),
+            );
+            let name = format!("run-{:02}-{}.json", i + 1, side.tap());
+            self.keep(&name, &snap)?;
+            runs.push(record);
+            measured.push(side, snap, name);
+        }
+        Ok((runs, measured))
+    }
+
+    /// The verdict on what was measured, unless a side failed too often.
+    fn verdict(&self, runs: Vec<RunRecord>, m: Measured) -> anyhow::Result<BenchReport> {
+        let args = self.args;
+        let opts = CompareOptions {
+            alpha: args.alpha,
+            threshold: args.threshold / 100.0,
+            detect: args.detect / 100.0,
+            taps: vec!["a".to_owned()],
+            vs_tap: Some("b".to_owned()),
+            paired: args.design == Design::Duet,
+            ..CompareOptions::default()
+        };
+        let validity = validity::sides(&runs);
+        let refused = validity::refusal(&validity);
+        let comparison = match refused {
+            Some(_) => None,
+            None => {
+                let mut c = compare(&m.a, &m.b, m.a_names, m.b_names, &opts)?;
+                c.notes.extend(validity::note(&validity));
+                Some(c)
+            }
+        };
+        let rerun = args.keep.as_ref().map(|dir| match args.design {
+            Design::Runs => format!(
+                "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b",
+                d = dir.display()
+            ),
+            Design::Duet => format!(
+                "phasescope compare {d}/window-*.json --vs {d}/window-*.json --tap a --vs-tap b \
+                 --paired",
+                d = dir.display()
+            ),
+        });
+        Ok(BenchReport {
+            a: args.a.clone(),
+            b: args.b.clone(),
+            paths: self.paths.to_vec(),
+            design: args.design,
+            window: (args.design == Design::Duet).then_some(args.window.as_secs_f64()),
+            connections: args.connections,
+            duration: match args.design {
+                Design::Runs => args.duration.as_secs_f64(),
+                Design::Duet => self.duet_length().as_secs_f64(),
+            },
+            rate: args.rate,
+            load: args.load.clone().unwrap_or_else(|| {
+                if args.rate.is_some() {
+                    "open loop".to_owned()
+                } else {
+                    "closed loop".to_owned()
+                }
+            }),
+            runs,
+            rerun,
+            validity,
+            refused,
+            comparison,
+        })
+    }
+}
+
+async fn experiment(bench: &Bench<'_>) -> anyhow::Result<BenchReport> {
+    bench.warm_up().await?;
+    let (runs, measured) = match bench.args.design {
+        Design::Runs => bench.interleaved_runs().await?,
+        Design::Duet => bench.duet().await?,
+    };
+    bench.verdict(runs, measured)
 }
 
 /// The snapshot once the proxy has recorded every exchange the generator saw answered
 /// (it records an exchange just after its last byte went out, and a starved worker may
 /// be late), within a deadline; with an external load, after a short pause.
-async fn settled(
-    registry: &Registry,
-    side: order::Side,
-    generated: Option<&load::Outcome>,
-) -> Snapshot {
+async fn settled(registry: &Registry, sides: &[(order::Side, Option<&load::Outcome>)]) -> Snapshot {
     let deadline = tokio::time::Instant::now() + SETTLE_DEADLINE;
     tokio::time::sleep(SETTLE).await;
     loop {
         let snap = registry.snapshot();
-        let complete = generated.is_none_or(|g| recorded(&snap, side.tap()) >= g.requests);
+        let complete = sides.iter().all(|(side, generated)| {
+            generated.is_none_or(|g| recorded(&snap, side.tap()) >= g.requests)
+        });
         if complete || tokio::time::Instant::now() >= deadline {
             return snap;
         }

@@ -1,6 +1,7 @@
 //! What a bench prints: each run's request rate, then the comparison (the same rows,
 //! summary and notes as `phasescope compare`), in text or JSON (docs/compare.md).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -24,13 +25,29 @@ pub struct RunRecord {
     pub errors: u64,
     /// What the built-in generator saw (null with `--load`).
     pub generator: Option<Outcome>,
+    /// The proxy's errors on the side's tap in this run, by kind (non-zero ones).
+    pub proxy_errors: BTreeMap<String, u64>,
+    /// No error of any kind: neither the generator's (failures, answers of 400 or more)
+    /// nor the proxy's.
+    pub valid: bool,
 }
 
 impl RunRecord {
     pub fn new(index: usize, side: Side, snap: &Snapshot, generator: Option<Outcome>) -> Self {
         let requests = super::recorded(snap, side.tap());
         let seconds = (snap.taken_at_unix - snap.since_unix).max(0.0);
-        RunRecord {
+        let proxy_errors: BTreeMap<String, u64> = snap
+            .taps
+            .get(side.tap())
+            .map(|t| {
+                t.errors
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(k, n)| (k.clone(), *n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut run = RunRecord {
             index,
             side,
             requests,
@@ -38,7 +55,11 @@ impl RunRecord {
             requests_per_s: requests as f64 / seconds.max(1e-9),
             errors: generator.as_ref().map_or(0, |g| g.errors),
             generator,
-        }
+            proxy_errors,
+            valid: true,
+        };
+        run.valid = super::validity::failed(&run) == 0;
+        run
     }
 }
 
@@ -48,8 +69,12 @@ pub struct BenchReport {
     pub a: String,
     pub b: String,
     pub paths: Vec<String>,
+    pub design: super::Design,
+    /// Duet: seconds per paired window; null for runs.
+    pub window: Option<f64>,
+    /// Client connections: of each run (runs), or of both sides together, half each (duet).
     pub connections: usize,
-    /// Seconds per run.
+    /// Seconds per run (runs), or of the whole duet.
     pub duration: f64,
     pub rate: Option<f64>,
     /// `closed loop`, `open loop`, or the external command.
@@ -57,8 +82,13 @@ pub struct BenchReport {
     pub runs: Vec<RunRecord>,
     /// The command that reruns the comparison on the kept snapshots.
     pub rerun: Option<String>,
+    /// Each side's failed exchanges and invalid runs.
+    pub validity: Vec<super::validity::SideErrors>,
+    /// Why there is no comparison (a side failed too often); null when there is one.
+    pub refused: Option<String>,
+    /// The comparison's fields; absent when refused.
     #[serde(flatten)]
-    pub comparison: Comparison,
+    pub comparison: Option<Comparison>,
 }
 
 pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
@@ -66,14 +96,21 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
         return Ok(serde_json::to_string_pretty(r)? + "\n");
     }
     let mut out = String::new();
+    let how = match r.window {
+        Some(w) => format!(
+            "duet: both at once, {} connections each, {} s in windows of {} s",
+            (r.connections / 2).max(1),
+            r.duration,
+            w
+        ),
+        None => format!("{} connections, {} s a run", r.connections, r.duration),
+    };
     let _ = writeln!(
         out,
-        "bench: A {} vs B {}, {} ({} connections, {} s a run), paths {}",
+        "bench: A {} vs B {}, {} ({how}), paths {}",
         r.a,
         r.b,
         r.load,
-        r.connections,
-        r.duration,
         r.paths.join(" ")
     );
     for side in [Side::A, Side::B] {
@@ -81,17 +118,38 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
             .runs
             .iter()
             .filter(|x| x.side == side)
-            .map(|x| format!("{:.0}", x.requests_per_s))
+            .map(|x| {
+                let mark = if x.valid { "" } else { "!" };
+                format!("{:.0}{mark}", x.requests_per_s)
+            })
             .collect();
         let _ = writeln!(
             out,
-            "  {} requests/s per run: {}",
+            "  {} requests/s{}: {}",
             side.tap(),
+            if r.window.is_some() { "" } else { " per run" },
             rates.join(" ")
         );
     }
+    for s in r.validity.iter().filter(|s| s.invalid_runs > 0) {
+        let _ = writeln!(
+            out,
+            "  {}: {} of {} runs invalid (!), {} of {} exchanges failed",
+            s.side.tap(),
+            s.invalid_runs,
+            s.runs,
+            s.errors,
+            s.attempts
+        );
+    }
     let _ = writeln!(out);
-    out.push_str(&compare_table::render(&r.comparison, format, false)?);
+    match (&r.comparison, &r.refused) {
+        (Some(c), _) => out.push_str(&compare_table::render(c, format, false)?),
+        (None, Some(why)) => {
+            let _ = writeln!(out, "{why}");
+        }
+        (None, None) => {}
+    }
     if let Some(cmd) = &r.rerun {
         let _ = writeln!(out, "\nrerun the comparison: {cmd}");
     }

@@ -126,6 +126,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "NAME", requires = "tap")]
     pub vs_tap: Option<String>,
 
+    /// A's i-th snapshot and B's i-th were measured at the same time (the windows of a
+    /// duet bench): compare their paired ratios
+    #[arg(long)]
+    pub paired: bool,
+
     /// The primary phase (repeatable) [default: total]
     #[arg(long, value_name = "PHASE")]
     pub phase: Vec<String>,

@@ -147,6 +147,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
         drift: args.drift / 100.0,
         taps: args.tap.clone(),
         vs_tap: args.vs_tap.clone(),
+        paired: args.paired,
         phases: if args.phase.is_empty() {
             Options::default().phases
         } else {

@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::bootstrap::{self, ln_seconds, std_dev, Sampler};
 use super::dataset::phase_order;
 use super::multiplicity::benjamini_hochberg;
-use super::selection::{front_taps, select};
+use super::selection::{check_named, front_taps, select};
 use super::verdict::{runs_needed, LogChange, Outcome};
 use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
 use crate::rng::{self, Rng};
@@ -64,6 +64,9 @@ pub struct Options {
     pub phases: Vec<String>,
     /// Routes compared (all when empty).
     pub routes: Vec<String>,
+    /// A's `i`-th snapshot and B's `i`-th were measured at the same time (a duet's
+    /// windows): compare the paired log ratios (`paired`).
+    pub paired: bool,
 }
 
 impl Default for Options {
@@ -84,6 +87,7 @@ impl Default for Options {
             vs_tap: None,
             phases: vec!["total".to_owned()],
             routes: Vec::new(),
+            paired: false,
         }
     }
 }
@@ -93,6 +97,8 @@ impl Default for Options {
 pub enum Method {
     /// Welch's t on per-run values.
     Runs,
+    /// A paired t interval on the log ratios of windows measured at the same time.
+    Paired,
     /// Bootstrap from the histograms plus the assumed drift.
     Resampling,
     /// Not compared (absent on a side, or too few exchanges).
@@ -249,7 +255,7 @@ fn rate(s: &SeriesSnapshot, snap: &Snapshot) -> Option<f64> {
 }
 
 /// One run's value of `stat`.
-fn per_run(stat: Statistic, s: &SeriesSnapshot, snap: &Snapshot) -> Option<f64> {
+pub(super) fn per_run(stat: Statistic, s: &SeriesSnapshot, snap: &Snapshot) -> Option<f64> {
     match stat {
         Statistic::Mean => Some(s.mean),
         Statistic::P50 => Some(s.p50),
@@ -290,10 +296,12 @@ fn mean(xs: &[f64]) -> f64 {
 }
 
 /// What one row measured before the outcome is decided.
-struct Measured {
-    change: LogChange,
-    cv: [f64; 2],
-    cv_assumed: bool,
+pub(super) struct Measured {
+    pub(super) change: LogChange,
+    pub(super) cv: [f64; 2],
+    pub(super) cv_assumed: bool,
+    /// Paired windows: the standard deviation of the per-window log ratios.
+    pub(super) pair_sd: Option<f64>,
 }
 
 /// Welch's t on the per-run logs.
@@ -315,6 +323,7 @@ fn between_runs(a: &Side, b: &Side) -> Measured {
         },
         cv: [sa, sb],
         cv_assumed: false,
+        pair_sd: None,
     }
 }
 
@@ -337,6 +346,7 @@ fn within_run(a: &Side, b: &Side, boot_se: f64, drift: f64) -> Measured {
         },
         cv: [ca, cb],
         cv_assumed: true,
+        pair_sd: None,
     }
 }
 
@@ -376,6 +386,7 @@ pub fn compare(
     ensure!(opts.detect > 0.0, "--detect must be above 0");
     ensure!(opts.drift >= 0.0, "--drift must not be negative");
     ensure!(opts.resamples >= 50, "at least 50 resamples");
+    check_named(a, b, &opts.taps, opts.vs_tap.as_deref())?;
     let (a, b) = match &opts.vs_tap {
         Some(vs) => {
             ensure!(
@@ -426,7 +437,16 @@ pub fn compare(
         // The bootstrap is computed once per series, for all its statistics.
         let mut boot: Option<[f64; 3]> = None;
         for stat in stats {
-            let primary = primary && matches!(stat, Statistic::Mean | Statistic::Rate);
+            // In paired windows both sides share one load generator and one proxy, and the
+            // split of the request rate between them measures how those scheduled the two
+            // as much as the servers (A/A measured +6.4 %): it explains, it is not the
+            // question (docs/compare.md).
+            let primary = primary
+                && match stat {
+                    Statistic::Mean => true,
+                    Statistic::Rate => !opts.paired,
+                    _ => false,
+                };
             let mut d = Draft {
                 key: key.clone(),
                 stat,
@@ -472,6 +492,19 @@ pub fn compare(
                     "too few exchanges beyond the percentile in a run (needs {} beyond it)",
                     opts.min_tail
                 ));
+                drafts.push(d);
+                continue;
+            }
+            let paired = if opts.paired {
+                let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route, stat.as_str()]));
+                super::paired::measure(stat, (tap, phase, route), &a, &b, opts.resamples, &mut rng)
+            } else {
+                None
+            };
+            if let Some((m, pairs)) = paired {
+                d.method = Method::Paired;
+                d.runs = [pairs; 2];
+                d.measured = Some(m);
                 drafts.push(d);
                 continue;
             }
@@ -614,7 +647,11 @@ pub fn compare(
             row.cv_b = Some(m.cv[1]);
             row.cv_assumed = m.cv_assumed;
             row.mde = Some(m.change.mde(confidence));
-            row.runs_needed = runs_needed(m.cv[0], m.cv[1], opts.detect, confidence);
+            // Paired: the variance of a difference is sd², as if each side had sd²/2.
+            let [cv_a, cv_b] = m
+                .pair_sd
+                .map_or(m.cv, |sd| [sd / std::f64::consts::SQRT_2; 2]);
+            row.runs_needed = runs_needed(cv_a, cv_b, opts.detect, confidence);
             row.p = Some(m.change.p_beyond(opts.threshold));
             row.verdict = verdict;
         }
@@ -639,6 +676,17 @@ pub fn compare(
              logarithms, so the interval is made of run-to-run variation",
             a.len(),
             b.len()
+        ));
+    }
+    if methods.contains(&Method::Paired) {
+        notes.push(format!(
+            "paired windows ({} of A, {} of B, measured at the same time): B/A of the totals \
+             over the windows, its standard error from {} bootstrap replicates of whole \
+             windows (both sides together), so what disturbed both sides in a window \
+             cancels; runs_a and runs_b count the windows compared",
+            a.len(),
+            b.len(),
+            opts.resamples
         ));
     }
     if methods.contains(&Method::Resampling) {

@@ -106,10 +106,16 @@ fn cells(r: &Row) -> Vec<String> {
 }
 
 fn header_lines(c: &Comparison) -> Vec<String> {
+    let paired = c.rows.iter().any(|r| r.method == Method::Paired);
+    let unit = if paired { "window" } else { "run" };
     let side = |names: &[String]| {
+        // A duet's windows are many: the first and the last stand for them.
+        let shown = match names {
+            [first, _, .., last] if paired => format!("{first} … {last}"),
+            _ => names.join(", "),
+        };
         format!(
-            "{} ({} run{})",
-            names.join(", "),
+            "{shown} ({} {unit}{})",
             names.len(),
             if names.len() == 1 { "" } else { "s" }
         )
@@ -117,6 +123,9 @@ fn header_lines(c: &Comparison) -> Vec<String> {
     let runs = c.rows.iter().any(|r| r.method == Method::Runs);
     let resampling = c.rows.iter().any(|r| r.method == Method::Resampling);
     let method = match (runs, resampling) {
+        _ if paired => {
+            "method: paired windows of A and B measured at the same time, a bootstrap of windows"
+        }
         (true, false) => "method: several runs a side, intervals from the variation between runs",
         (false, true) => {
             "method: one run on a side: resampling plus an ASSUMED run-to-run drift (see the notes)"

@@ -21,6 +21,7 @@ pub mod headline;
 pub mod http;
 pub mod inside;
 pub mod multiplicity;
+mod paired;
 pub mod pprof;
 mod pprof_proto;
 pub mod prometheus;

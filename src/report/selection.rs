@@ -48,3 +48,42 @@ pub fn front_taps(snaps: &[Snapshot]) -> BTreeSet<String> {
     }
     front
 }
+
+/// Every tap `--tap` names must be in A's snapshots, and B's tap (`--vs-tap`, or the same
+/// names without it) in B's: a misspelt tap would otherwise compare nothing and look like
+/// a comparison that found nothing.
+pub fn check_named(
+    a: &[Snapshot],
+    b: &[Snapshot],
+    taps: &[String],
+    vs_tap: Option<&str>,
+) -> anyhow::Result<()> {
+    let missing = |snaps: &[Snapshot], name: &str, side: &str, flag: &str| {
+        if snaps.iter().any(|s| s.taps.contains_key(name)) {
+            return Ok(());
+        }
+        let known: BTreeSet<&str> = snaps
+            .iter()
+            .flat_map(|s| s.taps.keys().map(String::as_str))
+            .collect();
+        let known: Vec<&str> = known.into_iter().collect();
+        anyhow::bail!(
+            "{flag} {name}: no tap of that name in {side}'s snapshots (their taps: {})",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )
+    };
+    for name in taps {
+        missing(a, name, "A", "--tap")?;
+        if vs_tap.is_none() {
+            missing(b, name, "B", "--tap")?;
+        }
+    }
+    if let Some(vs) = vs_tap {
+        missing(b, vs, "B", "--vs-tap")?;
+    }
+    Ok(())
+}

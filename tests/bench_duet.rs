@@ -1,0 +1,115 @@
+//! `phasescope bench --design duet` against two CPU-bound upstreams with the same
+//! calibration (tests/fixtures/burn-upstream.c): two identical ones are never `different`
+//! on the primary question; one that burns 5 % more CPU per request is to come out
+//! `different` (slower) in `total`'s mean within 28 s of load (not yet reached here).
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::BurnUpstream;
+
+/// The lock tests/bench.rs takes for its measuring tests: two benches at once on two
+/// cores would measure each other.
+struct Serial(#[allow(dead_code)] std::fs::File);
+
+fn serial() -> Serial {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join("phasescope-bench-tests.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: flock on a descriptor this process owns; released when the file closes.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {}", path.display());
+    Serial(file)
+}
+
+/// A burn upstream of `backend_us` per request, and its calibration (iterations per µs).
+fn calibrated(backend_us: u32) -> (BurnUpstream, String) {
+    let mut up = BurnUpstream::start(0, backend_us);
+    let log = up.process().log_tail();
+    let rate = log
+        .split_whitespace()
+        .zip(log.split_whitespace().skip(1))
+        .find(|(_, unit)| unit.starts_with("iterations/us"))
+        .map(|(n, _)| n.to_owned())
+        .unwrap_or_else(|| panic!("no calibration in the upstream's log: {log}"));
+    (up, rate)
+}
+
+/// One with `backend_us`, burning with the calibration `rate` of another.
+fn like(rate: &str, backend_us: u32) -> BurnUpstream {
+    BurnUpstream::start_with(0, backend_us, |c| {
+        c.env("BURN_ITERATIONS_PER_US", rate);
+    })
+}
+
+fn duet(a: &BurnUpstream, b: &BurnUpstream) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "bench",
+            "--design",
+            "duet",
+            "--runs",
+            "7",
+            "--duration",
+            "2s",
+        ])
+        .args(["--warmup", "1s", "--connections", "40", "--format", "json"])
+        .args(["--a", &a.addr().to_string(), "--b", &b.addr().to_string()])
+        .env_remove("PHASESCOPE_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {err}"))
+}
+
+fn total_mean(v: &Value) -> &Value {
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["phase"] == "total" && r["statistic"] == "mean")
+        .unwrap_or_else(|| panic!("no total mean row: {v:#}"))
+}
+
+/// Not yet reached on the shared 2-core machine (load average 25 while it was written):
+/// the duet's `total` mean came out +1.0 % [−2.1, +4.2] and +4.4 % with an mde of 4.5 %,
+/// `unknown`, where it must be `different`; docs/compare.md has the figures.
+#[test]
+#[ignore = "the duet's mde (4.5 % measured) does not yet reach a 5 % change in 28 s here"]
+fn a_server_that_burns_5_percent_more_cpu_is_slower_in_a_duet() {
+    let _serial = serial();
+    let (a, rate) = calibrated(1000);
+    let b = like(&rate, 1050);
+    let v = duet(&a, &b);
+    let row = total_mean(&v);
+    println!("5 % more CPU: {row}");
+    assert_eq!(row["method"], "paired", "{row:#}");
+    assert_eq!(row["primary"], true, "{row:#}");
+    assert_eq!(
+        (row["verdict"].as_str(), row["direction"].as_str()),
+        (Some("different"), Some("slower")),
+        "{row:#}"
+    );
+}
+
+#[test]
+fn identical_servers_are_never_different_in_a_duet() {
+    let _serial = serial();
+    let (a, rate) = calibrated(1000);
+    let b = like(&rate, 1000);
+    let v = duet(&a, &b);
+    for r in v["rows"].as_array().unwrap() {
+        if r["primary"] == true {
+            assert_ne!(r["verdict"], "different", "{r:#}");
+        }
+    }
+    println!("identical: {}", total_mean(&v));
+}
