@@ -34,22 +34,29 @@ async fn upstream_wait_measures_a_known_backend_delay() {
     .await;
     let p = proxy(up).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
+    // The client's own round trip of each request, measured at the same time: the
+    // proxy's wait lies inside it.
+    let mut round_trips = Vec::new();
     for _ in 0..5 {
+        let sent = std::time::Instant::now();
         s.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
             .await
             .unwrap();
         assert_eq!(read_n(&mut s, OK.len()).await, OK);
+        round_trips.push(sent.elapsed().as_nanos() as u64);
     }
     let ex = p.capture.wait_exchanges(5).await;
     let held = held.lock().unwrap().clone();
-    for (e, truth) in ex.iter().zip(&held) {
+    for ((e, truth), round_trip) in ex.iter().zip(&held).zip(&round_trips) {
         let wait = e.phases.get(Phase::UpstreamWait).unwrap();
         assert!(*truth >= 20 * MS);
         // The proxy's wait also covers the loopback hops on either side of the upstream's
-        // own time, so it is a little longer, never shorter.
+        // own time, so it is longer, never shorter; and it lies within the client's round
+        // trip (the proxy sends after the client did, and reads before the client can).
+        // On a busy machine the hops take what the scheduler gives them: no fixed margin.
         assert!(
-            wait >= *truth && wait <= truth + 2 * MS,
-            "upstream_wait {wait} ns for an upstream that held the request {truth} ns"
+            wait >= *truth && wait <= *round_trip,
+            "upstream_wait {wait} ns for an upstream that held the request {truth} ns, the client's round trip {round_trip} ns"
         );
         assert!(wait < e.phases.get(Phase::Total).unwrap());
     }
