@@ -148,18 +148,6 @@ fn explain_empty(base: &Url, prefix: &str, range: Duration, at: f64) -> anyhow::
 /// The sample timestamps of each series of a range-vector answer.
 fn parse_matrix_times(body: &[u8]) -> anyhow::Result<Vec<Vec<f64>>> {
     #[derive(Deserialize)]
-    struct MatrixAnswer {
-        status: String,
-        #[serde(default)]
-        error: Option<String>,
-        #[serde(default)]
-        data: Option<MatrixData>,
-    }
-    #[derive(Deserialize)]
-    struct MatrixData {
-        result: Vec<MatrixSeries>,
-    }
-    #[derive(Deserialize)]
     struct MatrixSeries {
         #[serde(default)]
         values: Vec<(f64, String)>,
@@ -167,18 +155,7 @@ fn parse_matrix_times(body: &[u8]) -> anyhow::Result<Vec<Vec<f64>>> {
         #[serde(default)]
         histograms: Vec<(f64, serde::de::IgnoredAny)>,
     }
-    let answer: MatrixAnswer =
-        serde_json::from_slice(body).context("not a Prometheus API answer")?;
-    if answer.status != "success" {
-        bail!(
-            "Prometheus answered {}: {}",
-            answer.status,
-            answer.error.unwrap_or_default()
-        );
-    }
-    let data = answer.data.context("the answer has no data")?;
-    Ok(data
-        .result
+    Ok(results::<MatrixSeries>(body, None)?
         .into_iter()
         .map(|s| {
             let mut times: Vec<f64> = s.values.into_iter().map(|(t, _)| t).collect();
@@ -211,20 +188,46 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// The envelope of every `/api/v1` answer: a status, an error, and `data.result`.
 #[derive(Deserialize)]
-struct Answer {
+struct Answer<T> {
     status: String,
     #[serde(default)]
     error: Option<String>,
-    #[serde(default)]
-    data: Option<Data>,
+    #[serde(default = "Option::default")]
+    data: Option<Data<T>>,
 }
 
 #[derive(Deserialize)]
-struct Data {
-    #[serde(rename = "resultType")]
+struct Data<T> {
+    #[serde(rename = "resultType", default)]
     result_type: String,
-    result: Vec<VectorSample>,
+    result: Vec<T>,
+}
+
+/// The results of a successful answer, refusing another `resultType` than `kind`
+/// (`vector`, `matrix`) when one is given.
+pub(super) fn results<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    kind: Option<&str>,
+) -> anyhow::Result<Vec<T>> {
+    let answer: Answer<T> = serde_json::from_slice(body).context("not a Prometheus API answer")?;
+    if answer.status != "success" {
+        bail!(
+            "Prometheus answered {}: {}",
+            answer.status,
+            answer.error.unwrap_or_default()
+        );
+    }
+    let data = answer.data.context("the answer has no data")?;
+    if let Some(kind) = kind {
+        ensure!(
+            data.result_type == kind,
+            "expected a {kind}, got a {}",
+            data.result_type
+        );
+    }
+    Ok(data.result)
 }
 
 #[derive(Deserialize)]
@@ -235,21 +238,7 @@ struct VectorSample {
 
 /// Parses a `/api/v1/query` answer that must be an instant vector.
 pub fn parse_vector(body: &[u8]) -> anyhow::Result<Vec<Sample>> {
-    let answer: Answer = serde_json::from_slice(body).context("not a Prometheus API answer")?;
-    if answer.status != "success" {
-        bail!(
-            "Prometheus answered {}: {}",
-            answer.status,
-            answer.error.unwrap_or_default()
-        );
-    }
-    let data = answer.data.context("the answer has no data")?;
-    ensure!(
-        data.result_type == "vector",
-        "expected a vector, got a {}",
-        data.result_type
-    );
-    data.result
+    results::<VectorSample>(body, Some("vector"))?
         .into_iter()
         .map(|s| {
             let value = parse_float(&s.value.1)?;

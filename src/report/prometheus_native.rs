@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, ensure, Context};
+use anyhow::Context;
 use serde::Deserialize;
 
 use super::dataset::{bucket_max, Distribution, Series, TapData};
@@ -17,22 +17,6 @@ use super::dataset::{bucket_max, Distribution, Series, TapData};
 /// The query: the native series' increase over `range`, the instances summed away.
 pub fn query(metric: &str, range: &str) -> String {
     format!("sum by (tap, phase, route) (increase({metric}[{range}]))")
-}
-
-#[derive(Deserialize)]
-struct Answer {
-    status: String,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    data: Option<Data>,
-}
-
-#[derive(Deserialize)]
-struct Data {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: Vec<HistogramSample>,
 }
 
 #[derive(Deserialize)]
@@ -57,22 +41,8 @@ struct NativeHistogram {
 /// The taps of a native-histogram answer. A series with no observation in the range
 /// (count rounds to 0) is left out, as for classic buckets.
 pub fn parse(body: &[u8]) -> anyhow::Result<BTreeMap<String, TapData>> {
-    let answer: Answer = serde_json::from_slice(body).context("not a Prometheus API answer")?;
-    if answer.status != "success" {
-        bail!(
-            "Prometheus answered {}: {}",
-            answer.status,
-            answer.error.unwrap_or_default()
-        );
-    }
-    let data = answer.data.context("the answer has no data")?;
-    ensure!(
-        data.result_type == "vector",
-        "expected a vector, got a {}",
-        data.result_type
-    );
     let mut taps: BTreeMap<String, TapData> = BTreeMap::new();
-    for sample in data.result {
+    for sample in super::prometheus::results::<HistogramSample>(body, Some("vector"))? {
         let Some((_, h)) = sample.histogram else {
             continue;
         };

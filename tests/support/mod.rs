@@ -608,20 +608,28 @@ impl Prometheus {
     /// `/api/v1/query` at `time` (Unix seconds); the `data` object. Fails the test on an
     /// error answer (a query that does not parse or evaluate).
     pub fn query(&self, expr: &str, time: f64) -> serde_json::Value {
-        let path = format!(
-            "/api/v1/query?query={}&time={time:.3}",
-            percent_encode(expr)
-        );
-        let r = http_get(self.addr, &path);
+        self.api(
+            &format!(
+                "/api/v1/query?query={}&time={time:.3}",
+                percent_encode(expr)
+            ),
+            expr,
+        )["data"]
+            .clone()
+    }
+
+    /// `GET path` on the API: the answer, after checking that it is a success.
+    fn api(&self, path: &str, expr: &str) -> serde_json::Value {
+        let r = http_get(self.addr, path);
         let body: serde_json::Value = serde_json::from_slice(&r.body)
             .unwrap_or_else(|e| panic!("prometheus answered {} {e}: {}", r.status, r.body_text()));
         assert!(
             r.status == 200 && body["status"] == "success",
-            "query failed: {expr}\n{}\n{}",
+            "{path} failed: {expr}\n{}\n{}",
             r.status,
             body
         );
-        body["data"].clone()
+        body
     }
 
     /// The value of a query whose result is one sample, if it has one.
@@ -641,16 +649,10 @@ impl Prometheus {
             "/api/v1/query_exemplars?query={}&start={start:.3}&end={end:.3}",
             percent_encode(expr)
         );
-        let r = http_get(self.addr, &path);
-        let body: serde_json::Value = serde_json::from_slice(&r.body)
-            .unwrap_or_else(|e| panic!("prometheus answered {} {e}: {}", r.status, r.body_text()));
-        assert!(
-            r.status == 200 && body["status"] == "success",
-            "exemplar query failed: {expr}\n{}\n{}",
-            r.status,
-            body
-        );
-        body["data"].as_array().cloned().unwrap_or_default()
+        self.api(&path, expr)["data"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The `result` array of [`query`](Self::query).
