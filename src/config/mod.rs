@@ -24,7 +24,8 @@ pub use overrides::{
 };
 pub use resolve::{choose_origin, ConfigOrigin, DEFAULT_CONFIG_PATH};
 pub use validate::{
-    check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, MIN_HEAD_BYTES,
+    check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, DEFAULT_STACK_BYTES,
+    MAX_STACK_BYTES, MIN_HEAD_BYTES,
 };
 // The route keys' types belong to the route rules; a tap's config holds them.
 pub use crate::routes::{RegexRoute, RouteRule};
@@ -508,6 +509,6 @@ pub mod defaults {
     }
 
     pub fn stack_bytes() -> u32 {
-        crate::upstream::profile::DEFAULT_STACK_BYTES
+        super::DEFAULT_STACK_BYTES
     }
 }

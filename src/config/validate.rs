@@ -208,7 +208,7 @@ fn check_process(i: usize, tap: &TapConfig, who: &str) -> Result<(), Problem> {
             ),
         ));
     }
-    let max_stack = crate::upstream::profile::MAX_STACK_BYTES;
+    let max_stack = MAX_STACK_BYTES;
     if p.stack_bytes > max_stack || !p.stack_bytes.is_multiple_of(8) {
         return Err(Problem::at(
             key("stack_bytes"),
@@ -269,6 +269,13 @@ fn check_process(i: usize, tap: &TapConfig, who: &str) -> Result<(), Problem> {
 
 /// Above 10 kHz the sampler's own interrupts would be a visible share of the upstream's CPU.
 pub const MAX_PROFILE_FREQUENCY: u32 = 10_000;
+
+/// Bytes of user stack copied into each sample by default: deep enough for an event
+/// loop's callbacks and a parser's helpers; a deeper stack is truncated (its root frames
+/// are missing, the profile's truncated-samples count says how often).
+pub const DEFAULT_STACK_BYTES: u32 = 16 * 1024;
+/// The most perf copies per sample (a record must fit in 64 KiB).
+pub const MAX_STACK_BYTES: u32 = 60 * 1024;
 
 fn positive(value: Duration, path: Vec<Seg>, what: &str) -> Result<(), Problem> {
     if value.is_zero() {

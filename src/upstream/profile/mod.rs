@@ -67,12 +67,9 @@ use unwind::Unwinder;
 /// The sampling frequency the figures use: one sample per millisecond of CPU.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
 
-/// Bytes of user stack copied into each sample by default: deep enough for an event
-/// loop's callbacks and a parser's helpers; a deeper stack is truncated (its root frames
-/// are missing, [`Stacks::truncated_samples`] counts it).
-pub const DEFAULT_STACK_BYTES: u32 = 16 * 1024;
-/// The most perf copies per sample (a record must fit in 64 KiB).
-pub const MAX_STACK_BYTES: u32 = 60 * 1024;
+// The stack sizes are the config's: it validates `stack_bytes` against them, and the
+// config sits below this module (it may not import it).
+pub use crate::config::{DEFAULT_STACK_BYTES, MAX_STACK_BYTES};
 
 /// With user stacks, how often the ring buffers are drained between two collects: each
 /// sample carries its copied stack, so a buffer holds tens of milliseconds of one busy
