@@ -212,14 +212,7 @@ fn label(name: &str, own: Option<&str>) -> String {
     if Some(name) == own {
         return format!("{name} (own code)");
     }
-    match name {
-        "kernel_network" => "kernel network".to_owned(),
-        "redis_client" => "redis client (hiredis)".to_owned(),
-        "event_loop" => "event loop".to_owned(),
-        "php_engine" => "PHP engine".to_owned(),
-        "http_parser" => "HTTP parser".to_owned(),
-        other => other.to_owned(),
-    }
+    super::profile::component_label(name).to_owned()
 }
 
 fn what_if(

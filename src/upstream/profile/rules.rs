@@ -66,6 +66,26 @@ impl Rule {
     }
 }
 
+/// How a report names the built-in components whose rule name is not already plain words:
+/// kept beside [`BUILT_IN`] so that a new rule and its label change together (a test holds
+/// every label to a rule).
+const LABELS: &[(&str, &str)] = &[
+    ("kernel_network", "kernel network"),
+    ("redis_client", "redis client (hiredis)"),
+    ("event_loop", "event loop"),
+    ("php_engine", "PHP engine"),
+    ("http_parser", "HTTP parser"),
+];
+
+/// The label a report gives component `name`: its built-in label, else the name itself
+/// (the object's file name, a Composer package, a user rule's name).
+pub fn component_label(name: &str) -> &str {
+    LABELS
+        .iter()
+        .find(|(rule, _)| *rule == name)
+        .map_or(name, |(_, label)| label)
+}
+
 /// The built-in rules, in order. Several rows may share a name: a component is found by
 /// its symbols or, for a stripped shared library, by the library's file name.
 const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
@@ -285,6 +305,18 @@ impl ComponentRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_label_names_a_built_in_rule() {
+        for (name, _) in LABELS {
+            assert!(
+                BUILT_IN.iter().any(|(rule, ..)| rule == name),
+                "{name} has a label but no built-in rule"
+            );
+        }
+        assert_eq!(component_label("http_parser"), "HTTP parser");
+        assert_eq!(component_label("webdis"), "webdis");
+    }
 
     fn rules() -> ComponentRules {
         ComponentRules::new(&[]).unwrap()
