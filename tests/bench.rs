@@ -169,6 +169,7 @@ fn two_identical_webdis_are_never_different_on_the_primary() {
         assert!(r["mde"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert_eq!(v["runs"].as_array().unwrap().len(), 8);
+    // Only that the runs carried load: what is judged is A against B in the same bench.
     assert!(mean_rate(&v, "a") > 100.0, "{v:#}");
     println!("identical Webdis: {:#}", v["summary"]);
 }
@@ -343,7 +344,8 @@ fn kept_snapshots_rerun_through_compare() {
     );
     let again: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(again["rows"], v["rows"], "the rerun gives the same rows");
-    // open loop at 500/s over 0.3 s: about 150 requests a run, not thousands
+    // open loop at 500/s over 0.3 s: about 150 requests a run, not thousands. The bound is
+    // relative to that schedule, wide enough for a generator that falls behind.
     for r in v["runs"].as_array().unwrap() {
         let n = r["requests"].as_u64().unwrap();
         assert!((50..=300).contains(&n), "{r}");
@@ -571,6 +573,7 @@ fn resp_taps_behind_webdis_split_the_wait_on_both_sides() {
     let v = bench_webdis_with_resp_taps(dir.path(), ("webdis-a", 3), ("webdis-b", 3), 2);
     for r in v["runs"].as_array().unwrap() {
         assert_eq!(r["errors"].as_u64(), Some(0), "{r}");
+        // A floor on each run's sample, not a rate: 100 requests in its second.
         assert!(r["requests"].as_u64().unwrap() > 100, "{r}");
     }
     let all = v["rows"].as_array().unwrap();
@@ -590,6 +593,8 @@ fn resp_taps_behind_webdis_split_the_wait_on_both_sides() {
         assert!(r[format!("count_{side}")].as_u64().unwrap() > 100, "{r}");
         r[side].as_f64().unwrap()
     };
+    // Relative to the same side's upstream_wait in the same runs: per request the parts
+    // add up to it exactly; the means differ by the requests that found no command.
     for side in ["a", "b"] {
         let wait = mean("upstream_wait", side);
         let parts = mean("backend_in", side) + mean("backend", side) + mean("backend_out", side);

@@ -790,6 +790,8 @@ fn the_webdis_decomposition_panels_add_up(storage: Storage) {
         mean["backend_queue"] > 0.0,
         "no Redis queue with 16 connections: {mean:?}"
     );
+    // Relative to the same range's mean upstream_wait, read from the same scrapes: the
+    // parts add up to it per request in the proxy, so load moves both alike.
     assert!(
         (sum - wait).abs() <= 0.02 * wait,
         "the stacked parts add up to {sum} s, upstream_wait is {wait} s: {mean:?}"

@@ -120,6 +120,7 @@ async fn a_stalled_upstream_gets_504_at_the_response_timeout() {
     s.write_all(GET).await.unwrap();
     let resp = read_until_close(&mut s).await;
     assert_eq!(status_of(&resp), Some(504));
+    // Never before the timeout: no load brings a timer forward.
     assert!(started.elapsed() >= timeout, "504 before the timeout");
     assert_eq!(p.rec.wait_errors(1).await, vec![ErrorKind::UpstreamTimeout]);
     assert_eq!(p.rec.wait_all_closed().await, (1, 1));
@@ -300,9 +301,12 @@ async fn slowloris_gets_408_while_a_normal_client_is_served() {
     for c in crawlers {
         let (status, after) = c.await.unwrap();
         assert_eq!(status, Some(408));
+        // From before the connect, so never under the head timeout, loaded or not.
         assert!(after >= head_timeout, "408 after {after:?}");
     }
     let first = first_answer.lock().unwrap().unwrap();
+    // An order of events, not a duration: the first 408 comes no sooner than the 1 s head
+    // timeout, and the normal client's ten exchanges take milliseconds of it.
     assert!(
         normal_done < first,
         "the normal client finished only after the crawlers were cut off"
@@ -422,6 +426,8 @@ async fn out_of_file_descriptors_the_accept_loop_backs_off_and_recovers() {
     let used = cpu_ticks(pid) - before;
     let wall = t0.elapsed().as_secs_f64();
     let cpu_share = used as f64 / clock_ticks_per_second() as f64 / wall;
+    // CPU the process used, over the wall second: other work can only lower it, so the
+    // bound fails for an accept loop that spins, never for a busy machine.
     assert!(
         cpu_share < 0.5,
         "the accept loop spins: {cpu_share:.2} of a core while out of descriptors"

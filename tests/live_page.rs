@@ -386,6 +386,7 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         "upstream_wait p50 {} is below the upstream's delay",
         wait["p50"]
     );
+    // Relative to the upstream's own 1 ms delay: the proxy's phases are microseconds.
     let wait_share = share(&wait["share"]);
     for phase in PHASES
         .iter()

@@ -126,6 +126,8 @@ fn recovers_a_known_per_byte_cost() {
         &["--samples", "12", "--seed", "11", "--warmup", "20"],
     );
     let (b, low, high) = assert_interval(&report, "b_ns_per_byte");
+    // ±25 % of the slope the upstream is scripted to: the probe's shuffled order and cell
+    // medians (docs/probe.md) put the machine's load on every head size alike.
     assert!(
         (75.0..=125.0).contains(&b),
         "the upstream spends 100 ns per byte; the probe says {b} [{low}, {high}]\n{report:#}"

@@ -25,6 +25,8 @@ fn tune(t: &mut phasescope::config::TapConfig) {
     t.timeouts.head = FAR;
 }
 
+/// Never before the timeout, which no load can bring forward; the 3 s of slack only has to
+/// stay below the `FAR` deadlines (30 s), the one other way the exchange could end.
 fn assert_in_window(elapsed: Duration, timeout: Duration) {
     assert!(
         elapsed >= timeout,
@@ -61,6 +63,8 @@ async fn an_upstream_stalling_after_the_head_is_cut_at_the_transfer_timeout() {
     let (rest, closed) = read_until_close_within(&mut s, TRANSFER * 10).await;
     assert!(closed, "still open {:?} after the last byte", TRANSFER * 10);
     assert!(rest.is_empty(), "no second response after a partial one");
+    // 20 ms less: the proxy's clock started at its own read of the part, before the
+    // client's read of it returned.
     assert_in_window(last_byte.elapsed(), TRANSFER - Duration::from_millis(20));
     // The upstream side was closed too.
     let up_closed = tokio::time::timeout(Duration::from_secs(3), closed_rx.recv()).await;
@@ -181,6 +185,8 @@ async fn a_client_stalling_in_its_body_gets_408_at_the_transfer_timeout() {
         "{:?}",
         String::from_utf8_lossy(&got)
     );
+    // 20 ms less: the proxy's clock started at its read of the half body, which may come
+    // before the client's `start`.
     assert_in_window(start.elapsed(), TRANSFER - Duration::from_millis(20));
     assert_eq!(
         p.capture.wait_errors(1).await,

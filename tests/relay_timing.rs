@@ -94,6 +94,8 @@ async fn a_head_sent_in_two_parts_counts_as_client_time_not_parse_time() {
     for e in &ex {
         let recv = e.phases.get(Phase::ClientRecv).unwrap();
         let parse = e.phases.get(Phase::Parse).unwrap();
+        // Relative to the 30 ms gap it must leave out: parsing a head is microseconds of
+        // CPU, so 1 ms is reached only if the gap leaked in (or the parse was preempted).
         assert!(
             parse < MS,
             "parse {parse} ns: parsing must not include the wait"
@@ -138,6 +140,8 @@ async fn sequential_phases_add_up_to_total_for_small_responses() {
             + ph.get(Phase::ProxyOverhead).unwrap()
             + ph.get(Phase::Write).unwrap();
         let total = ph.get(Phase::Total).unwrap();
+        // Exact by construction (docs/phases.md): 5 µs is clock conversion rounding, which
+        // no load moves.
         assert!(
             sum.abs_diff(total) <= 5_000,
             "exchange {i}: phases sum to {sum} ns, total {total} ns"
@@ -148,6 +152,7 @@ async fn sequential_phases_add_up_to_total_for_small_responses() {
                 "{phase} {ns} > total {total}"
             );
         }
+        // The upstream's own 1 ms sleep, which a timer never cuts short.
         assert!(ph.get(Phase::UpstreamWait).unwrap() >= MS);
     }
 }
@@ -198,7 +203,9 @@ async fn the_pause_between_two_pieces_of_a_response_is_its_recv_gap() {
         let (gap, recv) = (gap.unwrap(), e.phases.get(Phase::UpstreamRecv).unwrap());
         let truth = held[i / 2];
         // Exact by construction: the pause lies between two reads of the response. Its
-        // length is the upstream's own pause, give or take how late each read returned.
+        // length is the upstream's own pause, give or take how late each read returned:
+        // the bound is half the pause the upstream measured, so the first read may return
+        // up to 15 ms later than the second.
         assert!(
             gap <= recv,
             "exchange {i}: gap {gap} ns > upstream_recv {recv} ns"

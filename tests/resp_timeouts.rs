@@ -27,6 +27,9 @@ fn resp(t: &mut TapConfig) {
     t.timeouts.transfer = FAR;
 }
 
+/// Never before the timeout (20 ms less: the proxy's clock may start at its read, before
+/// the client's `start` after its write), which no load can bring forward; the 3 s of
+/// slack only has to stay below the `FAR` deadlines (30 s).
 fn assert_in_window(elapsed: Duration) {
     assert!(
         elapsed >= SHORT - Duration::from_millis(20),

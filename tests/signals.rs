@@ -85,6 +85,8 @@ fn drains_on(signal: libc::c_int) {
     );
     let status = proxy.process().exited().unwrap();
     assert!(status.success(), "{status:?}\n{}", proxy.log_tail());
+    // Relative to the drain's grace (10 s by default): the drain ended with the requests
+    // in flight (SLOW), not at the grace.
     assert!(signalled.elapsed() < Duration::from_secs(8));
     assert!(
         TcpStream::connect(addr).is_err(),

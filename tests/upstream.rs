@@ -89,6 +89,8 @@ fn cpu_per_request_of_a_known_upstream() {
     reset(&proxy);
     let before = up.truth();
     let wrk = run_wrk(&proxy.url("/"), 4, 4, 1);
+    // A floor on the sample, not a rate to reach: 2000 requests of 100 µs in 4 s are a
+    // twentieth of one core.
     assert!(wrk.requests > 2000, "too little load: {}", wrk.output);
     let after = up.truth();
     let (user, system, runq, n) = per_request(&proxy, "webdis");
@@ -102,6 +104,8 @@ fn cpu_per_request_of_a_known_upstream() {
         (user - truth).abs() <= 0.15 * truth,
         "user CPU per request {user:.1} µs, the burns cost {truth:.1} µs ± 15 %"
     );
+    // CPU time, which waiting for a CPU does not add to: the kernel's read and write of
+    // a request cost less than the 100 µs the burns do.
     assert!(
         system > 0.0 && system < truth,
         "system CPU per request {system:.1} µs"
@@ -252,6 +256,8 @@ fn profiling_finds_the_parser_share_of_a_known_upstream() {
     let share = by.get("http_parser").copied().unwrap_or(0) as f64 / total as f64;
     eprintln!("burn upstream profiled: {n} requests, {total} samples, http_parser {:.1} % (truth {:.1} %: {parser_us:.1} µs of {cpu_us:.1} µs), components {by:?}", share * 100.0, truth * 100.0);
     assert!(total > 1000, "too few samples: {u}");
+    // The samples tick on the upstream's CPU clock and the truth is its own CPU clock, so
+    // load stretches neither; 5 points is over three standard errors of 1000 samples.
     assert!(
         (share - truth).abs() <= 0.05,
         "http_parser share {share:.3}, true share {truth:.3}: {by:?}"
@@ -285,6 +291,7 @@ fn real_webdis_is_found_and_costs_cpu_per_request() {
     await_watched(&proxy, "webdis", webdis.process().pid());
     reset(&proxy);
     let wrk = run_wrk(&proxy.url("/GET/k"), 4, 20, 1);
+    // A floor on the sample, not a rate to reach: 250 answers a second from 20 connections.
     assert!(wrk.requests > 1000, "too little load: {}", wrk.output);
     let snap = snapshot(&proxy);
     let (u, _) = window(&snap, "webdis");
@@ -427,6 +434,7 @@ fn a_restarted_upstream_is_found_again_and_counters_never_go_backwards() {
     }
     let end = counters(&proxy);
     seen.push(end);
+    // A floor on the load, not a rate: 100 answers in over 4 s from two clients.
     assert!(answered.load(Ordering::Relaxed) > 100, "too little load");
     for pair in seen.windows(2) {
         for (a, b) in pair[0].iter().zip(&pair[1]) {
@@ -439,7 +447,8 @@ fn a_restarted_upstream_is_found_again_and_counters_never_go_backwards() {
         }
     }
     // No mixing: what was added since the restart is at most what the new process
-    // used in its whole life (plus one tick for rounding).
+    // used in its whole life, as /proc counts it (plus a tick each of user and system
+    // time for rounding): CPU time against CPU time, which load does not skew.
     let added = (end[0] + end[1]) - (at_restart[0] + at_restart[1]);
     let second_life = lifetime_cpu(second.pid());
     assert!(
@@ -605,6 +614,7 @@ fn call_stacks_credit_the_parser_with_the_helper_it_calls() {
         inclusive * 100.0,
         truth * 100.0,
     );
+    // Relative to the upstream's own CPU clock, as in `profiling_finds_the_parser_share…`.
     assert!(
         (inclusive - truth).abs() <= 0.04,
         "http_parser inclusive {inclusive:.3}, true share {truth:.3}"
