@@ -2,6 +2,7 @@
 //! calibration (tests/fixtures/burn-upstream.c): two identical ones are never `different`
 //! on the primary question; one that burns 5 % more CPU per request is to come out
 //! `different` (slower) in `total`'s mean within 28 s of load (not yet reached here).
+//! With `--until-mde` the duet runs until its mde reaches a target or `--max-duration` passes.
 
 mod support;
 
@@ -50,24 +51,27 @@ fn like(rate: &str, backend_us: u32) -> BurnUpstream {
 }
 
 fn duet(a: &BurnUpstream, b: &BurnUpstream) -> Value {
+    let out = bench(
+        a,
+        b,
+        &["--runs", "7", "--duration", "2s", "--format", "json"],
+    );
+    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("not JSON ({e})"))
+}
+
+/// `phasescope bench --design duet` of `a` against `b` with `extra`: its standard output.
+fn bench(a: &BurnUpstream, b: &BurnUpstream, extra: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args([
-            "bench",
-            "--design",
-            "duet",
-            "--runs",
-            "7",
-            "--duration",
-            "2s",
-        ])
-        .args(["--warmup", "1s", "--connections", "40", "--format", "json"])
+        .args(["bench", "--design", "duet"])
+        .args(["--warmup", "1s", "--connections", "40"])
+        .args(extra)
         .args(["--a", &a.addr().to_string(), "--b", &b.addr().to_string()])
         .env_remove("PHASESCOPE_CONFIG")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}: {err}", out.status);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {err}"))
+    out.stdout
 }
 
 fn total_mean(v: &Value) -> &Value {
@@ -112,4 +116,63 @@ fn identical_servers_are_never_different_in_a_duet() {
         }
     }
     println!("identical: {}", total_mean(&v));
+}
+
+/// `--until-mde` stops the duet once the primary rows can detect the target, well before
+/// `--max-duration`: a target of 30 % is reached in seconds even on a loaded machine
+/// (the duet's mde was 4.5 % after 28 s at load average 25).
+#[test]
+fn until_mde_stops_the_duet_once_the_target_is_reached() {
+    let _serial = serial();
+    let (a, rate) = calibrated(300);
+    let b = like(&rate, 300);
+    let out = bench(
+        &a,
+        &b,
+        &[
+            "--until-mde",
+            "30",
+            "--max-duration",
+            "60s",
+            "--format",
+            "json",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let until = &v["until_mde"];
+    assert_eq!(until["reached"], true, "{until:#}");
+    let mde = until["mde"].as_f64().unwrap();
+    assert!(mde <= 0.30, "{until:#}");
+    // The primary rows' mde in the comparison printed is the one the duet stopped on.
+    let largest = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["primary"] == true)
+        .map(|r| r["mde"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!((largest - mde).abs() < 1e-9, "rows {largest}, until {mde}");
+    let seconds = v["duration"].as_f64().unwrap();
+    assert!(
+        seconds < 60.0,
+        "the duet ran its whole --max-duration: {until:#}"
+    );
+    assert_eq!(until["seconds"].as_f64(), Some(seconds));
+}
+
+/// A target no duet of three seconds can reach ends at `--max-duration`, and the report
+/// says it was not reached and what was.
+#[test]
+fn until_mde_says_when_max_duration_came_first() {
+    let _serial = serial();
+    let (a, rate) = calibrated(300);
+    let b = like(&rate, 300);
+    let out = bench(&a, &b, &["--until-mde", "0.001", "--max-duration", "3s"]);
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.contains("until mde 0.0 %: not reached,")
+            && text.contains("when --max-duration 3 s passed"),
+        "{text}"
+    );
+    assert!(text.contains("3 s in windows of 0.25 s"), "{text}");
 }

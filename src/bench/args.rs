@@ -29,6 +29,15 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub window: Duration,
 
+    /// Duet: keep measuring windows until the smallest change the primary rows can detect
+    /// (their mde) is at most PCT %, or --max-duration passes; the report says which
+    #[arg(long = "until-mde", value_name = "PCT")]
+    pub until_mde: Option<f64>,
+
+    /// With --until-mde: the longest the duet loads both sides
+    #[arg(long = "max-duration", value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub max_duration: Duration,
+
     /// Runs per side, interleaved A B B A … (duet: as long in all, 2 × runs × duration)
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub runs: usize,

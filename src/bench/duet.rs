@@ -9,20 +9,48 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
+use serde::Serialize;
 use tokio::time::Instant;
 
 use super::order::Side;
 use super::{load, progress, validity, Bench, Measured, RunRecord};
 use crate::metrics::Snapshot;
+use crate::report::{compare, Comparison};
+
+/// With `--until-mde`, how often the windows so far are compared: often enough that the
+/// duet stops soon after the target is reached, rarely enough that the comparison (a
+/// bootstrap per row) costs little of the windows' time.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// What `--until-mde` came to.
+#[derive(Debug, Clone, Serialize)]
+pub struct UntilMde {
+    /// The target, a fraction.
+    pub target: f64,
+    /// The primary rows' largest mde when the duet ended (null: a row had none).
+    pub mde: Option<f64>,
+    /// Whether the target was reached (else `--max-duration` passed first).
+    pub reached: bool,
+    /// Seconds of measured windows.
+    pub seconds: f64,
+    pub max_duration: f64,
+}
 
 impl Bench<'_> {
-    /// How long the duet loads both sides: as long as the runs design would take.
+    /// How long the duet loads both sides: as long as the runs design would take, or with
+    /// `--until-mde` at most `--max-duration`.
     pub(super) fn duet_length(&self) -> Duration {
-        self.args.duration * u32::try_from(2 * self.args.runs).unwrap_or(u32::MAX)
+        match self.args.until_mde {
+            Some(_) => self.args.max_duration,
+            None => self.args.duration * u32::try_from(2 * self.args.runs).unwrap_or(u32::MAX),
+        }
     }
 
-    /// Both sides at once; the windows, each as both sides' snapshot.
-    pub(super) async fn duet(&self) -> anyhow::Result<(Vec<RunRecord>, Measured)> {
+    /// Both sides at once; the windows, each as both sides' snapshot, and what
+    /// `--until-mde` came to.
+    pub(super) async fn duet(
+        &self,
+    ) -> anyhow::Result<(Vec<RunRecord>, Measured, Option<UntilMde>)> {
         let args = self.args;
         ensure!(
             args.load.is_none(),
@@ -33,6 +61,12 @@ impl Bench<'_> {
             window >= Duration::from_millis(10),
             "--window must be at least 10ms"
         );
+        if let Some(pct) = args.until_mde {
+            ensure!(
+                pct > 0.0 && pct.is_finite(),
+                "--until-mde must be a positive percentage, not {pct}"
+            );
+        }
         let length = self.duet_length();
         let count = (length.as_secs_f64() / window.as_secs_f64()).floor() as usize;
         ensure!(
@@ -45,6 +79,7 @@ impl Bench<'_> {
         // One window more than measured: the first, while the connections open, is not.
         let plan = |side| self.plan(side, length + window, half);
         let counters = [(); 2].map(|()| Arc::new(load::Counters::default()));
+        let stop = counters.clone();
         let (a_plan, b_plan) = (plan(Side::A), plan(Side::B));
         let (a_addr, b_addr, threads) = (self.a_addr, self.b_addr, args.threads);
         let generated = tokio::task::spawn_blocking(move || {
@@ -56,7 +91,15 @@ impl Bench<'_> {
                 threads,
             )
         });
-        let (generated, windows) = tokio::join!(generated, self.windows(count, window));
+        let measure = async {
+            let (windows, until) = self.windows(count, window).await;
+            // Reached early, or the last window taken: the load ends with the windows.
+            for c in &stop {
+                c.stop();
+            }
+            (windows, until)
+        };
+        let (generated, (windows, until)) = tokio::join!(generated, measure);
         let [a, b] = generated.context("the load generator")??;
         let whole = Snapshot::merged(&windows)
             .ok_or_else(|| anyhow::anyhow!("the duet measured no window"))?;
@@ -80,21 +123,61 @@ impl Bench<'_> {
             measured.push(Side::A, snap.clone(), name.clone());
             measured.push(Side::B, snap, name);
         }
-        Ok((runs, measured))
+        Ok((runs, measured, until))
     }
 
-    /// `count` consecutive windows of `window` after one unmeasured: each the snapshot
-    /// since the reset that began it.
-    async fn windows(&self, count: usize, window: Duration) -> Vec<Snapshot> {
+    /// Up to `count` consecutive windows of `window` after one unmeasured: each the
+    /// snapshot since the reset that began it. With `--until-mde`, fewer once the windows
+    /// so far reach the target.
+    async fn windows(&self, count: usize, window: Duration) -> (Vec<Snapshot>, Option<UntilMde>) {
+        let target = self.args.until_mde.map(|pct| pct / 100.0);
+        let check_every = (CHECK_EVERY.as_secs_f64() / window.as_secs_f64()).ceil() as usize;
         let start = Instant::now() + window;
         tokio::time::sleep_until(start).await;
         self.registry.reset();
         let mut out = Vec::with_capacity(count);
+        let mut mde = None;
         for i in 1..=count {
             tokio::time::sleep_until(start + window * u32::try_from(i).unwrap_or(u32::MAX)).await;
             out.push(self.registry.snapshot());
             self.registry.reset();
+            let Some(target) = target else { continue };
+            if i >= super::MIN_WINDOWS && (i % check_every.max(1) == 0 || i == count) {
+                mde = self.primary_mde(&out);
+                if mde.is_some_and(|m| m <= target) {
+                    break;
+                }
+            }
         }
-        out
+        let until = target.map(|target| UntilMde {
+            target,
+            mde,
+            reached: mde.is_some_and(|m| m <= target),
+            seconds: window.as_secs_f64() * out.len() as f64,
+            max_duration: self.args.max_duration.as_secs_f64(),
+        });
+        (out, until)
     }
+
+    /// The largest mde of the primary rows of the windows so far, as the verdict would
+    /// compare them; `None` while a primary row has none (too few windows with its series).
+    fn primary_mde(&self, windows: &[Snapshot]) -> Option<f64> {
+        let names: Vec<String> = (1..=windows.len()).map(|i| format!("window-{i}")).collect();
+        let c = compare(
+            windows,
+            windows,
+            names.clone(),
+            names,
+            &self.compare_options(),
+        )
+        .ok()?;
+        largest_primary_mde(&c)
+    }
+}
+
+/// The largest mde among `c`'s primary rows; `None` if there is none or a row has none.
+fn largest_primary_mde(c: &Comparison) -> Option<f64> {
+    let mut rows = c.rows.iter().filter(|r| r.primary).peekable();
+    rows.peek()?;
+    rows.try_fold(0.0_f64, |most, r| Some(most.max(r.mde?)))
 }

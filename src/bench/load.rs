@@ -12,7 +12,7 @@
 //! the shared atomics every few requests. Nothing is allocated per request.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,11 +39,24 @@ pub struct Plan {
     pub requests: Arc<Vec<Vec<u8>>>,
 }
 
-/// Live counts, for the progress line.
+/// Live counts, for the progress line, and the flag that ends a plan before its
+/// duration (a duet that reached its `--until-mde`).
 #[derive(Debug, Default)]
 pub struct Counters {
     pub requests: AtomicU64,
     pub errors: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Counters {
+    /// Every connection of the plan ends after the exchange it is in.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
 }
 
 /// What one run of the generator did.
@@ -265,7 +278,7 @@ async fn connection(
     let mut next = id;
     let mut unflushed = 0u64;
     let mut due = schedule.map(|(first, _)| first);
-    'connect: while Instant::now() < deadline {
+    'connect: while Instant::now() < deadline && !counters.stopped() {
         let mut conn = match Conn::connect(target).await {
             Ok(c) => c,
             Err(_) => {
@@ -276,6 +289,9 @@ async fn connection(
             }
         };
         loop {
+            if counters.stopped() {
+                break 'connect;
+            }
             if let Some(at) = due {
                 if at >= deadline {
                     break 'connect;

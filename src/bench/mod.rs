@@ -29,6 +29,7 @@ use crate::metrics::{Registry, Snapshot};
 use crate::report::{compare, CompareOptions};
 
 pub use args::{BenchArgs, Design};
+pub use duet::UntilMde;
 pub use report::{BenchReport, RunRecord};
 
 /// A duet has at least this many windows.
@@ -252,10 +253,10 @@ impl Bench<'_> {
         Ok((runs, measured))
     }
 
-    /// The verdict on what was measured, unless a side failed too often.
-    fn verdict(&self, runs: Vec<RunRecord>, m: Measured) -> anyhow::Result<BenchReport> {
+    /// How the bench compares A and B: tap `a` against tap `b`, paired for a duet.
+    fn compare_options(&self) -> CompareOptions {
         let args = self.args;
-        let opts = CompareOptions {
+        CompareOptions {
             alpha: args.alpha,
             threshold: args.threshold / 100.0,
             detect: args.detect / 100.0,
@@ -263,7 +264,18 @@ impl Bench<'_> {
             vs_tap: Some("b".to_owned()),
             paired: args.design == Design::Duet,
             ..CompareOptions::default()
-        };
+        }
+    }
+
+    /// The verdict on what was measured, unless a side failed too often.
+    fn verdict(
+        &self,
+        runs: Vec<RunRecord>,
+        m: Measured,
+        until_mde: Option<duet::UntilMde>,
+    ) -> anyhow::Result<BenchReport> {
+        let args = self.args;
+        let opts = self.compare_options();
         let validity = validity::sides(&runs);
         let refused = validity::refusal(&validity);
         let comparison = match refused {
@@ -292,10 +304,12 @@ impl Bench<'_> {
             design: args.design,
             window: (args.design == Design::Duet).then_some(args.window.as_secs_f64()),
             connections: args.connections,
-            duration: match args.design {
-                Design::Runs => args.duration.as_secs_f64(),
-                Design::Duet => self.duet_length().as_secs_f64(),
+            duration: match (&until_mde, args.design) {
+                (Some(until), _) => until.seconds,
+                (None, Design::Runs) => args.duration.as_secs_f64(),
+                (None, Design::Duet) => self.duet_length().as_secs_f64(),
             },
+            until_mde,
             rate: args.rate,
             load: args.load.clone().unwrap_or_else(|| {
                 if args.rate.is_some() {
@@ -315,11 +329,18 @@ impl Bench<'_> {
 
 async fn experiment(bench: &Bench<'_>) -> anyhow::Result<BenchReport> {
     bench.warm_up().await?;
-    let (runs, measured) = match bench.args.design {
-        Design::Runs => bench.interleaved_runs().await?,
+    let (runs, measured, until) = match bench.args.design {
+        Design::Runs => {
+            anyhow::ensure!(
+                bench.args.until_mde.is_none(),
+                "--until-mde adds paired windows: use it with --design duet"
+            );
+            let (runs, measured) = bench.interleaved_runs().await?;
+            (runs, measured, None)
+        }
         Design::Duet => bench.duet().await?,
     };
-    bench.verdict(runs, measured)
+    bench.verdict(runs, measured, until)
 }
 
 /// The snapshot once the proxy has recorded every exchange the generator saw answered

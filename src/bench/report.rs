@@ -74,8 +74,12 @@ pub struct BenchReport {
     pub window: Option<f64>,
     /// Client connections: of each run (runs), or of both sides together, half each (duet).
     pub connections: usize,
-    /// Seconds per run (runs), or of the whole duet.
+    /// Seconds per run (runs), or of the whole duet (its measured windows with
+    /// `--until-mde`).
     pub duration: f64,
+    /// With `--until-mde`: the target, the mde reached, and whether it was reached
+    /// before `--max-duration`; null without it.
+    pub until_mde: Option<super::duet::UntilMde>,
     pub rate: Option<f64>,
     /// `closed loop`, `open loop`, or the external command.
     pub load: String,
@@ -142,6 +146,9 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
             s.attempts
         );
     }
+    if let Some(u) = &r.until_mde {
+        let _ = writeln!(out, "  {}", until_line(u));
+    }
     let _ = writeln!(out);
     match (&r.comparison, &r.refused) {
         (Some(c), _) => out.push_str(&compare_table::render(c, format, false)?),
@@ -154,4 +161,23 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
         let _ = writeln!(out, "\nrerun the comparison: {cmd}");
     }
     Ok(out)
+}
+
+/// `--until-mde`'s outcome in words.
+fn until_line(u: &super::duet::UntilMde) -> String {
+    let pct = |x: f64| format!("{:.1} %", x * 100.0);
+    let got = u.mde.map_or_else(|| "no mde yet".to_owned(), pct);
+    if u.reached {
+        format!(
+            "until mde {}: reached, {got} after {:.1} s",
+            pct(u.target),
+            u.seconds
+        )
+    } else {
+        format!(
+            "until mde {}: not reached, {got} when --max-duration {} s passed",
+            pct(u.target),
+            u.max_duration
+        )
+    }
 }
