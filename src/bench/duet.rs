@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::order::Side;
 use super::{load, progress, validity, Bench, Measured, RunRecord};
 use crate::metrics::Snapshot;
-use crate::report::{compare, Comparison};
+use crate::report::{compare, CompareOptions, Comparison};
 
 /// With `--until-mde`, how often the windows so far are compared: often enough that the
 /// duet stops soon after the target is reached, rarely enough that the comparison (a
@@ -129,6 +129,14 @@ impl Bench<'_> {
     /// Up to `count` consecutive windows of `window` after one unmeasured: each the
     /// snapshot since the reset that began it. With `--until-mde`, fewer once the windows
     /// so far reach the target.
+    ///
+    /// The check runs on a thread of its own while the windows go on being taken on
+    /// time (a comparison of hundreds of windows takes longer than one window: done in
+    /// line, it delayed the next snapshots, which then held almost nothing). Checks are
+    /// spaced by [`CHECK_EVERY`] and by a tenth more windows each, so their cost grows
+    /// with the windows only as a logarithm. When one says reached, the windows taken
+    /// after the ones it saw are left out: the duet stops where the rule was met, and the
+    /// verdict's mde is the one the rule saw.
     async fn windows(&self, count: usize, window: Duration) -> (Vec<Snapshot>, Option<UntilMde>) {
         let target = self.args.until_mde.map(|pct| pct / 100.0);
         let check_every = (CHECK_EVERY.as_secs_f64() / window.as_secs_f64()).ceil() as usize;
@@ -137,17 +145,38 @@ impl Bench<'_> {
         self.registry.reset();
         let mut out = Vec::with_capacity(count);
         let mut mde = None;
+        let mut checking: Option<(usize, tokio::task::JoinHandle<Option<f64>>)> = None;
+        let mut checked = 0;
         for i in 1..=count {
             tokio::time::sleep_until(start + window * u32::try_from(i).unwrap_or(u32::MAX)).await;
             out.push(self.registry.snapshot());
             self.registry.reset();
             let Some(target) = target else { continue };
-            if i >= super::MIN_WINDOWS && (i % check_every.max(1) == 0 || i == count) {
-                mde = self.primary_mde(&out);
+            if let Some((seen, handle)) = checking.take_if(|(_, h)| h.is_finished()) {
+                mde = handle.await.ok().flatten();
                 if mde.is_some_and(|m| m <= target) {
+                    out.truncate(seen);
                     break;
                 }
             }
+            let due = i >= super::MIN_WINDOWS
+                && i >= checked + check_every.max(1)
+                && i >= checked + checked / 10;
+            if checking.is_none() && due && i < count {
+                checked = i;
+                let (windows, options) = (out.clone(), self.compare_options());
+                checking = Some((
+                    i,
+                    tokio::task::spawn_blocking(move || primary_mde(&windows, &options)),
+                ));
+            }
+        }
+        if let Some((_, handle)) = checking {
+            handle.abort();
+        }
+        if target.is_some() && !mde.is_some_and(|m| target.is_some_and(|t| m <= t)) {
+            // Max duration: the last word is the comparison of every window.
+            mde = primary_mde(&out, &self.compare_options());
         }
         let until = target.map(|target| UntilMde {
             target,
@@ -158,21 +187,14 @@ impl Bench<'_> {
         });
         (out, until)
     }
+}
 
-    /// The largest mde of the primary rows of the windows so far, as the verdict would
-    /// compare them; `None` while a primary row has none (too few windows with its series).
-    fn primary_mde(&self, windows: &[Snapshot]) -> Option<f64> {
-        let names: Vec<String> = (1..=windows.len()).map(|i| format!("window-{i}")).collect();
-        let c = compare(
-            windows,
-            windows,
-            names.clone(),
-            names,
-            &self.compare_options(),
-        )
-        .ok()?;
-        largest_primary_mde(&c)
-    }
+/// The largest mde of the primary rows of these windows, as the verdict compares them;
+/// `None` while a primary row has none (too few windows with its series).
+fn primary_mde(windows: &[Snapshot], options: &CompareOptions) -> Option<f64> {
+    let names: Vec<String> = (1..=windows.len()).map(|i| format!("window-{i}")).collect();
+    let c = compare(windows, windows, names.clone(), names, options).ok()?;
+    largest_primary_mde(&c)
 }
 
 /// The largest mde among `c`'s primary rows; `None` if there is none or a row has none.
