@@ -176,3 +176,56 @@ fn until_mde_says_when_max_duration_came_first() {
     );
     assert!(text.contains("3 s in windows of 0.25 s"), "{text}");
 }
+
+/// The bench watches both servers' processes: its note sets their CPU per request side
+/// by side. Against each server's own measurement of its burns (its threads' CPU clocks
+/// around each call, `/__truth`, over the whole bench with its warm-up): the figure is at
+/// least the burn and at most the burn plus what a request costs besides (reading,
+/// writing: tens of µs). Thread CPU time against thread CPU time: load does not move it.
+#[test]
+fn a_duet_sets_both_servers_cpu_per_request_side_by_side() {
+    let _serial = serial();
+    let (a, rate) = calibrated(300);
+    let b = like(&rate, 600);
+    let before = [a.truth(), b.truth()];
+    let out = bench(
+        &a,
+        &b,
+        &["--runs", "2", "--duration", "2s", "--format", "json"],
+    );
+    let truth: Vec<f64> = [(&a, before[0]), (&b, before[1])]
+        .into_iter()
+        .map(|(up, before)| {
+            let after = up.truth();
+            let ns = (after.parser_ns + after.backend_ns) - (before.parser_ns + before.backend_ns);
+            ns as f64 / 1e3 / (after.requests - before.requests).max(1) as f64
+        })
+        .collect();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    let note = notes
+        .iter()
+        .find(|n| n.starts_with("inside the upstream of tap a "))
+        .unwrap_or_else(|| panic!("no note on the servers' CPU: {notes:#?}"));
+    let figures = note
+        .split("CPU per request ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next())
+        .unwrap_or_else(|| panic!("{note}"));
+    let (x, y) = figures
+        .split_once(" → ")
+        .unwrap_or_else(|| panic!("{note}"));
+    let us = |s: &str| s.trim_end_matches(" µs").parse::<f64>().unwrap();
+    println!("{note}\nthe servers' own burns: {truth:?} µs a request");
+    for (side, measured, burn) in [("A", us(x), truth[0]), ("B", us(y), truth[1])] {
+        assert!(
+            measured >= 0.95 * burn && measured <= burn + 100.0,
+            "{side}: {measured} µs a request, its burns {burn:.1} µs: {note}"
+        );
+    }
+}

@@ -623,3 +623,61 @@ fn an_exchange_relayed_counts_what_the_separate_calls_count() {
     assert_eq!(heads("one")["count"], 42, "{snap}");
     assert_eq!(heads("one"), heads("many"));
 }
+
+/// Windows cut while four threads record: every exchange is in exactly one window, and
+/// every error. A snapshot followed by a reset lost what was recorded between the two
+/// (on a loaded machine, half of a duet bench's 250 ms windows).
+#[test]
+fn cut_windows_lose_nothing_recorded_meanwhile() {
+    const THREADS: u64 = 4;
+    const PER_THREAD: u64 = 50_000;
+    let reg = registry();
+    let cfg = tap("t", Protocol::Http, RouteRule::None);
+    let routes = Arc::new(RouteTable::new(&cfg).unwrap());
+    let all = routes.resolve(b"GET", b"/");
+    let m = reg.tap(&cfg, Arc::clone(&routes)).unwrap();
+    reg.reset();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let mut windows: Vec<Snapshot> = Vec::new();
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            let (m, done) = (&m, &done);
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    let p = phases(&[(Phase::Total, 1_000 + i % 100)]);
+                    m.exchange(&exchange(all, "GET", 200, p));
+                    if i % 1000 == 0 {
+                        m.error(ErrorKind::UpstreamReset);
+                    }
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        while done.load(std::sync::atomic::Ordering::SeqCst) < THREADS {
+            windows.push(reg.cut().0);
+        }
+    });
+    windows.push(reg.cut().0);
+    assert!(
+        windows.len() > 2,
+        "the threads finished before a second cut"
+    );
+    let (mut exchanges, mut errors) = (0, 0);
+    for w in &windows {
+        let t = &w.taps["t"];
+        exchanges += t.phases.get("total").map_or(0, |r| r["all"].count);
+        errors += t.errors.get("upstream_reset").copied().unwrap_or(0);
+    }
+    assert_eq!(
+        exchanges,
+        THREADS * PER_THREAD,
+        "over {} windows",
+        windows.len()
+    );
+    assert_eq!(
+        errors,
+        THREADS * PER_THREAD / 1000,
+        "over {} windows",
+        windows.len()
+    );
+}

@@ -94,6 +94,12 @@ pub struct BenchArgs {
     #[arg(long = "b-resp", value_name = "LISTEN=REDIS", value_parser = RespTap::parse)]
     pub b_resp: Option<RespTap>,
 
+    /// Also sample where each server's CPU goes (perf events; the permissions of
+    /// `run --profile-upstream`), so that the comparison's note gives the HTTP parser's
+    /// share of each side's CPU beside their CPU per request
+    #[arg(long = "profile-upstream")]
+    pub profile_upstream: bool,
+
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,

@@ -149,8 +149,9 @@ impl Bench<'_> {
         let mut checked = 0;
         for i in 1..=count {
             tokio::time::sleep_until(start + window * u32::try_from(i).unwrap_or(u32::MAX)).await;
-            out.push(self.registry.snapshot());
-            self.registry.reset();
+            // One cut, not a snapshot then a reset: what was recorded between the two
+            // fell in no window.
+            out.push(self.registry.cut().0);
             let Some(target) = target else { continue };
             if let Some((seen, handle)) = checking.take_if(|(_, h)| h.is_finished()) {
                 mde = handle.await.ok().flatten();

@@ -98,8 +98,17 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             })?;
         }
     }
+    for tap in config.taps.iter_mut().take(2) {
+        tap.process.profile = args.profile_upstream;
+        // A duet's windows are short: read the servers' threads once a window, so that
+        // each window's CPU is its own (a read covers the time since the last).
+        if args.design == Design::Duet {
+            tap.process.interval = args.window.max(Duration::from_millis(100));
+        }
+    }
     let registry = Registry::new(&config.metrics)?;
     let taps = crate::app::start(&config, &registry).await?;
+    let _watchers = watch_servers(&config, &registry);
     let mut listen = Vec::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -435,6 +444,25 @@ fn bench_config(a: &str, b: &str) -> anyhow::Result<Config> {
     config.log.slow_log = None;
     config.shutdown_grace = GRACE;
     Ok(config)
+}
+
+/// Watchers of the two servers' processes (taps `a` and `b`; found by the port they
+/// listen on), so that each snapshot carries their CPU and the comparison's note sets
+/// CPU per request side by side. A server that is not found (not on this host, or no
+/// permission to read its /proc) is a log line: the bench measures as before.
+fn watch_servers(config: &Config, registry: &Registry) -> Vec<crate::upstream::Watcher> {
+    config
+        .taps
+        .iter()
+        .take(2)
+        .filter_map(|tap| match crate::app::watch_upstream(tap, registry) {
+            Ok(found) => found.map(|(watcher, _)| watcher),
+            Err(e) => {
+                tracing::warn!(tap = %tap.name, "{e:#}; no CPU figures for this server");
+                None
+            }
+        })
+        .collect()
 }
 
 /// A RESP tap `FRONT_resp` on `resp.listen` in front of `resp.redis`, correlated with the

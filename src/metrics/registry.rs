@@ -207,7 +207,21 @@ impl Registry {
 
     /// Exact percentiles of every series since the last reset, with the histograms.
     pub fn snapshot(&self) -> Snapshot {
-        let since = lock(&self.since);
+        self.take(false).0
+    }
+
+    /// The snapshot since the last reset, and a reset on the very counts it was made of
+    /// (returning when the new window began): consecutive windows of a duet bench, in
+    /// which every exchange and every CPU second of the upstream falls in exactly one
+    /// window. A `snapshot` then a `reset` lost what was recorded between them: on a
+    /// loaded machine, up to half of a 250 ms window's exchanges, and another share of
+    /// the upstream's CPU, which biased its CPU per request.
+    pub fn cut(&self) -> (Snapshot, SystemTime) {
+        self.take(true)
+    }
+
+    fn take(&self, cut: bool) -> (Snapshot, SystemTime) {
+        let mut since = lock(&self.since);
         let taps = if self.enabled {
             self.taps()
         } else {
@@ -219,12 +233,21 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let baseline = lock(&self.error_baseline).clone();
+        let mut next_baseline = Vec::new();
         let upstreams = self.upstreams();
         let inputs = taps
             .iter()
             .enumerate()
             .map(|(registered, t)| {
-                let counts = t.collect(Collect::WithHdr);
+                let (counts, series) = if cut {
+                    let (counts, series) = t.cut();
+                    next_baseline.push((t.name().to_owned(), counts.errors, counts.heads));
+                    (counts, series)
+                } else {
+                    let counts = t.collect(Collect::WithHdr);
+                    let series = t.hdr_series(&counts);
+                    (counts, series)
+                };
                 let (at_reset, heads_at_reset) = baseline
                     .iter()
                     .find(|(name, _, _)| name == t.name())
@@ -246,18 +269,33 @@ impl Registry {
                     position: u32::try_from(position).unwrap_or(u32::MAX),
                     window_errors,
                     window_heads,
-                    series: t.hdr_series(&counts),
+                    series,
                     counts,
-                    upstream: upstreams
-                        .iter()
-                        .find(|u| u.tap() == t.name())
-                        .map(|u| u.snapshot()),
+                    upstream: upstreams.iter().find(|u| u.tap() == t.name()).map(|u| {
+                        if cut {
+                            u.cut()
+                        } else {
+                            u.snapshot()
+                        }
+                    }),
                 }
             })
             .collect();
         let at = *since;
+        if cut {
+            *lock(&self.error_baseline) = next_baseline;
+            // An upstream without a tap of its own (none today) still starts afresh.
+            for u in upstreams
+                .iter()
+                .filter(|u| !taps.iter().any(|t| t.name() == u.tap()))
+            {
+                u.reset();
+            }
+            *since = SystemTime::now();
+        }
+        let began = *since;
         drop(since);
-        snapshot::build(inputs, at, self.enabled)
+        (snapshot::build(inputs, at, self.enabled), began)
     }
 
     /// Empties the HDR copies behind [`snapshot`](Self::snapshot). The Prometheus counters

@@ -257,13 +257,27 @@ impl TapMetrics {
     /// exchange recorded while this runs may land on either side.
     pub(crate) fn reset_hdr(&self) {
         let counts = self.collect(Collect::Reset);
+        self.rebaseline(&counts);
+    }
+
+    /// The window since the last reset and a reset on the same counts (collected
+    /// [`Collect::Reset`]): an exchange recorded meanwhile is in this window or the next,
+    /// never lost between a snapshot's collect and a reset's.
+    pub(crate) fn cut(&self) -> (TapCounts, Vec<(RouteId, Phase, HdrSeries)>) {
+        let counts = self.collect(Collect::Reset);
+        let series = self.hdr_series(&counts);
+        self.rebaseline(&counts);
+        (counts, series)
+    }
+
+    fn rebaseline(&self, counts: &TapCounts) {
         let mut baseline = lock(&self.baseline);
-        for (key, s) in counts.series {
-            if let Some(hist) = s.hdr {
+        for (&key, s) in &counts.series {
+            if let Some(hist) = &s.hdr {
                 baseline.insert(
                     key,
                     Baseline {
-                        hist,
+                        hist: hist.clone(),
                         sum_ns: s.sum_ns,
                     },
                 );

@@ -181,14 +181,19 @@ fn trim(f: f64) -> String {
     }
 }
 
-/// One side of a compare: the tap's upstream merged over the side's snapshots, with the
-/// requests (the `total` count) and mean `total` of the same windows.
+/// One side of a compare: the tap's upstream merged over the side's snapshots that have
+/// it, with the requests (the `total` count) and mean `total` of the same windows (a
+/// bench's first windows may come before its watcher found the process).
 fn side(runs: &[crate::metrics::Snapshot], tap: &str) -> Option<Inside> {
     let mut merged: Option<UpstreamSnapshot> = None;
     let (mut requests, mut total_sum) = (0u64, 0.0);
     for snap in runs {
-        let t = snap.taps.get(tap)?;
-        let u = t.upstream.as_ref()?;
+        let Some(t) = snap.taps.get(tap) else {
+            continue;
+        };
+        let Some(u) = t.upstream.as_ref() else {
+            continue;
+        };
         merged = Some(match merged {
             Some(acc) => crate::upstream::snapshot::merge(acc, u),
             None => u.clone(),
@@ -209,6 +214,7 @@ pub fn compare_notes(
     a: &[crate::metrics::Snapshot],
     b: &[crate::metrics::Snapshot],
 ) -> Vec<String> {
+    // A bench's B tap comes here renamed as A's (`selection::select`): one tap name.
     let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
     let mut out = Vec::new();
     for tap in taps {

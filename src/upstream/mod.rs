@@ -120,6 +120,21 @@ impl Upstream {
     pub fn reset(&self) {
         let mut s = lock(&self.state);
         let _ = s.accountant.read();
+        Self::restart_window(&mut s);
+    }
+
+    /// The snapshot since the last reset and a reset at the same read: what the process
+    /// did falls in exactly one of two consecutive windows (a snapshot then a reset read
+    /// twice, and what ran between the reads fell in neither).
+    pub fn cut(&self) -> UpstreamSnapshot {
+        let mut s = lock(&self.state);
+        let _ = s.accountant.read();
+        let snap = self.window_snapshot(&s);
+        Self::restart_window(&mut s);
+        snap
+    }
+
+    fn restart_window(s: &mut State) {
         s.baseline = s.accountant.totals();
         if let Some(samples) = &mut s.samples {
             samples.window.clear();
@@ -205,6 +220,11 @@ impl Upstream {
     pub fn snapshot(&self) -> UpstreamSnapshot {
         let mut s = lock(&self.state);
         let _ = s.accountant.read();
+        self.window_snapshot(&s)
+    }
+
+    /// The window since the last reset, as the last read left the counters.
+    fn window_snapshot(&self, s: &State) -> UpstreamSnapshot {
         let window = s.accountant.totals().since(&s.baseline);
         let mut snap = UpstreamSnapshot::new(window, s.accountant.process(), self.interval);
         if let Some(samples) = &s.samples {
