@@ -11,8 +11,8 @@ use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::connection::HttpConnection;
-use super::resp_connection::RespConnection;
+use super::http::HttpConnection;
+use super::resp::RespConnection;
 use super::workers::Workers;
 use super::TapContext;
 use crate::config::Protocol;
