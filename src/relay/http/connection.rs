@@ -569,11 +569,10 @@ impl HttpConnection {
         response_bytes: u64,
     ) {
         let rec = &self.tap.recorder;
-        let mut phases = ex.phases();
+        // The correlator only found the backend command; its instants become phases with
+        // the relay's own, in the exchange.
+        let phases = ex.phases_with(self.corr.key.and(self.corr.found.as_ref()));
         if self.corr.key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
-            if let Some(redis) = &self.corr.found {
-                correlate::decompose(&mut phases, ex.t_sent, ex.t_resp_first, redis);
-            }
             rec.correlated(self.corr.found.is_some());
         }
         let record = ExchangeRecord {
