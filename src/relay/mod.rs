@@ -1,13 +1,15 @@
 //! The relay: a listener per tap, a task per client connection, the exchange timeline.
 
 // The layer both protocols share: buffers and the pages under them, reads, the one timer,
-// shutdown, the failure type, the exchange timeline, the listener and the workers.
+// shutdown, the failure type, the exchange timeline, the listener and the workers, and
+// which protocol's connection serves a client.
 mod buffer;
 pub mod exchange;
 mod failure;
 mod io;
 mod listener;
 mod pages;
+mod protocol;
 mod stop;
 mod timer;
 mod workers;
