@@ -29,7 +29,7 @@ PARTS = [
     # Finding message boundaries: request and response heads, bodies, RESP.
     ("framing", re.compile(
         r"phasescope::http1::|phasescope::resp::|httparse::|"
-        r"phasescope::relay::next::|ResponseProgress::frame|phasescope::relay::connection::HttpConnection::route")),
+        r"phasescope::relay::http::next::|ResponseProgress::frame|phasescope::relay::http::connection::HttpConnection::route")),
     # Taking instants and turning them into phases.
     ("timeline", re.compile(r"phasescope::clock::|quanta::|phasescope::relay::exchange::|phasescope::phase::")),
     # Handing the exchange to the recorders: metrics, HDR, access log.
@@ -97,7 +97,7 @@ def parse(path):
 
 
 # A thread that ran this served connections.
-WORKER = re.compile(r"phasescope::relay::(connection|resp_connection)::")
+WORKER = re.compile(r"phasescope::relay::(http::connection|resp)::")
 
 
 def parse_all(paths, workers_only):

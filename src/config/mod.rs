@@ -5,6 +5,7 @@ mod error;
 mod load;
 mod locate;
 mod overrides;
+mod protocol;
 mod resolve;
 mod validate;
 
@@ -22,6 +23,7 @@ pub use overrides::{
     config_path_from_env, parse_bool, parse_duration, Key, Override, Overrides, DEFAULT_TAP_NAME,
     ENV_CONFIG,
 };
+pub use protocol::Protocol;
 pub use resolve::{choose_origin, ConfigOrigin, DEFAULT_CONFIG_PATH};
 pub use validate::{
     check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, DEFAULT_STACK_BYTES,
@@ -81,13 +83,6 @@ impl Default for AdminConfig {
             max_scrapes: defaults::admin_max_scrapes(),
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    Http,
-    Resp,
 }
 
 /// One listener, one upstream, one protocol.
@@ -314,35 +309,6 @@ impl Default for MetricsConfig {
     }
 }
 
-impl Protocol {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Http => "http",
-            Protocol::Resp => "resp",
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Protocol {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "http" => Ok(Protocol::Http),
-            "resp" => Ok(Protocol::Resp),
-            other => Err(format!(
-                "{other:?} is not a protocol; use \"http\" or \"resp\""
-            )),
-        }
-    }
-}
-
 impl LogFormat {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -425,7 +391,7 @@ impl<'a> From<&'a TapConfig> for crate::routes::RouteSpec<'a> {
     fn from(tap: &'a TapConfig) -> Self {
         Self {
             tap: &tap.name,
-            by_command: tap.protocol == Protocol::Resp,
+            by_command: tap.protocol.routes_by_command(),
             rule: tap.routes,
             segments: tap.route_segments,
             max_routes: tap.max_routes,

@@ -2,9 +2,10 @@
 //!
 //! With an HTTP tap in front of Webdis and a RESP tap between Webdis and Redis, each HTTP
 //! request `/CMD/a/b` makes Webdis send `CMD a b` to Redis. The RESP tap reports every
-//! command it sees with its instants; the HTTP tap, when its exchange completes, takes the
-//! first pending report of the same command inside its own wait, and splits its
-//! `upstream_wait` (t_sent → t_resp_first) at the two RESP instants:
+//! command it sees with its instants; the HTTP tap, as its response begins, takes the
+//! first pending report of the same command inside its own wait, and hands its instants
+//! to the exchange, whose `phases_with` (`relay::exchange`, the one place instants become
+//! phases) splits the `upstream_wait` (t_sent → t_resp_first) at the two RESP instants:
 //!
 //! ```text
 //!  HTTP t_sent ──backend_in──► RESP t_sent ──backend──► RESP t_resp_first ──backend_out──► HTTP t_resp_first
@@ -25,7 +26,6 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use crate::clock::{self, nanos_between, Tick};
-use crate::phase::{Phase, Phases};
 
 /// Reports older than this are dropped unmatched (Webdis's own commands, other clients').
 const WINDOW_NS: u64 = 10_000_000_000;
@@ -103,32 +103,12 @@ impl Correlator {
     }
 }
 
-/// Adds `backend_in`, `backend` and `backend_out` for a request sent at `t_sent` whose
-/// response began at `t_resp_first`, given its Redis command. The three always add up to
-/// the request's `upstream_wait`: for a true pair they are the three spans between the
-/// four instants; for a swapped pair (see [`Correlator::take`]) Redis's span is kept and
-/// what would fall outside the wait is taken from `backend_in`, then `backend_out`.
-pub fn decompose(phases: &mut Phases, t_sent: Tick, t_resp_first: Tick, redis: &Seen) {
-    let wait = nanos_between(t_sent, t_resp_first);
-    let backend = nanos_between(redis.t_sent, redis.t_reply).min(wait);
-    let backend_in = nanos_between(t_sent, redis.t_sent).min(wait - backend);
-    phases.set(Phase::BackendIn, backend_in);
-    phases.set(Phase::Backend, backend);
-    // Inside `backend`: the command queued behind earlier replies (Webdis pipelines on its
-    // pooled connections), so that "Redis queue" and "Redis" add up to `backend`.
-    phases.set(
-        Phase::BackendQueue,
-        nanos_between(redis.t_sent, redis.t_wait_from).min(backend),
-    );
-    phases.set(Phase::BackendOut, wait - backend - backend_in);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn first_pending_match_inside_the_window_wins_and_sums_are_exact() {
+    fn first_pending_match_inside_the_window_wins() {
         let c = Correlator::new();
         let base = clock::now();
         let t = |n: u64| base + n;
@@ -158,19 +138,7 @@ mod tests {
         assert_eq!(first.t_sent, t(10));
         assert_eq!(c.take(1, t(0), t(100)), None);
         assert_eq!(c.pending_len(), 1);
-
-        let mut p = Phases::default();
-        decompose(&mut p, t(5), t(22), &first);
-        let sum: u64 = [Phase::BackendIn, Phase::Backend, Phase::BackendOut]
-            .iter()
-            .map(|&ph| p.get(ph).unwrap())
-            .sum();
-        assert_eq!(sum, nanos_between(t(5), t(22)));
-        // The command waited 4 ticks behind an earlier reply: that much of `backend`.
-        assert_eq!(
-            p.get(Phase::BackendQueue),
-            Some(nanos_between(t(10), t(14)))
-        );
-        assert!(p.get(Phase::BackendQueue) <= p.get(Phase::Backend));
+        // How the match's instants split the request's wait: `relay::exchange`'s
+        // `a_matched_backend_command_splits_the_wait_exactly`.
     }
 }

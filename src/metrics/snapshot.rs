@@ -11,7 +11,6 @@ use anyhow::{ensure, Context};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Protocol;
 use crate::metrics::hdr::{HdrSeries, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
 use crate::metrics::shard::HeadShapes;
 use crate::metrics::tap::{TapCounts, TapMetrics, DIRECTIONS, SIDES};
@@ -342,21 +341,19 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                 unmatched: c.correlations[1],
             },
         };
-        let protocol = match input.tap.protocol() {
-            Protocol::Http => "http",
-            Protocol::Resp => "resp",
-        };
+        let protocol = input.tap.protocol();
         out.insert(
             input.tap.name().to_owned(),
             TapSnapshot {
-                protocol: protocol.to_owned(),
+                protocol: protocol.as_str().to_owned(),
                 position: Some(input.position),
                 errors: ErrorKind::ALL
                     .iter()
                     .zip(input.window_errors)
                     .map(|(k, n)| (k.name().to_owned(), n))
                     .collect(),
-                request_heads: (input.tap.protocol() == Protocol::Http)
+                request_heads: protocol
+                    .has_request_heads()
                     .then(|| RequestHeads::from_shapes(&input.window_heads)),
                 phases,
                 totals,

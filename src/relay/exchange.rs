@@ -11,9 +11,12 @@
 //! ```
 //!
 //! `docs/phases.md` defines each instant and phase and states which overlap. Instants are
-//! raw clock ticks (0 = not taken); they become nanoseconds only in [`Exchange::phases`].
+//! raw clock ticks (0 = not taken); they become nanoseconds only in
+//! [`Exchange::phases_with`] (and [`Exchange::phases`], the same without a backend
+//! command): the relay's own instants, and those the correlator matched to the request.
 
 use crate::clock::{nanos_between, Tick};
+use crate::correlate::Seen;
 use crate::phase::{Phase, Phases};
 
 /// What the request waited for between its complete head and a ready upstream.
@@ -117,10 +120,20 @@ impl Exchange {
         }
     }
 
+    /// The phases of an exchange no backend command was matched to: every RESP exchange,
+    /// and HTTP on a tap without a correlator. See [`Exchange::phases_with`].
+    #[inline]
+    pub fn phases(&self) -> Phases {
+        self.phases_with(None)
+    }
+
     /// The phases, converted to nanoseconds: the one place instants become phases, for
     /// both protocols. Phases whose instants were not all taken (no response, no connect;
-    /// on a RESP tap no `t_up_write`, so no `upstream_send`) are absent.
-    pub fn phases(&self) -> Phases {
+    /// on a RESP tap no `t_up_write`, so no `upstream_send`) are absent. With `backend`,
+    /// the Redis command the correlator matched to this request (Webdis in front of Redis),
+    /// `upstream_wait` is also split into `backend_in`, `backend` (and its
+    /// `backend_queue`) and `backend_out`.
+    pub fn phases_with(&self, backend: Option<&Seen>) -> Phases {
         let mut p = Phases::default();
         let mut set = |phase, v: Option<u64>| {
             if let Some(v) = v {
@@ -171,8 +184,33 @@ impl Exchange {
             set(Phase::ProxyOverhead, Some(before + after));
         }
         set(Phase::Total, span(self.t_first, self.t_write_last));
+        if let Some(redis) = backend {
+            if self.t_sent != 0 && self.t_resp_first != 0 {
+                split_wait(&mut p, self.t_sent, self.t_resp_first, redis);
+            }
+        }
         p
     }
+}
+
+/// Adds `backend_in`, `backend` and `backend_out` for a request sent at `t_sent` whose
+/// response began at `t_resp_first`, given its Redis command. The three always add up to
+/// the request's `upstream_wait`: for a true pair they are the three spans between the
+/// four instants; for a swapped pair (see `Correlator::take`) Redis's span is kept and
+/// what would fall outside the wait is taken from `backend_in`, then `backend_out`.
+fn split_wait(phases: &mut Phases, t_sent: Tick, t_resp_first: Tick, redis: &Seen) {
+    let wait = nanos_between(t_sent, t_resp_first);
+    let backend = nanos_between(redis.t_sent, redis.t_reply).min(wait);
+    let backend_in = nanos_between(t_sent, redis.t_sent).min(wait - backend);
+    phases.set(Phase::BackendIn, backend_in);
+    phases.set(Phase::Backend, backend);
+    // Inside `backend`: the command queued behind earlier replies (Webdis pipelines on its
+    // pooled connections), so that "Redis queue" and "Redis" add up to `backend`.
+    phases.set(
+        Phase::BackendQueue,
+        nanos_between(redis.t_sent, redis.t_wait_from).min(backend),
+    );
+    phases.set(Phase::BackendOut, wait - backend - backend_in);
 }
 
 #[cfg(test)]
@@ -275,6 +313,42 @@ mod tests {
         };
         assert_eq!(alone.phases().get(Phase::Queue), None);
         assert_eq!(alone.phases().get(Phase::UpstreamWait), Some(ns(2, 4)));
+    }
+
+    /// The first command of `correlate`'s matching test, matched to a request sent at 5
+    /// whose response began at 22: the three backend phases add up to its wait.
+    #[test]
+    fn a_matched_backend_command_splits_the_wait_exactly() {
+        clock::init();
+        let base = clock::now();
+        let t = |n: u64| base + n;
+        let first = Seen {
+            key: 1,
+            t_sent: t(10),
+            t_reply: t(20),
+            t_wait_from: t(14),
+        };
+        let ex = Exchange {
+            t_sent: t(5),
+            t_resp_first: t(22),
+            ..Exchange::default()
+        };
+        let p = ex.phases_with(Some(&first));
+        let sum: u64 = [Phase::BackendIn, Phase::Backend, Phase::BackendOut]
+            .iter()
+            .map(|&ph| p.get(ph).unwrap())
+            .sum();
+        assert_eq!(sum, nanos_between(t(5), t(22)));
+        // The command waited 4 ticks behind an earlier reply: that much of `backend`.
+        assert_eq!(
+            p.get(Phase::BackendQueue),
+            Some(nanos_between(t(10), t(14)))
+        );
+        assert!(p.get(Phase::BackendQueue) <= p.get(Phase::Backend));
+        // Without a match, or without the instants to split, no backend phases.
+        assert_eq!(ex.phases().get(Phase::Backend), None);
+        let unsent = Exchange { t_sent: 0, ..ex };
+        assert_eq!(unsent.phases_with(Some(&first)).get(Phase::Backend), None);
     }
 
     #[test]

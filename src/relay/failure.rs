@@ -4,7 +4,15 @@
 //! (`http1::Answer`) or a RESP error line. Each failure carries the `ErrorKind` it is
 //! counted under, so the caller counts, logs and replies in one place.
 
+use std::time::Duration;
+
 use crate::recorder::ErrorKind;
+
+/// How long the proxy's last write to a client it is closing may take: the reply a
+/// failure sends (an HTTP answer, a RESP error line), and for HTTP the close after a
+/// complete response. One bound for both protocols: in each it only keeps a client that
+/// reads nothing from holding the connection open.
+pub(super) const ANSWER_WRITE: Duration = Duration::from_secs(2);
 
 /// How an exchange, or the connection, ended badly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

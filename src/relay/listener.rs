@@ -11,12 +11,9 @@ use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::connection::HttpConnection;
-use super::resp_connection::RespConnection;
+use super::protocol::Connection;
 use super::workers::Workers;
 use super::TapContext;
-use crate::config::Protocol;
-use crate::recorder::Side;
 
 /// One listening tap.
 pub struct Tap {
@@ -125,10 +122,8 @@ impl Tap {
     }
 }
 
-/// A connection's task. Not an `async fn`: one keeps a second copy of every argument it
-/// takes by value, for the life of the connection, where an `async move` block uses what
-/// it captured in place. The connection is built here, before its task runs, within the
-/// runtime that is to run it (see `Workers::spawn`).
+/// A connection's task (see `Connection::task`). The connection is built here, before its
+/// task runs, within the runtime that is to run it (see `Workers::spawn`).
 fn serve(
     stream: TcpStream,
     ctx: Arc<TapContext>,
@@ -136,34 +131,7 @@ fn serve(
     permit: OwnedSemaphorePermit,
 ) -> impl Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
-    let mut connection = match ctx.config.protocol {
-        Protocol::Http => Connection::Http(HttpConnection::new(stream, ctx.clone())),
-        Protocol::Resp => Connection::Resp(Some(stream)),
-    };
-    async move {
-        ctx.recorder.connection_opened(Side::Client);
-        match &mut connection {
-            Connection::Http(http) => http.serve(shutdown).await,
-            Connection::Resp(stream) => {
-                if let Some(stream) = stream.take() {
-                    // Boxed so that an HTTP connection's task is not sized for the RESP
-                    // state too.
-                    Box::pin(RespConnection::new(stream, ctx.clone()).serve(shutdown)).await
-                }
-            }
-        }
-        drop(connection);
-        ctx.recorder.connection_closed(Side::Client);
-        drop(permit);
-    }
-}
-
-/// A connection as its task holds it. The HTTP one inline: it is the common case, and
-/// boxing it would add an allocation per connection for no memory saved.
-#[allow(clippy::large_enum_variant)]
-enum Connection {
-    Http(HttpConnection),
-    Resp(Option<TcpStream>),
+    Connection::new(ctx.config.protocol, stream, &ctx).task(ctx, shutdown, permit)
 }
 
 /// How long accepting pauses after a failure for lack of resources.
@@ -215,7 +183,7 @@ async fn accept_error(tap: &str, e: &io::Error, backoff: &mut Backoff) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TapConfig;
+    use crate::config::{Protocol, TapConfig};
     use crate::recorder::Discard;
     use crate::routes::RouteTable;
 

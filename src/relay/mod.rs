@@ -1,22 +1,22 @@
 //! The relay: a listener per tap, a task per client connection, the exchange timeline.
 
+// The layer both protocols share: buffers and the pages under them, reads, the one timer,
+// shutdown, the failure type, the exchange timeline, the listener and the workers, and
+// which protocol's connection serves a client.
 mod buffer;
-mod connection;
 pub mod exchange;
 mod failure;
-mod http_relay;
 mod io;
 mod listener;
-mod next;
 mod pages;
-mod resp_connection;
-mod response;
-mod sides;
-mod slot;
+mod protocol;
 mod stop;
 mod timer;
-mod tunnel;
 mod workers;
+
+// One folder per protocol: its connection and what only it needs.
+mod http;
+mod resp;
 
 use std::sync::Arc;
 

@@ -133,7 +133,7 @@ async fn trim_buffers() {
     loop {
         tick.tick().await;
         super::buffer::trim();
-        super::slot::trim();
+        super::http::trim_slots();
     }
 }
 

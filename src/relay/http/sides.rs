@@ -9,21 +9,13 @@
 
 use std::time::Duration;
 
-use super::exchange::Exchange;
-use super::failure;
 use super::response::ResponseProgress;
+use super::{Failure, CONTINUE_WAIT};
 use crate::clock::Tick;
 use crate::config::Timeouts;
 use crate::http1::{Answer, BodyError, BodyFramer, RequestHead, Version};
 use crate::recorder::ErrorKind;
-
-/// How long the body of an `Expect: 100-continue` request is held back when the upstream
-/// says nothing: curl's wait for the `100 Continue` (RFC 9110 §10.1.1 lets a client send
-/// the body after waiting "for some indefinite period").
-pub(super) const CONTINUE_WAIT: Duration = Duration::from_secs(1);
-
-/// The HTTP relay's failures: the client gets a proxy-made response.
-pub(super) type Failure = failure::Failure<Answer>;
+use crate::relay::exchange::Exchange;
 
 /// What a completed relay leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

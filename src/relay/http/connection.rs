@@ -27,32 +27,28 @@ use std::future::poll_fn;
 use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::timeout;
 
-use super::buffer::Buf;
-use super::exchange::{Exchange, Wait};
-use super::http_relay::{BackendCommand, Outcome, Relay, RESPONSE_BUFFER};
-use super::io::{pending_bytes, read_some};
+use super::http_relay::{BackendCommand, Outcome, Relay};
 use super::next::NextRequest;
-use super::sides::{Failure, Sides};
+use super::sides::Sides;
 use super::slot::Slot;
-use super::stop::{self, Stop};
-use super::timer::Timer;
 use super::tunnel;
-use super::TapContext;
+use super::{Failure, ANSWER_LINGER, RESPONSE_BUFFER};
 use crate::clock::{self, Tick};
 use crate::correlate;
 use crate::http1::{Answer, BodyError, BodyFramer, BodyKind, RequestHead};
 use crate::recorder::{Direction, ErrorKind, ExchangeId, ExchangeRecord, HeadShape, RouteId, Side};
-
-/// How long a proxy-made answer may take to write, and how long the client's remaining
-/// bytes are drained afterwards so that the answer is not lost to a reset.
-const ANSWER_WRITE: Duration = Duration::from_secs(2);
-const ANSWER_LINGER: Duration = Duration::from_millis(500);
+use crate::relay::buffer::Buf;
+use crate::relay::exchange::{Exchange, Wait};
+use crate::relay::failure::ANSWER_WRITE;
+use crate::relay::io::{pending_bytes, read_some};
+use crate::relay::stop::{self, Stop};
+use crate::relay::timer::Timer;
+use crate::relay::TapContext;
 
 /// Whether the connection carries on after an exchange.
 enum Then {
@@ -67,7 +63,7 @@ enum HeadReady {
     Closed,
 }
 
-pub(super) struct HttpConnection {
+pub(in crate::relay) struct HttpConnection {
     tap: Arc<TapContext>,
     client: TcpStream,
     upstream: Option<TcpStream>,
@@ -89,7 +85,7 @@ pub(super) struct HttpConnection {
 }
 
 impl HttpConnection {
-    pub(super) fn new(client: TcpStream, tap: Arc<TapContext>) -> Self {
+    pub(in crate::relay) fn new(client: TcpStream, tap: Arc<TapContext>) -> Self {
         Self {
             tap,
             client,
@@ -108,7 +104,7 @@ impl HttpConnection {
     /// Serves the connection until either side ends it. By reference: an `async fn`
     /// keeps a second copy of every argument it takes by value, and the connection is
     /// most of what an idle connection's task holds.
-    pub(super) async fn serve(&mut self, shutdown: watch::Receiver<bool>) {
+    pub(in crate::relay) async fn serve(&mut self, shutdown: watch::Receiver<bool>) {
         let changed = std::pin::pin!(stop::changed(shutdown.clone()));
         let mut stop = Stop::new(shutdown, changed);
         let outcome = self.exchanges(&mut stop).await;
@@ -573,11 +569,10 @@ impl HttpConnection {
         response_bytes: u64,
     ) {
         let rec = &self.tap.recorder;
-        let mut phases = ex.phases();
+        // The correlator only found the backend command; its instants become phases with
+        // the relay's own, in the exchange.
+        let phases = ex.phases_with(self.corr.key.and(self.corr.found.as_ref()));
         if self.corr.key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
-            if let Some(redis) = &self.corr.found {
-                correlate::decompose(&mut phases, ex.t_sent, ex.t_resp_first, redis);
-            }
             rec.correlated(self.corr.found.is_some());
         }
         let record = ExchangeRecord {

@@ -5,17 +5,13 @@
 //! the final one; the body is framed as the head says (length, chunked, until close). The
 //! limits are the relay's: upstreams are trusted more than clients, but not without bound.
 
-use super::exchange::Exchange;
+use super::{MAX_RESPONSE_HEAD, MAX_RESPONSE_HEADERS};
 use crate::clock::{self, Tick};
 use crate::http1::{
     response, BodyFramer, BodyKind, Method, RequestHead, ResponseHead, ResponseScanner,
 };
 use crate::recorder::ErrorKind;
-
-/// Largest response head accepted from an upstream.
-pub(super) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
-/// Most header fields accepted in a response head.
-pub(super) const MAX_RESPONSE_HEADERS: usize = 4096;
+use crate::relay::exchange::Exchange;
 
 /// Where the response to the current request has got to.
 #[derive(Debug)]

@@ -16,22 +16,17 @@ use std::task::{Context, Poll};
 
 use tokio::net::TcpStream;
 
-use super::buffer::Buf;
-use super::exchange::{Exchange, Wait};
-use super::io::read_some;
 use super::next::NextRequest;
-use super::response::MAX_RESPONSE_HEAD;
-use super::sides::{Failure, Interest, Relayed, Sides, Step};
-use super::timer::Timer;
-use super::TapContext;
+use super::sides::{Interest, Relayed, Sides, Step};
+use super::{Failure, MAX_RESPONSE_HEAD, REQUEST_BUFFER, RESPONSE_BUFFER};
 use crate::clock;
 use crate::correlate;
 use crate::recorder::ErrorKind;
-
-/// Largest chunk of a response body buffered before it is written to the client.
-pub(super) const RESPONSE_BUFFER: usize = 16 * 1024;
-/// Largest chunk of a request body buffered before it is written to the upstream.
-const REQUEST_BUFFER: usize = 16 * 1024;
+use crate::relay::buffer::Buf;
+use crate::relay::exchange::{Exchange, Wait};
+use crate::relay::io::read_some;
+use crate::relay::timer::Timer;
+use crate::relay::TapContext;
 
 /// How a relay ended, when it did not fail.
 pub(super) enum Outcome {

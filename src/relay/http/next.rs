@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::sides::Failure;
+use super::Failure;
 use crate::clock::{self, Tick};
 use crate::config::Timeouts;
 use crate::http1::{request, Answer, RequestError, RequestHead, RequestScanner};

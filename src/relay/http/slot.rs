@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::ptr::NonNull;
 use std::task::{Context, Poll};
 
-use super::pages::{Pages, Pool};
+use crate::relay::pages::{Pages, Pool};
 
 /// The size of a slot: one page. The futures placed in one are checked against it when
 /// the program is built.
