@@ -960,3 +960,81 @@ pub fn statement(r: &Row, opts: &Options) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primary_phases_get_percentiles_and_total_the_rate() {
+        use Statistic::*;
+        let opts = Options::default();
+        assert_eq!(statistics("total", &opts), [Mean, P50, P99, Rate]);
+        assert_eq!(statistics("upstream_wait", &opts), [Mean]);
+        // In paired windows the rate explains; the mean stays the question.
+        assert!(primary_statistic(Rate, false) && !primary_statistic(Rate, true));
+        assert!(primary_statistic(Mean, true) && !primary_statistic(P99, false));
+    }
+
+    #[test]
+    fn one_run_a_side_needs_enough_exchanges_and_enough_beyond_a_percentile() {
+        let opts = Options::default(); // 30 exchanges, 20 beyond a percentile
+        assert_eq!(too_few(Statistic::Mean, 30, &opts), None);
+        assert_eq!(
+            too_few(Statistic::Mean, 29, &opts).as_deref(),
+            Some("too few exchanges: fewer than 30 on a side")
+        );
+        assert_eq!(too_few(Statistic::P50, 40, &opts), None);
+        assert_eq!(too_few(Statistic::P99, 2000, &opts), None);
+        assert_eq!(
+            too_few(Statistic::P99, 1999, &opts).as_deref(),
+            Some("too few exchanges beyond the percentile (needs 20 beyond it on each side)")
+        );
+    }
+
+    fn draft(primary: bool, estimate: f64, se: f64) -> Draft {
+        Draft {
+            key: ("t".into(), "total".into(), "GET".into()),
+            stat: Statistic::Mean,
+            primary,
+            runs: [1, 1],
+            counts: [100, 100],
+            values: [Some(1.0), Some(1.0)],
+            method: Method::Resampling,
+            measured: Some(Measured {
+                change: LogChange {
+                    estimate,
+                    se,
+                    df: f64::INFINITY,
+                },
+                cv: [0.1, 0.1],
+                cv_assumed: true,
+                pair_sd: None,
+            }),
+            note: None,
+        }
+    }
+
+    #[test]
+    fn the_family_splits_alpha_among_primary_rows_and_controls_the_others() {
+        let opts = Options::default();
+        let mut unmeasured = draft(true, 0.0, 0.0);
+        unmeasured.measured = None;
+        let drafts = [
+            draft(true, 0.0, 0.01),
+            draft(true, 0.0, 0.01),
+            unmeasured,
+            // Far beyond the threshold, then barely past it, then without any spread.
+            draft(false, 0.5, 0.01),
+            draft(false, 0.021, 0.01),
+            draft(false, 0.5, 0.0),
+        ];
+        let f = Family::of(&drafts, &opts);
+        assert_eq!(
+            f.primary_rows, 2,
+            "a row without an interval is not counted"
+        );
+        assert!((f.primary_confidence - 0.975).abs() < 1e-12);
+        assert_eq!(f.discovered, [false, false, false, true, false, false]);
+    }
+}
