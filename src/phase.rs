@@ -111,8 +111,9 @@ impl Phase {
     }
 }
 
-/// How every reader draws a phase: the one table the live page (through the snapshot's
-/// `phase_styles`), the report's SVG and the dashboard's test take their colours from.
+/// How every reader draws and describes a phase: the one table the live page (through the
+/// snapshot's `phase_styles`: colours, stacking, tooltips, the notes of its table), the
+/// report's SVG and the dashboard's test take their colours, order and words from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Style {
     /// `#rrggbb`.
@@ -122,8 +123,19 @@ pub struct Style {
     /// The phase it is drawn inside ([`Phase::within`]).
     pub parent: Option<Phase>,
     /// Its place in the stacked bar of where the time goes, from the left; `None` for a
-    /// phase that is not stacked (it lies inside another, or is the whole).
+    /// phase that is not stacked (it lies inside another, or is the whole). The report's
+    /// SVG draws this bar.
     pub stack: Option<u8>,
+    /// Its place, from the bottom, in the stack of the phases that add up to `total`
+    /// (docs/phases.md's sequential phases: `upstream_recv`, which overlaps `write`, is
+    /// left out), with `parse` and the Webdis parts drawn apart just before the phase
+    /// they lie in, whose rest follows them. The live page draws this stack.
+    pub sum_stack: Option<u8>,
+    /// What it measures in a line, the short form of docs/phases.md (a tooltip).
+    pub description: &'static str,
+    /// What a table of phases says beside its name when it is not laid end to end with
+    /// the others: the phase it lies in or overlaps.
+    pub note: Option<&'static str>,
 }
 
 impl Phase {
@@ -160,11 +172,95 @@ impl Phase {
             Phase::UpstreamRecvGap => ("#07837b", "upstream_recv_gap", None),
             Phase::WriteBlocked => ("#6a5acd", "write_blocked", None),
         };
+        let (description, note) = self.about();
         Style {
             colour,
             label,
             parent: self.within(),
             stack,
+            sum_stack: self.sum_stack(),
+            description,
+            note,
+        }
+    }
+
+    /// [`Style::sum_stack`]: the order of the live page's stack, bottom to top.
+    const fn sum_stack(self) -> Option<u8> {
+        match self {
+            Phase::Parse => Some(0),
+            Phase::ClientRecv => Some(1),
+            Phase::UpstreamConnect => Some(2),
+            Phase::Queue => Some(3),
+            Phase::UpstreamSend => Some(4),
+            Phase::BackendIn => Some(5),
+            Phase::Backend => Some(6),
+            Phase::BackendOut => Some(7),
+            Phase::UpstreamWait => Some(8),
+            Phase::ProxyOverhead => Some(9),
+            Phase::Write => Some(10),
+            _ => None,
+        }
+    }
+
+    /// [`Style::description`] and [`Style::note`].
+    const fn about(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Phase::ClientRecv => (
+                "first request byte → head complete: the client and the network delivering the head",
+                None,
+            ),
+            Phase::Parse => (
+                "CPU time in the request-head parser (inside client_recv)",
+                Some("in client_recv"),
+            ),
+            Phase::UpstreamConnect => (
+                "connecting to the upstream, for the request that opened the connection",
+                None,
+            ),
+            Phase::Queue => (
+                "a pipelined request waiting for the previous response (head-of-line blocking)",
+                None,
+            ),
+            Phase::UpstreamSend => (
+                "sending the request (and streaming its body) to the upstream",
+                None,
+            ),
+            Phase::UpstreamWait => (
+                "request sent → first response byte: the backend's own time",
+                None,
+            ),
+            Phase::UpstreamRecv => (
+                "first → last response byte from the upstream (overlaps write when streamed)",
+                Some("overlaps write"),
+            ),
+            Phase::ResponseParse => ("CPU time in the response-head parser", Some("CPU")),
+            Phase::Write => ("writing the response to the client", None),
+            Phase::ProxyOverhead => ("latency phasescope itself adds", None),
+            Phase::Total => (
+                "first request byte → last response byte written: what the client saw",
+                None,
+            ),
+            Phase::BackendIn => (
+                "Webdis reading the HTTP request and building its Redis command",
+                Some("in upstream_wait"),
+            ),
+            Phase::Backend => ("Redis itself: command → reply", Some("in upstream_wait")),
+            Phase::BackendOut => (
+                "Webdis turning the Redis reply into its HTTP response",
+                Some("in upstream_wait"),
+            ),
+            Phase::BackendQueue => (
+                "Redis queue: the part of backend the command waited behind earlier replies on Webdis's pooled connection",
+                Some("in backend"),
+            ),
+            Phase::UpstreamRecvGap => (
+                "the longest pause between two reads of one response (Nagle's algorithm against a delayed ACK shows as ~40 ms)",
+                Some("in upstream_recv"),
+            ),
+            Phase::WriteBlocked => (
+                "the time response bytes waited for the client's socket to take them (a client reading slowly)",
+                Some("in write"),
+            ),
         }
     }
 
@@ -256,6 +352,55 @@ mod tests {
         // The stack is in timeline order, one place each.
         let order: Vec<u8> = stacked.iter().map(|(at, _)| *at).collect();
         assert_eq!(order, (0..stacked.len() as u8).collect::<Vec<_>>());
+    }
+
+    /// The live page's stack holds the sequential phases of docs/phases.md (every phase of
+    /// the SVG's bar but `upstream_recv`, which overlaps `write`), each phase drawn apart
+    /// from the one it lies in just before that one, one place each.
+    #[test]
+    fn the_sum_stack_is_the_sequential_phases_with_their_parts_before_them() {
+        let mut places: Vec<(u8, Phase)> = Phase::ALL
+            .into_iter()
+            .filter_map(|p| p.style().sum_stack.map(|at| (at, p)))
+            .collect();
+        places.sort();
+        let at: Vec<u8> = places.iter().map(|(at, _)| *at).collect();
+        assert_eq!(at, (0..places.len() as u8).collect::<Vec<_>>());
+        let mut whole: Vec<Phase> = places
+            .iter()
+            .map(|&(_, p)| p)
+            .filter(|p| p.within().is_none())
+            .collect();
+        whole.sort();
+        let sequential: Vec<Phase> = Phase::ALL
+            .into_iter()
+            .filter(|p| p.style().stack.is_some() && *p != Phase::UpstreamRecv)
+            .collect();
+        assert_eq!(whole, sequential);
+        for &(at, p) in &places {
+            let Some(outer) = p.within() else { continue };
+            let outer_at = outer.style().sum_stack.expect("its phase is stacked");
+            assert!(at < outer_at, "{p} is drawn before the rest of {outer}");
+            // Nothing but other parts of the same phase between the two.
+            assert!(places[at as usize..outer_at as usize]
+                .iter()
+                .all(|(_, q)| q.within() == Some(outer)));
+        }
+    }
+
+    #[test]
+    fn every_phase_is_described_and_those_inside_another_say_where() {
+        for p in Phase::ALL {
+            let st = p.style();
+            assert!(!st.description.is_empty(), "{p}");
+            if let Some(outer) = p.within() {
+                let note = st.note.unwrap_or_default();
+                assert!(
+                    note == format!("in {outer}") || note == "CPU",
+                    "{p}: {note:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use phasescope::metrics::Snapshot;
+use phasescope::phase::Phase;
 use regex::Regex;
 use serde_json::Value;
 use support::{require_tool, wait_for, Proxy, WebdisChain};
@@ -699,6 +700,36 @@ fn the_headline_names_the_redis_queue_of_a_correlated_webdis_chain() {
         queue + redis_rest + webdis <= wait + 0.02,
         "the parts exceed upstream_wait: {headline:?}"
     );
+    for phase in [Phase::BackendQueue, Phase::Backend, Phase::BackendIn] {
+        drawn_in_its_style(tap, phase);
+    }
+}
+
+/// The phase's row of the page's table has the swatch, the note beside its name and the
+/// tooltip of its entry in the snapshot's `phase_styles` (src/phase.rs): the page keeps
+/// no table of its own.
+fn drawn_in_its_style(tap: &str, phase: Phase) {
+    let at = tap
+        .find(&format!(r#"<tr data-phase="{phase}""#))
+        .unwrap_or_else(|| panic!("no row for {phase} in\n{tap}"));
+    let row = &tap[at..at + tap[at..].find("</tr>").expect("the row ends")];
+    let style = phase.style();
+    let (r, g, b) = phase.rgb();
+    assert!(
+        row.contains(&format!("background: rgb({r}, {g}, {b})")),
+        "{phase} is not drawn in {}: {row}",
+        style.colour
+    );
+    assert!(
+        row.contains(&format!(r#"title="{}""#, style.description)),
+        "{phase}: {row}"
+    );
+    if let Some(note) = style.note {
+        assert!(
+            row.contains(&format!(r#"class="inside">{note}<"#)),
+            "{phase}: {row}"
+        );
+    }
 }
 
 /// An admin server of the test's own: the page's files from the tree (the admin server

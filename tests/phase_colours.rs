@@ -163,15 +163,20 @@ fn panels(v: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
     }
 }
 
-/// The dashboard draws each phase in the colour of `Phase::style`, the table the SVG
-/// and the live page use: every colour override of a series named after a phase.
-#[test]
-fn the_dashboard_draws_every_phase_in_its_style_colour() {
+fn dashboard_panels() -> Vec<serde_json::Value> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/phasescope.json");
     let dashboard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let mut all = Vec::new();
     panels(&dashboard, &mut all);
+    all
+}
+
+/// The dashboard draws each phase in the colour of `Phase::style`, the table the SVG
+/// and the live page use: every colour override of a series named after a phase.
+#[test]
+fn the_dashboard_draws_every_phase_in_its_style_colour() {
+    let all = dashboard_panels();
     let mut checked = 0;
     let mut phases = std::collections::BTreeSet::new();
     for panel in &all {
@@ -205,4 +210,59 @@ fn the_dashboard_draws_every_phase_in_its_style_colour() {
         checked >= 40 && phases.len() >= 12,
         "{checked} overrides of {phases:?}"
     );
+}
+
+/// The phases whose series a target names after them (its legend says `{{phase}}`): those
+/// the first phase matcher of its query selects (`phase=~"a|b"`, `phase!="total"`,
+/// `phase="a"`), or every phase when it has none.
+fn phases_shown(target: &serde_json::Value) -> Vec<Phase> {
+    let legend = target["legendFormat"].as_str().unwrap_or("");
+    if !legend.contains("{{phase}}") {
+        return Vec::new();
+    }
+    let expr = target["expr"].as_str().unwrap_or("");
+    let matcher = regex::Regex::new(r#"phase(=~|!=|=)"([^"]*)""#).unwrap();
+    let Some(m) = matcher.captures(expr) else {
+        return Phase::ALL.to_vec();
+    };
+    let names: Vec<&str> = m[2].split('|').collect();
+    let named = |p: &Phase| names.contains(&p.name());
+    Phase::ALL
+        .into_iter()
+        .filter(|p| if &m[1] == "!=" { !named(p) } else { named(p) })
+        .collect()
+}
+
+/// No series of a phase is left to Grafana's palette: every panel that names series
+/// after their phase overrides the colour of each phase its queries can return, so that
+/// a phase added to `Phase::ALL` (as `backend_queue` was) fails here until the
+/// dashboard draws it in its style colour.
+#[test]
+fn the_dashboard_colours_every_phase_it_shows() {
+    let mut checked = 0;
+    for panel in dashboard_panels() {
+        let title = panel["title"].as_str().unwrap_or("");
+        let coloured: Vec<Phase> = panel["fieldConfig"]["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| {
+                o["properties"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|p| p["id"] == "color")
+            })
+            .filter_map(|o| overridden_phase(&o["matcher"]))
+            .collect();
+        let targets = panel["targets"].as_array().into_iter().flatten();
+        for phase in targets.flat_map(phases_shown) {
+            assert!(
+                coloured.contains(&phase),
+                "panel {title:?} shows {phase} without a colour override"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} phases shown by name");
 }

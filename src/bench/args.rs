@@ -142,8 +142,18 @@ mod tests {
 
     use crate::cli::{Cli, Command};
 
+    /// `phasescope bench --a x:1 --b y:1 ARGS…`, parsed, or its error.
+    fn bench(args: &[&str]) -> Result<super::BenchArgs, clap::Error> {
+        let argv = ["phasescope", "bench", "--a", "x:1", "--b", "y:1"];
+        let cli = Cli::try_parse_from(argv.iter().chain(args))?;
+        let Command::Bench(b) = cli.command else {
+            panic!("not bench")
+        };
+        Ok(b)
+    }
+
     #[test]
-    fn bench_flags_parse() {
+    fn bench_flags_parse_with_their_defaults() {
         let cli = Cli::try_parse_from([
             "phasescope",
             "bench",
@@ -172,48 +182,26 @@ mod tests {
         assert_eq!(b.a_resp, None);
         assert_eq!(b.design, super::Design::Duet, "the duet is the default");
         assert_eq!(b.window.as_millis(), 250);
-        let cli = Cli::try_parse_from([
-            "phasescope",
-            "bench",
-            "--a",
-            "x:1",
-            "--b",
-            "y:1",
-            "--design",
-            "runs",
-            "--window",
-            "1s",
-        ])
-        .unwrap();
-        let Command::Bench(b) = cli.command else {
-            panic!("not bench")
-        };
+        assert!(
+            Cli::try_parse_from(["phasescope", "bench", "--a", "x:1"]).is_err(),
+            "--b is required"
+        );
+        assert!(
+            bench(&["--rate", "5", "--load", "wrk"]).is_err(),
+            "--rate and --load exclude each other"
+        );
+    }
+
+    #[test]
+    fn bench_design_and_window_parse() {
+        let b = bench(&["--design", "runs", "--window", "1s"]).unwrap();
         assert_eq!((b.design, b.window.as_secs()), (super::Design::Runs, 1));
-        assert!(Cli::try_parse_from([
-            "phasescope",
-            "bench",
-            "--a",
-            "x:1",
-            "--b",
-            "y:1",
-            "--design",
-            "sideways"
-        ])
-        .is_err());
-        let cli = Cli::try_parse_from([
-            "phasescope",
-            "bench",
-            "--a",
-            "x:1",
-            "--b",
-            "y:1",
-            "--a-resp",
-            "127.0.0.1:6380=127.0.0.1:6379",
-        ])
-        .unwrap();
-        let Command::Bench(b) = cli.command else {
-            panic!("not bench")
-        };
+        assert!(bench(&["--design", "sideways"]).is_err());
+    }
+
+    #[test]
+    fn bench_a_resp_is_listen_equals_redis() {
+        let b = bench(&["--a-resp", "127.0.0.1:6380=127.0.0.1:6379"]).unwrap();
         let r = b.a_resp.unwrap();
         assert_eq!(r.listen.to_string(), "127.0.0.1:6380");
         assert_eq!(r.redis, "127.0.0.1:6379");
@@ -222,40 +210,7 @@ mod tests {
             "nohost=127.0.0.1:6379",
             "127.0.0.1:6380=redis",
         ] {
-            assert!(
-                Cli::try_parse_from([
-                    "phasescope",
-                    "bench",
-                    "--a",
-                    "x:1",
-                    "--b",
-                    "y:1",
-                    "--a-resp",
-                    bad
-                ])
-                .is_err(),
-                "{bad}"
-            );
+            assert!(bench(&["--a-resp", bad]).is_err(), "{bad}");
         }
-        assert!(
-            Cli::try_parse_from(["phasescope", "bench", "--a", "x:1"]).is_err(),
-            "--b is required"
-        );
-        assert!(
-            Cli::try_parse_from([
-                "phasescope",
-                "bench",
-                "--a",
-                "x:1",
-                "--b",
-                "y:1",
-                "--rate",
-                "5",
-                "--load",
-                "wrk"
-            ])
-            .is_err(),
-            "--rate and --load exclude each other"
-        );
     }
 }

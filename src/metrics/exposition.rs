@@ -242,7 +242,6 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
     let mut push = |name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>| {
         families.extend(family(name, help, kind, metrics));
     };
-
     push(
         PHASE_DURATION,
         "Time spent in each phase of an exchange (docs/phases.md).",
@@ -333,17 +332,21 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         BUILD_INFO,
         "Always 1; the labels say which build runs and on which clock (tsc or os).",
         MetricType::GAUGE,
-        vec![sample(
-            MetricType::GAUGE,
-            &[
-                ("version", env!("CARGO_PKG_VERSION")),
-                ("clock", crate::clock::source()),
-            ],
-            1.0,
-        )],
+        build_info(),
     );
-
     families
+}
+
+/// The one sample of `phasescope_build_info`: which build runs, on which clock.
+fn build_info() -> Vec<Metric> {
+    vec![sample(
+        MetricType::GAUGE,
+        &[
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("clock", crate::clock::source()),
+        ],
+        1.0,
+    )]
 }
 
 /// Every phase series of every tap, in exposition order: by tap, then phase, then route.

@@ -68,6 +68,16 @@ pub struct PhaseStyle {
     pub parent: Option<String>,
     /// Its place in the stacked bar from the left, if it is stacked.
     pub stack: Option<u8>,
+    /// Its place from the bottom in the live page's stack of the phases that add up to
+    /// `total`, if it is in it. Absent in snapshots of older builds, as are the two below.
+    #[serde(default)]
+    pub sum_stack: Option<u8>,
+    /// What it measures, in a line.
+    #[serde(default)]
+    pub description: String,
+    /// What a table of phases says beside its name (`in client_recv`), if anything.
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 impl PhaseStyle {
@@ -78,6 +88,9 @@ impl PhaseStyle {
             label: st.label.to_owned(),
             parent: st.parent.map(|q| q.name().to_owned()),
             stack: st.stack,
+            sum_stack: st.sum_stack,
+            description: st.description.to_owned(),
+            note: st.note.map(str::to_owned),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use prometheus::proto::{MetricFamily, MetricType};
+use prometheus::proto::{Metric, MetricFamily, MetricType};
 use prometheus::TextEncoder;
 
 use super::exposition::{family, sample};
@@ -42,53 +42,66 @@ pub fn families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
     if upstreams.is_empty() {
         return Vec::new();
     }
-    let mut inclusive = Vec::new();
-    let (mut cpu, mut runq, mut switches, mut threads, mut info, mut samples) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-    );
+    let mut series = Series::default();
     for u in upstreams {
+        series.add(u);
+    }
+    series.into_families()
+}
+
+/// The samples of each family, added up over the taps.
+#[derive(Default)]
+struct Series {
+    cpu: Vec<Metric>,
+    runq: Vec<Metric>,
+    switches: Vec<Metric>,
+    threads: Vec<Metric>,
+    info: Vec<Metric>,
+    samples: Vec<Metric>,
+    inclusive: Vec<Metric>,
+}
+
+impl Series {
+    /// One tap's samples, its figures refreshed first.
+    fn add(&mut self, u: &Upstream) {
         u.refresh();
         let (t, process) = u.totals();
         let tap = u.tap();
         let s = |ns: u64| ns as f64 / 1e9;
         let c = MetricType::COUNTER;
-        cpu.push(sample(c, &[("tap", tap), ("mode", "user")], s(t.user_ns)));
-        cpu.push(sample(
+        self.cpu
+            .push(sample(c, &[("tap", tap), ("mode", "user")], s(t.user_ns)));
+        self.cpu.push(sample(
             c,
             &[("tap", tap), ("mode", "system")],
             s(t.system_ns),
         ));
-        runq.push(sample(c, &[("tap", tap)], s(t.runqueue_ns)));
-        switches.push(sample(
+        self.runq.push(sample(c, &[("tap", tap)], s(t.runqueue_ns)));
+        self.switches.push(sample(
             c,
             &[("tap", tap), ("kind", "voluntary")],
             t.voluntary as f64,
         ));
-        switches.push(sample(
+        self.switches.push(sample(
             c,
             &[("tap", tap), ("kind", "involuntary")],
             t.involuntary as f64,
         ));
         let g = MetricType::GAUGE;
-        threads.push(sample(
+        self.threads.push(sample(
             g,
             &[("tap", tap)],
             process.as_ref().map_or(0.0, |p| p.threads as f64),
         ));
         for (component, n) in u.samples_total().into_iter().flatten() {
-            samples.push(sample(
+            self.samples.push(sample(
                 MetricType::COUNTER,
                 &[("tap", tap), ("component", &component)],
                 n as f64,
             ));
         }
         for (component, n) in u.inclusive_total().into_iter().flatten() {
-            inclusive.push(sample(
+            self.inclusive.push(sample(
                 MetricType::COUNTER,
                 &[("tap", tap), ("component", &component)],
                 n as f64,
@@ -96,53 +109,29 @@ pub fn families(upstreams: &[Arc<Upstream>]) -> Vec<MetricFamily> {
         }
         if let Some(p) = &process {
             let pid = p.pid.to_string();
-            info.push(sample(
+            self.info.push(sample(
                 g,
                 &[("tap", tap), ("pid", &pid), ("comm", &p.comm)],
                 1.0,
             ));
         }
     }
-    let mut families = Vec::new();
-    let mut push = |name: &str, help: &str, kind, metrics: Vec<_>| {
-        families.extend(family(name, help, kind, metrics));
-    };
-    push(
-        CPU,
-        "CPU time of the upstream process while watched, by mode (user, system).",
-        MetricType::COUNTER,
-        cpu,
-    );
-    push(
-        RUNQUEUE,
-        "Time the upstream's threads were runnable but waiting for a CPU, while watched.",
-        MetricType::COUNTER,
-        runq,
-    );
-    push(CONTEXT_SWITCHES, "Context switches of the upstream's threads while watched, by kind (voluntary: it waited for something; involuntary: preempted).", MetricType::COUNTER, switches);
-    push(
-        THREADS,
-        "Threads of the upstream process now (0 while none is watched).",
-        MetricType::GAUGE,
-        threads,
-    );
-    push(
-        INFO,
-        "Always 1; the labels name the upstream process watched now.",
-        MetricType::GAUGE,
-        info,
-    );
-    push(
-        SAMPLES,
-        "CPU samples of the upstream's threads (perf events, user and kernel), by component; present only when profiling.",
-        MetricType::COUNTER,
-        samples,
-    );
-    push(
-        INCLUSIVE_SAMPLES,
-        "CPU samples of the upstream's threads whose call stack holds a frame of the component (it and all it calls); present only when sampling call stacks.",
-        MetricType::COUNTER,
-        inclusive,
-    );
-    families
+
+    /// The families, each with its help, in the exposition's order.
+    fn into_families(self) -> Vec<MetricFamily> {
+        let (c, g) = (MetricType::COUNTER, MetricType::GAUGE);
+        let table = [
+            (CPU, "CPU time of the upstream process while watched, by mode (user, system).", c, self.cpu),
+            (RUNQUEUE, "Time the upstream's threads were runnable but waiting for a CPU, while watched.", c, self.runq),
+            (CONTEXT_SWITCHES, "Context switches of the upstream's threads while watched, by kind (voluntary: it waited for something; involuntary: preempted).", c, self.switches),
+            (THREADS, "Threads of the upstream process now (0 while none is watched).", g, self.threads),
+            (INFO, "Always 1; the labels name the upstream process watched now.", g, self.info),
+            (SAMPLES, "CPU samples of the upstream's threads (perf events, user and kernel), by component; present only when profiling.", c, self.samples),
+            (INCLUSIVE_SAMPLES, "CPU samples of the upstream's threads whose call stack holds a frame of the component (it and all it calls); present only when sampling call stacks.", c, self.inclusive),
+        ];
+        table
+            .into_iter()
+            .flat_map(|(name, help, kind, metrics)| family(name, help, kind, metrics))
+            .collect()
+    }
 }

@@ -168,10 +168,20 @@ mod tests {
 
     use crate::cli::{Cli, Command};
 
+    /// The command `phasescope ARGS…` parses into.
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from(std::iter::once("phasescope").chain(args.iter().copied()))
+            .unwrap()
+            .command
+    }
+
+    fn refused(args: &[&str]) -> bool {
+        Cli::try_parse_from(std::iter::once("phasescope").chain(args.iter().copied())).is_err()
+    }
+
     #[test]
-    fn report_snapshot_and_compare_parse() {
-        let cli = Cli::try_parse_from([
-            "phasescope",
+    fn report_sources_grouping_format_and_svg_parse() {
+        let Command::Report(r) = parse(&[
             "report",
             "--from",
             "a.json",
@@ -183,18 +193,19 @@ mod tests {
             "csv",
             "--svg",
             "x.svg",
-        ])
-        .unwrap();
-        let Command::Report(r) = cli.command else {
+        ]) else {
             panic!()
         };
         assert_eq!(r.from, ["a.json", "http://h:1"]);
         assert_eq!(r.by.as_deref(), Some("route"));
         assert_eq!(r.format, crate::report::Format::Csv);
         assert_eq!((r.tap.as_ref(), r.flamegraph.as_ref()), (None, None));
+        assert!(refused(&["report", "--by", "method"]));
+    }
 
-        let cli = Cli::try_parse_from([
-            "phasescope",
+    #[test]
+    fn report_stack_exports_parse_and_need_a_snapshot() {
+        let Command::Report(r) = parse(&[
             "report",
             "--from",
             "a.json",
@@ -206,9 +217,7 @@ mod tests {
             "f.folded",
             "--pprof",
             "f.pb.gz",
-        ])
-        .unwrap();
-        let Command::Report(r) = cli.command else {
+        ]) else {
             panic!()
         };
         assert_eq!(r.tap.as_deref(), Some("webdis"));
@@ -216,59 +225,54 @@ mod tests {
         assert_eq!(r.folded, Some(PathBuf::from("f.folded")));
         assert_eq!(r.pprof, Some(PathBuf::from("f.pb.gz")));
         assert!(
-            Cli::try_parse_from([
-                "phasescope",
+            refused(&[
                 "report",
                 "--prometheus",
                 "http://p:9090",
                 "--pprof",
                 "x.pb.gz"
-            ])
-            .is_err(),
+            ]),
             "Prometheus has no stacks"
         );
-        assert!(Cli::try_parse_from(["phasescope", "report", "--by", "method"]).is_err());
+    }
+
+    #[test]
+    fn report_range_parses_with_prometheus_only() {
         assert!(
-            Cli::try_parse_from(["phasescope", "report", "--range", "1h"]).is_err(),
+            refused(&["report", "--range", "1h"]),
             "--range needs --prometheus"
         );
-        let cli = Cli::try_parse_from([
-            "phasescope",
-            "report",
-            "--prometheus",
-            "http://p:9090",
-            "--range",
-            "1h",
-        ])
-        .unwrap();
-        let Command::Report(r) = cli.command else {
+        let Command::Report(r) =
+            parse(&["report", "--prometheus", "http://p:9090", "--range", "1h"])
+        else {
             panic!()
         };
         assert_eq!(r.range.as_secs(), 3600);
+    }
 
-        let cli = Cli::try_parse_from([
-            "phasescope",
+    #[test]
+    fn snapshot_flags_parse() {
+        let Command::Snapshot(s) = parse(&[
             "snapshot",
             "--from",
             "http://h:1",
             "-o",
             "s.json",
             "--reset",
-        ])
-        .unwrap();
-        let Command::Snapshot(s) = cli.command else {
+        ]) else {
             panic!()
         };
         assert!(s.reset);
         assert_eq!(s.output, PathBuf::from("s.json"));
-        let cli = Cli::try_parse_from(["phasescope", "snapshot", "-o", "s.json"]).unwrap();
-        let Command::Snapshot(s) = cli.command else {
+        let Command::Snapshot(s) = parse(&["snapshot", "-o", "s.json"]) else {
             panic!()
         };
         assert_eq!(s.from, None, "--from defaults to the config's admin server");
+    }
 
-        let cli = Cli::try_parse_from([
-            "phasescope",
+    #[test]
+    fn compare_sides_and_gate_parse() {
+        let Command::Compare(c) = parse(&[
             "compare",
             "a1.json",
             "a2.json",
@@ -277,9 +281,7 @@ mod tests {
             "b2.json",
             "--fail-if-slower",
             "5",
-        ])
-        .unwrap();
-        let Command::Compare(c) = cli.command else {
+        ]) else {
             panic!()
         };
         assert_eq!(c.a.len(), 2);
@@ -287,9 +289,6 @@ mod tests {
         assert_eq!(c.fail_if_slower, Some(5.0));
         assert!(c.fail_phase.is_empty());
         assert_eq!(c.threshold, 2.0);
-        assert!(
-            Cli::try_parse_from(["phasescope", "compare", "a.json"]).is_err(),
-            "--vs is required"
-        );
+        assert!(refused(&["compare", "a.json"]), "--vs is required");
     }
 }

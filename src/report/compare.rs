@@ -363,7 +363,9 @@ struct Draft {
     note: Option<String>,
 }
 
-/// Compares runs `a` against runs `b` (names for the header in `a_names`, `b_names`).
+/// Compares runs `a` against runs `b` (names for the header in `a_names`, `b_names`), in
+/// named steps: check the options, select the taps, draft a row per statistic of every
+/// series, share α among the rows, decide each row's outcome, and say how in the notes.
 pub fn compare(
     a: &[Snapshot],
     b: &[Snapshot],
@@ -371,6 +373,52 @@ pub fn compare(
     b_names: Vec<String>,
     opts: &Options,
 ) -> anyhow::Result<Comparison> {
+    validate(a, b, opts)?;
+    let (a, b) = selected(a, b, opts)?;
+    let drafts = draft_all(&a, &b, opts)?;
+    let family = Family::of(&drafts, opts);
+    let rows: Vec<Row> = drafts
+        .into_iter()
+        .zip(&family.discovered)
+        .map(|(d, &discovered)| decide(d, discovered, family.primary_confidence, opts))
+        .collect();
+    let failures = opts
+        .fail_if_slower
+        .map(|limit| failures(&rows, limit, &opts.fail_phases))
+        .unwrap_or_default();
+    let summary = rows
+        .iter()
+        .filter(|r| r.primary)
+        .map(|r| statement(r, opts))
+        .collect();
+    let notes = notes(&rows, &a, &b, &family, opts);
+    Ok(Comparison {
+        a: a_names,
+        b: b_names,
+        alpha: opts.alpha,
+        threshold: opts.threshold,
+        detect: opts.detect,
+        drift: opts.drift,
+        primary_confidence: family.primary_confidence,
+        primary_rows: family.primary_rows,
+        resamples: opts.resamples,
+        max_draws: opts.max_draws,
+        seed: opts.seed,
+        rows,
+        summary,
+        failures,
+        notes,
+        findings: super::compare_findings::FindingsChange::of(
+            &a,
+            &b,
+            &opts.taps,
+            opts.vs_tap.as_deref(),
+        ),
+    })
+}
+
+/// The options a comparison can be made with, and the taps they name on each side.
+fn validate(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> anyhow::Result<()> {
     ensure!(
         !a.is_empty() && !b.is_empty(),
         "compare needs at least one snapshot on each side"
@@ -386,8 +434,16 @@ pub fn compare(
     ensure!(opts.detect > 0.0, "--detect must be above 0");
     ensure!(opts.drift >= 0.0, "--drift must not be negative");
     ensure!(opts.resamples >= 50, "at least 50 resamples");
-    check_named(a, b, &opts.taps, opts.vs_tap.as_deref())?;
-    let (a, b) = match &opts.vs_tap {
+    check_named(a, b, &opts.taps, opts.vs_tap.as_deref())
+}
+
+/// Each side with the compared taps only; with `--vs-tap`, B's tap renamed as A's.
+fn selected(
+    a: &[Snapshot],
+    b: &[Snapshot],
+    opts: &Options,
+) -> anyhow::Result<(Vec<Snapshot>, Vec<Snapshot>)> {
+    Ok(match &opts.vs_tap {
         Some(vs) => {
             ensure!(
                 opts.taps.len() == 1,
@@ -399,16 +455,25 @@ pub fn compare(
             )
         }
         None => (select(a, &opts.taps, None), select(b, &opts.taps, None)),
-    };
-    let primary_taps: BTreeSet<String> = if opts.taps.is_empty() {
-        let mut both = a.clone();
+    })
+}
+
+/// The taps whose primary phases are the question: those named, else the front taps.
+fn primary_taps(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> BTreeSet<String> {
+    if opts.taps.is_empty() {
+        let mut both = a.to_vec();
         both.extend(b.iter().cloned());
         front_taps(&both)
     } else {
         opts.taps.iter().cloned().collect()
-    };
-    let ia = index(&a, &opts.routes);
-    let ib = index(&b, &opts.routes);
+    }
+}
+
+/// Every series of either side, by tap, then route, then phase in the readers' order.
+fn ordered_keys<'k>(
+    ia: &'k BTreeMap<Key, Runs<'_>>,
+    ib: &'k BTreeMap<Key, Runs<'_>>,
+) -> Vec<&'k Key> {
     let mut keys: Vec<&Key> = ia
         .keys()
         .chain(ib.keys())
@@ -416,41 +481,72 @@ pub fn compare(
         .into_iter()
         .collect();
     keys.sort_by_key(|(tap, phase, route)| (tap.clone(), route.clone(), phase_order(phase)));
+    keys
+}
 
+/// One draft per statistic of every series, in the order the rows are shown.
+fn draft_all(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> anyhow::Result<Vec<Draft>> {
+    let primary_taps = primary_taps(a, b, opts);
+    let ia = index(a, &opts.routes);
+    let ib = index(b, &opts.routes);
+    let empty = Vec::new();
     let mut drafts = Vec::new();
-    for key in keys {
-        let (tap, phase, route) = key;
-        let is_primary_phase = opts.phases.contains(phase);
-        let primary = is_primary_phase && primary_taps.contains(tap);
-        let mut stats = vec![Statistic::Mean];
-        if is_primary_phase {
-            stats.extend([Statistic::P50, Statistic::P99]);
-        }
-        if phase == "total" {
-            stats.push(Statistic::Rate);
-        }
-        let empty = Vec::new();
-        let ra = ia.get(key).unwrap_or(&empty);
-        let rb = ib.get(key).unwrap_or(&empty);
+    for key in ordered_keys(&ia, &ib) {
+        let series = Series {
+            key,
+            runs: [ia.get(key).unwrap_or(&empty), ib.get(key).unwrap_or(&empty)],
+            primary: opts.phases.contains(&key.1) && primary_taps.contains(&key.0),
+        };
+        drafts.extend(series.drafts(a, b, opts)?);
+    }
+    Ok(drafts)
+}
+
+/// The statistics compared for a phase: the mean of every phase; p50 and p99 of the
+/// primary phases; the request rate from `total`.
+fn statistics(phase: &str, opts: &Options) -> Vec<Statistic> {
+    let mut stats = vec![Statistic::Mean];
+    if opts.phases.iter().any(|p| p == phase) {
+        stats.extend([Statistic::P50, Statistic::P99]);
+    }
+    if phase == "total" {
+        stats.push(Statistic::Rate);
+    }
+    stats
+}
+
+/// Whether a statistic of a primary series is part of the question. In paired windows
+/// both sides share one load generator and one proxy, and the split of the request rate
+/// between them measures how those scheduled the two as much as the servers (A/A
+/// measured +6.4 %): it explains, it is not the question (docs/compare.md).
+fn primary_statistic(stat: Statistic, paired: bool) -> bool {
+    match stat {
+        Statistic::Mean => true,
+        Statistic::Rate => !paired,
+        _ => false,
+    }
+}
+
+/// One series (tap, phase, route) and its runs on each side.
+struct Series<'k, 'r, 's> {
+    key: &'k Key,
+    runs: [&'r Runs<'s>; 2],
+    /// A primary phase of a primary tap.
+    primary: bool,
+}
+
+impl Series<'_, '_, '_> {
+    fn drafts(&self, a: &[Snapshot], b: &[Snapshot], opts: &Options) -> anyhow::Result<Vec<Draft>> {
+        let [ra, rb] = self.runs;
         let counts = [ra, rb].map(|r| r.iter().map(|(s, _)| s.count).sum::<u64>());
-        let several = ra.len() >= 2 && rb.len() >= 2;
         // The bootstrap is computed once per series, for all its statistics.
         let mut boot: Option<[f64; 3]> = None;
-        for stat in stats {
-            // In paired windows both sides share one load generator and one proxy, and the
-            // split of the request rate between them measures how those scheduled the two
-            // as much as the servers (A/A measured +6.4 %): it explains, it is not the
-            // question (docs/compare.md).
-            let primary = primary
-                && match stat {
-                    Statistic::Mean => true,
-                    Statistic::Rate => !opts.paired,
-                    _ => false,
-                };
+        let mut out = Vec::new();
+        for stat in statistics(&self.key.1, opts) {
             let mut d = Draft {
-                key: key.clone(),
+                key: self.key.clone(),
                 stat,
-                primary,
+                primary: self.primary && primary_statistic(stat, opts.paired),
                 runs: [ra.len(), rb.len()],
                 counts,
                 values: [None, None],
@@ -458,216 +554,266 @@ pub fn compare(
                 measured: None,
                 note: None,
             };
-            if ra.is_empty() || rb.is_empty() {
-                d.note = Some(
-                    if ra.is_empty() {
-                        "only in B"
-                    } else {
-                        "only in A"
-                    }
-                    .to_owned(),
-                );
-                drafts.push(d);
-                continue;
-            }
-            let (Some(sa), Some(sb)) = (side(stat, ra)?, side(stat, rb)?) else {
-                d.note = Some("a snapshot without a time window".to_owned());
-                drafts.push(d);
-                continue;
-            };
-            d.values = [Some(sa.value), Some(sb.value)];
-            let tail = opts.min_tail as f64;
-            // A percentile decided by a handful of values is heavy-tailed noise, per run
-            // as much as per bootstrap: compare it only with enough values beyond it.
-            let beyond = match stat {
-                Statistic::P50 => Some(0.5),
-                Statistic::P99 => Some(0.01),
-                _ => None,
-            };
-            let smallest_run = ra.iter().chain(rb.iter()).map(|(s, _)| s.count).min();
-            let thin =
-                matches!((beyond, smallest_run), (Some(q), Some(n)) if (n as f64) * q < tail);
-            if several && thin {
-                d.note = Some(format!(
-                    "too few exchanges beyond the percentile in a run (needs {} beyond it)",
-                    opts.min_tail
-                ));
-                drafts.push(d);
-                continue;
-            }
-            let paired = if opts.paired {
-                let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route, stat.as_str()]));
-                super::paired::measure(stat, (tap, phase, route), &a, &b, opts.resamples, &mut rng)
-            } else {
-                None
-            };
+            self.measure(&mut d, (a, b), &mut boot, opts)?;
+            out.push(d);
+        }
+        Ok(out)
+    }
+
+    /// Fills in what `d` measured and how, or the note that says why it could not.
+    fn measure(
+        &self,
+        d: &mut Draft,
+        (a, b): (&[Snapshot], &[Snapshot]),
+        boot: &mut Option<[f64; 3]>,
+        opts: &Options,
+    ) -> anyhow::Result<()> {
+        let [ra, rb] = self.runs;
+        let stat = d.stat;
+        if ra.is_empty() || rb.is_empty() {
+            d.note = Some(
+                if ra.is_empty() {
+                    "only in B"
+                } else {
+                    "only in A"
+                }
+                .to_owned(),
+            );
+            return Ok(());
+        }
+        let (Some(sa), Some(sb)) = (side(stat, ra)?, side(stat, rb)?) else {
+            d.note = Some("a snapshot without a time window".to_owned());
+            return Ok(());
+        };
+        d.values = [Some(sa.value), Some(sb.value)];
+        let several = ra.len() >= 2 && rb.len() >= 2;
+        if several && self.thin_in_a_run(stat, opts.min_tail) {
+            d.note = Some(format!(
+                "too few exchanges beyond the percentile in a run (needs {} beyond it)",
+                opts.min_tail
+            ));
+            return Ok(());
+        }
+        if opts.paired {
+            let (tap, phase, route) = self.key;
+            let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route, stat.as_str()]));
+            let paired =
+                super::paired::measure(stat, (tap, phase, route), a, b, opts.resamples, &mut rng);
             if let Some((m, pairs)) = paired {
                 d.method = Method::Paired;
                 d.runs = [pairs; 2];
                 d.measured = Some(m);
-                drafts.push(d);
-                continue;
+                return Ok(());
             }
-            if several {
-                d.method = Method::Runs;
-                d.measured = Some(between_runs(&sa, &sb));
-                drafts.push(d);
-                continue;
-            }
-            let n = sa.count.min(sb.count);
-            let enough = match stat {
-                Statistic::Mean | Statistic::Rate => n >= opts.min_count,
-                Statistic::P50 => n >= opts.min_count && n as f64 * 0.5 >= tail,
-                Statistic::P99 => n >= opts.min_count && n as f64 * 0.01 >= tail,
-            };
-            if !enough {
-                d.note = Some(match stat {
-                    Statistic::P50 | Statistic::P99 if n >= opts.min_count => format!(
-                        "too few exchanges beyond the percentile (needs {} beyond it on each side)",
-                        opts.min_tail
-                    ),
-                    _ => format!("too few exchanges: fewer than {} on a side", opts.min_count),
-                });
-                drafts.push(d);
-                continue;
-            }
-            let boot_se = match stat {
-                Statistic::Rate => 0.0,
-                _ => {
-                    if boot.is_none() {
-                        let (ha, ..) = merged(ra)?;
-                        let (hb, ..) = merged(rb)?;
-                        let (Some(pa), Some(pb)) = (Sampler::new(&ha), Sampler::new(&hb)) else {
-                            anyhow::bail!("{tap}/{phase}/{route}: an empty histogram with a count");
-                        };
-                        let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route]));
-                        boot = Some(bootstrap::log_ratio_se(
-                            &pa,
-                            &pb,
-                            opts.resamples,
-                            opts.max_draws,
-                            &mut rng,
-                        ));
-                    }
-                    let i = match stat {
-                        Statistic::Mean => 0,
-                        Statistic::P50 => 1,
-                        _ => 2,
-                    };
-                    boot.map_or(0.0, |b| b[i])
-                }
-            };
-            d.method = Method::Resampling;
-            d.measured = Some(within_run(&sa, &sb, boot_se, opts.drift));
-            drafts.push(d);
         }
+        if several {
+            d.method = Method::Runs;
+            d.measured = Some(between_runs(&sa, &sb));
+            return Ok(());
+        }
+        if let Some(note) = too_few(stat, sa.count.min(sb.count), opts) {
+            d.note = Some(note);
+            return Ok(());
+        }
+        let boot_se = self.boot_se(stat, boot, opts)?;
+        d.method = Method::Resampling;
+        d.measured = Some(within_run(&sa, &sb, boot_se, opts.drift));
+        Ok(())
     }
 
-    // Multiplicity: Bonferroni over the primary rows, Benjamini–Hochberg over the others.
-    let primary_rows = drafts
-        .iter()
-        .filter(|d| d.primary && d.measured.is_some())
-        .count();
-    let primary_confidence = 1.0 - opts.alpha / primary_rows.max(1) as f64;
-    // A statistic without any spread (a phase that takes 0 ns in every run) is no test:
-    // it is not counted in the false-discovery family.
-    let explanatory: Vec<usize> = (0..drafts.len())
-        .filter(|&i| {
-            !drafts[i].primary
-                && drafts[i]
-                    .measured
-                    .as_ref()
-                    .is_some_and(|m| m.change.se > 0.0)
-        })
-        .collect();
-    let p_expl: Vec<f64> = explanatory
-        .iter()
-        .filter_map(|&i| drafts[i].measured.as_ref())
-        .map(|m| m.change.p_beyond(opts.threshold))
-        .collect();
-    let rejected = benjamini_hochberg(&p_expl, opts.alpha);
-    let mut discovered = vec![false; drafts.len()];
-    for (&i, r) in explanatory.iter().zip(rejected) {
-        discovered[i] = r;
-    }
-
-    let mut rows = Vec::new();
-    for (i, d) in drafts.into_iter().enumerate() {
-        let (tap, phase, route) = d.key;
-        let mut row = Row {
-            tap,
-            route,
-            phase,
-            statistic: d.stat,
-            primary: d.primary,
-            count_a: d.counts[0],
-            count_b: d.counts[1],
-            runs_a: d.runs[0],
-            runs_b: d.runs[1],
-            method: d.method,
-            a: d.values[0],
-            b: d.values[1],
-            change: None,
-            interval: None,
-            confidence: None,
-            cv_a: None,
-            cv_b: None,
-            cv_assumed: false,
-            mde: None,
-            runs_needed: None,
-            p: None,
-            verdict: Outcome::Unknown,
-            direction: None,
-            note: d.note,
+    /// A percentile decided by a handful of values is heavy-tailed noise, per run as much
+    /// as per bootstrap: with several runs, it is compared only with enough values beyond
+    /// it in every run.
+    fn thin_in_a_run(&self, stat: Statistic, min_tail: u64) -> bool {
+        let beyond = match stat {
+            Statistic::P50 => Some(0.5),
+            Statistic::P99 => Some(0.01),
+            _ => None,
         };
-        if let Some(m) = d.measured {
-            let confidence = if d.primary {
-                primary_confidence
-            } else {
-                1.0 - opts.alpha
-            };
-            let (low, high) = m.change.interval(confidence);
-            let mut verdict = m.change.outcome(confidence, opts.threshold);
-            if verdict == Outcome::Different && !d.primary && !discovered[i] && m.change.se > 0.0 {
-                verdict = Outcome::Unknown;
-                row.note = Some("beyond the threshold alone, not after Benjamini–Hochberg".into());
-            }
-            let change = m.change.change();
-            row.direction = (verdict == Outcome::Different).then(|| {
-                let up = change > 0.0;
-                match (up, d.stat == Statistic::Rate) {
-                    (true, false) | (false, true) => Direction::Slower,
-                    _ => Direction::Faster,
-                }
-            });
-            row.change = Some(change);
-            row.interval = Some([low, high]);
-            row.confidence = Some(confidence);
-            row.cv_a = Some(m.cv[0]);
-            row.cv_b = Some(m.cv[1]);
-            row.cv_assumed = m.cv_assumed;
-            row.mde = Some(m.change.mde(confidence));
-            // Paired: the variance of a difference is sd², as if each side had sd²/2.
-            let [cv_a, cv_b] = m
-                .pair_sd
-                .map_or(m.cv, |sd| [sd / std::f64::consts::SQRT_2; 2]);
-            row.runs_needed = runs_needed(cv_a, cv_b, opts.detect, confidence);
-            row.p = Some(m.change.p_beyond(opts.threshold));
-            row.verdict = verdict;
-        }
-        rows.push(row);
+        let [ra, rb] = self.runs;
+        let smallest_run = ra.iter().chain(rb.iter()).map(|(s, _)| s.count).min();
+        matches!((beyond, smallest_run), (Some(q), Some(n)) if (n as f64) * q < min_tail as f64)
     }
 
-    let failures = opts
-        .fail_if_slower
-        .map(|limit| failures(&rows, limit, &opts.fail_phases))
-        .unwrap_or_default();
-    let summary = rows
-        .iter()
-        .filter(|r| r.primary)
-        .map(|r| statement(r, opts))
-        .collect();
+    /// The bootstrap's standard error of the log ratio of `stat` (0 for the rate, which
+    /// has no histogram), computed once for the series' three statistics.
+    fn boot_se(
+        &self,
+        stat: Statistic,
+        boot: &mut Option<[f64; 3]>,
+        opts: &Options,
+    ) -> anyhow::Result<f64> {
+        let i = match stat {
+            Statistic::Rate => return Ok(0.0),
+            Statistic::Mean => 0,
+            Statistic::P50 => 1,
+            Statistic::P99 => 2,
+        };
+        if boot.is_none() {
+            let (tap, phase, route) = self.key;
+            let (ha, ..) = merged(self.runs[0])?;
+            let (hb, ..) = merged(self.runs[1])?;
+            let (Some(pa), Some(pb)) = (Sampler::new(&ha), Sampler::new(&hb)) else {
+                anyhow::bail!("{tap}/{phase}/{route}: an empty histogram with a count");
+            };
+            let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route]));
+            *boot = Some(bootstrap::log_ratio_se(
+                &pa,
+                &pb,
+                opts.resamples,
+                opts.max_draws,
+                &mut rng,
+            ));
+        }
+        Ok(boot.map_or(0.0, |b| b[i]))
+    }
+}
 
+/// One run a side: why `stat` cannot be compared with `n` exchanges on the smaller side.
+fn too_few(stat: Statistic, n: u64, opts: &Options) -> Option<String> {
+    let tail = opts.min_tail as f64;
+    let enough = match stat {
+        Statistic::Mean | Statistic::Rate => n >= opts.min_count,
+        Statistic::P50 => n >= opts.min_count && n as f64 * 0.5 >= tail,
+        Statistic::P99 => n >= opts.min_count && n as f64 * 0.01 >= tail,
+    };
+    (!enough).then(|| match stat {
+        Statistic::P50 | Statistic::P99 if n >= opts.min_count => format!(
+            "too few exchanges beyond the percentile (needs {} beyond it on each side)",
+            opts.min_tail
+        ),
+        _ => format!("too few exchanges: fewer than {} on a side", opts.min_count),
+    })
+}
+
+/// How the rows share α: Bonferroni over the primary rows, Benjamini–Hochberg over the
+/// others.
+struct Family {
+    /// Primary rows with an interval.
+    primary_rows: usize,
+    /// Each primary row's confidence.
+    primary_confidence: f64,
+    /// Per draft: an explanatory row whose change survived the false-discovery control.
+    discovered: Vec<bool>,
+}
+
+impl Family {
+    fn of(drafts: &[Draft], opts: &Options) -> Family {
+        let primary_rows = drafts
+            .iter()
+            .filter(|d| d.primary && d.measured.is_some())
+            .count();
+        let primary_confidence = 1.0 - opts.alpha / primary_rows.max(1) as f64;
+        // A statistic without any spread (a phase that takes 0 ns in every run) is no
+        // test: it is not counted in the false-discovery family.
+        let explanatory: Vec<usize> = (0..drafts.len())
+            .filter(|&i| {
+                !drafts[i].primary
+                    && drafts[i]
+                        .measured
+                        .as_ref()
+                        .is_some_and(|m| m.change.se > 0.0)
+            })
+            .collect();
+        let p_expl: Vec<f64> = explanatory
+            .iter()
+            .filter_map(|&i| drafts[i].measured.as_ref())
+            .map(|m| m.change.p_beyond(opts.threshold))
+            .collect();
+        let rejected = benjamini_hochberg(&p_expl, opts.alpha);
+        let mut discovered = vec![false; drafts.len()];
+        for (&i, r) in explanatory.iter().zip(rejected) {
+            discovered[i] = r;
+        }
+        Family {
+            primary_rows,
+            primary_confidence,
+            discovered,
+        }
+    }
+}
+
+/// The row of a draft, with its outcome when it measured something.
+fn decide(d: Draft, discovered: bool, primary_confidence: f64, opts: &Options) -> Row {
+    let (tap, phase, route) = d.key;
+    let mut row = Row {
+        tap,
+        route,
+        phase,
+        statistic: d.stat,
+        primary: d.primary,
+        count_a: d.counts[0],
+        count_b: d.counts[1],
+        runs_a: d.runs[0],
+        runs_b: d.runs[1],
+        method: d.method,
+        a: d.values[0],
+        b: d.values[1],
+        change: None,
+        interval: None,
+        confidence: None,
+        cv_a: None,
+        cv_b: None,
+        cv_assumed: false,
+        mde: None,
+        runs_needed: None,
+        p: None,
+        verdict: Outcome::Unknown,
+        direction: None,
+        note: d.note,
+    };
+    if let Some(m) = d.measured {
+        let confidence = if d.primary {
+            primary_confidence
+        } else {
+            1.0 - opts.alpha
+        };
+        verdict(&mut row, &m, confidence, discovered, opts);
+    }
+    row
+}
+
+/// A measured row's change, interval, outcome, direction and power.
+fn verdict(row: &mut Row, m: &Measured, confidence: f64, discovered: bool, opts: &Options) {
+    let (low, high) = m.change.interval(confidence);
+    let mut verdict = m.change.outcome(confidence, opts.threshold);
+    if verdict == Outcome::Different && !row.primary && !discovered && m.change.se > 0.0 {
+        verdict = Outcome::Unknown;
+        row.note = Some("beyond the threshold alone, not after Benjamini–Hochberg".into());
+    }
+    let change = m.change.change();
+    row.direction = (verdict == Outcome::Different).then(|| {
+        let up = change > 0.0;
+        match (up, row.statistic == Statistic::Rate) {
+            (true, false) | (false, true) => Direction::Slower,
+            _ => Direction::Faster,
+        }
+    });
+    row.change = Some(change);
+    row.interval = Some([low, high]);
+    row.confidence = Some(confidence);
+    row.cv_a = Some(m.cv[0]);
+    row.cv_b = Some(m.cv[1]);
+    row.cv_assumed = m.cv_assumed;
+    row.mde = Some(m.change.mde(confidence));
+    // Paired: the variance of a difference is sd², as if each side had sd²/2.
+    let [cv_a, cv_b] = m
+        .pair_sd
+        .map_or(m.cv, |sd| [sd / std::f64::consts::SQRT_2; 2]);
+    row.runs_needed = runs_needed(cv_a, cv_b, opts.detect, confidence);
+    row.p = Some(m.change.p_beyond(opts.threshold));
+    row.verdict = verdict;
+}
+
+/// How the rows were compared, in words: one note per method used, the inside of the
+/// upstreams, and what the outcomes and α mean.
+fn notes(
+    rows: &[Row],
+    a: &[Snapshot],
+    b: &[Snapshot],
+    family: &Family,
+    opts: &Options,
+) -> Vec<String> {
     let mut notes = Vec::new();
     let methods: BTreeSet<Method> = rows.iter().map(|r| r.method).collect();
     if methods.contains(&Method::Runs) {
@@ -701,7 +847,7 @@ pub fn compare(
             opts.drift * 100.0
         ));
     }
-    notes.extend(super::inside::compare_notes(&a, &b));
+    notes.extend(super::inside::compare_notes(a, b));
     notes.push(format!(
         "same: the interval lies inside ±{t:.1} %; different: it lies entirely beyond ±{t:.1} %; \
          unknown: neither. Primary rows (the client-facing tap's {phases} and request rate) \
@@ -711,34 +857,11 @@ pub fn compare(
         t = opts.threshold * 100.0,
         phases = opts.phases.join(", "),
         alpha = opts.alpha,
-        pc = primary_confidence * 100.0,
-        n = primary_rows,
+        pc = family.primary_confidence * 100.0,
+        n = family.primary_rows,
         ec = (1.0 - opts.alpha) * 100.0,
     ));
-
-    Ok(Comparison {
-        a: a_names,
-        b: b_names,
-        alpha: opts.alpha,
-        threshold: opts.threshold,
-        detect: opts.detect,
-        drift: opts.drift,
-        primary_confidence,
-        primary_rows,
-        resamples: opts.resamples,
-        max_draws: opts.max_draws,
-        seed: opts.seed,
-        rows,
-        summary,
-        failures,
-        notes,
-        findings: super::compare_findings::FindingsChange::of(
-            &a,
-            &b,
-            &opts.taps,
-            opts.vs_tap.as_deref(),
-        ),
-    })
+    notes
 }
 
 /// `--fail-if-slower`: rows slower, with confidence, by more than `limit`.
@@ -835,5 +958,83 @@ pub fn statement(r: &Row, opts: &Options) -> String {
             r.mde.unwrap_or(f64::NAN) * 100.0,
             percent(opts.detect)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primary_phases_get_percentiles_and_total_the_rate() {
+        use Statistic::*;
+        let opts = Options::default();
+        assert_eq!(statistics("total", &opts), [Mean, P50, P99, Rate]);
+        assert_eq!(statistics("upstream_wait", &opts), [Mean]);
+        // In paired windows the rate explains; the mean stays the question.
+        assert!(primary_statistic(Rate, false) && !primary_statistic(Rate, true));
+        assert!(primary_statistic(Mean, true) && !primary_statistic(P99, false));
+    }
+
+    #[test]
+    fn one_run_a_side_needs_enough_exchanges_and_enough_beyond_a_percentile() {
+        let opts = Options::default(); // 30 exchanges, 20 beyond a percentile
+        assert_eq!(too_few(Statistic::Mean, 30, &opts), None);
+        assert_eq!(
+            too_few(Statistic::Mean, 29, &opts).as_deref(),
+            Some("too few exchanges: fewer than 30 on a side")
+        );
+        assert_eq!(too_few(Statistic::P50, 40, &opts), None);
+        assert_eq!(too_few(Statistic::P99, 2000, &opts), None);
+        assert_eq!(
+            too_few(Statistic::P99, 1999, &opts).as_deref(),
+            Some("too few exchanges beyond the percentile (needs 20 beyond it on each side)")
+        );
+    }
+
+    fn draft(primary: bool, estimate: f64, se: f64) -> Draft {
+        Draft {
+            key: ("t".into(), "total".into(), "GET".into()),
+            stat: Statistic::Mean,
+            primary,
+            runs: [1, 1],
+            counts: [100, 100],
+            values: [Some(1.0), Some(1.0)],
+            method: Method::Resampling,
+            measured: Some(Measured {
+                change: LogChange {
+                    estimate,
+                    se,
+                    df: f64::INFINITY,
+                },
+                cv: [0.1, 0.1],
+                cv_assumed: true,
+                pair_sd: None,
+            }),
+            note: None,
+        }
+    }
+
+    #[test]
+    fn the_family_splits_alpha_among_primary_rows_and_controls_the_others() {
+        let opts = Options::default();
+        let mut unmeasured = draft(true, 0.0, 0.0);
+        unmeasured.measured = None;
+        let drafts = [
+            draft(true, 0.0, 0.01),
+            draft(true, 0.0, 0.01),
+            unmeasured,
+            // Far beyond the threshold, then barely past it, then without any spread.
+            draft(false, 0.5, 0.01),
+            draft(false, 0.021, 0.01),
+            draft(false, 0.5, 0.0),
+        ];
+        let f = Family::of(&drafts, &opts);
+        assert_eq!(
+            f.primary_rows, 2,
+            "a row without an interval is not counted"
+        );
+        assert!((f.primary_confidence - 0.975).abs() < 1e-12);
+        assert_eq!(f.discovered, [false, false, false, true, false, false]);
     }
 }

@@ -14,7 +14,7 @@ use prost::Message;
 
 use super::pprof_proto as pb;
 use super::stacks::{FrameKind, TapStacks};
-use crate::upstream::snapshot::{OTHER_STACKS, TRUNCATED};
+use crate::upstream::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
 
 /// The sampling frequency of a snapshot that does not give its own (the sampler's default).
 pub const DEFAULT_FREQUENCY_HZ: u32 = crate::upstream::profile::DEFAULT_FREQUENCY_HZ;
@@ -48,178 +48,227 @@ fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// The tables of a profile being built, each entry made once on first use. The string
+/// table's order is the order of the calls, so the steps below run in a fixed order.
+struct Tables<'a> {
+    strings: Strings,
+    mappings: Vec<pb::Mapping>,
+    mapping_of: HashMap<&'a str, u64>,
+    functions: Vec<pb::Function>,
+    function_of: HashMap<(&'a str, &'a str, Option<u32>), u64>,
+    locations: Vec<pb::Location>,
+    /// The location of a stack whose frames are all outside the table.
+    unknown: Option<u64>,
+}
+
+impl<'a> Tables<'a> {
+    fn new() -> Self {
+        Tables {
+            strings: Strings::new(),
+            mappings: Vec::new(),
+            mapping_of: HashMap::new(),
+            functions: Vec::new(),
+            function_of: HashMap::new(),
+            locations: Vec::new(),
+            unknown: None,
+        }
+    }
+
+    fn value_type(&mut self, ty: &str, unit: &str) -> pb::ValueType {
+        pb::ValueType {
+            r#type: self.strings.get(ty),
+            unit: self.strings.get(unit),
+        }
+    }
+
+    /// The mapping of an object's code.
+    fn mapping(&mut self, object: &'a str) -> u64 {
+        if let Some(&id) = self.mapping_of.get(object) {
+            return id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        self.mappings.push(pb::Mapping {
+            id,
+            filename: self.strings.get(object),
+            // Symbolized already: a reader must not look for the binary.
+            has_functions: true,
+            ..Default::default()
+        });
+        self.mapping_of.insert(object, id);
+        id
+    }
+
+    fn function(&mut self, name: &'a str, object: &'a str, line: Option<u32>) -> u64 {
+        if let Some(&id) = self.function_of.get(&(name, object, line)) {
+            return id;
+        }
+        let id = self.functions.len() as u64 + 1;
+        let name_id = self.strings.get(name);
+        self.functions.push(pb::Function {
+            id,
+            name: name_id,
+            system_name: name_id,
+            filename: self.strings.get(object),
+            start_line: line.map_or(0, i64::from),
+        });
+        self.function_of.insert((name, object, line), id);
+        id
+    }
+
+    /// One location per frame of the snapshot's table, in its order (location `i + 1` is
+    /// frame `i`). pprof takes the first mapping for the main binary (`File:` in its
+    /// header): the executable's, when its code is on a stack, rather than whichever
+    /// object the frame table happens to start with.
+    fn frames(&mut self, t: &TapStacks<'a>) {
+        let stacks: &'a Stacks = t.stacks;
+        let native = t.kind() == FrameKind::Native;
+        let exe = t
+            .upstream
+            .exe
+            .as_deref()
+            .and_then(|e| e.rsplit('/').next())
+            .filter(|e| !e.is_empty());
+        if native {
+            if let Some(exe) = exe.filter(|e| stacks.frames.iter().any(|f| f.object == *e)) {
+                self.mapping(exe);
+            }
+        }
+        self.locations.reserve(stacks.frames.len());
+        for (i, f) in stacks.frames.iter().enumerate() {
+            let special = f.name == TRUNCATED || f.name == OTHER_STACKS;
+            // Native code lies in an object; PHP's `object` is a script (a source file,
+            // not a mapping of memory), and the two marker frames lie nowhere.
+            let mapping_id = if native && !special && !f.object.is_empty() {
+                self.mapping(&f.object)
+            } else {
+                0
+            };
+            let name = if f.name.is_empty() {
+                "[unknown]"
+            } else {
+                f.name.as_str()
+            };
+            let function_id = self.function(name, &f.object, f.line);
+            self.locations.push(pb::Location {
+                id: i as u64 + 1,
+                mapping_id,
+                line: vec![pb::Line {
+                    function_id,
+                    line: f.line.map_or(0, i64::from),
+                }],
+                ..Default::default()
+            });
+        }
+    }
+
+    /// A stack whose frames are all outside the table (none expected) still counts: it
+    /// is one `[unknown]` location, made on first use.
+    fn unknown_location(&mut self) -> u64 {
+        if let Some(id) = self.unknown {
+            return id;
+        }
+        let name = self.strings.get("[unknown]");
+        let function_id = self.functions.len() as u64 + 1;
+        self.functions.push(pb::Function {
+            id: function_id,
+            name,
+            system_name: name,
+            ..Default::default()
+        });
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(pb::Location {
+            id,
+            line: vec![pb::Line {
+                function_id,
+                line: 0,
+            }],
+            ..Default::default()
+        });
+        self.unknown = Some(id);
+        id
+    }
+
+    /// One sample per stack that has any, its values the samples and the CPU time they
+    /// stand for (`period` each).
+    fn samples(&mut self, stacks: &'a Stacks, period: i64) -> Vec<pb::Sample> {
+        let component_key = self.strings.get("component");
+        let mut samples = Vec::with_capacity(stacks.stacks.len());
+        for stack in stacks.stacks.iter().filter(|s| s.samples > 0) {
+            // pprof lists a sample's locations leaf first; the snapshot's stacks are root
+            // first.
+            let mut location_id: Vec<u64> = stack
+                .frames
+                .iter()
+                .rev()
+                .filter(|&&i| (i as usize) < stacks.frames.len())
+                .map(|&i| u64::from(i) + 1)
+                .collect();
+            if location_id.is_empty() {
+                location_id.push(self.unknown_location());
+            }
+            // The leaf's component, as a label: `-tagfocus component=regex` in pprof.
+            let label = stacks
+                .frames_of(stack)
+                .last()
+                .map(|leaf| pb::Label {
+                    key: component_key,
+                    str: self.strings.get(&leaf.component),
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect();
+            let n = i64_of(stack.samples);
+            samples.push(pb::Sample {
+                location_id,
+                value: vec![n, n.saturating_mul(period)],
+                label,
+            });
+        }
+        samples
+    }
+
+    /// What the profile is of, and what its stacks could not show.
+    fn comments(&mut self, t: &TapStacks<'_>, frequency: u32) -> Vec<i64> {
+        let mut comment = vec![self.strings.get(&format!(
+            "phasescope: CPU of {}, {} frames sampled at {frequency} Hz",
+            t.describe(),
+            t.kind().name()
+        ))];
+        if t.stacks.truncated_samples > 0 {
+            comment.push(self.strings.get(&format!(
+                "{} samples start at {TRUNCATED}: their callers could not be followed",
+                t.stacks.truncated_samples
+            )));
+        }
+        comment
+    }
+}
+
 /// The profile of one tap's stacks; `since_unix` is when its window started (the
 /// snapshot's `since_unix`), for the profile's time.
 pub fn profile(t: &TapStacks<'_>, since_unix: Option<f64>) -> pb::Profile {
-    let stacks = t.stacks;
-    let kind = t.kind();
     let frequency = t
         .upstream
         .frequency_hz
         .filter(|&f| f > 0)
         .unwrap_or(DEFAULT_FREQUENCY_HZ);
     let period = 1_000_000_000 / i64::from(frequency);
-    let mut strings = Strings::new();
-    let value_type = |strings: &mut Strings, ty: &str, unit: &str| pb::ValueType {
-        r#type: strings.get(ty),
-        unit: strings.get(unit),
-    };
+    let mut tables = Tables::new();
     let sample_type = vec![
-        value_type(&mut strings, "samples", "count"),
-        value_type(&mut strings, "cpu", "nanoseconds"),
+        tables.value_type("samples", "count"),
+        tables.value_type("cpu", "nanoseconds"),
     ];
-    let period_type = Some(value_type(&mut strings, "cpu", "nanoseconds"));
-
-    let mut mappings: Vec<pb::Mapping> = Vec::new();
-    let mut mapping_of: HashMap<&str, u64> = HashMap::new();
-    let mut mapping = |strings: &mut Strings, object: &str| -> u64 {
-        let id = mappings.len() as u64 + 1;
-        mappings.push(pb::Mapping {
-            id,
-            filename: strings.get(object),
-            // Symbolized already: a reader must not look for the binary.
-            has_functions: true,
-            ..Default::default()
-        });
-        id
-    };
-    // pprof takes the first mapping for the main binary (`File:` in its header): the
-    // executable's, when its code is on a stack, rather than whichever object the frame
-    // table happens to start with.
-    let exe = t
-        .upstream
-        .exe
-        .as_deref()
-        .and_then(|e| e.rsplit('/').next())
-        .filter(|e| !e.is_empty());
-    if kind == FrameKind::Native {
-        if let Some(exe) = exe.filter(|e| stacks.frames.iter().any(|f| f.object == *e)) {
-            mapping_of.insert(exe, mapping(&mut strings, exe));
-        }
-    }
-    let mut functions: Vec<pb::Function> = Vec::new();
-    let mut function_of: HashMap<(&str, &str, Option<u32>), u64> = HashMap::new();
-    let mut locations: Vec<pb::Location> = Vec::with_capacity(stacks.frames.len());
-    for (i, f) in stacks.frames.iter().enumerate() {
-        let special = f.name == TRUNCATED || f.name == OTHER_STACKS;
-        // Native code lies in an object; PHP's `object` is a script (a source file, not a
-        // mapping of memory), and the two marker frames lie nowhere.
-        let mapping_id = if kind == FrameKind::Native && !special && !f.object.is_empty() {
-            match mapping_of.get(f.object.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = mapping(&mut strings, &f.object);
-                    mapping_of.insert(f.object.as_str(), id);
-                    id
-                }
-            }
-        } else {
-            0
-        };
-        let name = if f.name.is_empty() {
-            "[unknown]"
-        } else {
-            f.name.as_str()
-        };
-        let function_id = *function_of
-            .entry((name, f.object.as_str(), f.line))
-            .or_insert_with(|| {
-                let id = functions.len() as u64 + 1;
-                let name = strings.get(name);
-                functions.push(pb::Function {
-                    id,
-                    name,
-                    system_name: name,
-                    filename: strings.get(&f.object),
-                    start_line: f.line.map_or(0, i64::from),
-                });
-                id
-            });
-        locations.push(pb::Location {
-            id: i as u64 + 1,
-            mapping_id,
-            line: vec![pb::Line {
-                function_id,
-                line: f.line.map_or(0, i64::from),
-            }],
-            ..Default::default()
-        });
-    }
-
-    // A stack whose frames are all outside the table (none expected) still counts: it is
-    // one `[unknown]` location, made on first use.
-    let mut unknown: Option<u64> = None;
-    let component_key = strings.get("component");
-    let mut samples = Vec::with_capacity(stacks.stacks.len());
-    for stack in stacks.stacks.iter().filter(|s| s.samples > 0) {
-        // pprof lists a sample's locations leaf first; the snapshot's stacks are root first.
-        let mut location_id: Vec<u64> = stack
-            .frames
-            .iter()
-            .rev()
-            .filter(|&&i| (i as usize) < stacks.frames.len())
-            .map(|&i| u64::from(i) + 1)
-            .collect();
-        if location_id.is_empty() {
-            let id = *unknown.get_or_insert_with(|| {
-                let name = strings.get("[unknown]");
-                let function_id = functions.len() as u64 + 1;
-                functions.push(pb::Function {
-                    id: function_id,
-                    name,
-                    system_name: name,
-                    ..Default::default()
-                });
-                let id = locations.len() as u64 + 1;
-                locations.push(pb::Location {
-                    id,
-                    line: vec![pb::Line {
-                        function_id,
-                        line: 0,
-                    }],
-                    ..Default::default()
-                });
-                id
-            });
-            location_id.push(id);
-        }
-        // The leaf's component, as a label: `-tagfocus component=regex` in pprof.
-        let label = stacks
-            .frames_of(stack)
-            .last()
-            .map(|leaf| pb::Label {
-                key: component_key,
-                str: strings.get(&leaf.component),
-                ..Default::default()
-            })
-            .into_iter()
-            .collect();
-        let n = i64_of(stack.samples);
-        samples.push(pb::Sample {
-            location_id,
-            value: vec![n, n.saturating_mul(period)],
-            label,
-        });
-    }
-
-    let mut comment = vec![strings.get(&format!(
-        "phasescope: CPU of {}, {} frames sampled at {frequency} Hz",
-        t.describe(),
-        kind.name()
-    ))];
-    if stacks.truncated_samples > 0 {
-        comment.push(strings.get(&format!(
-            "{} samples start at {TRUNCATED}: their callers could not be followed",
-            stacks.truncated_samples
-        )));
-    }
+    let period_type = Some(tables.value_type("cpu", "nanoseconds"));
+    tables.frames(t);
+    let sample = tables.samples(t.stacks, period);
+    let comment = tables.comments(t, frequency);
     let watched = t.upstream.watched_seconds;
     pb::Profile {
         sample_type,
-        sample: samples,
-        mapping: mappings,
-        location: locations,
-        function: functions,
+        sample,
+        mapping: tables.mappings,
+        location: tables.locations,
+        function: tables.functions,
         time_nanos: since_unix
             .filter(|s| s.is_finite() && *s > 0.0)
             // Nanoseconds since 1970 are past f64's 53 bits: to the microsecond, the
@@ -233,7 +282,7 @@ pub fn profile(t: &TapStacks<'_>, since_unix: Option<f64>) -> pb::Profile {
         period_type,
         period,
         comment,
-        string_table: strings.table,
+        string_table: tables.strings.table,
         ..Default::default()
     }
 }
@@ -294,16 +343,25 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn decoded_back_leaf_first_with_samples_and_cpu_time() {
+    /// The small table's profile, encoded and decoded back.
+    fn small_profile() -> pb::Profile {
         let u = upstream(small(), Some(250));
         let t = TapStacks {
             tap: "webdis",
             upstream: &u,
             stacks: u.stacks.as_ref().unwrap(),
         };
-        let p = decode(&encode(&profile(&t, Some(1_796_056_807.25))).unwrap());
-        let s = |i: i64| p.string_table[i as usize].as_str();
+        decode(&encode(&profile(&t, Some(1_796_056_807.25))).unwrap())
+    }
+
+    fn string(p: &pb::Profile, i: i64) -> &str {
+        p.string_table[i as usize].as_str()
+    }
+
+    #[test]
+    fn decoded_back_with_its_value_types_period_and_times() {
+        let p = small_profile();
+        let s = |i: i64| string(&p, i);
         assert_eq!(p.string_table[0], "");
         let types: Vec<(&str, &str)> = p
             .sample_type
@@ -319,7 +377,18 @@ mod tests {
         assert_eq!(p.period, 4_000_000, "250 Hz: a sample per 4 ms of CPU");
         assert_eq!(p.duration_nanos, 2_500_000_000);
         assert_eq!(p.time_nanos, 1_796_056_807_250_000_000);
+        // Each string once.
+        let mut seen = std::collections::HashSet::new();
+        assert!(
+            p.string_table.iter().all(|x| seen.insert(x)),
+            "{:?}",
+            p.string_table
+        );
+    }
 
+    #[test]
+    fn samples_leaf_first_with_samples_and_cpu_time() {
+        let p = small_profile();
         // The stack with no samples is left out; the others in order, leaf first.
         let got: Vec<(Vec<String>, Vec<i64>)> = p
             .sample
@@ -343,6 +412,18 @@ mod tests {
                 want(&["[other stacks]"], 2),
             ]
         );
+        // The leaf's component as a label.
+        let label = &p.sample[0].label[0];
+        assert_eq!(
+            (string(&p, label.key), string(&p, label.str)),
+            ("component", "http_parser")
+        );
+    }
+
+    #[test]
+    fn a_location_per_frame_a_function_per_name_and_object_a_mapping_per_object() {
+        let p = small_profile();
+        let s = |i: i64| string(&p, i);
         // The two memcpy are two functions, told apart by their objects.
         let memcpy: Vec<&str> = p
             .function
@@ -359,7 +440,14 @@ mod tests {
             ["webdis", "libc.so.6", "libevent-2.1.so.7", "[kernel]"]
         );
         assert!(p.mapping.iter().all(|m| m.has_functions));
-        // The executable's object is the first mapping, whatever the table starts with.
+        for (f, loc) in small().frames.iter().zip(&p.location) {
+            let marker = f.name == TRUNCATED || f.name == OTHER_STACKS;
+            assert_eq!(loc.mapping_id == 0, marker, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn the_executables_object_is_the_first_mapping_whatever_the_table_starts_with() {
         let mut libc_first = small();
         libc_first.frames.swap(0, 3);
         for s in &mut libc_first.stacks {
@@ -384,20 +472,6 @@ mod tests {
         assert_eq!(
             q.location[0].mapping_id, 2,
             "libc's frame, now first, is mapping 2"
-        );
-        for (f, loc) in small().frames.iter().zip(&p.location) {
-            let marker = f.name == TRUNCATED || f.name == OTHER_STACKS;
-            assert_eq!(loc.mapping_id == 0, marker, "{f:?}");
-        }
-        // The leaf's component as a label.
-        let label = &p.sample[0].label[0];
-        assert_eq!((s(label.key), s(label.str)), ("component", "http_parser"));
-        // Each string once.
-        let mut seen = std::collections::HashSet::new();
-        assert!(
-            p.string_table.iter().all(|x| seen.insert(x)),
-            "{:?}",
-            p.string_table
         );
     }
 

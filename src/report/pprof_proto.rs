@@ -140,481 +140,60 @@ mod tests {
 
     /// The .proto under proto/ and these structs must agree on every field: a renumbered
     /// or retyped field would be read as another by pprof, silently. Each field is
-    /// encoded alone and its key byte checked against the number and wire type the file
-    /// declares.
-    #[test]
-    fn field_numbers_and_types_match_the_proto_file() {
-        let proto = include_str!("../../proto/perftools/profiles/profile.proto");
-        let declared = |message: &str, field: &str| -> (String, u32) {
-            let body = proto
-                .split(&format!("message {message} {{"))
-                .nth(1)
-                .unwrap_or_else(|| panic!("message {message} in profile.proto"));
-            let body = &body[..body.find("\n}").unwrap()];
-            let words: Vec<&str> = body
-                .lines()
-                .map(str::split_whitespace)
-                .map(Iterator::collect::<Vec<_>>)
-                .find(|w| {
-                    let at = usize::from(w.first() == Some(&"repeated"));
-                    w.get(at + 1) == Some(&field)
-                })
-                .unwrap_or_else(|| panic!("{message}.{field} in profile.proto"));
-            let at = usize::from(words[0] == "repeated");
-            let number = words[at + 3].trim_end_matches(';').parse().unwrap();
-            (words[..=at].join(" "), number)
+    /// encoded alone (`case!`) and its key checked against the number and wire type the
+    /// file declares (`check`).
+    const PROTO: &str = include_str!("../../proto/perftools/profiles/profile.proto");
+
+    /// The declared type (with `repeated`) and number of `message.field` in the file.
+    fn declared(message: &str, field: &str) -> (String, u32) {
+        let body = PROTO
+            .split(&format!("message {message} {{"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("message {message} in profile.proto"));
+        let body = &body[..body.find("\n}").unwrap()];
+        let words: Vec<&str> = body
+            .lines()
+            .map(str::split_whitespace)
+            .map(Iterator::collect::<Vec<_>>)
+            .find(|w| {
+                let at = usize::from(w.first() == Some(&"repeated"));
+                w.get(at + 1) == Some(&field)
+            })
+            .unwrap_or_else(|| panic!("{message}.{field} in profile.proto"));
+        let at = usize::from(words[0] == "repeated");
+        let number = words[at + 3].trim_end_matches(';').parse().unwrap();
+        (words[..=at].join(" "), number)
+    }
+
+    /// The first key of an encoded message.
+    fn key(bytes: &[u8]) -> u32 {
+        let mut b = bytes;
+        prost::encoding::decode_varint(&mut b).unwrap() as u32
+    }
+
+    fn vt() -> ValueType {
+        ValueType { r#type: 1, unit: 1 }
+    }
+
+    /// (message, field, declared type, the field's key as encoded here), the field set
+    /// alone to `value`.
+    macro_rules! case {
+        ($message:ident . $field:ident = $value:expr, $ty:literal) => {
+            (
+                stringify!($message),
+                stringify!($field).trim_start_matches("r#"),
+                $ty,
+                key(&$message {
+                    $field: $value,
+                    ..Default::default()
+                }
+                .encode_to_vec()),
+            )
         };
-        // (message, field, declared type, the field's key as encoded here)
-        let key = |bytes: Vec<u8>| -> u32 {
-            let mut b = bytes.as_slice();
-            prost::encoding::decode_varint(&mut b).unwrap() as u32
-        };
-        let vt = || ValueType { r#type: 1, unit: 1 };
-        let cases: Vec<(&str, &str, &str, u32)> = vec![
-            (
-                "Profile",
-                "sample_type",
-                "repeated ValueType",
-                key(Profile {
-                    sample_type: vec![vt()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "sample",
-                "repeated Sample",
-                key(Profile {
-                    sample: vec![Sample::default()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "mapping",
-                "repeated Mapping",
-                key(Profile {
-                    mapping: vec![Mapping::default()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "location",
-                "repeated Location",
-                key(Profile {
-                    location: vec![Location::default()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "function",
-                "repeated Function",
-                key(Profile {
-                    function: vec![Function::default()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "string_table",
-                "repeated string",
-                key(Profile {
-                    string_table: vec![String::new()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "drop_frames",
-                "int64",
-                key(Profile {
-                    drop_frames: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "keep_frames",
-                "int64",
-                key(Profile {
-                    keep_frames: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "time_nanos",
-                "int64",
-                key(Profile {
-                    time_nanos: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "duration_nanos",
-                "int64",
-                key(Profile {
-                    duration_nanos: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "period_type",
-                "ValueType",
-                key(Profile {
-                    period_type: Some(vt()),
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "period",
-                "int64",
-                key(Profile {
-                    period: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "comment",
-                "repeated int64",
-                key(Profile {
-                    comment: vec![1],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Profile",
-                "default_sample_type",
-                "int64",
-                key(Profile {
-                    default_sample_type: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "ValueType",
-                "type",
-                "int64",
-                key(ValueType { r#type: 1, unit: 0 }.encode_to_vec()),
-            ),
-            (
-                "ValueType",
-                "unit",
-                "int64",
-                key(ValueType { r#type: 0, unit: 1 }.encode_to_vec()),
-            ),
-            (
-                "Sample",
-                "location_id",
-                "repeated uint64",
-                key(Sample {
-                    location_id: vec![1],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Sample",
-                "value",
-                "repeated int64",
-                key(Sample {
-                    value: vec![1],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Sample",
-                "label",
-                "repeated Label",
-                key(Sample {
-                    label: vec![Label::default()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Label",
-                "key",
-                "int64",
-                key(Label {
-                    key: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Label",
-                "str",
-                "int64",
-                key(Label {
-                    str: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Label",
-                "num",
-                "int64",
-                key(Label {
-                    num: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Label",
-                "num_unit",
-                "int64",
-                key(Label {
-                    num_unit: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "id",
-                "uint64",
-                key(Mapping {
-                    id: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "memory_start",
-                "uint64",
-                key(Mapping {
-                    memory_start: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "memory_limit",
-                "uint64",
-                key(Mapping {
-                    memory_limit: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "file_offset",
-                "uint64",
-                key(Mapping {
-                    file_offset: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "filename",
-                "int64",
-                key(Mapping {
-                    filename: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "build_id",
-                "int64",
-                key(Mapping {
-                    build_id: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "has_functions",
-                "bool",
-                key(Mapping {
-                    has_functions: true,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "has_filenames",
-                "bool",
-                key(Mapping {
-                    has_filenames: true,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "has_line_numbers",
-                "bool",
-                key(Mapping {
-                    has_line_numbers: true,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Mapping",
-                "has_inline_frames",
-                "bool",
-                key(Mapping {
-                    has_inline_frames: true,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Location",
-                "id",
-                "uint64",
-                key(Location {
-                    id: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Location",
-                "mapping_id",
-                "uint64",
-                key(Location {
-                    mapping_id: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Location",
-                "address",
-                "uint64",
-                key(Location {
-                    address: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Location",
-                "line",
-                "repeated Line",
-                key(Location {
-                    line: vec![Line::default()],
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Location",
-                "is_folded",
-                "bool",
-                key(Location {
-                    is_folded: true,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Line",
-                "function_id",
-                "uint64",
-                key(Line {
-                    function_id: 1,
-                    line: 0,
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Line",
-                "line",
-                "int64",
-                key(Line {
-                    function_id: 0,
-                    line: 1,
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Function",
-                "id",
-                "uint64",
-                key(Function {
-                    id: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Function",
-                "name",
-                "int64",
-                key(Function {
-                    name: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Function",
-                "system_name",
-                "int64",
-                key(Function {
-                    system_name: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Function",
-                "filename",
-                "int64",
-                key(Function {
-                    filename: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-            (
-                "Function",
-                "start_line",
-                "int64",
-                key(Function {
-                    start_line: 1,
-                    ..Default::default()
-                }
-                .encode_to_vec()),
-            ),
-        ];
-        for (message, field, ty, key) in cases {
+    }
+
+    fn check(cases: &[(&str, &str, &str, u32)]) {
+        for &(message, field, ty, key) in cases {
             let (declared_ty, number) = declared(message, field);
             assert_eq!(declared_ty, ty, "{message}.{field}");
             // Varints and bools are wire type 0; messages, strings and packed repeated
@@ -625,5 +204,86 @@ mod tests {
             let wire = if length_delimited { 2 } else { 0 };
             assert_eq!(key, number << 3 | wire, "{message}.{field}: key");
         }
+    }
+
+    #[test]
+    fn the_profiles_fields_match_the_proto_file() {
+        check(&[
+            case!(Profile.sample_type = vec![vt()], "repeated ValueType"),
+            case!(Profile.sample = vec![Sample::default()], "repeated Sample"),
+            case!(
+                Profile.mapping = vec![Mapping::default()],
+                "repeated Mapping"
+            ),
+            case!(
+                Profile.location = vec![Location::default()],
+                "repeated Location"
+            ),
+            case!(
+                Profile.function = vec![Function::default()],
+                "repeated Function"
+            ),
+            case!(
+                Profile.string_table = vec![String::new()],
+                "repeated string"
+            ),
+            case!(Profile.drop_frames = 1, "int64"),
+            case!(Profile.keep_frames = 1, "int64"),
+            case!(Profile.time_nanos = 1, "int64"),
+            case!(Profile.duration_nanos = 1, "int64"),
+            case!(Profile.period_type = Some(vt()), "ValueType"),
+            case!(Profile.period = 1, "int64"),
+            case!(Profile.comment = vec![1], "repeated int64"),
+            case!(Profile.default_sample_type = 1, "int64"),
+        ]);
+    }
+
+    #[test]
+    fn value_type_sample_and_label_fields_match_the_proto_file() {
+        check(&[
+            case!(ValueType.r#type = 1, "int64"),
+            case!(ValueType.unit = 1, "int64"),
+            case!(Sample.location_id = vec![1], "repeated uint64"),
+            case!(Sample.value = vec![1], "repeated int64"),
+            case!(Sample.label = vec![Label::default()], "repeated Label"),
+            case!(Label.key = 1, "int64"),
+            case!(Label.str = 1, "int64"),
+            case!(Label.num = 1, "int64"),
+            case!(Label.num_unit = 1, "int64"),
+        ]);
+    }
+
+    #[test]
+    fn mapping_fields_match_the_proto_file() {
+        check(&[
+            case!(Mapping.id = 1, "uint64"),
+            case!(Mapping.memory_start = 1, "uint64"),
+            case!(Mapping.memory_limit = 1, "uint64"),
+            case!(Mapping.file_offset = 1, "uint64"),
+            case!(Mapping.filename = 1, "int64"),
+            case!(Mapping.build_id = 1, "int64"),
+            case!(Mapping.has_functions = true, "bool"),
+            case!(Mapping.has_filenames = true, "bool"),
+            case!(Mapping.has_line_numbers = true, "bool"),
+            case!(Mapping.has_inline_frames = true, "bool"),
+        ]);
+    }
+
+    #[test]
+    fn location_line_and_function_fields_match_the_proto_file() {
+        check(&[
+            case!(Location.id = 1, "uint64"),
+            case!(Location.mapping_id = 1, "uint64"),
+            case!(Location.address = 1, "uint64"),
+            case!(Location.line = vec![Line::default()], "repeated Line"),
+            case!(Location.is_folded = true, "bool"),
+            case!(Line.function_id = 1, "uint64"),
+            case!(Line.line = 1, "int64"),
+            case!(Function.id = 1, "uint64"),
+            case!(Function.name = 1, "int64"),
+            case!(Function.system_name = 1, "int64"),
+            case!(Function.filename = 1, "int64"),
+            case!(Function.start_line = 1, "int64"),
+        ]);
     }
 }

@@ -252,22 +252,24 @@ pub fn folded(stacks: &Stacks, kind: FrameKind) -> String {
     out
 }
 
-/// Colours of components, largest first; the rest and the `[truncated]`/`[other stacks]`
-/// frames are grey. Named so that the subtitle can say which is which.
-const COMPONENT_COLOURS: &[(&str, color::Color)] = &[
-    ("blue", rgb(0x4e, 0x79, 0xa7)),
-    ("orange", rgb(0xf2, 0x8e, 0x2b)),
-    ("green", rgb(0x59, 0xa1, 0x4f)),
-    ("red", rgb(0xe1, 0x57, 0x59)),
-    ("teal", rgb(0x76, 0xb7, 0xb2)),
-    ("yellow", rgb(0xed, 0xc9, 0x48)),
-    ("purple", rgb(0xb0, 0x7a, 0xa1)),
-    ("pink", rgb(0xff, 0x9d, 0xa7)),
-    ("brown", rgb(0x9c, 0x75, 0x5f)),
+/// Colours of components, largest first (Tableau 10 without its grey), each with the name
+/// the legends call it by; the rest and the `[truncated]`/`[other stacks]` frames are
+/// grey. The one table of both flame graphs: this export's and the SVG's
+/// (`report::svg_inside`), so that a component has the same colour in each.
+pub(super) const COMPONENT_COLOURS: [(&str, (u8, u8, u8)); 9] = [
+    ("blue", (0x4e, 0x79, 0xa7)),
+    ("orange", (0xf2, 0x8e, 0x2b)),
+    ("green", (0x59, 0xa1, 0x4f)),
+    ("red", (0xe1, 0x57, 0x59)),
+    ("teal", (0x76, 0xb7, 0xb2)),
+    ("yellow", (0xed, 0xc9, 0x48)),
+    ("purple", (0xb0, 0x7a, 0xa1)),
+    ("pink", (0xff, 0x9d, 0xa7)),
+    ("brown", (0x9c, 0x75, 0x5f)),
 ];
-const GREY: color::Color = rgb(0xba, 0xb0, 0xac);
+pub(super) const GREY: (u8, u8, u8) = (0xba, 0xb0, 0xac);
 
-const fn rgb(r: u8, g: u8, b: u8) -> color::Color {
+const fn rgb((r, g, b): (u8, u8, u8)) -> color::Color {
     color::Color { r, g, b }
 }
 
@@ -298,7 +300,7 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
     let colour_of: HashMap<&str, (&str, color::Color)> = ranked
         .iter()
         .zip(COMPONENT_COLOURS)
-        .map(|((c, _), &colour)| (*c, colour))
+        .map(|((c, _), (name, colour))| (*c, (name, rgb(colour))))
         .collect();
     // inferno colours by frame text: one entry per label, the first frame of a label
     // deciding (a label shared by two components is rare: a PHP name in two scripts).
@@ -309,11 +311,11 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
         }
         let c = match colour_of.get(f.component.as_str()) {
             Some((_, c)) if !special(&f.name) => *c,
-            _ => GREY,
+            _ => rgb(GREY),
         };
         palette.insert(label, c);
     }
-    palette.insert("[unknown]", GREY);
+    palette.insert("[unknown]", rgb(GREY));
 
     let total = t.stacks.total();
     // The subtitle is one centred line: the sample count and which colour is which.

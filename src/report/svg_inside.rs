@@ -10,7 +10,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::dataset::TapData;
 use super::inside::{Inside, DEFAULT_WHAT_IF};
-use super::stacks::{frame_labels, FrameKind};
+use super::stacks::{frame_labels, FrameKind, COMPONENT_COLOURS, GREY};
 use crate::phase::Phase;
 use crate::upstream::{Stacks, UpstreamSnapshot};
 
@@ -25,19 +25,14 @@ const ROW: i32 = 17;
 const FLAME_HEIGHT: u32 = 30 + FLAME_ROWS as u32 * ROW as u32;
 const MARGIN: i32 = 20;
 
-/// The component colours, Tableau 10 as the flame graph export uses; grey past them.
-const COMPONENT_COLOURS: [RGBColor; 9] = [
-    RGBColor(0x4e, 0x79, 0xa7),
-    RGBColor(0xf2, 0x8e, 0x2b),
-    RGBColor(0x59, 0xa1, 0x4f),
-    RGBColor(0xe1, 0x57, 0x59),
-    RGBColor(0x76, 0xb7, 0xb2),
-    RGBColor(0xed, 0xc9, 0x48),
-    RGBColor(0xb0, 0x7a, 0xa1),
-    RGBColor(0xff, 0x9d, 0xa7),
-    RGBColor(0x9c, 0x75, 0x5f),
-];
-const GREY: RGBColor = RGBColor(0xba, 0xb0, 0xac);
+/// A component's colour: the flame graph export's table (`stacks::COMPONENT_COLOURS`),
+/// by the component's rank; grey past them.
+fn component_colour(rank: Option<usize>) -> RGBColor {
+    let (r, g, b) = rank
+        .and_then(|i| COMPONENT_COLOURS.get(i))
+        .map_or(GREY, |&(_, rgb)| rgb);
+    RGBColor(r, g, b)
+}
 
 /// The band's height for `tap`: 0 without an upstream.
 pub fn height(tap: &TapData) -> u32 {
@@ -183,8 +178,8 @@ fn flame<DB: DrawingBackend>(
             ranks
                 .iter()
                 .take(6)
-                .zip(["blue", "orange", "green", "red", "teal", "yellow", "purple", "pink", "brown"])
-                .map(|(c, colour)| format!("{c} {colour}"))
+                .zip(COMPONENT_COLOURS)
+                .map(|(c, (colour, _))| format!("{c} {colour}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -222,13 +217,7 @@ impl<DB: DrawingBackend> Flame<'_, DB> {
         if depth >= FLAME_ROWS || width < 1.0 {
             return Ok(end);
         }
-        let colour = self
-            .ranks
-            .iter()
-            .position(|c| *c == node.component)
-            .and_then(|i| COMPONENT_COLOURS.get(i))
-            .copied()
-            .unwrap_or(GREY);
+        let colour = component_colour(self.ranks.iter().position(|c| *c == node.component));
         let y1 = self.bottom - ROW * depth as i32;
         let y0 = y1 - ROW + 1;
         let (x0, x1) = (

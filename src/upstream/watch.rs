@@ -70,126 +70,187 @@ impl Watcher {
     }
 }
 
+/// The watcher's loop: a turn finds the process or reads it, then waits an interval
+/// (longer while the process stays missing) or until stopped.
 fn run(
     target: &Target,
     upstream: &Upstream,
     profile: Option<&ProfileSettings>,
     stopped: &mpsc::Receiver<()>,
 ) {
-    let tap = upstream.tap();
-    let interval = upstream.interval();
     if let Err(e) = super::account::check_kernel() {
+        let tap = upstream.tap();
         tracing::warn!(tap, "{e:#}; upstream accounting is off for this tap");
         return;
     }
-    // Log a failure to find once, until something changes.
-    let mut told_missing = false;
-    // Consecutive failures to find: finding scans every process's fds, so a process that
-    // stays missing is looked for less often.
-    let mut misses = 0u32;
-    let mut attached: Option<u32> = None;
-    let mut last_pid: Option<u32> = None;
-    // One profiler per process: a restart gets a new one, never the old one's events.
-    let mut profiler: Option<Sampler> = None;
-    let mut told_profile = false;
+    let mut w = Watch {
+        target,
+        upstream,
+        profile,
+        told_missing: false,
+        misses: 0,
+        attached: None,
+        last_pid: None,
+        profiler: None,
+        told_profile: false,
+    };
     loop {
-        match attached {
-            None => match target.locate().and_then(|pid| upstream.attach(pid)) {
-                Ok((info, threads_readable)) => {
-                    told_missing = false;
-                    misses = 0;
-                    attached = Some(info.pid);
-                    match last_pid {
-                        Some(old) => tracing::info!(
-                            tap,
-                            pid = info.pid,
-                            old_pid = old,
-                            comm = %info.comm,
-                            "the upstream process restarted: now watching pid {} ({}, {} threads); counters go on from the new process, nothing of pid {old} after its last read is counted",
-                            info.pid, info.comm, info.threads
-                        ),
-                        None => tracing::info!(
-                            tap,
-                            pid = info.pid,
-                            comm = %info.comm,
-                            "watching the upstream process: pid {} ({}, {} threads), every {}",
-                            info.pid,
-                            info.comm,
-                            info.threads,
+        let turn = match w.attached {
+            None => w.find(),
+            Some(pid) => w.read(pid),
+        };
+        match turn {
+            Turn::Wait => {}
+            Turn::Again => continue,
+            Turn::Stop => return,
+        }
+        match stopped.recv_timeout(w.wait()) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// What one turn of the watcher leaves to do.
+enum Turn {
+    /// Wait for the next turn.
+    Wait,
+    /// Take the next turn now.
+    Again,
+    /// Stop watching: the process cannot be watched from here.
+    Stop,
+}
+
+/// What the watcher remembers from one turn to the next.
+struct Watch<'a> {
+    target: &'a Target,
+    upstream: &'a Upstream,
+    profile: Option<&'a ProfileSettings>,
+    /// Log a failure to find once, until something changes.
+    told_missing: bool,
+    /// Consecutive failures to find: finding scans every process's fds, so a process
+    /// that stays missing is looked for less often.
+    misses: u32,
+    attached: Option<u32>,
+    last_pid: Option<u32>,
+    /// One profiler per process: a restart gets a new one, never the old one's events.
+    profiler: Option<Sampler>,
+    told_profile: bool,
+}
+
+impl Watch<'_> {
+    /// Looks for the process and attaches to it.
+    fn find(&mut self) -> Turn {
+        let tap = self.upstream.tap();
+        let interval = self.upstream.interval();
+        match self
+            .target
+            .locate()
+            .and_then(|pid| self.upstream.attach(pid))
+        {
+            Ok((info, threads_readable)) => self.attached_to(&info, threads_readable),
+            Err(e) if e.downcast_ref::<super::find::NotLocal>().is_some() => {
+                tracing::warn!(
+                    tap,
+                    "cannot watch the upstream process: {e:#}. The tap works as before, without upstream accounting"
+                );
+                return Turn::Stop;
+            }
+            Err(e) => {
+                self.misses = self.misses.saturating_add(1);
+                if !self.told_missing {
+                    let retry = if self.target.follows_restarts() || self.last_pid.is_none() {
+                        format!(
+                            "; looking again every {}",
                             humantime::format_duration(interval)
-                        ),
-                    }
-                    if !threads_readable {
-                        tracing::warn!(
-                            tap,
-                            pid = info.pid,
-                            "cannot read /proc/{}/task/*/schedstat or status: CPU time is counted, run-queue delay and context switches are not; run as the upstream's user or as root, or grant CAP_SYS_PTRACE",
-                            info.pid
-                        );
-                    }
-                    last_pid = Some(info.pid);
-                    if let Some(settings) = profile {
-                        profiler =
-                            start_profiler(tap, &info, settings, upstream, &mut told_profile);
-                    }
-                }
-                Err(e) if e.downcast_ref::<super::find::NotLocal>().is_some() => {
+                        )
+                    } else {
+                        String::new()
+                    };
                     tracing::warn!(
                         tap,
-                        "cannot watch the upstream process: {e:#}. The tap works as before, without upstream accounting"
+                        "cannot watch the upstream process: {e:#}. The tap works as before, without upstream accounting{retry}"
                     );
-                    return;
-                }
-                Err(e) => {
-                    misses = misses.saturating_add(1);
-                    if !told_missing {
-                        let retry = if target.follows_restarts() || last_pid.is_none() {
-                            format!(
-                                "; looking again every {}",
-                                humantime::format_duration(interval)
-                            )
-                        } else {
-                            String::new()
-                        };
-                        tracing::warn!(
-                            tap,
-                            "cannot watch the upstream process: {e:#}. The tap works as before, without upstream accounting{retry}"
-                        );
-                        told_missing = true;
-                    }
-                }
-            },
-            Some(pid) => {
-                if let Some(p) = &mut profiler {
-                    match p.collect() {
-                        Ok(delta) => upstream.add_samples(&delta),
-                        Err(e) => {
-                            // The process may be exiting; the read below tells.
-                            tracing::debug!(tap, pid, "collecting samples: {e}");
-                        }
-                    }
-                }
-                if upstream.read() == Read::Gone {
-                    upstream.detach();
-                    attached = None;
-                    profiler = None;
-                    tracing::info!(tap, pid, "the upstream process {pid} is gone");
-                    if target.follows_restarts() {
-                        // Its successor may already listen: look now rather than an
-                        // interval later.
-                        continue;
-                    }
+                    self.told_missing = true;
                 }
             }
         }
-        let wait = if attached.is_none() && misses >= SLOW_AFTER_MISSES {
+        Turn::Wait
+    }
+
+    /// The process found: say so (a restart, or the first), and start sampling it.
+    fn attached_to(&mut self, info: &super::account::ProcessInfo, threads_readable: bool) {
+        let tap = self.upstream.tap();
+        self.told_missing = false;
+        self.misses = 0;
+        self.attached = Some(info.pid);
+        match self.last_pid {
+            Some(old) => tracing::info!(
+                tap,
+                pid = info.pid,
+                old_pid = old,
+                comm = %info.comm,
+                "the upstream process restarted: now watching pid {} ({}, {} threads); counters go on from the new process, nothing of pid {old} after its last read is counted",
+                info.pid, info.comm, info.threads
+            ),
+            None => tracing::info!(
+                tap,
+                pid = info.pid,
+                comm = %info.comm,
+                "watching the upstream process: pid {} ({}, {} threads), every {}",
+                info.pid,
+                info.comm,
+                info.threads,
+                humantime::format_duration(self.upstream.interval())
+            ),
+        }
+        if !threads_readable {
+            tracing::warn!(
+                tap,
+                pid = info.pid,
+                "cannot read /proc/{}/task/*/schedstat or status: CPU time is counted, run-queue delay and context switches are not; run as the upstream's user or as root, or grant CAP_SYS_PTRACE",
+                info.pid
+            );
+        }
+        self.last_pid = Some(info.pid);
+        if let Some(settings) = self.profile {
+            self.profiler =
+                start_profiler(tap, info, settings, self.upstream, &mut self.told_profile);
+        }
+    }
+
+    /// Adds the samples since the last turn and reads the process; a process gone is
+    /// let go, and looked for again at once when its successor may already listen.
+    fn read(&mut self, pid: u32) -> Turn {
+        let tap = self.upstream.tap();
+        if let Some(p) = &mut self.profiler {
+            match p.collect() {
+                Ok(delta) => self.upstream.add_samples(&delta),
+                Err(e) => {
+                    // The process may be exiting; the read below tells.
+                    tracing::debug!(tap, pid, "collecting samples: {e}");
+                }
+            }
+        }
+        if self.upstream.read() == Read::Gone {
+            self.upstream.detach();
+            self.attached = None;
+            self.profiler = None;
+            tracing::info!(tap, pid, "the upstream process {pid} is gone");
+            if self.target.follows_restarts() {
+                return Turn::Again;
+            }
+        }
+        Turn::Wait
+    }
+
+    /// How long to wait before the next turn.
+    fn wait(&self) -> std::time::Duration {
+        let interval = self.upstream.interval();
+        if self.attached.is_none() && self.misses >= SLOW_AFTER_MISSES {
             interval.max((interval * 10).min(SLOW_FIND))
         } else {
             interval
-        };
-        match stopped.recv_timeout(wait) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
     }
 }

@@ -27,61 +27,64 @@
    * proxy takes from its own list of phases (src/phase.rs), so the page keeps no copy. */
   let phaseOrder = [];
 
-  /* Each phase's colour: the snapshot's `phase_styles`, the one table of src/phase.rs that
-   * the report's SVG and the dashboard use too (Okabe–Ito hues, checked apart under
-   * colour-vision deficiency). Filled in from the first snapshot; a phase without a
-   * style (an older proxy) falls into the grey of "unattributed". */
+  /* How to draw and describe each phase: the snapshot's `phase_styles`, the one table of
+   * src/phase.rs that the report's SVG and the dashboard use too (colours in Okabe–Ito
+   * hues, checked apart under colour-vision deficiency; the phase each lies in; the
+   * stacking order; a line on what it measures). Filled in from the first snapshot; a
+   * phase without a style (an older proxy) falls into the grey of "unattributed". */
+  let STYLES = {};
   const COLORS = {
     unattributed: "#c3c8d0",
   };
+  const UNATTRIBUTED_ABOUT = "time in total that no sequential phase covers";
+
+  /* The phases that add up to total, bottom to top of the stacked chart, and the same order
+   * segments() returns: each style's `sum_stack`. "unattributed" tops them. */
+  let SUM_STACK = [];
+  let STACK_ORDER = ["unattributed"];
+
+  /* The phase the Webdis decomposition splits, and its parts (the stacked phases that lie
+   * in it), drawn in its place. */
+  const SPLIT = "upstream_wait";
+  let DECOMPOSITION = [];
 
   /* Error kinds that are the clients' doing (docs/metrics.md): a load generator closing its
    * connections at the end of a run leaves client_reset, which says nothing about the
    * server. The Errors card keeps them apart from the rest. */
   const CLIENT_ERRORS = new Set(["bad_request", "header_too_large", "client_timeout", "client_reset"]);
 
+  /* Takes in the snapshot's table of phases. */
+  function takeStyles(snap) {
+    phaseOrder = snap.phase_order || [];
+    STYLES = snap.phase_styles || {};
+    for (const [name, style] of Object.entries(STYLES)) COLORS[name] = style.colour;
+    SUM_STACK = Object.keys(STYLES)
+      .filter((p) => STYLES[p].sum_stack !== null && STYLES[p].sum_stack !== undefined)
+      .sort((a, b) => STYLES[a].sum_stack - STYLES[b].sum_stack);
+    STACK_ORDER = [...SUM_STACK, "unattributed"];
+    DECOMPOSITION = SUM_STACK.filter((p) => parentOf(p) === SPLIT);
+  }
+
+  function parentOf(phase) {
+    return STYLES[phase] ? STYLES[phase].parent : null;
+  }
+
   /* Shown as a tooltip on each phase; the short form of docs/phases.md. */
-  const ABOUT = {
-    client_recv: "first request byte → head complete: the client and the network delivering the head",
-    parse: "CPU time in the request-head parser (inside client_recv)",
-    upstream_connect: "connecting to the upstream, for the request that opened the connection",
-    queue: "a pipelined request waiting for the previous response (head-of-line blocking)",
-    upstream_send: "sending the request (and streaming its body) to the upstream",
-    upstream_wait: "request sent → first response byte: the backend's own time",
-    backend_in: "Webdis reading the HTTP request and building its Redis command",
-    backend: "Redis itself: command → reply",
-    backend_queue: "Redis queue: the part of backend the command waited behind earlier replies on Webdis's pooled connection",
-    backend_out: "Webdis turning the Redis reply into its HTTP response",
-    upstream_recv: "first → last response byte from the upstream (overlaps write when streamed)",
-    response_parse: "CPU time in the response-head parser",
-    upstream_recv_gap: "the longest pause between two reads of one response (Nagle's algorithm against a delayed ACK shows as ~40 ms)",
-    write_blocked: "the time response bytes waited for the client's socket to take them (a client reading slowly)",
-    proxy_overhead: "latency phasescope itself adds",
-    write: "writing the response to the client",
-    total: "first request byte → last response byte written: what the client saw",
-    unattributed: "time in total that no sequential phase covers",
-  };
+  function about(key) {
+    if (key === "unattributed") return UNATTRIBUTED_ABOUT;
+    return STYLES[key] ? STYLES[key].description || "" : "";
+  }
 
-  /* Phases that lie inside, or overlap, others: listed in the table, not stacked. */
-  const INSIDE = {
-    parse: "in client_recv",
-    backend_in: "in upstream_wait",
-    backend: "in upstream_wait",
-    backend_queue: "in backend",
-    backend_out: "in upstream_wait",
-    upstream_recv: "overlaps write",
-    response_parse: "CPU",
-    upstream_recv_gap: "in upstream_recv",
-    write_blocked: "in write",
-  };
+  /* Beside a phase's name in the table, for those that lie inside or overlap others
+   * (listed in the table, not stacked). */
+  function note(phase) {
+    return STYLES[phase] ? STYLES[phase].note : null;
+  }
 
-  const DECOMPOSITION = ["backend_in", "backend", "backend_out"];
-
-  /* Bottom to top of the stacked chart; the same order segments() returns. */
-  const STACK_ORDER = [
-    "parse", "client_recv", "upstream_connect", "queue", "upstream_send",
-    "backend_in", "backend", "backend_out", "upstream_wait", "proxy_overhead", "write", "unattributed",
-  ];
+  /* The stacked phases drawn apart from the one they lie in, before its rest. */
+  function drawnApart(phase) {
+    return SUM_STACK.filter((p) => parentOf(p) === phase);
+  }
 
   // ---------------------------------------------------------------------------------
   // Small helpers
@@ -257,37 +260,34 @@
     return qs.map((q) => (count ? quantileNs(pairs, count, q) / 1e9 : null));
   }
 
-  /* Sums per phase (seconds) → the stacked segments [key, seconds], timeline order. */
+  /* Sums per phase (seconds) → the stacked segments [key, seconds], timeline order. A phase
+   * drawn apart from the one it lies in (parse in client_recv, the Webdis parts in
+   * upstream_wait) comes first, then the rest of that one. */
   function segments(sums) {
     const totalSum = sums.total || 0;
     const out = [];
     const add = (key, v) => { if (v > 0) out.push([key, v]); };
-    add("parse", sums.parse || 0);
-    add("client_recv", Math.max(0, (sums.client_recv || 0) - (sums.parse || 0)));
-    add("upstream_connect", sums.upstream_connect || 0);
-    add("queue", sums.queue || 0);
-    add("upstream_send", sums.upstream_send || 0);
-    const parts = DECOMPOSITION.filter((p) => sums[p] > 0);
-    if (parts.length) {
-      let split = 0;
-      for (const p of parts) { add(p, sums[p]); split += sums[p]; }
+    for (const key of SUM_STACK) {
+      if (SUM_STACK.includes(parentOf(key))) {
+        add(key, sums[key] || 0);
+        continue;
+      }
+      const parts = drawnApart(key).filter((p) => sums[p] > 0);
+      const rest = (sums[key] || 0) - parts.reduce((a, p) => a + sums[p], 0);
+      if (!parts.length) add(key, sums[key] || 0);
       // Requests the correlator could not match keep their whole wait undivided.
-      const rest = (sums.upstream_wait || 0) - split;
-      if (rest > 0.001 * totalSum) add("upstream_wait", rest);
-    } else {
-      add("upstream_wait", sums.upstream_wait || 0);
+      else if (key === SPLIT) { if (rest > 0.001 * totalSum) add(key, rest); }
+      else add(key, Math.max(0, rest));
     }
-    add("proxy_overhead", sums.proxy_overhead || 0);
-    add("write", sums.write || 0);
     const covered = out.reduce((a, [, v]) => a + v, 0);
     if (totalSum - covered > 0.005 * totalSum) add("unattributed", totalSum - covered);
     return out;
   }
 
   function segLabel(key, hasDecomposition) {
-    if (key === "client_recv") return "client_recv − parse";
-    if (key === "upstream_wait" && hasDecomposition) return "upstream_wait (unmatched)";
-    return key;
+    if (key === SPLIT) return hasDecomposition ? `${key} (unmatched)` : key;
+    const parts = drawnApart(key);
+    return parts.length ? [key, ...parts].join(" − ") : key;
   }
 
   /* The Webdis decomposition in the words of the report's headline (docs/report.md, "The
@@ -776,7 +776,7 @@
         const seg = h("div", {
           class: "seg",
           "data-segment": k,
-          title: `${segLabel(k, hasDecomposition)}: ${fmtDur(v / n)} per request, ${fmtPct(share)} — ${ABOUT[k] || ""}`,
+          title: `${segLabel(k, hasDecomposition)}: ${fmtDur(v / n)} per request, ${fmtPct(share)} — ${about(k)}`,
           style: { background: colour(k), flexGrow: String(share), flexBasis: "0" },
         });
         // Name and share where they fit, the share alone in a narrower segment.
@@ -785,7 +785,7 @@
         return seg;
       }));
       this.stack.setAttribute("aria-label", segs.map(([k, v]) => `${k} ${fmtPct(v / totalSum)}`).join(", "));
-      this.legend.replaceChildren(...segs.map(([k, v]) => h("span", { class: "item", title: ABOUT[k] || "" },
+      this.legend.replaceChildren(...segs.map(([k, v]) => h("span", { class: "item", title: about(k) },
         swatch(k),
         h("span", { class: "name", text: segLabel(k, hasDecomposition) }),
         h("span", { class: "v", text: fmtDur(v / n) }),
@@ -808,8 +808,8 @@
         const s = merged[p];
         const share = totalSum ? s.sum / totalSum : 0;
         const cell = (col, text) => h("td", { "data-col": col, text });
-        return h("tr", { "data-phase": p, class: p === "total" ? "sum" : null, title: ABOUT[p] || "" },
-          h("td", { class: "name" }, swatch(p), p, INSIDE[p] ? h("span", { class: "inside", text: INSIDE[p] }) : null),
+        return h("tr", { "data-phase": p, class: p === "total" ? "sum" : null, title: about(p) },
+          h("td", { class: "name" }, swatch(p), p, note(p) ? h("span", { class: "inside", text: note(p) }) : null),
           cell("count", fmtInt(s.count)),
           cell("mean", fmtDur(s.mean)),
           cell("p50", fmtDur(s.p50)),
@@ -966,9 +966,8 @@
   }
 
   function render(snap) {
-    phaseOrder = snap.phase_order || [];
+    takeStyles(snap);
     renderFindings(snap.findings || []);
-    for (const [name, style] of Object.entries(snap.phase_styles || {})) COLORS[name] = style.colour;
     const span = snap.taken_at_unix - snap.since_unix;
     meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
     // Front to back (the snapshot's `position`): the tap clients reach first on top.

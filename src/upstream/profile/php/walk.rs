@@ -152,6 +152,26 @@ impl Walker {
         self.memory.reset();
         self.funcs.clear();
         self.prevs.clear();
+        let Some(chain_cut) = self.chain(pid)? else {
+            return Ok(None);
+        };
+        let span = (self.offsets.function_span() as usize).min(HEAD_BYTES);
+        if !self.read_heads(span) {
+            return Ok(None);
+        }
+        let Some((depth_cut, bottom_user)) = self.name_frames(span, out) else {
+            return Ok(None);
+        };
+        if chain_cut || depth_cut {
+            return Ok(Some(true));
+        }
+        Ok(bottom_user.then_some(false))
+    }
+
+    /// The first pass: from `EG(current_execute_data)` down the callers, each frame's
+    /// function and caller into `funcs` and `prevs`. Whether the chain was cut (too long,
+    /// or unreadable past its first frame); None when it was torn.
+    fn chain(&mut self, pid: u32) -> Result<Option<bool>, PhpError> {
         let o = self.offsets;
         let leaf_at = self.executor_globals + o.eg_current_execute_data;
         let mut frame = self
@@ -163,13 +183,11 @@ impl Walker {
                 what: "EG(current_execute_data)",
                 source,
             })?;
-        let mut cut = false;
         let mut hops = 0;
         while frame != 0 {
             hops += 1;
             if hops > MAX_HOPS {
-                cut = true;
-                break;
+                return Ok(Some(true));
             }
             if !frame.is_multiple_of(8) {
                 return Ok(None);
@@ -185,10 +203,7 @@ impl Walker {
                         source,
                     })
                 }
-                Err(_) => {
-                    cut = true;
-                    break;
-                }
+                Err(_) => return Ok(Some(true)),
             };
             let func = word(&bytes, 0);
             let prev = word(&bytes, (o.ex_prev - o.ex_func) as usize);
@@ -201,8 +216,13 @@ impl Walker {
             }
             frame = prev;
         }
+        Ok(Some(false))
+    }
 
-        let span = (o.function_span() as usize).min(HEAD_BYTES);
+    /// The second pass: the heads of all the frames' functions, `span` bytes each, in one
+    /// batched read (and one by one past where it stopped). False when one is unreadable.
+    fn read_heads(&mut self, span: usize) -> bool {
+        let o = self.offsets;
         let n = self.funcs.len();
         self.heads.resize(n * span, 0);
         self.head_len.clear();
@@ -219,31 +239,33 @@ impl Walker {
                     .read(self.funcs[i], &mut head[..common])
                     .is_err()
                 {
-                    return Ok(None);
+                    return false;
                 }
                 self.head_len[i] = common;
             }
         }
+        true
+    }
 
-        // Whether the last frame seen runs user code.
+    /// The frames named from their heads into `out`, leaf first: whether they were cut at
+    /// [`MAX_DEPTH`], and whether the last frame seen runs user code. None when a head
+    /// reads as garbage.
+    fn name_frames(&mut self, span: usize, out: &mut Vec<PhpFrame>) -> Option<(bool, bool)> {
+        let o = self.offsets;
         let mut bottom_user = true;
-        for i in 0..n {
+        for i in 0..self.funcs.len() {
             if out.len() == MAX_DEPTH {
-                cut = true;
-                break;
+                return Some((true, bottom_user));
             }
-            let Some(head) = parse_head(o, &self.heads[i * span..i * span + self.head_len[i]])
-            else {
-                // Garbage where a function should be: the frame was reused under us.
-                return Ok(None);
-            };
+            // Garbage where a function should be: the frame was reused under us.
+            let head = parse_head(o, &self.heads[i * span..i * span + self.head_len[i]])?;
             let bottom = self.prevs[i] == 0;
-            match self.function(head) {
-                Some(Function::Named { frame, user }) => {
+            match self.function(head)? {
+                Function::Named { frame, user } => {
                     bottom_user = *user;
                     out.push(frame.clone());
                 }
-                Some(Function::TopLevel { main, include }) => {
+                Function::TopLevel { main, include } => {
                     bottom_user = true;
                     out.push(if bottom {
                         main.clone()
@@ -251,14 +273,10 @@ impl Walker {
                         include.clone()
                     });
                 }
-                Some(Function::Skip) => bottom_user = false,
-                None => return Ok(None),
+                Function::Skip => bottom_user = false,
             }
         }
-        if cut {
-            return Ok(Some(true));
-        }
-        Ok(bottom_user.then_some(false))
+        Some((false, bottom_user))
     }
 
     /// The naming of a function from its head (read for every frame of every sample): the
