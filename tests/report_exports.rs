@@ -45,8 +45,17 @@ struct TopRow {
 }
 
 impl TopRow {
-    /// Its flat and cum shares are `flat` and `cum` percent, to pprof's two decimals.
+    /// Its flat and cum shares are `flat` and `cum` percent as pprof prints them: two
+    /// decimals, and `100%` for anything from 99.95 to 100.05 (pprof's `percentage`).
     fn assert_shares(&self, flat: f64, cum: f64, text: &str) {
+        let shown = |pct: f64| {
+            if (99.95..=100.05).contains(&pct) {
+                100.0
+            } else {
+                pct
+            }
+        };
+        let (flat, cum) = (shown(flat), shown(cum));
         assert!(
             (self.flat_pct - flat).abs() < 0.006,
             "{}: flat {} % vs {flat} %\n{text}",
