@@ -85,7 +85,9 @@ fn total_mean(v: &Value) -> &Value {
 
 /// Not yet reached on the shared 2-core machine (load average 25 while it was written):
 /// the duet's `total` mean came out +1.0 % [−2.1, +4.2] and +4.4 % with an mde of 4.5 %,
-/// `unknown`, where it must be `different`; docs/compare.md has the figures.
+/// and, with the windows cut in one step, +5.2 % [+1.1, +9.4] with an mde of 5.8 % at
+/// load average 23: `unknown`, where it must be `different`; docs/compare.md has the
+/// figures.
 #[test]
 #[ignore = "the duet's mde (4.5 % measured) does not yet reach a 5 % change in 28 s here"]
 fn a_server_that_burns_5_percent_more_cpu_is_slower_in_a_duet() {
