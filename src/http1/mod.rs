@@ -4,12 +4,14 @@
 mod answer;
 pub mod body;
 pub mod headers;
+pub mod reader;
 pub mod request;
 pub mod response;
 pub mod scan;
 
 pub use answer::Answer;
 pub use body::{BodyError, BodyFramer, Progress};
+pub use reader::{Advance, ReadError, ResponseReader};
 pub use request::{RequestError, RequestHead};
 pub use response::{ResponseError, ResponseHead};
 pub use scan::{HeadScanner, RequestScanner, ResponseScanner};
