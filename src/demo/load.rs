@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::http1::{response, BodyFramer, HeadScanner, Method};
+use crate::http1::{Advance, Method, ResponseReader};
 use crate::rng::Rng;
 
 /// Requests on one connection before the client closes it and opens a new one.
@@ -179,43 +179,26 @@ impl Client {
         Ok(count)
     }
 
+    /// Reads one response (interim 1xx skipped); its status. A close-delimited body ends
+    /// with the connection; a close anywhere else is an error.
     async fn read_response(&mut self) -> io::Result<u16> {
-        let mut scanner = HeadScanner::new();
-        let head_len = loop {
-            if let Some(end) = scanner.find_end(&self.buf) {
-                break end;
-            }
-            self.fill().await?;
-        };
-        let head = response::parse(&self.buf[..head_len], Method::Get)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        self.buf.drain(..head_len);
-        let mut framer = BodyFramer::new(head.body);
-        while !framer.is_done() {
-            if self.buf.is_empty() {
-                if framer.is_close_delimited() {
-                    if self.stream.read_buf(&mut self.buf).await? == 0 {
-                        break;
-                    }
-                    continue;
-                }
-                self.fill().await?;
-            }
-            let progress = framer
+        let mut reader = ResponseReader::new(Method::Get);
+        loop {
+            let step = reader
                 .advance(&self.buf)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            self.buf.drain(..progress.consumed);
+            self.buf.drain(..step.consumed());
+            if let Advance::Complete { head, .. } = step {
+                return Ok(head.status);
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return reader.closed().map(|head| head.status).map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "closed in the middle of a response",
+                    )
+                });
+            }
         }
-        Ok(head.status)
-    }
-
-    async fn fill(&mut self) -> io::Result<()> {
-        if self.stream.read_buf(&mut self.buf).await? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "closed in the middle of a response",
-            ));
-        }
-        Ok(())
     }
 }
