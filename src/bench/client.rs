@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::http1::{response, BodyFramer, HeadScanner, Method};
+use crate::http1::{Advance, Method, ResponseReader};
 
 /// Read buffer per connection: any response head must fit (bodies stream through it).
 const BUFFER: usize = 64 * 1024;
@@ -117,34 +117,28 @@ impl Conn {
 }
 
 impl Io {
+    /// Reads one response (interim 1xx skipped) and its status. A response after which
+    /// the server closes the connection is refused as soon as its head says so.
     async fn read_response(&mut self) -> io::Result<u16> {
-        let mut scanner = HeadScanner::new();
-        let head_len = loop {
-            if let Some(n) = scanner.find_end(&self.buf[self.start..self.end]) {
-                break n;
-            }
-            self.fill().await?;
-        };
-        let head = response::parse(&self.buf[self.start..self.start + head_len], Method::Get)
-            .map_err(invalid)?;
-        self.start += head_len;
-        if head.is_interim() {
-            return Box::pin(self.read_response()).await;
-        }
-        let mut framer = BodyFramer::new(head.body);
-        if framer.is_close_delimited() || !head.keep_alive {
-            return Err(invalid("the server closes the connection after a response"));
-        }
-        while !framer.is_done() {
-            if self.start == self.end {
-                self.fill().await?;
-            }
-            let progress = framer
+        let mut reader = ResponseReader::new(Method::Get);
+        loop {
+            let step = reader
                 .advance(&self.buf[self.start..self.end])
                 .map_err(invalid)?;
-            self.start += progress.consumed;
+            self.start += step.consumed();
+            let head = match step {
+                Advance::Complete { head, .. } => Some(head),
+                Advance::Partial { .. } => reader.head().copied(),
+            };
+            // A close-delimited body never keeps the connection alive either.
+            if head.is_some_and(|head| !head.keep_alive) {
+                return Err(invalid("the server closes the connection after a response"));
+            }
+            if let Advance::Complete { head, .. } = step {
+                return Ok(head.status);
+            }
+            self.fill().await?;
         }
-        Ok(head.status)
     }
 
     /// Reads more bytes, moving unread ones to the front first when the buffer is full.
