@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use crate::clock;
-use crate::http1::{response, BodyFramer, HeadScanner, Method};
+use crate::http1::{Advance, Method, ReadError, ResponseReader};
 
 /// How long one read may wait before the probe gives up on the target.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,50 +103,20 @@ impl ProbeConn {
     /// Reads the rest of the response (interim 1xx responses skipped); returns its status
     /// and whether the connection stays open.
     fn read_rest(&mut self) -> Result<(u16, bool), ExchangeError> {
+        let bad = |e: ReadError| ExchangeError::BadResponse(e.to_string());
+        let mut reader = ResponseReader::new(Method::Get).max_head(MAX_RESPONSE_HEAD);
         loop {
-            let mut scanner = HeadScanner::new();
-            let head_len = loop {
-                if let Some(end) = scanner.find_end(&self.buf) {
-                    break end;
-                }
-                if self.buf.len() > MAX_RESPONSE_HEAD {
-                    return Err(ExchangeError::BadResponse(format!(
-                        "no end of the response head in {MAX_RESPONSE_HEAD} bytes"
-                    )));
-                }
-                if self.fill()? == 0 {
-                    return Err(self.truncated("head"));
-                }
-            };
-            let head = response::parse(&self.buf[..head_len], Method::Get)
-                .map_err(|e| ExchangeError::BadResponse(e.to_string()))?;
-            self.buf.drain(..head_len);
-            if head.is_interim() {
-                continue;
+            let step = reader.advance(&self.buf).map_err(bad)?;
+            self.buf.drain(..step.consumed());
+            if let Advance::Complete { head, .. } = step {
+                return Ok((head.status, head.keep_alive));
             }
-            let mut framer = BodyFramer::new(head.body);
-            let mut done = framer.is_done();
-            while !done {
-                if self.buf.is_empty() && self.fill()? == 0 {
-                    if framer.is_close_delimited() {
-                        return Ok((head.status, false));
-                    }
-                    return Err(self.truncated("body"));
-                }
-                let progress = framer
-                    .advance(&self.buf)
-                    .map_err(|e| ExchangeError::BadResponse(e.to_string()))?;
-                self.buf.drain(..progress.consumed);
-                done = progress.done;
+            if self.fill()? == 0 {
+                // A close-delimited body ends here, and keeps nothing alive.
+                let head = reader.closed().map_err(bad)?;
+                return Ok((head.status, head.keep_alive));
             }
-            return Ok((head.status, head.keep_alive));
         }
-    }
-
-    fn truncated(&self, what: &str) -> ExchangeError {
-        ExchangeError::BadResponse(format!(
-            "the server closed in the middle of a response {what}"
-        ))
     }
 
     /// One read into the buffer; 0 when the server closed.
