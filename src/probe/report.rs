@@ -372,6 +372,108 @@ fn percent(fraction: f64) -> String {
 mod tests {
     use super::*;
 
+    fn estimate(value: f64, low: f64, high: f64) -> Estimate {
+        Estimate { value, low, high }
+    }
+
+    /// A report with every optional part: `b` and `c`, skipped cells, a non-2xx status,
+    /// passes of `--repeat`, a trend; `bare` leaves them all out.
+    fn sample(bare: bool) -> ProbeReport {
+        let cell = |bytes, headers, median_ns| CellSummary {
+            bytes,
+            headers,
+            samples: 30,
+            median_ns,
+            min_ns: median_ns - 900.0,
+            write_median_ns: 2_100.0 + bytes as f64,
+        };
+        let mut statuses = BTreeMap::from([(200, 180)]);
+        if !bare {
+            statuses.insert(404, 3);
+        }
+        ProbeReport {
+            format: "phasescope-probe",
+            format_version: 1,
+            version: "0.1.0",
+            target: "http://127.0.0.1:3000/".into(),
+            seed: 7,
+            grid: "bytes=256,4096 headers=2,32".into(),
+            samples_per_cell: 30,
+            skipped_cells: if bare {
+                vec![]
+            } else {
+                vec![Shape {
+                    bytes: 256,
+                    headers: 32,
+                }]
+            },
+            requests: 183,
+            failed: 1,
+            reconnects: 2,
+            statuses,
+            elapsed_s: 4.26,
+            model: Model {
+                a_ns: estimate(41_230.0, 39_000.0, 43_500.5),
+                b_ns_per_byte: (!bare).then(|| estimate(0.4123, 0.21, 0.63)),
+                c_ns_per_header: (!bare).then(|| estimate(95.12, -12.0, 180.0)),
+                residual_ns: 812.0,
+                confidence: 0.95,
+                bootstrap_replicates: 1000,
+            },
+            passes: if bare {
+                vec![]
+            } else {
+                vec![
+                    Pass {
+                        a_ns: 40_100.0,
+                        b_ns_per_byte: Some(0.35),
+                        c_ns_per_header: Some(80.0),
+                    },
+                    Pass {
+                        a_ns: 42_900.0,
+                        b_ns_per_byte: Some(0.52),
+                        c_ns_per_header: None,
+                    },
+                ]
+            },
+            floor: Floor {
+                connect_rtt_min_ns: 18_400.0,
+                connects: 8,
+                minimal_head_bytes: 38,
+                minimal_ttfb_min_ns: 39_800.0,
+                minimal_ttfb_median_ns: 41_000.0,
+                minimal_write_median_ns: 2_050.0,
+            },
+            typical: Typical {
+                bytes: 380,
+                headers: 8,
+                source: "the defaults".into(),
+                size_cost_ns: estimate(917.0, if bare { -300.0 } else { 400.0 }, 1_500.0),
+                ttfb_ns: estimate(42_147.0, 40_000.0, 44_000.0),
+                share: estimate(0.0218, -0.01, 0.04),
+            },
+            cells: if bare {
+                vec![cell(256, 2, 41_100.0)]
+            } else {
+                vec![
+                    cell(256, 2, 41_100.0),
+                    cell(4096, 2, 42_900.0),
+                    cell(4096, 32, 1_245_000.0),
+                ]
+            },
+        }
+    }
+
+    /// The text, byte for byte, as it was before `to_text` was split into its sections
+    /// (tests/fixtures/probe/: regenerate them only for a change meant to show).
+    #[test]
+    fn the_text_is_the_same_byte_for_byte() {
+        let full = include_str!("../../tests/fixtures/probe/text-full.txt");
+        let bare = include_str!("../../tests/fixtures/probe/text-bare.txt");
+        assert_eq!(sample(false).to_text(), full);
+        assert_eq!(sample(true).to_text(), bare);
+    }
+
     #[test]
     fn units() {
         assert_eq!(duration(850.0), "850 ns");
