@@ -101,10 +101,22 @@ pub struct CellSummary {
 }
 
 impl ProbeReport {
-    /// The report for a person.
+    /// The report for a person: the run, the fitted model, the spread of `--repeat`'s
+    /// passes, the floor, the cell medians, and what it means for a typical request.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let m = &self.model;
+        self.write_run(&mut out);
+        self.write_model(&mut out);
+        self.write_passes(&mut out);
+        self.write_floor(&mut out);
+        let _ = writeln!(out, "\ncell medians of time to first byte");
+        out.push_str(&self.cell_table());
+        self.write_typical(&mut out);
+        out
+    }
+
+    /// What was sent and what came back: cells, samples, statuses, skipped cells.
+    fn write_run(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "phasescope probe: {}\n  {} cells x {} samples + {} minimal requests, in random order (seed {}), {:.1} s",
@@ -146,7 +158,11 @@ impl ProbeReport {
                  but pick a URL it serves normally to probe its usual path"
             );
         }
+    }
 
+    /// The fitted plane, each coefficient with its interval.
+    fn write_model(&self, out: &mut String) {
+        let m = &self.model;
         let _ = writeln!(
             out,
             "\ntime to first byte = a + b*bytes + c*headers  (cell medians, least squares, {:.0} % bootstrap intervals)",
@@ -187,34 +203,41 @@ impl ProbeReport {
             "  the intervals are within this run: they hold the noise of these samples, not what\n  \
              changes between runs minutes apart (load, clock speed); --repeat N shows that spread"
         );
-        if !self.passes.is_empty() {
-            let spread = |values: Vec<f64>, fmt: fn(f64) -> String| {
-                let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                format!("{} to {}", fmt(lo), fmt(hi))
-            };
-            let _ = writeln!(
-                out,
-                "
-{} passes, one after another, each fitted on its own: spread between passes",
-                self.passes.len()
-            );
-            let b: Vec<f64> = self.passes.iter().filter_map(|p| p.b_ns_per_byte).collect();
-            if !b.is_empty() {
-                let _ = writeln!(out, "  b  per header byte   {}", spread(b, ns_small));
-            }
-            let c: Vec<f64> = self
-                .passes
-                .iter()
-                .filter_map(|p| p.c_ns_per_header)
-                .collect();
-            if !c.is_empty() {
-                let _ = writeln!(out, "  c  per header field  {}", spread(c, ns_small));
-            }
-            let a: Vec<f64> = self.passes.iter().map(|p| p.a_ns).collect();
-            let _ = writeln!(out, "  a  fixed             {}", spread(a, duration));
-        }
+    }
 
+    /// With `--repeat`: the lowest and highest value of each coefficient over the passes.
+    fn write_passes(&self, out: &mut String) {
+        if self.passes.is_empty() {
+            return;
+        }
+        let spread = |values: Vec<f64>, fmt: fn(f64) -> String| {
+            let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{} to {}", fmt(lo), fmt(hi))
+        };
+        let _ = writeln!(
+            out,
+            "\n{} passes, one after another, each fitted on its own: spread between passes",
+            self.passes.len()
+        );
+        let b: Vec<f64> = self.passes.iter().filter_map(|p| p.b_ns_per_byte).collect();
+        if !b.is_empty() {
+            let _ = writeln!(out, "  b  per header byte   {}", spread(b, ns_small));
+        }
+        let c: Vec<f64> = self
+            .passes
+            .iter()
+            .filter_map(|p| p.c_ns_per_header)
+            .collect();
+        if !c.is_empty() {
+            let _ = writeln!(out, "  c  per header field  {}", spread(c, ns_small));
+        }
+        let a: Vec<f64> = self.passes.iter().map(|p| p.a_ns).collect();
+        let _ = writeln!(out, "  a  fixed             {}", spread(a, duration));
+    }
+
+    /// What any request costs: the handshake, the minimal request, the client's write.
+    fn write_floor(&self, out: &mut String) {
         let f = &self.floor;
         let _ = writeln!(out, "\nfloor");
         let _ = writeln!(
@@ -230,7 +253,6 @@ impl ProbeReport {
             duration(f.minimal_ttfb_min_ns),
             duration(f.minimal_ttfb_median_ns)
         );
-
         if let Some(largest) = self.cells.iter().max_by_key(|c| (c.bytes, c.headers)) {
             let _ = writeln!(
                 out,
@@ -241,10 +263,11 @@ impl ProbeReport {
                 largest.bytes
             );
         }
+    }
 
-        let _ = writeln!(out, "\ncell medians of time to first byte");
-        out.push_str(&self.cell_table());
-
+    /// The model applied to the typical request, and the verdict.
+    fn write_typical(&self, out: &mut String) {
+        let m = &self.model;
         let t = &self.typical;
         let _ = writeln!(
             out,
@@ -285,7 +308,6 @@ impl ProbeReport {
             out,
             "   (b and c hold everything that grows with the request: the kernel copying it, any proxy\n   in between, and the server's parser; see docs/probe.md)"
         );
-        out
     }
 
     /// Rows: head size; columns: field count.
