@@ -15,13 +15,13 @@ mod conn;
 pub mod fit;
 pub mod grid;
 mod report;
+mod run;
 pub mod target;
 mod typical;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use anyhow::{bail, Context};
 
@@ -30,12 +30,8 @@ pub use conn::{ExchangeError, ProbeConn, Timed};
 pub use fit::{Cell, Estimate, Fit};
 pub use grid::{Grid, Shape};
 pub use report::{duration as format_ns, CellSummary, Floor, Model, Pass, ProbeReport, Typical};
+pub use run::run;
 pub use target::Target;
-
-/// Interval the report gives (the bootstrap's central 95 %).
-const CONFIDENCE: f64 = 0.95;
-/// Extra handshakes timed at the end, for the round-trip floor.
-const EXTRA_CONNECTS: usize = 5;
 
 /// What to probe and how.
 #[derive(Debug, Clone)]
@@ -94,191 +90,6 @@ pub fn command(args: &ProbeArgs) -> anyhow::Result<()> {
         print!("{}", report.to_text());
     }
     Ok(())
-}
-
-/// Runs the probe against `options.target` and fits the result.
-pub fn run(options: &ProbeOptions) -> anyhow::Result<ProbeReport> {
-    crate::clock::init();
-    if options.samples == 0 {
-        bail!("--samples must be at least 1");
-    }
-    if options.repeat == 0 {
-        bail!("--repeat must be at least 1");
-    }
-    let started = Instant::now();
-    let target = &options.target;
-    let addr = target.resolve()?;
-    let (shapes, skipped) = options.grid.cells(&target.path, &target.authority);
-    if shapes.len() < 3 {
-        bail!(
-            "the grid {} leaves {} cells that can be built for {} (need 3): use larger sizes or fewer fields",
-            options.grid,
-            shapes.len(),
-            target
-        );
-    }
-    let mut heads: Vec<Vec<u8>> = shapes
-        .iter()
-        .filter_map(|&shape| grid::build_head(&target.path, &target.authority, shape))
-        .collect();
-    let minimal = grid::minimal_head(&target.path, &target.authority);
-    let minimal_index = heads.len();
-    heads.push(minimal.clone());
-
-    let mut rng = crate::rng::Rng::new(options.seed);
-    // One shuffled pass over every cell per repeat, the passes one after another: what
-    // drifts between them (the machine's load, its clock) shows as their spread.
-    let mut plan: Vec<(usize, usize)> = Vec::new();
-    for pass in 0..options.repeat {
-        let mut one: Vec<(usize, usize)> = (0..heads.len())
-            .flat_map(|i| std::iter::repeat_n((pass, i), options.samples))
-            .collect();
-        rng.shuffle(&mut one);
-        plan.extend(one);
-    }
-
-    let mut session = Session::open(addr)?;
-    for i in 0..options.warmup {
-        // The minimal request, then every shape once: the largest buffers get touched too.
-        let head = if i % 2 == 0 {
-            &minimal
-        } else {
-            &heads[(i / 2) % heads.len()]
-        };
-        session
-            .exchange(head)
-            .with_context(|| format!("warming up against {target}"))?;
-    }
-
-    let mut raw: Vec<Vec<Timed>> =
-        vec![Vec::with_capacity(options.samples * options.repeat); heads.len()];
-    let mut by_pass: Vec<Vec<Vec<Timed>>> =
-        vec![vec![Vec::with_capacity(options.samples); heads.len()]; options.repeat];
-    let mut progress = Progress::new(options.progress, plan.len());
-    for (done, &(pass, i)) in plan.iter().enumerate() {
-        if let Some(timed) = session.exchange(&heads[i])? {
-            raw[i].push(timed);
-            if options.repeat > 1 {
-                by_pass[pass][i].push(timed);
-            }
-        }
-        progress.update(done + 1);
-    }
-    progress.finish();
-    let samples: Vec<Vec<f64>> = raw.iter().map(|timed| server_times(timed)).collect();
-    let write_median: Vec<f64> = raw
-        .iter()
-        .map(|timed| fit::median(&mut timed.iter().map(|t| t.write_ns as f64).collect::<Vec<_>>()))
-        .collect();
-    for _ in 0..EXTRA_CONNECTS {
-        let (_, connect_ns) = ProbeConn::connect(addr)
-            .with_context(|| format!("connecting to {addr} to time the handshake"))?;
-        session.connect_ns.push(connect_ns);
-    }
-
-    let cells: Vec<Cell> = shapes
-        .iter()
-        .zip(&samples)
-        .map(|(shape, ttfb)| Cell {
-            bytes: shape.bytes as f64,
-            headers: shape.headers as f64,
-            ttfb_ns: ttfb.clone(),
-        })
-        .collect();
-    let fitted = fit::fit(&cells, options.bootstrap, &mut rng)?;
-    let mut passes = Vec::new();
-    if options.repeat > 1 {
-        for pass in &by_pass {
-            let cells: Vec<Cell> = shapes
-                .iter()
-                .zip(pass)
-                .map(|(shape, timed)| Cell {
-                    bytes: shape.bytes as f64,
-                    headers: shape.headers as f64,
-                    ttfb_ns: server_times(timed),
-                })
-                .collect();
-            // Point estimates only: the spread between passes is the interval here.
-            let f = fit::fit(&cells, 0, &mut rng)?;
-            passes.push(Pass {
-                a_ns: f.a.value,
-                b_ns_per_byte: f.b.map(|e| e.value),
-                c_ns_per_header: f.c.map(|e| e.value),
-            });
-        }
-    }
-    let typical = options.typical;
-    let size_cost = fitted.derive(|_, b, c| b * typical.bytes as f64 + c * typical.headers as f64);
-    let ttfb = fitted.derive(|a, b, c| a + b * typical.bytes as f64 + c * typical.headers as f64);
-    let share = fitted.derive(|a, b, c| {
-        let cost = b * typical.bytes as f64 + c * typical.headers as f64;
-        cost / (a + cost)
-    });
-
-    let minimal_samples = &mut samples[minimal_index].clone();
-    let floor = Floor {
-        connect_rtt_min_ns: session
-            .connect_ns
-            .iter()
-            .copied()
-            .min()
-            .map_or(f64::NAN, |n| n as f64),
-        connects: session.connect_ns.len(),
-        minimal_head_bytes: minimal.len(),
-        minimal_ttfb_min_ns: minimal_samples
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min),
-        minimal_ttfb_median_ns: fit::median(minimal_samples),
-        minimal_write_median_ns: write_median[minimal_index],
-    };
-    let summaries = shapes
-        .iter()
-        .zip(samples.iter().zip(&write_median))
-        .map(|(shape, (ttfb, &write_median_ns))| CellSummary {
-            bytes: shape.bytes,
-            headers: shape.headers,
-            samples: ttfb.len(),
-            median_ns: fit::median(&mut ttfb.clone()),
-            min_ns: ttfb.iter().copied().fold(f64::INFINITY, f64::min),
-            write_median_ns,
-        })
-        .collect();
-
-    Ok(ProbeReport {
-        format: "phasescope-probe",
-        format_version: 1,
-        version: env!("CARGO_PKG_VERSION"),
-        target: target.to_string(),
-        seed: options.seed,
-        grid: options.grid.to_string(),
-        samples_per_cell: options.samples,
-        skipped_cells: skipped,
-        requests: session.timed,
-        failed: session.failed,
-        reconnects: session.reconnects,
-        statuses: session.statuses,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        model: Model {
-            a_ns: fitted.a,
-            b_ns_per_byte: fitted.b,
-            c_ns_per_header: fitted.c,
-            residual_ns: fitted.residual_ns,
-            confidence: CONFIDENCE,
-            bootstrap_replicates: fitted.replicates,
-        },
-        floor,
-        passes,
-        typical: Typical {
-            bytes: typical.bytes,
-            headers: typical.headers,
-            source: options.typical_source.clone(),
-            size_cost_ns: size_cost,
-            ttfb_ns: ttfb,
-            share,
-        },
-        cells: summaries,
-    })
 }
 
 /// Time to first byte without the client's own cost of sending: each sample's time from
