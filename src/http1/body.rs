@@ -205,6 +205,11 @@ fn is_value_byte(b: u8) -> bool {
 }
 
 /// Walks the chunk structure; returns bytes consumed and whether the body ended.
+///
+/// One byte at a time through the size line, the end of each chunk and the trailers (each
+/// state's byte is one of the small steps below, which return the next state), and the
+/// chunk data in one stride. The steps are inlined: this runs on every chunked body the
+/// relay passes.
 fn advance_chunked(
     st: &mut Chunked,
     buf: &[u8],
@@ -213,86 +218,12 @@ fn advance_chunked(
     let mut i = 0;
     while i < buf.len() {
         let b = buf[i];
-        match *st {
-            Chunked::Size { size, digits } => {
-                match hex(b) {
-                    Some(d) => {
-                        // More than 16 digits (even leading zeros) is refused: a reader
-                        // that keeps only the low 64 bits would see another size.
-                        if digits >= 16 {
-                            return Err(BodyError::ChunkSizeOverflow);
-                        }
-                        // A size of 2^63 or more is refused as well: many readers
-                        // keep the size signed and see a negative one.
-                        let size = size << 4 | d;
-                        if size > MAX_SIZE {
-                            return Err(BodyError::ChunkSizeOverflow);
-                        }
-                        *st = Chunked::Size {
-                            size,
-                            digits: digits + 1,
-                        };
-                    }
-                    None if digits == 0 => return Err(BodyError::BadChunkSize),
-                    None => {
-                        *st = match b {
-                            b';' => Chunked::Ext {
-                                size,
-                                line: digits + 1,
-                                at: Ext::NameStart,
-                            },
-                            b'\r' => Chunked::SizeLf { size },
-                            // A bare LF ends no line here (RFC 9112 §7.1 wants CRLF).
-                            b'\n' => return Err(BodyError::BadChunkLine),
-                            _ => return Err(BodyError::BadChunkSize),
-                        }
-                    }
-                }
-                i += 1;
-            }
-            Chunked::Ext { size, line, at } => {
-                if line >= MAX_CHUNK_LINE {
-                    return Err(BodyError::BadChunkLine);
-                }
-                let next = match (at, b) {
-                    (Ext::NameStart | Ext::Name, t) if is_tchar(t) => Some(Ext::Name),
-                    (Ext::Name | Ext::Token | Ext::AfterQuoted, b';') => Some(Ext::NameStart),
-                    (Ext::Name | Ext::Token | Ext::AfterQuoted, b'\r') => None,
-                    (Ext::Name, b'=') => Some(Ext::ValueStart),
-                    (Ext::ValueStart | Ext::Token, t) if is_tchar(t) => Some(Ext::Token),
-                    (Ext::ValueStart, b'"') => Some(Ext::Quoted),
-                    (Ext::Quoted, b'"') => Some(Ext::AfterQuoted),
-                    (Ext::Quoted, b'\\') => Some(Ext::Escape),
-                    (Ext::Quoted, q) if is_qdtext(q) => Some(Ext::Quoted),
-                    (Ext::Escape, q) if is_value_byte(q) => Some(Ext::Quoted),
-                    _ => return Err(BodyError::BadChunkLine),
-                };
-                *st = match next {
-                    Some(at) => Chunked::Ext {
-                        size,
-                        line: line + 1,
-                        at,
-                    },
-                    None => Chunked::SizeLf { size },
-                };
-                i += 1;
-            }
-            Chunked::SizeLf { size } => {
-                if b != b'\n' {
-                    return Err(BodyError::BadChunkLine);
-                }
-                i += 1;
-                *st = if size == 0 {
-                    Chunked::Trailer {
-                        at: Field::LineStart,
-                        seen: 0,
-                        fields: 0,
-                    }
-                } else {
-                    Chunked::Data { left: size }
-                };
-            }
+        *st = match *st {
+            Chunked::Size { size, digits } => size_byte(size, digits, b)?,
+            Chunked::Ext { size, line, at } => ext_byte(size, line, at, b)?,
+            Chunked::SizeLf { size } => size_lf(size, b)?,
             Chunked::Data { left } => {
+                // The data itself is not looked at: skip as much of it as is here.
                 let n = left.min((buf.len() - i) as u64);
                 i += n as usize;
                 *st = if n == left {
@@ -300,55 +231,140 @@ fn advance_chunked(
                 } else {
                     Chunked::Data { left: left - n }
                 };
+                continue;
             }
-            Chunked::DataCr | Chunked::DataLf => {
-                let want = if *st == Chunked::DataCr { b'\r' } else { b'\n' };
-                if b != want {
-                    return Err(BodyError::BadChunkEnd);
-                }
-                i += 1;
-                *st = if want == b'\r' {
-                    Chunked::DataLf
-                } else {
-                    Chunked::Size { size: 0, digits: 0 }
-                };
-            }
-            Chunked::Trailer { at, seen, fields } => {
-                if seen >= MAX_TRAILERS {
-                    return Err(BodyError::BadTrailer);
-                }
-                // Trailer lines must be field lines: a recipient that does not support
-                // trailers may read them as the start of the next request, so nothing
-                // that could look like a request line (or anything else) passes.
-                let next = match (at, b) {
-                    (Field::LineStart, b'\r') => {
-                        *st = Chunked::EndLf;
-                        i += 1;
-                        continue;
-                    }
-                    (Field::LineStart | Field::Name, t) if is_tchar(t) => Field::Name,
-                    (Field::Name, b':') => Field::Value,
-                    (Field::Value, b'\r') => Field::Cr,
-                    (Field::Value, v) if is_value_byte(v) => Field::Value,
-                    (Field::Cr, b'\n') if fields < max_fields => Field::LineStart,
-                    _ => return Err(BodyError::BadTrailer),
-                };
-                *st = Chunked::Trailer {
-                    at: next,
-                    seen: seen + 1,
-                    fields: fields + u32::from(next == Field::LineStart),
-                };
-                i += 1;
-            }
+            Chunked::DataCr => data_end(b, b'\r', Chunked::DataLf)?,
+            Chunked::DataLf => data_end(b, b'\n', Chunked::Size { size: 0, digits: 0 })?,
+            Chunked::Trailer { at, seen, fields } => trailer_byte(at, seen, fields, max_fields, b)?,
             Chunked::EndLf => {
                 if b != b'\n' {
                     return Err(BodyError::BadTrailer);
                 }
                 return Ok((i + 1, true));
             }
-        }
+        };
+        i += 1;
     }
     Ok((i, false))
+}
+
+/// A byte of the chunk size, or the `;` or CR after it.
+#[inline(always)]
+fn size_byte(size: u64, digits: u32, b: u8) -> Result<Chunked, BodyError> {
+    match hex(b) {
+        Some(d) => {
+            // More than 16 digits (even leading zeros) is refused: a reader that keeps
+            // only the low 64 bits would see another size.
+            if digits >= 16 {
+                return Err(BodyError::ChunkSizeOverflow);
+            }
+            // A size of 2^63 or more is refused as well: many readers keep the size
+            // signed and see a negative one.
+            let size = size << 4 | d;
+            if size > MAX_SIZE {
+                return Err(BodyError::ChunkSizeOverflow);
+            }
+            Ok(Chunked::Size {
+                size,
+                digits: digits + 1,
+            })
+        }
+        None if digits == 0 => Err(BodyError::BadChunkSize),
+        None => match b {
+            b';' => Ok(Chunked::Ext {
+                size,
+                line: digits + 1,
+                at: Ext::NameStart,
+            }),
+            b'\r' => Ok(Chunked::SizeLf { size }),
+            // A bare LF ends no line here (RFC 9112 §7.1 wants CRLF).
+            b'\n' => Err(BodyError::BadChunkLine),
+            _ => Err(BodyError::BadChunkSize),
+        },
+    }
+}
+
+/// A byte of the chunk extensions, up to the CR that ends the size line.
+#[inline(always)]
+fn ext_byte(size: u64, line: u32, at: Ext, b: u8) -> Result<Chunked, BodyError> {
+    if line >= MAX_CHUNK_LINE {
+        return Err(BodyError::BadChunkLine);
+    }
+    let next = match (at, b) {
+        (Ext::NameStart | Ext::Name, t) if is_tchar(t) => Ext::Name,
+        (Ext::Name | Ext::Token | Ext::AfterQuoted, b';') => Ext::NameStart,
+        (Ext::Name | Ext::Token | Ext::AfterQuoted, b'\r') => return Ok(Chunked::SizeLf { size }),
+        (Ext::Name, b'=') => Ext::ValueStart,
+        (Ext::ValueStart | Ext::Token, t) if is_tchar(t) => Ext::Token,
+        (Ext::ValueStart, b'"') => Ext::Quoted,
+        (Ext::Quoted, b'"') => Ext::AfterQuoted,
+        (Ext::Quoted, b'\\') => Ext::Escape,
+        (Ext::Quoted, q) if is_qdtext(q) => Ext::Quoted,
+        (Ext::Escape, q) if is_value_byte(q) => Ext::Quoted,
+        _ => return Err(BodyError::BadChunkLine),
+    };
+    Ok(Chunked::Ext {
+        size,
+        line: line + 1,
+        at: next,
+    })
+}
+
+/// The LF of the size line: the chunk's data follows, or the trailers after the last.
+#[inline(always)]
+fn size_lf(size: u64, b: u8) -> Result<Chunked, BodyError> {
+    if b != b'\n' {
+        return Err(BodyError::BadChunkLine);
+    }
+    Ok(if size == 0 {
+        Chunked::Trailer {
+            at: Field::LineStart,
+            seen: 0,
+            fields: 0,
+        }
+    } else {
+        Chunked::Data { left: size }
+    })
+}
+
+/// The CR or the LF that must follow a chunk's data.
+#[inline(always)]
+fn data_end(b: u8, want: u8, next: Chunked) -> Result<Chunked, BodyError> {
+    if b != want {
+        return Err(BodyError::BadChunkEnd);
+    }
+    Ok(next)
+}
+
+/// A byte of the trailer section, which ends at an empty line.
+#[inline(always)]
+fn trailer_byte(
+    at: Field,
+    seen: u32,
+    fields: u32,
+    max_fields: u32,
+    b: u8,
+) -> Result<Chunked, BodyError> {
+    if seen >= MAX_TRAILERS {
+        return Err(BodyError::BadTrailer);
+    }
+    // Trailer lines must be field lines: a recipient that does not support trailers may
+    // read them as the start of the next request, so nothing that could look like a
+    // request line (or anything else) passes.
+    let next = match (at, b) {
+        (Field::LineStart, b'\r') => return Ok(Chunked::EndLf),
+        (Field::LineStart | Field::Name, t) if is_tchar(t) => Field::Name,
+        (Field::Name, b':') => Field::Value,
+        (Field::Value, b'\r') => Field::Cr,
+        (Field::Value, v) if is_value_byte(v) => Field::Value,
+        (Field::Cr, b'\n') if fields < max_fields => Field::LineStart,
+        _ => return Err(BodyError::BadTrailer),
+    };
+    Ok(Chunked::Trailer {
+        at: next,
+        seen: seen + 1,
+        fields: fields + u32::from(next == Field::LineStart),
+    })
 }
 
 #[cfg(test)]
