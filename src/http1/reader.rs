@@ -1,7 +1,7 @@
 //! Reading whole responses, for the proxy's own clients (demo, bench, probe): where a
 //! response ends in the bytes a client has read, without any I/O.
 //!
-//! The relay frames responses with limits of its own (`relay::response`); a client only
+//! The relay frames responses with limits of its own (`relay::http::response`); a client only
 //! wants to know when the answer to its request is complete and where the next one starts.
 //! The shape is that of a frame reader over a connection buffer: the caller reads into its
 //! buffer, offers the unread bytes to [`ResponseReader::advance`], drops the bytes it
