@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, Recorder, Side};
+use crate::recorder::{Event, ExchangeRecord, Recorder};
 
 const QUEUE: usize = 65_536;
 
@@ -175,10 +175,19 @@ impl Recorder for ExchangeLog {
             .send(format_line(&self.tap, record, SystemTime::now()));
     }
 
-    fn error(&self, _: ErrorKind) {}
-    fn connection_opened(&self, _: Side) {}
-    fn connection_closed(&self, _: Side) {}
-    fn bytes(&self, _: Direction, _: u64) {}
+    /// The logs are of exchanges: every other event is left out, each named so that a new
+    /// one is a decision here.
+    fn event(&self, event: Event) {
+        match event {
+            Event::Error(_)
+            | Event::ConnectionOpened(_)
+            | Event::ConnectionClosed(_)
+            | Event::Bytes(..)
+            | Event::Pushed(_)
+            | Event::Correlated { .. }
+            | Event::RequestHead(_) => {}
+        }
+    }
 
     fn flush(&self) {
         self.file.flush();

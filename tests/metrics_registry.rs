@@ -14,7 +14,7 @@ use phasescope::metrics::exposition::{
 };
 use phasescope::metrics::{Registry, Snapshot, SIGNIFICANT_FIGURES};
 use phasescope::phase::Phase;
-use phasescope::recorder::{Direction, ErrorKind, Recorder, Side};
+use phasescope::recorder::{Direction, ErrorKind, Event, Recorder, Side};
 use phasescope::routes::RouteTable;
 
 const DURATION_COUNT: &str = "phasescope_phase_duration_seconds_count";
@@ -50,7 +50,7 @@ fn concurrent_recording_loses_nothing() {
             let (m, barrier) = (&m, &barrier);
             s.spawn(move || {
                 barrier.wait();
-                m.connection_opened(Side::Client);
+                m.event(Event::ConnectionOpened(Side::Client));
                 for i in 0..PER_THREAD {
                     let route = if i % 2 == 0 { get } else { set };
                     let status = if i % 5 == 0 { 0 } else { 200 };
@@ -60,11 +60,11 @@ fn concurrent_recording_loses_nothing() {
                         (Phase::Total, 2_000_000 + t),
                     ]);
                     m.exchange(&exchange(route, "GET", status, p));
-                    m.bytes(Direction::Request, 10);
+                    m.event(Event::Bytes(Direction::Request, 10));
                 }
-                m.error(ErrorKind::UpstreamReset);
+                m.event(Event::Error(ErrorKind::UpstreamReset));
                 if t % 2 == 0 {
-                    m.connection_closed(Side::Client);
+                    m.event(Event::ConnectionClosed(Side::Client));
                 }
             });
         }
@@ -307,9 +307,9 @@ fn exposition_passes_promtool_and_follows_the_contract() {
         0,
         phases(&[(Phase::Total, 5)]),
     ));
-    h.error(ErrorKind::BadRequest);
-    h.connection_opened(Side::Upstream);
-    r.bytes(Direction::Response, 99);
+    h.event(Event::Error(ErrorKind::BadRequest));
+    h.event(Event::ConnectionOpened(Side::Upstream));
+    r.event(Event::Bytes(Direction::Response, 99));
 
     let text = reg.encode_prometheus();
     promtool_check(&text);
@@ -462,7 +462,7 @@ fn no_metrics_exposes_only_build_info() {
         200,
         phases(&[(Phase::Total, 5)]),
     ));
-    rec.error(ErrorKind::BadRequest);
+    rec.event(Event::Error(ErrorKind::BadRequest));
     let text = reg.encode_prometheus();
     promtool_check(&text);
     let e = Exposition::parse(&text);
@@ -596,10 +596,10 @@ fn an_exchange_relayed_counts_what_the_separate_calls_count() {
             fields: rng.below(20) as usize,
         });
         one_m.exchange_relayed(&record, head);
-        many_m.bytes(Direction::Request, record.request_bytes);
-        many_m.bytes(Direction::Response, record.response_bytes);
+        many_m.event(Event::Bytes(Direction::Request, record.request_bytes));
+        many_m.event(Event::Bytes(Direction::Response, record.response_bytes));
         if let Some(h) = head {
-            many_m.request_head(h.bytes, h.fields);
+            many_m.event(Event::RequestHead(h));
         }
         many_m.exchange(&record);
     }
@@ -647,7 +647,7 @@ fn cut_windows_lose_nothing_recorded_meanwhile() {
                     let p = phases(&[(Phase::Total, 1_000 + i % 100)]);
                     m.exchange(&exchange(all, "GET", 200, p));
                     if i % 1000 == 0 {
-                        m.error(ErrorKind::UpstreamReset);
+                        m.event(Event::Error(ErrorKind::UpstreamReset));
                     }
                 }
                 done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -13,7 +13,9 @@ use crate::metrics::hdr::{self, HdrSeries};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
 use crate::metrics::shard::{CachePadded, HeadShapes, SeriesShard, ThreadShard};
 use crate::phase::Phase;
-use crate::recorder::{Direction, ErrorKind, ExchangeRecord, HeadShape, Recorder, RouteId, Side};
+use crate::recorder::{
+    Direction, ErrorKind, Event, ExchangeRecord, HeadShape, Recorder, RouteId, Side,
+};
 use crate::routes::RouteTable;
 use crate::sync::lock;
 
@@ -347,32 +349,17 @@ impl Recorder for TapMetrics {
         self.exchange_in(&mut shard, record);
     }
 
-    fn error(&self, kind: ErrorKind) {
-        self.shard().errors[error_index(kind)] += 1;
-    }
-
-    fn connection_opened(&self, side: Side) {
-        self.shard().opened[side_index(side)] += 1;
-    }
-
-    fn connection_closed(&self, side: Side) {
-        self.shard().closed[side_index(side)] += 1;
-    }
-
-    fn bytes(&self, direction: Direction, n: u64) {
-        self.shard().bytes[direction_index(direction)] += n;
-    }
-
-    fn pushed(&self, n: u64) {
-        self.shard().pushed += n;
-    }
-
-    fn correlated(&self, matched: bool) {
-        self.shard().correlations[usize::from(!matched)] += 1;
-    }
-
-    fn request_head(&self, bytes: usize, fields: usize) {
-        self.shard().heads.record(bytes, fields);
+    fn event(&self, event: Event) {
+        let mut shard = self.shard();
+        match event {
+            Event::Error(kind) => shard.errors[error_index(kind)] += 1,
+            Event::ConnectionOpened(side) => shard.opened[side_index(side)] += 1,
+            Event::ConnectionClosed(side) => shard.closed[side_index(side)] += 1,
+            Event::Bytes(direction, n) => shard.bytes[direction_index(direction)] += n,
+            Event::Pushed(n) => shard.pushed += n,
+            Event::Correlated { matched } => shard.correlations[usize::from(!matched)] += 1,
+            Event::RequestHead(head) => shard.heads.record(head.bytes, head.fields),
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use crate::config::TapConfig;
 use crate::correlate::Correlator;
-use crate::recorder::Recorder;
+use crate::recorder::{Event, Recorder};
 use crate::routes::RouteTable;
 
 pub use exchange::{Exchange, Wait};
@@ -67,7 +67,7 @@ impl TapContext {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 self.recorder
-                    .connection_opened(crate::recorder::Side::Upstream);
+                    .event(Event::ConnectionOpened(crate::recorder::Side::Upstream));
                 Some(stream)
             }
             Ok(Err(e)) => {

@@ -15,7 +15,7 @@ use super::http::HttpConnection;
 use super::resp::RespConnection;
 use super::TapContext;
 use crate::config::Protocol;
-use crate::recorder::Side;
+use crate::recorder::{Event, Side};
 
 /// A connection as its task holds it. The HTTP one inline: it is the common case, and
 /// boxing it would add an allocation per connection for no memory saved.
@@ -50,7 +50,7 @@ impl Connection {
         permit: OwnedSemaphorePermit,
     ) -> impl Future<Output = ()> + Send {
         async move {
-            ctx.recorder.connection_opened(Side::Client);
+            ctx.recorder.event(Event::ConnectionOpened(Side::Client));
             match &mut self {
                 Connection::Http(http) => http.serve(shutdown).await,
                 Connection::Resp(stream) => {
@@ -60,7 +60,7 @@ impl Connection {
                 }
             }
             drop(self);
-            ctx.recorder.connection_closed(Side::Client);
+            ctx.recorder.event(Event::ConnectionClosed(Side::Client));
             drop(permit);
         }
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use phasescope::config::{Protocol, TapConfig};
-use phasescope::recorder::{Direction, ErrorKind, ExchangeRecord, Recorder, Side};
+use phasescope::recorder::{ErrorKind, Event, ExchangeRecord, Recorder, Side};
 use tokio::sync::watch;
 
 #[derive(Default)]
@@ -79,16 +79,21 @@ impl Recorder for Counting {
     fn exchange(&self, r: &ExchangeRecord<'_>) {
         self.statuses.lock().unwrap().push(r.status);
     }
-    fn error(&self, kind: ErrorKind) {
-        self.errors.lock().unwrap().push(kind);
+    fn event(&self, event: Event) {
+        match event {
+            Event::Error(kind) => self.errors.lock().unwrap().push(kind),
+            Event::ConnectionOpened(side) => {
+                self.opened[idx(side)].fetch_add(1, Ordering::SeqCst);
+            }
+            Event::ConnectionClosed(side) => {
+                self.closed[idx(side)].fetch_add(1, Ordering::SeqCst);
+            }
+            Event::Bytes(..)
+            | Event::Pushed(_)
+            | Event::Correlated { .. }
+            | Event::RequestHead(_) => {}
+        }
     }
-    fn connection_opened(&self, side: Side) {
-        self.opened[idx(side)].fetch_add(1, Ordering::SeqCst);
-    }
-    fn connection_closed(&self, side: Side) {
-        self.closed[idx(side)].fetch_add(1, Ordering::SeqCst);
-    }
-    fn bytes(&self, _: Direction, _: u64) {}
 }
 
 pub struct CountingProxy {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use phasescope::config::{Protocol, TapConfig};
 use phasescope::phase::Phases;
-use phasescope::recorder::{Direction, ErrorKind, ExchangeRecord, Recorder, Side};
+use phasescope::recorder::{ErrorKind, Event, ExchangeRecord, Recorder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -70,12 +70,17 @@ impl Recorder for Capture {
             phases: r.phases,
         });
     }
-    fn error(&self, kind: ErrorKind) {
-        self.errors.lock().unwrap().push(kind);
+    fn event(&self, event: Event) {
+        match event {
+            Event::Error(kind) => self.errors.lock().unwrap().push(kind),
+            Event::ConnectionOpened(_)
+            | Event::ConnectionClosed(_)
+            | Event::Bytes(..)
+            | Event::Pushed(_)
+            | Event::Correlated { .. }
+            | Event::RequestHead(_) => {}
+        }
     }
-    fn connection_opened(&self, _: Side) {}
-    fn connection_closed(&self, _: Side) {}
-    fn bytes(&self, _: Direction, _: u64) {}
 }
 
 /// A running in-process proxy tap.

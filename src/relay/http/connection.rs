@@ -41,7 +41,9 @@ use super::{Failure, ANSWER_LINGER, RESPONSE_BUFFER};
 use crate::clock::{self, Tick};
 use crate::correlate;
 use crate::http1::{Answer, BodyError, BodyFramer, BodyKind, RequestHead};
-use crate::recorder::{Direction, ErrorKind, ExchangeId, ExchangeRecord, HeadShape, RouteId, Side};
+use crate::recorder::{
+    Direction, ErrorKind, Event, ExchangeId, ExchangeRecord, HeadShape, RouteId, Side,
+};
 use crate::relay::buffer::Buf;
 use crate::relay::exchange::{Exchange, Wait};
 use crate::relay::failure::ANSWER_WRITE;
@@ -112,11 +114,11 @@ impl HttpConnection {
         match outcome {
             Ok(()) => {}
             Err(Failure::Abort(kind) | Failure::Cut { kind, .. }) => {
-                rec.error(kind);
+                rec.event(Event::Error(kind));
                 tracing::debug!(tap = %self.tap.config.name, kind = kind.name(), "connection aborted");
             }
             Err(Failure::Answer(answer, kind)) => {
-                rec.error(kind);
+                rec.event(Event::Error(kind));
                 let peer = self
                     .client
                     .peer_addr()
@@ -136,7 +138,7 @@ impl HttpConnection {
             }
         }
         if self.upstream.take().is_some() {
-            rec.connection_closed(Side::Upstream);
+            rec.event(Event::ConnectionClosed(Side::Upstream));
         }
     }
 
@@ -273,14 +275,18 @@ impl HttpConnection {
             bytes,
             "upstream sent a response nobody asked for; reconnecting"
         );
-        self.tap.recorder.error(ErrorKind::UnsolicitedResponse);
+        self.tap
+            .recorder
+            .event(Event::Error(ErrorKind::UnsolicitedResponse));
         self.close_upstream();
     }
 
     /// Drops the upstream connection; the next request opens a new one.
     fn close_upstream(&mut self) {
         if self.upstream.take().is_some() {
-            self.tap.recorder.connection_closed(Side::Upstream);
+            self.tap
+                .recorder
+                .event(Event::ConnectionClosed(Side::Upstream));
         }
         self.ubuf = Buf::new();
     }
@@ -549,14 +555,16 @@ impl HttpConnection {
             Ok(moved) => {
                 self.tap
                     .recorder
-                    .bytes(Direction::Request, moved.to_upstream);
+                    .event(Event::Bytes(Direction::Request, moved.to_upstream));
                 self.tap
                     .recorder
-                    .bytes(Direction::Response, moved.to_client);
+                    .event(Event::Bytes(Direction::Response, moved.to_client));
             }
             Err(e) => tracing::debug!(tap = %self.tap.config.name, error = %e, "tunnel ended"),
         }
-        self.tap.recorder.connection_closed(Side::Upstream);
+        self.tap
+            .recorder
+            .event(Event::ConnectionClosed(Side::Upstream));
     }
 
     fn record(
@@ -573,7 +581,9 @@ impl HttpConnection {
         // the relay's own, in the exchange.
         let phases = ex.phases_with(self.corr.key.and(self.corr.found.as_ref()));
         if self.corr.key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
-            rec.correlated(self.corr.found.is_some());
+            rec.event(Event::Correlated {
+                matched: self.corr.found.is_some(),
+            });
         }
         let record = ExchangeRecord {
             id: ExchangeId::next(),
@@ -598,7 +608,10 @@ impl HttpConnection {
     /// cut before any answer).
     fn head_unrecorded(&self, head: &RequestHead) {
         if !head.probe {
-            self.tap.recorder.request_head(head.len, head.fields);
+            self.tap.recorder.event(Event::RequestHead(HeadShape {
+                bytes: head.len,
+                fields: head.fields,
+            }));
         }
     }
 

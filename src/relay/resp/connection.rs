@@ -16,7 +16,7 @@ use super::{
     Failure, Mode, RespAnswer, RespConnection, COMMAND_BUFFER, MAX_IN_FLIGHT, REPLY_BUFFER,
 };
 use crate::clock::{self, Tick};
-use crate::recorder::{Direction, ErrorKind, Side};
+use crate::recorder::{self, Direction, ErrorKind, Side};
 use crate::relay::buffer::Buf;
 use crate::relay::failure::ANSWER_WRITE;
 use crate::relay::io::read_some;
@@ -176,7 +176,7 @@ impl RespConnection {
         let rec = self.tap.recorder.clone();
         if let Err(failure) = outcome {
             let kind = failure.kind();
-            rec.error(kind);
+            rec.event(recorder::Event::Error(kind));
             tracing::info!(tap = %self.tap.config.name, kind = kind.name(), "resp connection closed on error");
             if let Failure::Answer(answer, _) = failure {
                 let line = answer.line();
@@ -185,7 +185,7 @@ impl RespConnection {
         }
         self.count_bytes();
         if self.upstream.take().is_some() {
-            rec.connection_closed(Side::Upstream);
+            rec.event(recorder::Event::ConnectionClosed(Side::Upstream));
         }
     }
 
@@ -414,10 +414,10 @@ impl RespConnection {
         let up = self.up_written - self.up_counted;
         let down = self.down_written - self.down_counted;
         if up > 0 {
-            rec.bytes(Direction::Request, up);
+            rec.event(recorder::Event::Bytes(Direction::Request, up));
         }
         if down > 0 {
-            rec.bytes(Direction::Response, down);
+            rec.event(recorder::Event::Bytes(Direction::Response, down));
         }
         self.up_counted = self.up_written;
         self.down_counted = self.down_written;

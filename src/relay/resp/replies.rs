@@ -5,7 +5,7 @@
 use super::{Mode, Replied, RespConnection};
 use crate::clock::Tick;
 use crate::correlate;
-use crate::recorder::{ErrorKind, ExchangeId, ExchangeRecord};
+use crate::recorder::{ErrorKind, Event, ExchangeId, ExchangeRecord};
 use crate::relay::exchange::{Exchange, Wait};
 use crate::resp::{Kind, ModeSwitch};
 
@@ -36,7 +36,7 @@ impl RespConnection {
                             PushSeen::Unseen
                         };
                         if !self.push_answers(seen) {
-                            self.tap.recorder.pushed(1);
+                            self.tap.recorder.event(Event::Pushed(1));
                             continue;
                         }
                     }
@@ -47,7 +47,9 @@ impl RespConnection {
                     // Redis is trusted to speak RESP; if we cannot follow it, relay blindly
                     // rather than mis-pair everything that follows.
                     tracing::warn!(tap = %self.tap.config.name, error = %e, "unreadable reply stream; relaying without timing");
-                    self.tap.recorder.error(ErrorKind::BadResponse);
+                    self.tap
+                        .recorder
+                        .event(Event::Error(ErrorKind::BadResponse));
                     self.mode = Mode::PassThrough;
                     self.pending.clear();
                     return;
@@ -61,7 +63,7 @@ impl RespConnection {
     fn reply_done(&mut self, kind: Option<Kind>, last_unsub: bool, t: Tick, end: u64) {
         let push = kind.is_some_and(Kind::is_push);
         if self.mode == Mode::Subscribed {
-            self.tap.recorder.pushed(1);
+            self.tap.recorder.event(Event::Pushed(1));
             if last_unsub {
                 self.mode = Mode::Paired;
             }

@@ -1,9 +1,11 @@
 //! Where completed exchanges go.
 //!
 //! The relay knows nothing about Prometheus, HDR histograms or log files: it hands each
-//! completed exchange, each error and each connection event to the tap's [`Recorder`].
-//! The metrics registry, the access log and the slow log are recorders; [`Fanout`] sends
-//! one event to several.
+//! completed exchange, and every other [`Event`] (errors, connections, bytes, …), to the
+//! tap's [`Recorder`]. The metrics registry, the access log and the slow log are
+//! recorders; [`Fanout`] sends each exchange and event to several.
+
+mod event;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,94 +13,12 @@ use std::sync::Arc;
 
 use crate::phase::Phases;
 
+pub use event::{Direction, ErrorKind, Event, HeadShape, Side};
+
 /// A bounded route label, resolved once per request by the tap's route table while the
 /// request head is still in the read buffer. `RouteId(0)` is always the fallback route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct RouteId(pub u16);
-
-/// Which side of the proxy a connection or byte count belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Side {
-    Client,
-    Upstream,
-}
-
-impl Side {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Side::Client => "client",
-            Side::Upstream => "upstream",
-        }
-    }
-}
-
-/// The direction bytes travel: `request` (client → upstream) or `response`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
-    Request,
-    Response,
-}
-
-impl Direction {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Direction::Request => "request",
-            Direction::Response => "response",
-        }
-    }
-}
-
-/// Why an exchange or a connection failed: the `kind` label of `phasescope_errors_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// Malformed or ambiguous request framing (answered 400).
-    BadRequest,
-    /// Request head over the size or header-count limit (answered 431).
-    HeaderTooLarge,
-    /// The client took longer than the head timeout to send a head (answered 408), or
-    /// stalled while sending a body.
-    ClientTimeout,
-    /// The upstream could not be reached (answered 502).
-    UpstreamConnect,
-    /// The upstream did not answer within the response timeout (answered 504).
-    UpstreamTimeout,
-    /// The upstream closed or reset the connection before the response was complete.
-    UpstreamReset,
-    /// The upstream sent something that is not a valid response (answered 502).
-    BadResponse,
-    /// The client closed or reset the connection before the response was complete.
-    ClientReset,
-    /// The upstream sent a response between requests, when none was asked for.
-    UnsolicitedResponse,
-}
-
-impl ErrorKind {
-    pub const ALL: [ErrorKind; 9] = [
-        ErrorKind::BadRequest,
-        ErrorKind::HeaderTooLarge,
-        ErrorKind::ClientTimeout,
-        ErrorKind::UpstreamConnect,
-        ErrorKind::UpstreamTimeout,
-        ErrorKind::UpstreamReset,
-        ErrorKind::BadResponse,
-        ErrorKind::ClientReset,
-        ErrorKind::UnsolicitedResponse,
-    ];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            ErrorKind::BadRequest => "bad_request",
-            ErrorKind::HeaderTooLarge => "header_too_large",
-            ErrorKind::ClientTimeout => "client_timeout",
-            ErrorKind::UpstreamConnect => "upstream_connect",
-            ErrorKind::UpstreamTimeout => "upstream_timeout",
-            ErrorKind::UpstreamReset => "upstream_reset",
-            ErrorKind::BadResponse => "bad_response",
-            ErrorKind::ClientReset => "client_reset",
-            ErrorKind::UnsolicitedResponse => "unsolicited_response",
-        }
-    }
-}
 
 /// The id of one exchange, unique within the process: the exemplars of the OpenMetrics
 /// exposition name it (`exchange_id`) and so do the access and slow log lines, so that a
@@ -168,14 +88,6 @@ pub struct ExchangeRecord<'a> {
     pub phases: Phases,
 }
 
-/// The shape of a request head: its size (empty line included) and its header fields,
-/// for the tap's head-shape statistics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeadShape {
-    pub bytes: usize,
-    pub fields: usize,
-}
-
 /// Receives what happens on one tap. Implementations must be cheap and must not block:
 /// they run on the connection tasks.
 pub trait Recorder: Send + Sync + 'static {
@@ -184,29 +96,20 @@ pub trait Recorder: Send + Sync + 'static {
         false
     }
     fn exchange(&self, record: &ExchangeRecord<'_>);
-    fn error(&self, kind: ErrorKind);
-    fn connection_opened(&self, side: Side);
-    fn connection_closed(&self, side: Side);
-    fn bytes(&self, direction: Direction, n: u64);
-    /// Messages that answer no request (pub/sub messages, MONITOR lines, RESP3 pushes).
-    fn pushed(&self, _n: u64) {}
-    /// A correlated HTTP request found (or did not find) its backend command.
-    fn correlated(&self, _matched: bool) {}
-    /// A request head of `bytes` bytes (empty line included) with `fields` header fields
-    /// was read; not called for the probe's own requests. Called alone only for a request
-    /// that records no exchange; otherwise the shape comes with the exchange
-    /// ([`Recorder::exchange_relayed`]).
-    fn request_head(&self, _bytes: usize, _fields: usize) {}
+    /// Everything else that happens on the tap. Implementations match the event
+    /// exhaustively, naming the variants they ignore, so that a new variant is a compile
+    /// error in every recorder until it decides.
+    fn event(&self, event: Event);
     /// A completed HTTP exchange, in one call so that a recorder can take everything under
     /// one lock: the bytes it moved (`record.request_bytes` and `record.response_bytes`,
-    /// counted as if passed to [`Recorder::bytes`]), its request head's shape (`None` for a
-    /// head that stays out of the head shapes), and the exchange. The same as `bytes` for
-    /// each direction, `request_head`, then `exchange`.
+    /// counted as if sent as [`Event::Bytes`]), its request head's shape (`None` for a
+    /// head that stays out of the head shapes), and the exchange. The same as an
+    /// `Event::Bytes` for each direction, an `Event::RequestHead`, then `exchange`.
     fn exchange_relayed(&self, record: &ExchangeRecord<'_>, head: Option<HeadShape>) {
-        self.bytes(Direction::Request, record.request_bytes);
-        self.bytes(Direction::Response, record.response_bytes);
+        self.event(Event::Bytes(Direction::Request, record.request_bytes));
+        self.event(Event::Bytes(Direction::Response, record.response_bytes));
         if let Some(head) = head {
-            self.request_head(head.bytes, head.fields);
+            self.event(Event::RequestHead(head));
         }
         self.exchange(record);
     }
@@ -220,13 +123,12 @@ pub struct Discard;
 
 impl Recorder for Discard {
     fn exchange(&self, _: &ExchangeRecord<'_>) {}
-    fn error(&self, _: ErrorKind) {}
-    fn connection_opened(&self, _: Side) {}
-    fn connection_closed(&self, _: Side) {}
-    fn bytes(&self, _: Direction, _: u64) {}
+    /// Every event, whatever its kind, is dropped: that is this recorder's whole job.
+    fn event(&self, _: Event) {}
 }
 
-/// Sends every event to each of several recorders, in order.
+/// Sends every exchange and event to each of several recorders, in order. Events are
+/// forwarded whole, so a new kind of event needs no change here.
 #[derive(Default, Clone)]
 pub struct Fanout {
     sinks: Vec<Arc<dyn Recorder>>,
@@ -245,28 +147,8 @@ impl Recorder for Fanout {
     fn exchange(&self, record: &ExchangeRecord<'_>) {
         self.sinks.iter().for_each(|s| s.exchange(record));
     }
-    fn error(&self, kind: ErrorKind) {
-        self.sinks.iter().for_each(|s| s.error(kind));
-    }
-    fn connection_opened(&self, side: Side) {
-        self.sinks.iter().for_each(|s| s.connection_opened(side));
-    }
-    fn connection_closed(&self, side: Side) {
-        self.sinks.iter().for_each(|s| s.connection_closed(side));
-    }
-    fn bytes(&self, direction: Direction, n: u64) {
-        self.sinks.iter().for_each(|s| s.bytes(direction, n));
-    }
-    fn pushed(&self, n: u64) {
-        self.sinks.iter().for_each(|s| s.pushed(n));
-    }
-    fn correlated(&self, matched: bool) {
-        self.sinks.iter().for_each(|s| s.correlated(matched));
-    }
-    fn request_head(&self, bytes: usize, fields: usize) {
-        self.sinks
-            .iter()
-            .for_each(|s| s.request_head(bytes, fields));
+    fn event(&self, event: Event) {
+        self.sinks.iter().for_each(|s| s.event(event));
     }
     fn exchange_relayed(&self, record: &ExchangeRecord<'_>, head: Option<HeadShape>) {
         self.sinks
