@@ -18,7 +18,8 @@ use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::metrics::native::{self, NativeBuckets};
 use crate::metrics::openmetrics;
 use crate::metrics::proto;
-use crate::metrics::tap::{SeriesCounts, TapCounts, TapMetrics, DIRECTIONS, SIDES};
+use crate::metrics::counters::{DIRECTIONS, SIDES};
+use crate::metrics::tap::{SeriesCounts, TapCounts, TapMetrics};
 use crate::phase::Phase;
 use crate::recorder::{ErrorKind, RouteId};
 
@@ -261,7 +262,7 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         per_tap(taps, MetricType::COUNTER, |c| {
             ErrorKind::ALL
                 .iter()
-                .zip(c.errors)
+                .zip(c.counters.errors)
                 .map(|(k, n)| (("kind", k.name()), n as f64))
                 .collect()
         }),
@@ -279,7 +280,7 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
                 .map(|(i, s)| {
                     (
                         ("side", s.name()),
-                        c.opened[i].saturating_sub(c.closed[i]) as f64,
+                        c.counters.opened[i].saturating_sub(c.counters.closed[i]) as f64,
                     )
                 })
                 .collect()
@@ -292,7 +293,7 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         per_tap(taps, MetricType::COUNTER, |c| {
             SIDES
                 .iter()
-                .zip(c.opened)
+                .zip(c.counters.opened)
                 .map(|(s, n)| (("side", s.name()), n as f64))
                 .collect()
         }),
@@ -304,7 +305,7 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         per_tap(taps, MetricType::COUNTER, |c| {
             DIRECTIONS
                 .iter()
-                .zip(c.bytes)
+                .zip(c.counters.bytes)
                 .map(|(d, n)| (("direction", d.name()), n as f64))
                 .collect()
         }),
@@ -314,7 +315,7 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         "Messages that answered no request: pub/sub messages, MONITOR lines, RESP3 pushes.",
         MetricType::COUNTER,
         taps.iter()
-            .map(|(tap, c)| sample(MetricType::COUNTER, &[("tap", tap.name())], c.pushed as f64))
+            .map(|(tap, c)| sample(MetricType::COUNTER, &[("tap", tap.name())], c.counters.pushed as f64))
             .collect(),
     );
     push(
@@ -323,8 +324,8 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         MetricType::COUNTER,
         per_tap(taps, MetricType::COUNTER, |c| {
             vec![
-                (("result", "matched"), c.correlations[0] as f64),
-                (("result", "unmatched"), c.correlations[1] as f64),
+                (("result", "matched"), c.counters.correlations[0] as f64),
+                (("result", "unmatched"), c.counters.correlations[1] as f64),
             ]
         }),
     );

@@ -8,10 +8,12 @@
 //! metric contract, the bucket layout and its error bound, and the snapshot schema.
 
 pub mod buckets;
+mod counters;
 pub mod exemplar;
 pub mod exposition;
 pub mod finding;
 mod hdr;
+mod heads;
 pub mod labels;
 pub mod native;
 pub mod openmetrics;

@@ -8,18 +8,15 @@ use anyhow::{ensure, Context};
 
 use crate::config::{MetricsConfig, TapConfig};
 use crate::metrics::buckets::Buckets;
+use crate::metrics::counters::Counters;
 use crate::metrics::exposition;
 use crate::metrics::finding::Board;
-use crate::metrics::shard::HeadShapes;
 use crate::metrics::snapshot::{self, Snapshot, TapInput};
 use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
-use crate::recorder::{Discard, ErrorKind, Recorder};
+use crate::recorder::{Discard, Recorder};
 use crate::routes::RouteTable;
 use crate::sync::lock;
 use crate::upstream::Upstream;
-
-/// Error counts by [`ErrorKind::ALL`] index.
-type ErrorCounts = [u64; ErrorKind::ALL.len()];
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
 /// server reads through [`encode_prometheus`](Self::encode_prometheus),
@@ -32,9 +29,9 @@ pub struct Registry {
     /// Tap names front to back (`Config::taps_front_to_back`), for the snapshot's
     /// `position`; taps not named here follow in the order they were registered.
     front_to_back: RwLock<Vec<String>>,
-    /// Each tap's error counts and head shapes at the last reset, so that the snapshot can
-    /// give those of its window beside the counters since start. Taken under `since`'s lock.
-    error_baseline: Mutex<Vec<(String, ErrorCounts, HeadShapes)>>,
+    /// Each tap's counters at the last reset, so that the snapshot can give its window's
+    /// errors and head shapes beside the counters since start. Taken under `since`'s lock.
+    counter_baseline: Mutex<Vec<(String, Counters)>>,
     /// Taps that watch their upstream's process.
     upstreams: RwLock<Vec<Arc<Upstream>>>,
     /// The findings active now, for the `phasescope_finding` gauge.
@@ -54,7 +51,7 @@ impl Registry {
             buckets: Arc::new(buckets),
             taps: RwLock::new(Vec::new()),
             front_to_back: RwLock::new(Vec::new()),
-            error_baseline: Mutex::new(Vec::new()),
+            counter_baseline: Mutex::new(Vec::new()),
             upstreams: RwLock::new(Vec::new()),
             findings: Board::default(),
             exemplar_min_ns: AtomicU64::new(duration_ns(
@@ -232,7 +229,7 @@ impl Registry {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let baseline = lock(&self.error_baseline).clone();
+        let baseline = lock(&self.counter_baseline).clone();
         let mut next_baseline = Vec::new();
         let upstreams = self.upstreams();
         let inputs = taps
@@ -241,25 +238,18 @@ impl Registry {
             .map(|(registered, t)| {
                 let (counts, series) = if cut {
                     let (counts, series) = t.cut();
-                    next_baseline.push((t.name().to_owned(), counts.errors, counts.heads));
+                    next_baseline.push((t.name().to_owned(), counts.counters));
                     (counts, series)
                 } else {
                     let counts = t.collect(Collect::WithHdr);
                     let series = t.hdr_series(&counts);
                     (counts, series)
                 };
-                let (at_reset, heads_at_reset) = baseline
+                let at_reset = baseline
                     .iter()
-                    .find(|(name, _, _)| name == t.name())
-                    .map_or(
-                        ([0; ErrorKind::ALL.len()], HeadShapes::default()),
-                        |(_, e, h)| (*e, *h),
-                    );
-                let window_heads = counts.heads.since(&heads_at_reset);
-                let mut window_errors = counts.errors;
-                for (now, then) in window_errors.iter_mut().zip(at_reset) {
-                    *now = now.saturating_sub(then);
-                }
+                    .find(|(name, _)| name == t.name())
+                    .map_or_else(Counters::default, |(_, c)| *c);
+                let window = counts.counters.since(&at_reset);
                 let position = order
                     .iter()
                     .position(|name| name == t.name())
@@ -267,8 +257,7 @@ impl Registry {
                 TapInput {
                     tap: t,
                     position: u32::try_from(position).unwrap_or(u32::MAX),
-                    window_errors,
-                    window_heads,
+                    window,
                     series,
                     counts,
                     upstream: upstreams.iter().find(|u| u.tap() == t.name()).map(|u| {
@@ -283,7 +272,7 @@ impl Registry {
             .collect();
         let at = *since;
         if cut {
-            *lock(&self.error_baseline) = next_baseline;
+            *lock(&self.counter_baseline) = next_baseline;
             // An upstream without a tap of its own (none today) still starts afresh.
             for u in upstreams
                 .iter()
@@ -306,9 +295,9 @@ impl Registry {
         for t in self.taps() {
             t.reset_hdr();
             let counts = t.collect(Collect::Counts);
-            baseline.push((t.name().to_owned(), counts.errors, counts.heads));
+            baseline.push((t.name().to_owned(), counts.counters));
         }
-        *lock(&self.error_baseline) = baseline;
+        *lock(&self.counter_baseline) = baseline;
         for u in self.upstreams() {
             u.reset();
         }

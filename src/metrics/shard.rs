@@ -9,11 +9,12 @@
 
 use hdrhistogram::Histogram;
 
+use crate::metrics::counters::Counters;
 use crate::metrics::exemplar::Exemplar;
 use crate::metrics::hdr::HdrCounts;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::phase::Phase;
-use crate::recorder::{ErrorKind, RouteId};
+use crate::recorder::RouteId;
 
 /// Keeps each thread's shard on cache lines of its own (adjacent-line prefetch included),
 /// whatever the allocator puts next to it.
@@ -24,81 +25,8 @@ pub struct CachePadded<T>(pub T);
 pub struct ThreadShard {
     /// Indexed by route id; a slot is filled the first time this thread sees the route.
     pub routes: Vec<Option<Box<RouteShard>>>,
-    pub errors: [u64; ErrorKind::ALL.len()],
-    /// Indexed by `side_index`.
-    pub opened: [u64; 2],
-    pub closed: [u64; 2],
-    /// Indexed by `direction_index`.
-    pub bytes: [u64; 2],
-    /// Messages that answered no request (pub/sub, MONITOR, RESP3 pushes).
-    pub pushed: u64,
-    /// Correlated requests: [matched, unmatched].
-    pub correlations: [u64; 2],
-    pub heads: HeadShapes,
-}
-
-/// Buckets of [`HeadShapes`]: powers of two, the last open-ended.
-pub const HEAD_BUCKETS: usize = 24;
-
-/// The shape of the request heads a tap read: how many, their summed bytes and fields, and
-/// both distributions in power-of-two buckets (`[i]` holds values up to 2^i). Plain
-/// counters: recording is a few additions, no allocation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HeadShapes {
-    pub count: u64,
-    pub bytes: u64,
-    pub fields: u64,
-    pub bytes_buckets: [u64; HEAD_BUCKETS],
-    pub fields_buckets: [u64; HEAD_BUCKETS],
-}
-
-impl HeadShapes {
-    #[inline]
-    pub fn record(&mut self, bytes: usize, fields: usize) {
-        self.count += 1;
-        self.bytes += bytes as u64;
-        self.fields += fields as u64;
-        self.bytes_buckets[Self::bucket(bytes)] += 1;
-        self.fields_buckets[Self::bucket(fields)] += 1;
-    }
-
-    /// The bucket of `n`: the smallest i with n ≤ 2^i, at most the last.
-    #[inline]
-    pub fn bucket(n: usize) -> usize {
-        let i = if n <= 1 {
-            0
-        } else {
-            (usize::BITS - (n - 1).leading_zeros()) as usize
-        };
-        i.min(HEAD_BUCKETS - 1)
-    }
-
-    pub fn add(&mut self, other: &HeadShapes) {
-        self.count += other.count;
-        self.bytes += other.bytes;
-        self.fields += other.fields;
-        for (a, b) in self.bytes_buckets.iter_mut().zip(&other.bytes_buckets) {
-            *a += b;
-        }
-        for (a, b) in self.fields_buckets.iter_mut().zip(&other.fields_buckets) {
-            *a += b;
-        }
-    }
-
-    /// What was recorded since `earlier` (an older reading of the same counters).
-    pub fn since(&self, earlier: &HeadShapes) -> HeadShapes {
-        let mut out = *self;
-        out.count = out.count.saturating_sub(earlier.count);
-        out.bytes = out.bytes.saturating_sub(earlier.bytes);
-        out.fields = out.fields.saturating_sub(earlier.fields);
-        for (a, b) in out.bytes_buckets.iter_mut().zip(&earlier.bytes_buckets) {
-            *a = a.saturating_sub(*b);
-        }
-        for (a, b) in out.fields_buckets.iter_mut().zip(&earlier.fields_buckets) {
-            *a = a.saturating_sub(*b);
-        }
-        out
-    }
+    /// Everything but the routes' requests and phases.
+    pub counters: Counters,
 }
 
 impl ThreadShard {

@@ -12,8 +12,9 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::hdr::{HdrSeries, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
-use crate::metrics::shard::HeadShapes;
-use crate::metrics::tap::{TapCounts, TapMetrics, DIRECTIONS, SIDES};
+use crate::metrics::counters::{Counters, DIRECTIONS, SIDES};
+use crate::metrics::heads::HeadShapes;
+use crate::metrics::tap::{TapCounts, TapMetrics};
 use crate::recorder::ErrorKind;
 
 /// The `format` field: what this document is.
@@ -300,10 +301,8 @@ impl Snapshot {
 pub(crate) struct TapInput<'a> {
     pub tap: &'a TapMetrics,
     pub position: u32,
-    /// Errors since the last reset, by [`ErrorKind::ALL`] index.
-    pub window_errors: [u64; ErrorKind::ALL.len()],
-    /// Request heads since the last reset.
-    pub window_heads: HeadShapes,
+    /// The counters since the last reset: the window's errors and request heads.
+    pub window: Counters,
     pub counts: TapCounts,
     pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
@@ -325,9 +324,9 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                 SeriesSnapshot::from_series(series),
             );
         }
-        let c = &input.counts;
+        let c = &input.counts.counters;
         let totals = TapTotals {
-            requests: c.requests.values().flatten().flatten().sum(),
+            requests: input.counts.requests.values().flatten().flatten().sum(),
             errors: ErrorKind::ALL
                 .iter()
                 .zip(c.errors)
@@ -362,12 +361,12 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                 position: Some(input.position),
                 errors: ErrorKind::ALL
                     .iter()
-                    .zip(input.window_errors)
+                    .zip(input.window.errors)
                     .map(|(k, n)| (k.name().to_owned(), n))
                     .collect(),
                 request_heads: protocol
                     .has_request_heads()
-                    .then(|| RequestHeads::from_shapes(&input.window_heads)),
+                    .then(|| RequestHeads::from_shapes(&input.window.heads)),
                 phases,
                 totals,
                 upstream,

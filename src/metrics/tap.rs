@@ -8,14 +8,13 @@ use thread_local::ThreadLocal;
 
 use crate::config::{Protocol, TapConfig};
 use crate::metrics::buckets::Buckets;
+use crate::metrics::counters::Counters;
 use crate::metrics::exemplar::{self, Exemplar};
 use crate::metrics::hdr::{self, HdrSeries};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
-use crate::metrics::shard::{CachePadded, HeadShapes, SeriesShard, ThreadShard};
+use crate::metrics::shard::{CachePadded, SeriesShard, ThreadShard};
 use crate::phase::Phase;
-use crate::recorder::{
-    Direction, ErrorKind, Event, ExchangeRecord, HeadShape, Recorder, RouteId, Side,
-};
+use crate::recorder::{Direction, Event, ExchangeRecord, HeadShape, Recorder, RouteId};
 use crate::routes::RouteTable;
 use crate::sync::lock;
 
@@ -77,36 +76,7 @@ pub(crate) struct SeriesCounts {
 pub(crate) struct TapCounts {
     pub series: HashMap<(RouteId, Phase), SeriesCounts>,
     pub requests: HashMap<RouteId, [[u64; STATUS_CLASSES.len()]; METHODS.len()]>,
-    pub errors: [u64; ErrorKind::ALL.len()],
-    pub opened: [u64; 2],
-    pub closed: [u64; 2],
-    pub bytes: [u64; 2],
-    pub pushed: u64,
-    /// [matched, unmatched]
-    pub correlations: [u64; 2],
-    pub heads: HeadShapes,
-}
-
-pub(crate) const SIDES: [Side; 2] = [Side::Client, Side::Upstream];
-pub(crate) const DIRECTIONS: [Direction; 2] = [Direction::Request, Direction::Response];
-
-fn side_index(side: Side) -> usize {
-    match side {
-        Side::Client => 0,
-        Side::Upstream => 1,
-    }
-}
-
-fn direction_index(direction: Direction) -> usize {
-    match direction {
-        Direction::Request => 0,
-        Direction::Response => 1,
-    }
-}
-
-fn error_index(kind: ErrorKind) -> usize {
-    // ALL lists every variant, so the fallback is never taken.
-    ErrorKind::ALL.iter().position(|&k| k == kind).unwrap_or(0)
+    pub counters: Counters,
 }
 
 impl TapMetrics {
@@ -159,13 +129,7 @@ impl TapMetrics {
         for shard in self.shards.iter() {
             let routes = {
                 let shard = lock(&shard.0);
-                add(&mut acc.errors, &shard.errors);
-                add(&mut acc.opened, &shard.opened);
-                add(&mut acc.closed, &shard.closed);
-                add(&mut acc.bytes, &shard.bytes);
-                acc.pushed += shard.pushed;
-                add(&mut acc.correlations, &shard.correlations);
-                acc.heads.add(&shard.heads);
+                acc.counters.add(&shard.counters);
                 shard.routes.len()
             };
             for r in 0..routes {
@@ -288,12 +252,6 @@ impl TapMetrics {
     }
 }
 
-fn add<const N: usize>(acc: &mut [u64; N], v: &[u64; N]) {
-    for (a, n) in acc.iter_mut().zip(v) {
-        *a += n;
-    }
-}
-
 impl TapMetrics {
     /// Counts an exchange in this thread's shard, whose lock the caller holds.
     fn exchange_in(&self, shard: &mut ThreadShard, record: &ExchangeRecord<'_>) {
@@ -341,25 +299,17 @@ impl Recorder for TapMetrics {
     /// One shard lock for the bytes, the head and the exchange, instead of one each.
     fn exchange_relayed(&self, record: &ExchangeRecord<'_>, head: Option<HeadShape>) {
         let mut shard = self.shard();
-        shard.bytes[direction_index(Direction::Request)] += record.request_bytes;
-        shard.bytes[direction_index(Direction::Response)] += record.response_bytes;
+        let counters = &mut shard.counters;
+        counters.record(Event::Bytes(Direction::Request, record.request_bytes));
+        counters.record(Event::Bytes(Direction::Response, record.response_bytes));
         if let Some(head) = head {
-            shard.heads.record(head.bytes, head.fields);
+            counters.record(Event::RequestHead(head));
         }
         self.exchange_in(&mut shard, record);
     }
 
     fn event(&self, event: Event) {
-        let mut shard = self.shard();
-        match event {
-            Event::Error(kind) => shard.errors[error_index(kind)] += 1,
-            Event::ConnectionOpened(side) => shard.opened[side_index(side)] += 1,
-            Event::ConnectionClosed(side) => shard.closed[side_index(side)] += 1,
-            Event::Bytes(direction, n) => shard.bytes[direction_index(direction)] += n,
-            Event::Pushed(n) => shard.pushed += n,
-            Event::Correlated { matched } => shard.correlations[usize::from(!matched)] += 1,
-            Event::RequestHead(head) => shard.heads.record(head.bytes, head.fields),
-        }
+        self.shard().counters.record(event);
     }
 }
 
