@@ -13,25 +13,25 @@ use prometheus::proto::{
 use prometheus::TextEncoder;
 
 use crate::metrics::buckets::Buckets;
+use crate::metrics::counters::{self, Family, FAMILIES};
 use crate::metrics::exemplar::Exemplar;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::metrics::native::{self, NativeBuckets};
 use crate::metrics::openmetrics;
 use crate::metrics::proto;
-use crate::metrics::counters::{DIRECTIONS, SIDES};
 use crate::metrics::tap::{SeriesCounts, TapCounts, TapMetrics};
 use crate::phase::Phase;
-use crate::recorder::{ErrorKind, RouteId};
+use crate::recorder::RouteId;
 
 pub const PHASE_DURATION: &str = "phasescope_phase_duration_seconds";
 pub const REQUESTS: &str = "phasescope_requests_total";
-pub const ERRORS: &str = "phasescope_errors_total";
-pub const CONNECTIONS: &str = "phasescope_connections";
-pub const CONNECTIONS_TOTAL: &str = "phasescope_connections_total";
-pub const BYTES: &str = "phasescope_bytes_total";
+pub const ERRORS: &str = counters::ERRORS.name;
+pub const CONNECTIONS: &str = counters::CONNECTIONS.name;
+pub const CONNECTIONS_TOTAL: &str = counters::CONNECTIONS_TOTAL.name;
+pub const BYTES: &str = counters::BYTES.name;
 pub const BUILD_INFO: &str = "phasescope_build_info";
-pub const PUSHED: &str = "phasescope_pushed_messages_total";
-pub const CORRELATIONS: &str = "phasescope_correlations_total";
+pub const PUSHED: &str = counters::PUSHED.name;
+pub const CORRELATIONS: &str = counters::CORRELATIONS.name;
 
 /// `Content-Type` of the text exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -255,80 +255,9 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         MetricType::COUNTER,
         requests(taps),
     );
-    push(
-        ERRORS,
-        "Failed exchanges and connections, by kind.",
-        MetricType::COUNTER,
-        per_tap(taps, MetricType::COUNTER, |c| {
-            ErrorKind::ALL
-                .iter()
-                .zip(c.counters.errors)
-                .map(|(k, n)| (("kind", k.name()), n as f64))
-                .collect()
-        }),
-    );
-    push(
-        CONNECTIONS,
-        "Connections open now, by side.",
-        MetricType::GAUGE,
-        per_tap(taps, MetricType::GAUGE, |c| {
-            // Opens and closes are read from each shard at slightly different moments, so
-            // a close can be seen before its open: never show a negative count.
-            SIDES
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    (
-                        ("side", s.name()),
-                        c.counters.opened[i].saturating_sub(c.counters.closed[i]) as f64,
-                    )
-                })
-                .collect()
-        }),
-    );
-    push(
-        CONNECTIONS_TOTAL,
-        "Connections opened, by side.",
-        MetricType::COUNTER,
-        per_tap(taps, MetricType::COUNTER, |c| {
-            SIDES
-                .iter()
-                .zip(c.counters.opened)
-                .map(|(s, n)| (("side", s.name()), n as f64))
-                .collect()
-        }),
-    );
-    push(
-        BYTES,
-        "Bytes relayed, by direction (request: client to upstream).",
-        MetricType::COUNTER,
-        per_tap(taps, MetricType::COUNTER, |c| {
-            DIRECTIONS
-                .iter()
-                .zip(c.counters.bytes)
-                .map(|(d, n)| (("direction", d.name()), n as f64))
-                .collect()
-        }),
-    );
-    push(
-        PUSHED,
-        "Messages that answered no request: pub/sub messages, MONITOR lines, RESP3 pushes.",
-        MetricType::COUNTER,
-        taps.iter()
-            .map(|(tap, c)| sample(MetricType::COUNTER, &[("tap", tap.name())], c.counters.pushed as f64))
-            .collect(),
-    );
-    push(
-        CORRELATIONS,
-        "Correlated HTTP requests that found (matched) or did not find (unmatched) their backend command.",
-        MetricType::COUNTER,
-        per_tap(taps, MetricType::COUNTER, |c| {
-            vec![
-                (("result", "matched"), c.counters.correlations[0] as f64),
-                (("result", "unmatched"), c.counters.correlations[1] as f64),
-            ]
-        }),
-    );
+    for f in &FAMILIES {
+        push(f.name, f.help, f.kind, counter_samples(taps, f));
+    }
     push(
         BUILD_INFO,
         "Always 1; the labels say which build runs and on which clock (tsc or os).",
@@ -428,19 +357,17 @@ fn requests(taps: &[(&TapMetrics, TapCounts)]) -> Vec<Metric> {
     out
 }
 
-type Sample<'a> = ((&'static str, &'a str), f64);
-
-/// One metric per (tap, value of one more label), all pre-registered so that a series
-/// exists at 0 before its first event.
-fn per_tap(
-    taps: &[(&TapMetrics, TapCounts)],
-    kind: MetricType,
-    values: impl Fn(&TapCounts) -> Vec<Sample<'static>>,
-) -> Vec<Metric> {
+/// One family's metrics: one per (tap, value of its label), all written whatever their
+/// count, so that a series exists at 0 before its first event.
+fn counter_samples(taps: &[(&TapMetrics, TapCounts)], f: &Family) -> Vec<Metric> {
     let mut out = Vec::new();
     for (tap, counts) in taps {
-        for ((name, value), n) in values(counts) {
-            out.push(sample(kind, &[("tap", tap.name()), (name, value)], n));
+        for (value, n) in (f.samples)(&counts.counters) {
+            let metric = match f.label {
+                Some(label) => sample(f.kind, &[("tap", tap.name()), (label, value)], n as f64),
+                None => sample(f.kind, &[("tap", tap.name())], n as f64),
+            };
+            out.push(metric);
         }
     }
     out

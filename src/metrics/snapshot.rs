@@ -11,11 +11,10 @@ use anyhow::{ensure, Context};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::counters::{self, Counters, Family};
 use crate::metrics::hdr::{HdrSeries, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
-use crate::metrics::counters::{Counters, DIRECTIONS, SIDES};
 use crate::metrics::heads::HeadShapes;
 use crate::metrics::tap::{TapCounts, TapMetrics};
-use crate::recorder::ErrorKind;
 
 /// The `format` field: what this document is.
 pub const FORMAT: &str = "phasescope-snapshot";
@@ -327,30 +326,14 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
         let c = &input.counts.counters;
         let totals = TapTotals {
             requests: input.counts.requests.values().flatten().flatten().sum(),
-            errors: ErrorKind::ALL
-                .iter()
-                .zip(c.errors)
-                .map(|(k, n)| (k.name().to_owned(), n))
-                .collect(),
-            connections_open: SIDES
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (s.name().to_owned(), c.opened[i].saturating_sub(c.closed[i])))
-                .collect(),
-            connections: SIDES
-                .iter()
-                .zip(c.opened)
-                .map(|(s, n)| (s.name().to_owned(), n))
-                .collect(),
-            bytes: DIRECTIONS
-                .iter()
-                .zip(c.bytes)
-                .map(|(d, n)| (d.name().to_owned(), n))
-                .collect(),
-            pushed: c.pushed,
+            errors: by_label(&counters::ERRORS, c),
+            connections_open: by_label(&counters::CONNECTIONS, c),
+            connections: by_label(&counters::CONNECTIONS_TOTAL, c),
+            bytes: by_label(&counters::BYTES, c),
+            pushed: counters::PUSHED.value(c, ""),
             correlations: Correlations {
-                matched: c.correlations[0],
-                unmatched: c.correlations[1],
+                matched: counters::CORRELATIONS.value(c, "matched"),
+                unmatched: counters::CORRELATIONS.value(c, "unmatched"),
             },
         };
         let protocol = input.tap.protocol();
@@ -359,11 +342,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             TapSnapshot {
                 protocol: protocol.as_str().to_owned(),
                 position: Some(input.position),
-                errors: ErrorKind::ALL
-                    .iter()
-                    .zip(input.window.errors)
-                    .map(|(k, n)| (k.name().to_owned(), n))
-                    .collect(),
+                errors: by_label(&counters::ERRORS, &input.window),
                 request_heads: protocol
                     .has_request_heads()
                     .then(|| RequestHeads::from_shapes(&input.window.heads)),
@@ -395,6 +374,15 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
         taps: out,
         findings: Vec::new(),
     }
+}
+
+/// A family's counts by label value, as the snapshot's totals write them: the same
+/// values as the exposition's samples.
+fn by_label(family: &Family, counters: &Counters) -> BTreeMap<String, u64> {
+    (family.samples)(counters)
+        .into_iter()
+        .map(|(value, n)| (value.to_owned(), n))
+        .collect()
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {
