@@ -1,6 +1,7 @@
 //! Faults: peers that refuse, vanish, stall, or crawl; limits reached; the process out of
 //! file descriptors. Each test states the behaviour the proxy promises and checks that no
-//! connection is left behind (every `connection_opened` has its `connection_closed`).
+//! connection is left behind (every `Event::ConnectionOpened` has its
+//! `Event::ConnectionClosed`).
 
 mod fake;
 #[path = "fake/faults.rs"]
