@@ -671,7 +671,8 @@ def sharing(results):
     suspect = ("Every worker records into its own shard, HDR copies included (merged when a "
                "snapshot is taken), so no recorder state is written by two cores; what two "
                "cores still share is the machine's caches and memory bandwidth. The byte counts "
-               "are still two more locked calls per exchange (`Recorder::bytes`, from the relay).")
+               "travel with the exchange record, under its one shard lock "
+               "(`Recorder::exchange_relayed`).")
     if one_rng[1] < many_rng[0]:
         out.append("With one worker, recording costs less in every round than with several: much "
                    "of its CPU is not its instructions but cache lines moving between cores. "
