@@ -534,11 +534,48 @@ fn bench_webdis_with_resp_taps(
 ) -> Value {
     let redis = RedisServer::start();
     redis.command(&["SET", "k", "v"]);
-    let (resp_a, resp_b) = (free_port(), free_port());
-    let (_a, a) = webdis_behind(resp_a, dir, name_a, verbosity_a);
-    let (_b, b) = webdis_behind(resp_b, dir, name_b, verbosity_b);
     let redis_addr = redis.addr().to_string();
-    bench(&[
+    // The RESP taps' ports are picked free, then Webdis retries its Redis connections to
+    // them until the bench listens there: one of those connects, or another test's, can
+    // take the port first (a connect to a closed port of the ephemeral range may even
+    // connect to itself). Then the bench cannot listen: new ports, new Webdis, again.
+    for attempt in 1..=3 {
+        let (resp_a, resp_b) = (free_port(), free_port());
+        let (_a, a) = webdis_behind(resp_a, dir, name_a, verbosity_a);
+        let (_b, b) = webdis_behind(resp_b, dir, name_b, verbosity_b);
+        let args = webdis_bench_args((a, resp_a), (b, resp_b), &redis_addr, runs);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+            .arg("bench")
+            .args(&args)
+            .args(["--format", "json"])
+            .env_remove("PHASESCOPE_CONFIG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            return serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("bench output is not JSON ({e}):\n{err}"));
+        }
+        assert!(
+            attempt < 3 && err.contains("cannot listen") && err.contains("in use"),
+            "bench {args:?}: {}\n{err}",
+            out.status
+        );
+        eprintln!("a RESP tap's port was taken meanwhile, again with new ports: {err}");
+    }
+    unreachable!("the loop returns or panics")
+}
+
+/// The arguments of `bench_webdis_with_resp_taps`'s bench: Webdis A and B (HTTP port,
+/// the port its RESP tap listens on) in front of Redis at `redis_addr`.
+fn webdis_bench_args(
+    (a, resp_a): (u16, u16),
+    (b, resp_b): (u16, u16),
+    redis_addr: &str,
+    runs: u32,
+) -> Vec<String> {
+    [
         "--a",
         &format!("127.0.0.1:{a}"),
         "--b",
@@ -559,7 +596,10 @@ fn bench_webdis_with_resp_taps(
         "2s",
         "--connections",
         "20",
-    ])
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect()
 }
 
 /// `--a-resp` and `--b-resp` put a RESP tap between each Webdis and Redis, correlated with
