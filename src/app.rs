@@ -105,7 +105,7 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
     warn_if_public(config.admin.listen);
     tracing::info!(admin = %admin.local_addr(), "admin server listening");
     let running = start(&config, &registry).await?;
-    let watchers = watch_upstreams(&config, &registry);
+    let watchers = watch_upstreams(&config.taps, &registry);
     let mut admin_stop = stop_rx.clone();
     let admin_task = tokio::spawn(admin.serve(async move {
         let _ = admin_stop.wait_for(|stop| *stop).await;
@@ -142,12 +142,12 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
 /// One watcher per tap whose upstream process is to be accounted (nothing under
 /// `--no-metrics`, where nothing is recorded). A watcher that cannot start is a log line,
 /// never a reason not to serve.
-fn watch_upstreams(config: &Config, registry: &Arc<Registry>) -> Vec<crate::upstream::Watcher> {
+pub fn watch_upstreams(taps: &[TapConfig], registry: &Registry) -> Vec<crate::upstream::Watcher> {
     if !registry.enabled() {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for tap in &config.taps {
+    for tap in taps {
         match watch_upstream(tap, registry) {
             Ok(Some((w, _))) => out.push(w),
             Ok(None) => {}

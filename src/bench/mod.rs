@@ -108,7 +108,10 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     }
     let registry = Registry::new(&config.metrics)?;
     let taps = crate::app::start(&config, &registry).await?;
-    let _watchers = watch_servers(&config, &registry);
+    // The two servers' processes (found by the port they listen on), so that each
+    // snapshot carries their CPU and the comparison's note sets CPU per request side by
+    // side; one not found is a log line and the bench measures as before.
+    let _watchers = crate::app::watch_upstreams(&config.taps[..2], &registry);
     let mut listen = Vec::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -444,25 +447,6 @@ fn bench_config(a: &str, b: &str) -> anyhow::Result<Config> {
     config.log.slow_log = None;
     config.shutdown_grace = GRACE;
     Ok(config)
-}
-
-/// Watchers of the two servers' processes (taps `a` and `b`; found by the port they
-/// listen on), so that each snapshot carries their CPU and the comparison's note sets
-/// CPU per request side by side. A server that is not found (not on this host, or no
-/// permission to read its /proc) is a log line: the bench measures as before.
-fn watch_servers(config: &Config, registry: &Registry) -> Vec<crate::upstream::Watcher> {
-    config
-        .taps
-        .iter()
-        .take(2)
-        .filter_map(|tap| match crate::app::watch_upstream(tap, registry) {
-            Ok(found) => found.map(|(watcher, _)| watcher),
-            Err(e) => {
-                tracing::warn!(tap = %tap.name, "{e:#}; no CPU figures for this server");
-                None
-            }
-        })
-        .collect()
 }
 
 /// A RESP tap `FRONT_resp` on `resp.listen` in front of `resp.redis`, correlated with the
