@@ -654,10 +654,10 @@ fn cut_windows_lose_nothing_recorded_meanwhile() {
             });
         }
         while done.load(std::sync::atomic::Ordering::SeqCst) < THREADS {
-            windows.push(reg.cut().0);
+            windows.push(reg.cut());
         }
     });
-    windows.push(reg.cut().0);
+    windows.push(reg.cut());
     assert!(
         windows.len() > 2,
         "the threads finished before a second cut"

@@ -151,7 +151,7 @@ impl Bench<'_> {
             tokio::time::sleep_until(start + window * u32::try_from(i).unwrap_or(u32::MAX)).await;
             // One cut, not a snapshot then a reset: what was recorded between the two
             // fell in no window.
-            out.push(self.registry.cut().0);
+            out.push(self.registry.cut());
             let Some(target) = target else { continue };
             if let Some((seen, handle)) = checking.take_if(|(_, h)| h.is_finished()) {
                 mde = handle.await.ok().flatten();

@@ -204,20 +204,20 @@ impl Registry {
 
     /// Exact percentiles of every series since the last reset, with the histograms.
     pub fn snapshot(&self) -> Snapshot {
-        self.take(false).0
+        self.take(false)
     }
 
-    /// The snapshot since the last reset, and a reset on the very counts it was made of
-    /// (returning when the new window began): consecutive windows of a duet bench, in
+    /// The snapshot since the last reset, and a reset on the very counts it was made of:
+    /// consecutive windows of a duet bench, in
     /// which every exchange and every CPU second of the upstream falls in exactly one
     /// window. A `snapshot` then a `reset` lost what was recorded between them: on a
     /// loaded machine, up to half of a 250 ms window's exchanges, and another share of
     /// the upstream's CPU, which biased its CPU per request.
-    pub fn cut(&self) -> (Snapshot, SystemTime) {
+    pub fn cut(&self) -> Snapshot {
         self.take(true)
     }
 
-    fn take(&self, cut: bool) -> (Snapshot, SystemTime) {
+    fn take(&self, cut: bool) -> Snapshot {
         let mut since = lock(&self.since);
         let taps = if self.enabled {
             self.taps()
@@ -273,18 +273,10 @@ impl Registry {
         let at = *since;
         if cut {
             *lock(&self.counter_baseline) = next_baseline;
-            // An upstream without a tap of its own (none today) still starts afresh.
-            for u in upstreams
-                .iter()
-                .filter(|u| !taps.iter().any(|t| t.name() == u.tap()))
-            {
-                u.reset();
-            }
             *since = SystemTime::now();
         }
-        let began = *since;
         drop(since);
-        (snapshot::build(inputs, at, self.enabled), began)
+        snapshot::build(inputs, at, self.enabled)
     }
 
     /// Empties the HDR copies behind [`snapshot`](Self::snapshot). The Prometheus counters
