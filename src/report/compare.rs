@@ -114,6 +114,9 @@ pub enum Statistic {
     P99,
     /// Requests per second of the run (`total`'s count over the snapshot's window).
     Rate,
+    /// Seconds of the upstream's thread-time per exchange (the `cpu` rows,
+    /// [`super::compare_cpu`]).
+    PerRequest,
 }
 
 impl Statistic {
@@ -123,6 +126,7 @@ impl Statistic {
             Statistic::P50 => "p50",
             Statistic::P99 => "p99",
             Statistic::Rate => "req/s",
+            Statistic::PerRequest => "per req",
         }
     }
 }
@@ -209,7 +213,7 @@ pub struct Comparison {
     pub findings: super::compare_findings::FindingsChange,
 }
 
-type Key = (String, String, String);
+pub(super) type Key = (String, String, String);
 type Runs<'a> = Vec<(&'a SeriesSnapshot, &'a Snapshot)>;
 
 /// Per (tap, phase, route), the series of each run that has it.
@@ -261,14 +265,16 @@ pub(super) fn per_run(stat: Statistic, s: &SeriesSnapshot, snap: &Snapshot) -> O
         Statistic::P50 => Some(s.p50),
         Statistic::P99 => Some(s.p99),
         Statistic::Rate => rate(s, snap),
+        // Not a series' statistic: the upstream's, in `compare_cpu`.
+        Statistic::PerRequest => None,
     }
 }
 
 /// One side of a row: the runs' log values and the merged value.
-struct Side {
-    logs: Vec<f64>,
-    value: f64,
-    count: u64,
+pub(super) struct Side {
+    pub(super) logs: Vec<f64>,
+    pub(super) value: f64,
+    pub(super) count: u64,
 }
 
 fn side(stat: Statistic, runs: &Runs<'_>) -> anyhow::Result<Option<Side>> {
@@ -283,7 +289,7 @@ fn side(stat: Statistic, runs: &Runs<'_>) -> anyhow::Result<Option<Side>> {
     let (lo, hi) = ((min * 1e9).round() as u64, (max * 1e9).round() as u64);
     let q = |q: f64| h.value_at_quantile(q).clamp(lo.min(hi), hi) as f64 / 1e9;
     let value = match stat {
-        Statistic::Mean => sum / count.max(1) as f64,
+        Statistic::Mean | Statistic::PerRequest => sum / count.max(1) as f64,
         Statistic::P50 => q(0.5),
         Statistic::P99 => q(0.99),
         Statistic::Rate => (logs.iter().sum::<f64>() / logs.len() as f64).exp(),
@@ -305,7 +311,7 @@ pub(super) struct Measured {
 }
 
 /// Welch's t on the per-run logs.
-fn between_runs(a: &Side, b: &Side) -> Measured {
+pub(super) fn between_runs(a: &Side, b: &Side) -> Measured {
     let (na, nb) = (a.logs.len() as f64, b.logs.len() as f64);
     let (sa, sb) = (std_dev(&a.logs), std_dev(&b.logs));
     let (va, vb) = (sa * sa / na, sb * sb / nb);
@@ -351,16 +357,16 @@ fn within_run(a: &Side, b: &Side, boot_se: f64, drift: f64) -> Measured {
 }
 
 /// A row before multiplicity: its key, what it measured (if anything) and why not.
-struct Draft {
-    key: Key,
-    stat: Statistic,
-    primary: bool,
-    runs: [usize; 2],
-    counts: [u64; 2],
-    values: [Option<f64>; 2],
-    method: Method,
-    measured: Option<Measured>,
-    note: Option<String>,
+pub(super) struct Draft {
+    pub(super) key: Key,
+    pub(super) stat: Statistic,
+    pub(super) primary: bool,
+    pub(super) runs: [usize; 2],
+    pub(super) counts: [u64; 2],
+    pub(super) values: [Option<f64>; 2],
+    pub(super) method: Method,
+    pub(super) measured: Option<Measured>,
+    pub(super) note: Option<String>,
 }
 
 /// Compares runs `a` against runs `b` (names for the header in `a_names`, `b_names`), in
@@ -386,9 +392,12 @@ pub fn compare(
         .fail_if_slower
         .map(|limit| failures(&rows, limit, &opts.fail_phases))
         .unwrap_or_default();
+    // The question's rows, then what a request costs each watched server's CPU: a verdict
+    // of its own, not part of α's split among the primary rows.
     let summary = rows
         .iter()
         .filter(|r| r.primary)
+        .chain(rows.iter().filter(|r| super::compare_cpu::in_summary(r)))
         .map(|r| statement(r, opts))
         .collect();
     let notes = notes(&rows, &a, &b, &family, opts);
@@ -499,6 +508,7 @@ fn draft_all(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> anyhow::Result<V
         };
         drafts.extend(series.drafts(a, b, opts)?);
     }
+    drafts.extend(super::compare_cpu::drafts(a, b, opts));
     Ok(drafts)
 }
 
@@ -644,7 +654,7 @@ impl Series<'_, '_, '_> {
         opts: &Options,
     ) -> anyhow::Result<f64> {
         let i = match stat {
-            Statistic::Rate => return Ok(0.0),
+            Statistic::Rate | Statistic::PerRequest => return Ok(0.0),
             Statistic::Mean => 0,
             Statistic::P50 => 1,
             Statistic::P99 => 2,
@@ -673,7 +683,7 @@ impl Series<'_, '_, '_> {
 fn too_few(stat: Statistic, n: u64, opts: &Options) -> Option<String> {
     let tail = opts.min_tail as f64;
     let enough = match stat {
-        Statistic::Mean | Statistic::Rate => n >= opts.min_count,
+        Statistic::Mean | Statistic::Rate | Statistic::PerRequest => n >= opts.min_count,
         Statistic::P50 => n >= opts.min_count && n as f64 * 0.5 >= tail,
         Statistic::P99 => n >= opts.min_count && n as f64 * 0.01 >= tail,
     };
@@ -709,6 +719,7 @@ impl Family {
         let explanatory: Vec<usize> = (0..drafts.len())
             .filter(|&i| {
                 !drafts[i].primary
+                    && !super::compare_cpu::own_question(&drafts[i].key, drafts[i].stat)
                     && drafts[i]
                         .measured
                         .as_ref()
@@ -777,7 +788,8 @@ fn decide(d: Draft, discovered: bool, primary_confidence: f64, opts: &Options) -
 fn verdict(row: &mut Row, m: &Measured, confidence: f64, discovered: bool, opts: &Options) {
     let (low, high) = m.change.interval(confidence);
     let mut verdict = m.change.outcome(confidence, opts.threshold);
-    if verdict == Outcome::Different && !row.primary && !discovered && m.change.se > 0.0 {
+    let explains = !row.primary && !super::compare_cpu::in_summary(row);
+    if verdict == Outcome::Different && explains && !discovered && m.change.se > 0.0 {
         verdict = Outcome::Unknown;
         row.note = Some("beyond the threshold alone, not after Benjamini–Hochberg".into());
     }
@@ -848,6 +860,15 @@ fn notes(
         ));
     }
     notes.extend(super::inside::compare_notes(a, b));
+    if rows.iter().any(super::compare_cpu::in_summary) {
+        notes.push(format!(
+            "phase cpu, route *: the server's time on a CPU per request (its threads' \
+             scheduler statistics over the tap's exchanges), a question of its own at {:.0} %: \
+             thread-time does not grow while a thread waits for a CPU, so the machine's load \
+             moves it far less than latency; cpu_user, cpu_system and cpu_parser explain it",
+            (1.0 - opts.alpha) * 100.0
+        ));
+    }
     notes.push(format!(
         "same: the interval lies inside ±{t:.1} %; different: it lies entirely beyond ±{t:.1} %; \
          unknown: neither. Primary rows (the client-facing tap's {phases} and request rate) \

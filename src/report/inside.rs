@@ -208,8 +208,8 @@ fn side(runs: &[crate::metrics::Snapshot], tap: &str) -> Option<Inside> {
 }
 
 /// `compare`'s lines for taps whose upstream was watched on both sides: CPU and waiting
-/// per request, and the parser's share when sampled. Window aggregates, without an
-/// interval: they are printed beside the verdicts, not as one.
+/// per request, and the parser's share when sampled. Aggregates of each side's
+/// snapshots; their intervals and verdicts are the `cpu` rows' (`compare_cpu`).
 pub fn compare_notes(
     a: &[crate::metrics::Snapshot],
     b: &[crate::metrics::Snapshot],
@@ -248,7 +248,7 @@ pub fn compare_notes(
                 units::share(q)
             ));
         }
-        line.push_str(": thread-time per request over each side's windows, without an interval (compare several runs per side to see their spread)");
+        line.push_str(": thread-time per request over each side's snapshots; the rows of phase cpu compare them with an interval (several runs or paired windows a side)");
         out.push(line);
     }
     out
@@ -270,6 +270,7 @@ mod tests {
             cpu_system_seconds: 1.22,
             runqueue_seconds: 1.4,
             busiest_thread_seconds: 0.9,
+            cpu_seconds: None,
             context_switches_voluntary: 1,
             context_switches_involuntary: 1,
             restarts: 0,

@@ -12,6 +12,7 @@ mod args;
 pub mod bootstrap;
 pub mod commands;
 pub mod compare;
+mod compare_cpu;
 pub mod compare_findings;
 pub mod compare_table;
 pub mod dataset;

@@ -227,6 +227,9 @@ impl Upstream {
     fn window_snapshot(&self, s: &State) -> UpstreamSnapshot {
         let window = s.accountant.totals().since(&s.baseline);
         let mut snap = UpstreamSnapshot::new(window, s.accountant.process(), self.interval);
+        if !s.accountant.threads_readable() {
+            snap.cpu_seconds = None;
+        }
         if let Some(samples) = &s.samples {
             snap.samples = Some(samples.window.clone());
             let mut top: Vec<SymbolSnapshot> = samples

@@ -26,6 +26,11 @@ pub struct UpstreamSnapshot {
     pub watched_seconds: f64,
     pub cpu_user_seconds: f64,
     pub cpu_system_seconds: f64,
+    /// Time on a CPU from the threads' scheduler statistics, to the nanosecond (user and
+    /// system come in clock ticks): what a comparison's `cpu` rows divide. Null when the
+    /// threads' files could not be read, and in older snapshots: user + system stand in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
     /// Time its threads were runnable but waiting for a CPU.
     pub runqueue_seconds: f64,
     /// Of `watched_seconds`, the time its busiest thread wanted a CPU (running or
@@ -101,6 +106,7 @@ impl UpstreamSnapshot {
             watched_seconds: s(window.watched_ns),
             cpu_user_seconds: s(window.user_ns),
             cpu_system_seconds: s(window.system_ns),
+            cpu_seconds: Some(s(window.cpu_ns)),
             runqueue_seconds: s(window.runqueue_ns),
             busiest_thread_seconds: s(window.busiest_ns),
             context_switches_voluntary: window.voluntary,
@@ -160,6 +166,8 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
         watched_seconds: a.watched_seconds + b.watched_seconds,
         cpu_user_seconds: a.cpu_user_seconds + b.cpu_user_seconds,
         cpu_system_seconds: a.cpu_system_seconds + b.cpu_system_seconds,
+        // One window without it, and the sum would not be the CPU of them all.
+        cpu_seconds: a.cpu_seconds.zip(b.cpu_seconds).map(|(x, y)| x + y),
         runqueue_seconds: a.runqueue_seconds + b.runqueue_seconds,
         busiest_thread_seconds: a.busiest_thread_seconds + b.busiest_thread_seconds,
         context_switches_voluntary: a.context_switches_voluntary + b.context_switches_voluntary,
