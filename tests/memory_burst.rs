@@ -142,17 +142,29 @@ fn connections_that_fit() -> usize {
     CONNECTIONS.min(fit)
 }
 
-/// (growth while in flight, growth once idle) of a fresh proxy's RSS over `n`
-/// connections made with `mode`, in bytes.
-fn measure(upstream: &Upstream, mode: &str, n: usize, settle: bool) -> (u64, u64) {
+/// What one measurement found.
+struct Measured {
+    /// Growth of the proxy's RSS while the requests were in flight, in bytes.
+    in_flight: u64,
+    /// Growth once the connections were idle, in bytes.
+    idle: u64,
+    /// How long the client took to open every connection and send its request.
+    opening: Duration,
+}
+
+/// A fresh proxy's RSS over `n` connections made with `mode`.
+fn measure(upstream: &Upstream, mode: &str, n: usize, settle: bool) -> Measured {
     let mut proxy = Proxy::in_front_of(upstream.addr, &[]);
     let pid = proxy.process().pid();
     thread::sleep(Duration::from_millis(300));
     let before = rss(pid);
+    let started = Instant::now();
     let mut client = Client::start(proxy.addr(), mode, n);
     let mut in_flight = 0;
+    let mut opening = Duration::ZERO;
     if mode == "--burst" {
         client.expect("sent");
+        opening = started.elapsed();
         // The peak until the last answer: on a busy machine the proxy may still be
         // accepting the last connections when the first answers are due.
         let reader = thread::spawn(move || {
@@ -166,6 +178,7 @@ fn measure(upstream: &Upstream, mode: &str, n: usize, settle: bool) -> (u64, u64
         client = reader.join().expect("the client's reader");
     } else {
         client.expect("ready");
+        opening = started.elapsed();
     }
     let idle = if settle {
         // The lowest figure within SETTLE: memory that came back stays back.
@@ -188,7 +201,11 @@ fn measure(upstream: &Upstream, mode: &str, n: usize, settle: bool) -> (u64, u64
         grown / n as u64
     );
     drop(client);
-    (in_flight, grown)
+    Measured {
+        in_flight,
+        idle: grown,
+        opening,
+    }
 }
 
 #[test]
@@ -198,16 +215,29 @@ fn memory_comes_back_after_a_burst_of_requests_in_flight() {
     let fast = Upstream::start(0);
     let slow = Upstream::start(UPSTREAM_DELAY_MS);
 
-    let (_, one_by_one) = measure(&fast, "--hold", n, false);
-    let (in_flight, after_burst) = measure(&slow, "--burst", n, true);
+    let one_by_one = measure(&fast, "--hold", n, false).idle;
+    let burst = measure(&slow, "--burst", n, true);
+    let (in_flight, after_burst) = (burst.in_flight, burst.idle);
 
     // The burst did hold more while in flight than once idle (its buffers: a page or two
     // per request in flight), or this tests nothing. Against the burst's own idle figure:
     // the one-by-one figure comes from another proxy and varies by a third between runs.
-    assert!(
-        in_flight as f64 >= 1.25 * after_burst as f64,
-        "in flight +{in_flight} B is not above the same connections idle, +{after_burst} B"
-    );
+    // That needs every request in flight together: relative to the upstream's hold, the
+    // opening must have taken less than half of it. A machine so loaded that it did not
+    // is told, visibly, and the check that does not depend on it still runs.
+    let hold = Duration::from_millis(UPSTREAM_DELAY_MS);
+    if burst.opening < hold / 2 {
+        assert!(
+            in_flight as f64 >= 1.25 * after_burst as f64,
+            "in flight +{in_flight} B is not above the same connections idle, +{after_burst} B"
+        );
+    } else {
+        println!(
+            "SKIPPED the in-flight check: opening {n} connections took {:?}, more than half \
+             the upstream's {hold:?} hold, so they were not all in flight together",
+            burst.opening
+        );
+    }
     // Once idle, the burst's connections cost about what connections opened one by one
     // cost: the buffers went back to the system. Slack: 30 % and 1 MiB (allocator noise).
     let bound = one_by_one + one_by_one * 3 / 10 + 1024 * 1024;
