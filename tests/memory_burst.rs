@@ -161,7 +161,7 @@ fn measure(upstream: &Upstream, mode: &str, n: usize, settle: bool) -> Measured 
     let started = Instant::now();
     let mut client = Client::start(proxy.addr(), mode, n);
     let mut in_flight = 0;
-    let mut opening = Duration::ZERO;
+    let opening;
     if mode == "--burst" {
         client.expect("sent");
         opening = started.elapsed();

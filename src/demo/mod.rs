@@ -42,6 +42,12 @@ const BACKGROUND_PACE: Duration = Duration::from_millis(50);
 /// The simulated parser's CPU per request, and the application's per backend call: the
 /// parser is a visible part of the server's CPU, and a small part of a request's time.
 const PARSER_CPU: Duration = Duration::from_micros(20);
+/// How long the load waits for the sampler to start on the upstream: it reads the
+/// process's symbols and unwind tables first, about 0.1 s alone and 2.4 s measured with
+/// four busy loops beside it; load before it would be load without samples.
+const SAMPLER_START: Duration = Duration::from_secs(15);
+/// How long the report waits for the samples of the load's last moments.
+const LAST_COLLECT: Duration = Duration::from_secs(5);
 const BACKEND_CPU: Duration = Duration::from_micros(60);
 
 #[derive(Debug, Clone)]
@@ -90,6 +96,9 @@ async fn demo(
     let (stop_tx, stop_rx) = watch::channel(false);
     let proxy = Proxy::start(child.addr(), child.pid(), options.admin, &stop_rx).await?;
     introduce(options, child, &proxy);
+    if let Some(upstream) = &proxy.upstream {
+        sampler_started(upstream).await;
+    }
 
     let counters = Arc::new(LoadCounters::default());
     let plan = LoadPlan {
@@ -115,9 +124,14 @@ async fn demo(
     }
     // The progress line ends with the load (its last redraw, then a new line).
     let _ = progress.await;
-    // The proxy records an exchange just after its last byte reached the client, and
-    // the watcher collects the upstream's samples every interval: give both a moment.
-    tokio::time::sleep(proxy::PROCESS_INTERVAL + Duration::from_millis(100)).await;
+    // The proxy records an exchange just after its last byte reached the client: a
+    // moment for that; and the samples of the load's end are in once a collect that
+    // began after it is.
+    let collects = proxy.upstream.as_ref().map(|u| u.collects());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    if let (Some(upstream), Some(before)) = (&proxy.upstream, collects) {
+        last_samples_collected(upstream, before).await;
+    }
 
     let requests = counters.requests.load(std::sync::atomic::Ordering::Relaxed);
     let errors = counters.errors.load(std::sync::atomic::Ordering::Relaxed);
@@ -160,6 +174,42 @@ async fn demo(
 }
 
 /// What runs where, before the load starts.
+/// Waits, at most [`SAMPLER_START`], until the sampler runs on the upstream or said why
+/// it cannot; says so when it is slow, and when it never came.
+async fn sampler_started(upstream: &crate::upstream::Upstream) {
+    let ready = || upstream.sampling() || upstream.sampling_off().is_some();
+    let started = tokio::time::Instant::now();
+    let mut told = false;
+    while !ready() {
+        let waited = started.elapsed();
+        if waited >= SAMPLER_START {
+            println!(
+                "  sampler   not started after {} s: the report may have no samples",
+                SAMPLER_START.as_secs()
+            );
+            return;
+        }
+        if !told && waited >= Duration::from_secs(1) {
+            println!("  sampler   starting (reading the upstream's symbols and unwind tables) …");
+            told = true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits, at most [`LAST_COLLECT`], for a collect of samples that began after `before`
+/// collects had been counted: the one in progress then may have begun before the load
+/// ended, the one after it did not.
+async fn last_samples_collected(upstream: &crate::upstream::Upstream, before: u64) {
+    if !upstream.sampling() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + LAST_COLLECT;
+    while upstream.collects() < before + 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn introduce(options: &DemoOptions, child: &UpstreamChild, proxy: &Proxy) {
     println!("phasescope demo");
     println!(

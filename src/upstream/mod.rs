@@ -41,6 +41,9 @@ struct State {
     samples: Option<Samples>,
     /// Why sampling asked for is not running, as the watcher logged it.
     sampling_off: Option<String>,
+    /// Collects of samples so far: one who needs the samples of a stretch of time waits
+    /// for a collect that began after it ([`Upstream::collects`]).
+    collects: u64,
 }
 
 /// Samples folded into components: since start (the exposition) and since the last reset
@@ -77,6 +80,7 @@ impl Upstream {
                 baseline: Totals::default(),
                 samples: None,
                 sampling_off: None,
+                collects: 0,
             }),
         })
     }
@@ -166,9 +170,23 @@ impl Upstream {
         samples.frequency_hz = frequency_hz;
     }
 
+    /// Whether a profiler samples the process now (it started, and no failure since).
+    pub fn sampling(&self) -> bool {
+        let s = lock(&self.state);
+        s.samples.is_some() && s.sampling_off.is_none()
+    }
+
+    /// How many collects of samples have been added: a collect counted after a moment
+    /// began after it, so its samples include that moment's (the watcher collects once a
+    /// turn, and a turn waits for a CPU like anything else on a loaded machine).
+    pub fn collects(&self) -> u64 {
+        lock(&self.state).collects
+    }
+
     /// Adds one collect's samples.
     pub(crate) fn add_samples(&self, delta: &profile::ProfileDelta) {
         let mut s = lock(&self.state);
+        s.collects += 1;
         let samples = s.samples.get_or_insert_with(Samples::default);
         for (component, n) in &delta.by_component {
             *samples.total.entry(component.clone()).or_default() += n;
