@@ -114,6 +114,19 @@ fn redis_benchmark_counts_every_command() {
     }
 }
 
+/// One command on `conn` and its whole reply.
+fn exchange_on(conn: &mut TcpStream, args: &[&str]) -> Vec<u8> {
+    conn.write_all(&resp_encode(args)).unwrap();
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 512];
+    while support::resp_frame_len(&reply).is_none() {
+        let n = conn.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&reply));
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    reply
+}
+
 #[test]
 fn a_known_server_delay_shows_as_upstream_wait() {
     let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
@@ -121,13 +134,23 @@ fn a_known_server_delay_shows_as_upstream_wait() {
     let mut seen_by_client = Vec::new();
     for _ in 0..3 {
         // Redis sleeps 20 ms before answering (blocking timeouts are too coarse for this:
-        // they fire on Redis's 100 ms cron).
+        // they fire on Redis's 100 ms cron). The client's clock stops at the PING's reply
+        // on the same connection, not at DEBUG's: the relay stamps a reply written right
+        // after its write, before it reads the next command, so however late a loaded
+        // machine runs it, DEBUG's exchange ends before the PONG leaves. (Stopped at
+        // DEBUG's reply, the client once read 22.5 ms of an exchange the relay, descheduled
+        // after its write, stamped at 25.5 ms.)
         let started = Instant::now();
-        let reply = resp_command(proxy.addr(), &["DEBUG", "SLEEP", "0.02"]);
-        seen_by_client.push(started.elapsed().as_secs_f64() * 1e6);
+        let mut conn = TcpStream::connect(proxy.addr()).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let reply = exchange_on(&mut conn, &["DEBUG", "SLEEP", "0.02"]);
         assert_eq!(reply, b"+OK\r\n");
+        assert_eq!(exchange_on(&mut conn, &["PING"]), b"+PONG\r\n");
+        seen_by_client.push(started.elapsed().as_secs_f64() * 1e6);
     }
-    let lines = access_lines(&proxy, 3);
+    // Three DEBUGs and three PINGs.
+    let lines = access_lines(&proxy, 6);
     let debug: Vec<&Value> = lines.iter().filter(|l| l["method"] == "DEBUG").collect();
     assert_eq!(debug.len(), 3);
     // Sequential commands: the access log's order is theirs. The exchange took at least
