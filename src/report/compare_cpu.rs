@@ -1,8 +1,9 @@
 //! Rows for what a request costs the upstream's CPU, compared with intervals and
 //! verdicts like the phases' rows: for a tap whose process was watched on both sides, its
-//! CPU per request (user and system together, then each), and with sampling the HTTP
-//! parser's part of it (its inclusive share where call stacks were taken, else its self
-//! share, times the CPU per request).
+//! time on a CPU per request (the threads' scheduler statistics, to the nanosecond), its
+//! user and system time per request (clock ticks), and with sampling the HTTP parser's
+//! part (its inclusive share where call stacks were taken, else its self share, times
+//! the CPU per request).
 //!
 //! A figure per request is a ratio of totals, like a phase's mean: thread-time over the
 //! `total` exchanges of the same snapshot. So it is compared as a mean is, by the same
@@ -10,8 +11,9 @@
 //! side); one run a side has no spread to measure, and no interval. Thread-time per
 //! request does not move with the machine's load the way latency does (a thread that
 //! waits for a CPU accrues none), which is why these rows can decide a CPU-bound change
-//! that the latency rows cannot yet (docs/compare.md). They explain: they are not
-//! primary, and take part in the false-discovery control with the other explanatory rows.
+//! that the latency rows cannot yet (docs/compare.md). The whole-CPU row is a question
+//! of its own ([`own_question`]); the others explain it, under the false-discovery
+//! control with the phases' explanatory rows.
 
 use super::compare::{between_runs, Draft, Key, Method, Options, Row, Side, Statistic};
 use super::paired::{self, Cell};
