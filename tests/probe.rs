@@ -185,10 +185,18 @@ fn text_output_states_the_slope_the_floor_and_the_typical_request() {
         "TCP handshake",
         "minimal request",
         "typical request (1000 bytes, 8 header fields)",
-        "=> a typical 1000-byte request costs ~",
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }
+    // The conclusion: the typical request's cost, or, where 8 samples a cell on a loaded
+    // machine leave every interval across zero (a loaded full run: b [−41 ns, 296 ns]),
+    // that no growth could be told from the noise. Either is the right sentence for its
+    // intervals; none is a defect.
+    assert!(
+        text.contains("=> a typical 1000-byte request costs ~")
+            || text.contains("=> no growth with request size could be told from the noise"),
+        "no conclusion in:\n{text}"
+    );
 }
 
 #[test]
