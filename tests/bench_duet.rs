@@ -93,12 +93,7 @@ fn burns_since(up: &BurnUpstream, before: &support::BurnTruth) -> f64 {
 }
 
 fn total_mean(v: &Value) -> &Value {
-    v["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["phase"] == "total" && r["statistic"] == "mean")
-        .unwrap_or_else(|| panic!("no total mean row: {v:#}"))
+    row(v, "total", "mean")
 }
 
 /// Not yet reached on the shared 2-core machine (load average 25 while it was written):

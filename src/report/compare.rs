@@ -719,7 +719,11 @@ impl Family {
         let explanatory: Vec<usize> = (0..drafts.len())
             .filter(|&i| {
                 !drafts[i].primary
-                    && !super::compare_cpu::own_question(&drafts[i].key, drafts[i].stat)
+                    && !super::compare_cpu::own_question(
+                        &drafts[i].key.1,
+                        &drafts[i].key.2,
+                        drafts[i].stat,
+                    )
                     && drafts[i]
                         .measured
                         .as_ref()

@@ -29,10 +29,7 @@ pub const ROUTE: &str = "*";
 /// ("does B cost its server more CPU a request?"), stated in the summary beside the
 /// primary rows and tested at α on its own (see [`own_question`]).
 pub(super) fn in_summary(r: &Row) -> bool {
-    own_question(
-        &(r.tap.clone(), r.phase.clone(), r.route.clone()),
-        r.statistic,
-    )
+    own_question(&r.phase, &r.route, r.statistic)
 }
 
 /// Whether the row of `key` and `stat` is a server's whole CPU per request. Such a row
@@ -41,8 +38,8 @@ pub(super) fn in_summary(r: &Row) -> bool {
 /// change that its own 95 % interval puts beyond the threshold): the comparison answers
 /// two questions, each with an error rate of α, the second only where both servers'
 /// processes were watched.
-pub(super) fn own_question(key: &Key, stat: Statistic) -> bool {
-    stat == Statistic::PerRequest && key.1 == FIGURES[0].0 && key.2 == ROUTE
+pub(super) fn own_question(phase: &str, route: &str, stat: Statistic) -> bool {
+    stat == Statistic::PerRequest && phase == FIGURES[0].0 && route == ROUTE
 }
 
 /// One compared figure: the row's phase name, and the seconds of it in one snapshot of
@@ -118,10 +115,13 @@ fn draft(
     b: &[Snapshot],
     opts: &Options,
 ) -> Option<Draft> {
-    let cells = |runs: &[Snapshot]| -> Vec<Cell> {
-        runs.iter().filter_map(|s| cell(s, tap, figure)).collect()
+    // Per snapshot, in order (a duet pairs them by position), then those measured.
+    let per_snapshot = |runs: &[Snapshot]| -> Vec<Option<Cell>> {
+        runs.iter().map(|s| cell(s, tap, figure)).collect()
     };
-    let (ca, cb) = (cells(a), cells(b));
+    let (oa, ob) = (per_snapshot(a), per_snapshot(b));
+    let measured = |cs: &[Option<Cell>]| -> Vec<Cell> { cs.iter().flatten().copied().collect() };
+    let (ca, cb) = (measured(&oa), measured(&ob));
     if ca.is_empty() || cb.is_empty() {
         return None;
     }
@@ -148,10 +148,10 @@ fn draft(
         key,
     };
     if opts.paired {
-        let pairs: Vec<(Cell, Cell)> = a
+        let pairs: Vec<(Cell, Cell)> = oa
             .iter()
-            .zip(b)
-            .filter_map(|(x, y)| Some((cell(x, tap, figure)?, cell(y, tap, figure)?)))
+            .zip(&ob)
+            .filter_map(|(x, y)| Some(((*x)?, (*y)?)))
             .collect();
         let (t, p, r) = (&d.key.0, &d.key.1, &d.key.2);
         let mut rng = Rng::new(opts.seed ^ rng::hash(&[t, p, r, "per_request"]));

@@ -86,8 +86,8 @@ fn estimate(stat: Statistic, pairs: &[(Cell, Cell)], pick: impl Fn(usize) -> usi
 /// next, so neighbouring windows err in opposite directions (lag-1 correlation −0.24
 /// measured) and over a stretch of windows only the stretch's two ends count. Blocks of
 /// n^(1/3) counted the edges of ~22 blocks in 112 windows and doubled the standard error
-/// (0.94 % against 0.48–0.68 % from 4 and 8 independent stretches); blocks of n^(1/2)
-/// (11 windows) measured 0.68 %.
+/// (0.94 % against 0.48–0.68 % from 4 and 8 independent stretches); blocks of 10
+/// windows, about n^(1/2), measured 0.68 %.
 fn block_length(stat: Statistic, n: usize) -> usize {
     let root = match stat {
         Statistic::PerRequest => (n as f64).sqrt(),
