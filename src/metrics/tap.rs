@@ -226,14 +226,20 @@ impl TapMetrics {
         self.rebaseline(&counts);
     }
 
-    /// The window since the last reset and a reset on the same counts (collected
-    /// [`Collect::Reset`]): an exchange recorded meanwhile is in this window or the next,
-    /// never lost between a snapshot's collect and a reset's.
-    pub(crate) fn cut(&self) -> (TapCounts, Vec<(RouteId, Phase, HdrSeries)>) {
-        let counts = self.collect(Collect::Reset);
-        let series = self.hdr_series(&counts);
-        self.rebaseline(&counts);
-        (counts, series)
+    /// Where a window ends: the counts since the last reset, collected
+    /// [`Collect::Reset`], to be made the window's series and the next window's baseline
+    /// by [`cut_series`](Self::cut_series). An exchange recorded between the two is in
+    /// the next window, never lost between a snapshot's collect and a reset's.
+    pub(crate) fn cut_counts(&self) -> TapCounts {
+        self.collect(Collect::Reset)
+    }
+
+    /// The window that `counts` (from [`cut_counts`](Self::cut_counts)) closed, and the
+    /// next one begun from them.
+    pub(crate) fn cut_series(&self, counts: &TapCounts) -> Vec<(RouteId, Phase, HdrSeries)> {
+        let series = self.hdr_series(counts);
+        self.rebaseline(counts);
+        series
     }
 
     fn rebaseline(&self, counts: &TapCounts) {
