@@ -19,26 +19,34 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub path: Vec<String>,
 
-    /// How A and B share the machine: `duet` loads both at once (half the connections
-    /// each) and compares them in paired windows; `runs` loads one side at a time, whole
-    /// runs interleaved A B B A …
-    #[arg(long, value_enum, default_value = "duet")]
+    /// How A and B share the machine: `interleave` loads one side at a time in short
+    /// slices, A B B A …, and compares adjacent slices; `duet` loads both at once (half
+    /// the connections each) and compares them in paired windows; `runs` loads one side
+    /// at a time, whole runs interleaved A B B A …
+    #[arg(long, value_enum, default_value = "interleave")]
     pub design: Design,
 
     /// Duet: the length of one paired window
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub window: Duration,
 
-    /// Duet: keep measuring windows until the smallest change the primary rows can detect
-    /// (their mde) is at most PCT %, or --max-duration passes; the report says which
+    /// Interleave: the length of one side's slice (a pair of slices, one of each side, is
+    /// compared as a duet's window is)
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub slice: Duration,
+
+    /// Duet and interleave: keep measuring windows (pairs of slices) until the smallest
+    /// change the primary rows can detect (their mde) is at most PCT %, or --max-duration
+    /// passes; the report says which
     #[arg(long = "until-mde", value_name = "PCT")]
     pub until_mde: Option<f64>,
 
-    /// With --until-mde: the longest the duet loads both sides
+    /// With --until-mde: the longest the duet or interleave loads the servers
     #[arg(long = "max-duration", value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
     pub max_duration: Duration,
 
-    /// Runs per side, interleaved A B B A … (duet: as long in all, 2 × runs × duration)
+    /// Runs per side, interleaved A B B A … (duet, interleave: as long in all,
+    /// 2 × runs × duration)
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub runs: usize,
 
@@ -110,7 +118,16 @@ pub struct BenchArgs {
 #[serde(rename_all = "lowercase")]
 pub enum Design {
     Duet,
+    Interleave,
     Runs,
+}
+
+impl Design {
+    /// Whether the comparison is made on pairs measured together (a duet's windows, an
+    /// interleave's adjacent slices) rather than on independent runs.
+    pub fn paired(self) -> bool {
+        matches!(self, Design::Duet | Design::Interleave)
+    }
 }
 
 /// `--a-resp` / `--b-resp`: where the RESP tap listens and the Redis it forwards to.
@@ -180,7 +197,12 @@ mod tests {
         assert_eq!(b.warmup.as_secs(), 2);
         assert_eq!(b.rate, Some(1000.0));
         assert_eq!(b.a_resp, None);
-        assert_eq!(b.design, super::Design::Duet, "the duet is the default");
+        assert_eq!(
+            b.design,
+            super::Design::Interleave,
+            "the interleave is the default"
+        );
+        assert_eq!(b.slice.as_millis(), 250);
         assert_eq!(b.window.as_millis(), 250);
         assert!(
             Cli::try_parse_from(["phasescope", "bench", "--a", "x:1"]).is_err(),
@@ -197,6 +219,10 @@ mod tests {
         let b = bench(&["--design", "runs", "--window", "1s"]).unwrap();
         assert_eq!((b.design, b.window.as_secs()), (super::Design::Runs, 1));
         assert!(bench(&["--design", "sideways"]).is_err());
+        let b = bench(&["--design", "interleave", "--slice", "100ms"]).unwrap();
+        assert_eq!(b.design, super::Design::Interleave);
+        assert_eq!(b.slice.as_millis(), 100);
+        assert!(b.design.paired() && !super::Design::Runs.paired());
     }
 
     #[test]

@@ -1,18 +1,28 @@
-//! The duet design (Bulej et al., "Duet benchmarking", ICPE 2020): A and B are loaded at
-//! the same time, each through its own tap with its own half of the connections, and the
+//! The designs measured in paired windows.
+//!
+//! The duet (Bulej et al., "Duet benchmarking", ICPE 2020): A and B are loaded at the
+//! same time, each through its own tap with its own half of the connections, and the
 //! proxy's figures are cut into short windows (250 ms by default). A window's snapshot
 //! holds both taps, measured over the same interval, so whatever else the machine did in
 //! that window fell on both; the comparison is made on the per-window ratios B/A (a
 //! paired t interval, `compare --paired`), where that common noise cancels.
+//!
+//! The interleave (after Abedi and Brecht's multiple interleaved trials, ICPE 2017): one
+//! side at a time with all the connections, in slices (250 ms by default) A B B A A B …;
+//! each pair of adjacent slices, one of each side, is one window, compared as a duet's.
+//! Interference slower than a pair cancels as in the duet; each side has the whole
+//! machine while it is measured, so a difference in CPU shows in latency undiluted (in a
+//! duet the two servers share the cores, and the slower one takes a larger share).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::order::Side;
+use super::order::{self, Side};
 use super::{load, progress, validity, Bench, Measured, RunRecord};
 use crate::metrics::Snapshot;
 use crate::report::{compare, CompareOptions, Comparison};
@@ -37,29 +47,34 @@ pub struct UntilMde {
 }
 
 impl Bench<'_> {
-    /// How long the duet loads both sides: as long as the runs design would take, or with
-    /// `--until-mde` at most `--max-duration`.
-    pub(super) fn duet_length(&self) -> Duration {
+    /// How long a paired design loads the servers: as long as the runs design would
+    /// take, or with `--until-mde` at most `--max-duration`.
+    pub(super) fn paired_length(&self) -> Duration {
         match self.args.until_mde {
             Some(_) => self.args.max_duration,
             None => self.args.duration * u32::try_from(2 * self.args.runs).unwrap_or(u32::MAX),
         }
     }
 
-    /// Both sides at once; the windows, each as both sides' snapshot, and what
-    /// `--until-mde` came to.
-    pub(super) async fn duet(
+    /// The duet (both sides at once) or the interleave (one side a slice at a time): the
+    /// windows, each as both sides' snapshot, and what `--until-mde` came to.
+    pub(super) async fn paired(
         &self,
+        interleave: bool,
     ) -> anyhow::Result<(Vec<RunRecord>, Measured, Option<UntilMde>)> {
         let args = self.args;
         ensure!(
             args.load.is_none(),
             "--load drives one server at a time: use it with --design runs"
         );
-        let window = args.window;
+        let (tick, flag) = if interleave {
+            (args.slice, "--slice")
+        } else {
+            (args.window, "--window")
+        };
         ensure!(
-            window >= Duration::from_millis(10),
-            "--window must be at least 10ms"
+            tick >= Duration::from_millis(10),
+            "{flag} must be at least 10ms"
         );
         if let Some(pct) = args.until_mde {
             ensure!(
@@ -67,20 +82,38 @@ impl Bench<'_> {
                 "--until-mde must be a positive percentage, not {pct}"
             );
         }
-        let length = self.duet_length();
+        // An interleave's window is a pair of slices, one of each side.
+        let window = if interleave { tick * 2 } else { tick };
+        let length = self.paired_length();
         let count = (length.as_secs_f64() / window.as_secs_f64()).floor() as usize;
         ensure!(
             count >= super::MIN_WINDOWS,
-            "a duet of {length:?} has {count} windows of {window:?}: needs at least {} \
-             (more --runs or --duration, or a shorter --window)",
+            "{length:?} holds {count} windows of {window:?}: needs at least {} \
+             (more --runs or --duration, or a shorter {flag})",
             super::MIN_WINDOWS
         );
-        let half = (args.connections / 2).max(1);
-        // One window more than measured: the first, while the connections open, is not.
-        let plan = |side| self.plan(side, length + window, half);
+        // The duet halves the connections between the sides; the interleave gives each
+        // side all of them on its turns. B has the unmeasured opening tick, while the
+        // connections open; A the first measured slice.
+        let connections = if interleave {
+            args.connections
+        } else {
+            (args.connections / 2).max(1)
+        };
+        let (turns, whose) = watch::channel(turn_of(Side::B));
+        let turns = interleave.then_some(turns);
+        let plan = |side| {
+            let mut plan = self.plan(side, length + tick, connections);
+            plan.turn = interleave.then(|| load::Turn {
+                whose: whose.clone(),
+                me: turn_of(side),
+            });
+            plan
+        };
         let counters = [(); 2].map(|()| Arc::new(load::Counters::default()));
         let stop = counters.clone();
         let (a_plan, b_plan) = (plan(Side::A), plan(Side::B));
+        drop(whose);
         let (a_addr, b_addr, threads) = (self.a_addr, self.b_addr, args.threads);
         let generated = tokio::task::spawn_blocking(move || {
             load::drive_pair_on_threads(
@@ -92,21 +125,28 @@ impl Bench<'_> {
             )
         });
         let measure = async {
-            let (windows, until) = self.windows(count, window).await;
-            // Reached early, or the last window taken: the load ends with the windows.
+            let (windows, until) = self.windows(count, tick, turns.as_ref()).await;
+            // Reached early, or the last window taken: the load ends with the windows,
+            // and connections waiting for a turn stop waiting.
             for c in &stop {
                 c.stop();
             }
+            drop(turns);
             (windows, until)
         };
         let (generated, (windows, until)) = tokio::join!(generated, measure);
         let [a, b] = generated.context("the load generator")??;
         let whole = Snapshot::merged(&windows)
-            .ok_or_else(|| anyhow::anyhow!("the duet measured no window"))?;
+            .ok_or_else(|| anyhow::anyhow!("the bench measured no window"))?;
         let mut runs = Vec::new();
         let mut measured = Measured::default();
         for (i, (side, outcome)) in [(Side::A, a), (Side::B, b)].into_iter().enumerate() {
-            let record = RunRecord::new(i + 1, side, &whole, Some(outcome));
+            let mut record = RunRecord::new(i + 1, side, &whole, Some(outcome));
+            if interleave {
+                // Each side was loaded on half the slices: its rate is over those.
+                record.seconds /= 2.0;
+                record.requests_per_s *= 2.0;
+            }
             progress::done(
                 i + 1,
                 2,
@@ -126,9 +166,11 @@ impl Bench<'_> {
         Ok((runs, measured, until))
     }
 
-    /// Up to `count` consecutive windows of `window` after one unmeasured: each the
-    /// snapshot since the reset that began it. With `--until-mde`, fewer once the windows
-    /// so far reach the target.
+    /// Up to `count` consecutive windows after one unmeasured tick, each the snapshot
+    /// since the cut that began it: a duet's window is one tick; an interleave's is two,
+    /// with the turn passing (`turns`) at every tick, A B B A …, so that each window holds
+    /// one slice of each side. With `--until-mde`, fewer once the windows so far reach
+    /// the target.
     ///
     /// The check runs on a thread of its own while the windows go on being taken on
     /// time (a comparison of hundreds of windows takes longer than one window: done in
@@ -137,21 +179,40 @@ impl Bench<'_> {
     /// with the windows only as a logarithm. When one says reached, the windows taken
     /// after the ones it saw are left out: the duet stops where the rule was met, and the
     /// verdict's mde is the one the rule saw.
-    async fn windows(&self, count: usize, window: Duration) -> (Vec<Snapshot>, Option<UntilMde>) {
+    async fn windows(
+        &self,
+        count: usize,
+        tick: Duration,
+        turns: Option<&watch::Sender<usize>>,
+    ) -> (Vec<Snapshot>, Option<UntilMde>) {
         let target = self.args.until_mde.map(|pct| pct / 100.0);
+        let per_window = if turns.is_some() { 2 } else { 1 };
+        let window = tick * per_window;
         let check_every = (CHECK_EVERY.as_secs_f64() / window.as_secs_f64()).ceil() as usize;
-        let start = Instant::now() + window;
+        let start = Instant::now() + tick;
         tokio::time::sleep_until(start).await;
+        pass(turns, 0);
         self.registry.reset();
         let mut out = Vec::with_capacity(count);
         let mut mde = None;
         let mut checking: Option<(usize, tokio::task::JoinHandle<Option<f64>>)> = None;
         let mut checked = 0;
         for i in 1..=count {
-            tokio::time::sleep_until(start + window * u32::try_from(i).unwrap_or(u32::MAX)).await;
-            // One cut, not a snapshot then a reset: what was recorded between the two
-            // fell in no window.
+            // An interleave's turn passes in the middle of the window and again at its
+            // end; the window is cut only at its end. The cut takes time (tens of ms,
+            // more in a debug build): once a slice, it made the slices late.
+            for j in 1..=per_window {
+                let k = (i - 1) * per_window as usize + j as usize;
+                tokio::time::sleep_until(start + tick * u32::try_from(k).unwrap_or(u32::MAX)).await;
+                pass(turns, k);
+            }
+            // The turn passed first: a side that went on sending while the snapshot was
+            // taken would have had that much more of its slice than the other. One cut,
+            // not a snapshot then a reset: what was recorded between the two fell in no
+            // window.
+            let cutting = Instant::now();
             out.push(self.registry.cut());
+            tracing::debug!(took = ?cutting.elapsed(), window = i, "bench window cut");
             let Some(target) = target else { continue };
             if let Some((seen, handle)) = checking.take_if(|(_, h)| h.is_finished()) {
                 mde = handle.await.ok().flatten();
@@ -187,6 +248,21 @@ impl Bench<'_> {
             max_duration: self.args.max_duration.as_secs_f64(),
         });
         (out, until)
+    }
+}
+
+/// The turn value of `side` in a [`load::Turn`].
+fn turn_of(side: Side) -> usize {
+    match side {
+        Side::A => 0,
+        Side::B => 1,
+    }
+}
+
+/// An interleave's turn passes to the side of slice `k` (from 0), A B B A ….
+fn pass(turns: Option<&watch::Sender<usize>>, k: usize) {
+    if let Some(turns) = turns {
+        turns.send_replace(turn_of(order::nth(k)));
     }
 }
 

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -37,6 +38,32 @@ pub struct Plan {
     pub rate: Option<f64>,
     /// The prepared requests, sent round-robin.
     pub requests: Arc<Vec<Vec<u8>>>,
+    /// An interleaved bench: the plan sends only on its turns; `None`: all the time.
+    pub turn: Option<Turn>,
+}
+
+/// Whose turn it is to send, for an interleaved bench (`--design interleave`): the
+/// connections of the plan whose `me` is not the current turn finish the exchange they
+/// are in and wait, connected, until it is. The turns end when the sender is dropped.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    pub whose: watch::Receiver<usize>,
+    pub me: usize,
+}
+
+impl Turn {
+    fn mine(&self) -> bool {
+        *self.whose.borrow() == self.me
+    }
+
+    /// Waits for this plan's turn; false when the turns ended or `deadline` came first.
+    async fn wait(&mut self, deadline: Instant) -> bool {
+        let me = self.me;
+        tokio::select! {
+            turn = self.whose.wait_for(|w| *w == me) => turn.is_ok(),
+            () = tokio::time::sleep_until(deadline) => false,
+        }
+    }
 }
 
 /// Live counts, for the progress line, and the flag that ends a plan before its
@@ -209,6 +236,7 @@ pub async fn drive(target: SocketAddr, plan: &Plan, counters: &Arc<Counters>) ->
     for id in 0..connections {
         let counters = Arc::clone(counters);
         let requests = Arc::clone(&plan.requests);
+        let turn = plan.turn.clone();
         // Open loop: this connection's share of the rate, staggered so that the
         // connections do not all fire at once.
         let schedule = plan.rate.map(|rate| {
@@ -217,7 +245,7 @@ pub async fn drive(target: SocketAddr, plan: &Plan, counters: &Arc<Counters>) ->
             (started + offset, interval)
         });
         tasks.spawn(async move {
-            connection(target, id, &requests, schedule, deadline, &counters).await
+            connection(target, id, &requests, schedule, turn, deadline, &counters).await
         });
     }
     let mut total = Tally {
@@ -265,6 +293,7 @@ async fn connection(
     id: usize,
     requests: &[Vec<u8>],
     schedule: Option<(Instant, Duration)>,
+    mut turn: Option<Turn>,
     deadline: Instant,
     counters: &Counters,
 ) -> Tally {
@@ -291,6 +320,16 @@ async fn connection(
         loop {
             if counters.stopped() {
                 break 'connect;
+            }
+            if let Some(turn) = turn.as_mut().filter(|t| !t.mine()) {
+                if !turn.wait(deadline).await {
+                    break 'connect;
+                }
+                // Open loop: the schedule resumes with the turn; the requests that fell
+                // due while the other side had it were never this side's to send.
+                if let Some(at) = due.as_mut() {
+                    *at = (*at).max(Instant::now());
+                }
             }
             if let Some(at) = due {
                 if at >= deadline {

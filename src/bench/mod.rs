@@ -1,7 +1,8 @@
 //! `phasescope bench`: the whole A/B experiment in one command. An embedded proxy with two
 //! taps, `a` and `b`, in front of the two servers; a load generator (built in, or
-//! `--load CMD`); warm-up, then either both sides at once in paired windows (`duet`, the
-//! default) or runs interleaved A B B A …, each on a clean snapshot (`runs`); then
+//! `--load CMD`); warm-up, then one side at a time in short slices A B B A …, each pair
+//! of slices a window (`interleave`, the default), both sides at once in paired windows
+//! (`duet`), or whole runs interleaved A B B A …, each on a clean snapshot (`runs`); then
 //! `compare` of tap `a`'s windows or runs against tap `b`'s (docs/compare.md).
 //!
 //! The proxy is the real one ([`crate::app::start`], as `run` and `demo` use), so the
@@ -100,10 +101,15 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     }
     for tap in config.taps.iter_mut().take(2) {
         tap.process.profile = args.profile_upstream;
-        // A duet's windows are short: read the servers' threads once a window, so that
-        // each window's CPU is its own (a read covers the time since the last).
-        if args.design == Design::Duet {
-            tap.process.interval = args.window.max(Duration::from_millis(100));
+        // A duet's windows and an interleave's slices are short: read the servers'
+        // threads once a window or slice, so that each one's CPU is its own (a read
+        // covers the time since the last).
+        match args.design {
+            Design::Duet => tap.process.interval = args.window.max(Duration::from_millis(100)),
+            Design::Interleave => {
+                tap.process.interval = args.slice.max(Duration::from_millis(100));
+            }
+            Design::Runs => {}
         }
     }
     let registry = Registry::new(&config.metrics)?;
@@ -195,6 +201,7 @@ impl Bench<'_> {
             duration,
             rate: self.args.rate,
             requests: Arc::new(self.paths.iter().map(|p| load::request(host, p)).collect()),
+            turn: None,
         }
     }
 
@@ -274,7 +281,7 @@ impl Bench<'_> {
             detect: args.detect / 100.0,
             taps: vec!["a".to_owned()],
             vs_tap: Some("b".to_owned()),
-            paired: args.design == Design::Duet,
+            paired: args.design.paired(),
             ..CompareOptions::default()
         }
     }
@@ -303,7 +310,7 @@ impl Bench<'_> {
                 "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b",
                 d = dir.display()
             ),
-            Design::Duet => format!(
+            Design::Duet | Design::Interleave => format!(
                 "phasescope compare {d}/window-*.json --vs {d}/window-*.json --tap a --vs-tap b \
                  --paired",
                 d = dir.display()
@@ -314,12 +321,16 @@ impl Bench<'_> {
             b: args.b.clone(),
             paths: self.paths.to_vec(),
             design: args.design,
-            window: (args.design == Design::Duet).then_some(args.window.as_secs_f64()),
+            window: match args.design {
+                Design::Duet => Some(args.window.as_secs_f64()),
+                Design::Interleave => Some(2.0 * args.slice.as_secs_f64()),
+                Design::Runs => None,
+            },
             connections: args.connections,
             duration: match (&until_mde, args.design) {
                 (Some(until), _) => until.seconds,
                 (None, Design::Runs) => args.duration.as_secs_f64(),
-                (None, Design::Duet) => self.duet_length().as_secs_f64(),
+                (None, Design::Duet | Design::Interleave) => self.paired_length().as_secs_f64(),
             },
             until_mde,
             rate: args.rate,
@@ -345,12 +356,13 @@ async fn experiment(bench: &Bench<'_>) -> anyhow::Result<BenchReport> {
         Design::Runs => {
             anyhow::ensure!(
                 bench.args.until_mde.is_none(),
-                "--until-mde adds paired windows: use it with --design duet"
+                "--until-mde adds paired windows: use it with --design duet or interleave"
             );
             let (runs, measured) = bench.interleaved_runs().await?;
             (runs, measured, None)
         }
-        Design::Duet => bench.duet().await?,
+        Design::Duet => bench.paired(false).await?,
+        Design::Interleave => bench.paired(true).await?,
     };
     bench.verdict(runs, measured, until)
 }

@@ -21,15 +21,16 @@ impl Side {
 
 /// `runs` runs of each side, interleaved A B B A.
 pub fn interleaved(runs: usize) -> Vec<Side> {
-    (0..runs)
-        .flat_map(|i| {
-            if i % 2 == 0 {
-                [Side::A, Side::B]
-            } else {
-                [Side::B, Side::A]
-            }
-        })
-        .collect()
+    (0..2 * runs).map(nth).collect()
+}
+
+/// The side of the `i`-th run (from 0) of A B B A A B B A …: each pair holds both sides,
+/// and the pairs alternate which goes first.
+pub fn nth(i: usize) -> Side {
+    match ((i / 2) % 2, i % 2) {
+        (0, 0) | (1, 1) => Side::A,
+        _ => Side::B,
+    }
 }
 
 #[cfg(test)]
@@ -41,5 +42,9 @@ mod tests {
         use Side::{A, B};
         assert_eq!(interleaved(3), [A, B, B, A, A, B]);
         assert_eq!(interleaved(0), []);
+        assert_eq!(
+            (0..8).map(nth).collect::<Vec<_>>(),
+            [A, B, B, A, A, B, B, A]
+        );
     }
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::load::Outcome;
 use super::order::Side;
+use super::Design;
 use crate::metrics::Snapshot;
 use crate::report::{compare_table, Comparison, Format};
 
@@ -70,11 +71,12 @@ pub struct BenchReport {
     pub b: String,
     pub paths: Vec<String>,
     pub design: super::Design,
-    /// Duet: seconds per paired window; null for runs.
+    /// Duet: seconds per paired window; interleave: per pair of slices; null for runs.
     pub window: Option<f64>,
-    /// Client connections: of each run (runs), or of both sides together, half each (duet).
+    /// Client connections: of each run (runs), of both sides together, half each (duet),
+    /// or of each side on its slices (interleave).
     pub connections: usize,
-    /// Seconds per run (runs), or of the whole duet (its measured windows with
+    /// Seconds per run (runs), or of the whole duet or interleave (its measured windows with
     /// `--until-mde`).
     pub duration: f64,
     /// With `--until-mde`: the target, the mde reached, and whether it was reached
@@ -100,14 +102,20 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
         return Ok(serde_json::to_string_pretty(r)? + "\n");
     }
     let mut out = String::new();
-    let how = match r.window {
-        Some(w) => format!(
+    let how = match (r.design, r.window) {
+        (Design::Duet, Some(w)) => format!(
             "duet: both at once, {} connections each, {} s in windows of {} s",
             (r.connections / 2).max(1),
             r.duration,
             w
         ),
-        None => format!("{} connections, {} s a run", r.connections, r.duration),
+        (Design::Interleave, Some(w)) => format!(
+            "interleave: one side at a time, {} connections, {} s in slices of {} s A B B A …",
+            r.connections,
+            r.duration,
+            w / 2.0
+        ),
+        _ => format!("{} connections, {} s a run", r.connections, r.duration),
     };
     let _ = writeln!(
         out,
