@@ -106,6 +106,32 @@ pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// How many of the machine's cores were busy over `over` (from /proc/stat: all time but
+/// idle and iowait, over all time, times the cores), with nothing of the test's own
+/// running: the other work beside it. `None` where /proc/stat cannot be read.
+pub fn busy_cores(over: Duration) -> Option<f64> {
+    fn times() -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        // guest time is counted in user time already
+        let total: u64 = fields.iter().take(8).sum();
+        Some((total, idle))
+    }
+    let (t0, i0) = times()?;
+    thread::sleep(over);
+    let (t1, i1) = times()?;
+    let total = t1.checked_sub(t0).filter(|t| *t > 0)?;
+    let busy = total.saturating_sub(i1.saturating_sub(i0));
+    let cores = thread::available_parallelism().map_or(1, |n| n.get());
+    Some(busy as f64 / total as f64 * cores as f64)
+}
+
 // ---------------------------------------------------------------------------------------
 // Child processes
 // ---------------------------------------------------------------------------------------
