@@ -122,6 +122,29 @@ pub enum Design {
     Runs,
 }
 
+impl BenchArgs {
+    /// A paired design's tick, the interval at which it cuts or passes the turn (a
+    /// duet's `--window`, an interleave's `--slice`), with the flag that set it; `None`
+    /// for runs.
+    pub fn tick(&self) -> Option<(Duration, &'static str)> {
+        match self.design {
+            Design::Duet => Some((self.window, "--window")),
+            Design::Interleave => Some((self.slice, "--slice")),
+            Design::Runs => None,
+        }
+    }
+
+    /// A paired design's window: a duet's tick, an interleave's two (one slice a side).
+    pub fn paired_window(&self) -> Option<Duration> {
+        let (tick, _) = self.tick()?;
+        Some(if self.design == Design::Interleave {
+            tick * 2
+        } else {
+            tick
+        })
+    }
+}
+
 impl Design {
     /// Whether the comparison is made on pairs measured together (a duet's windows, an
     /// interleave's adjacent slices) rather than on independent runs.

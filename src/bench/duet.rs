@@ -60,17 +60,15 @@ impl Bench<'_> {
     /// windows, each as both sides' snapshot, and what `--until-mde` came to.
     pub(super) async fn paired(
         &self,
-        interleave: bool,
     ) -> anyhow::Result<(Vec<RunRecord>, Measured, Option<UntilMde>)> {
         let args = self.args;
+        let interleave = args.design == super::Design::Interleave;
         ensure!(
             args.load.is_none(),
             "--load drives one server at a time: use it with --design runs"
         );
-        let (tick, flag) = if interleave {
-            (args.slice, "--slice")
-        } else {
-            (args.window, "--window")
+        let (Some((tick, flag)), Some(window)) = (args.tick(), args.paired_window()) else {
+            anyhow::bail!("the runs design has no windows");
         };
         ensure!(
             tick >= Duration::from_millis(10),
@@ -82,8 +80,6 @@ impl Bench<'_> {
                 "--until-mde must be a positive percentage, not {pct}"
             );
         }
-        // An interleave's window is a pair of slices, one of each side.
-        let window = if interleave { tick * 2 } else { tick };
         let length = self.paired_length();
         let count = (length.as_secs_f64() / window.as_secs_f64()).floor() as usize;
         ensure!(

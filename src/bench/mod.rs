@@ -104,12 +104,8 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         // A duet's windows and an interleave's slices are short: read the servers'
         // threads once a window or slice, so that each one's CPU is its own (a read
         // covers the time since the last).
-        match args.design {
-            Design::Duet => tap.process.interval = args.window.max(Duration::from_millis(100)),
-            Design::Interleave => {
-                tap.process.interval = args.slice.max(Duration::from_millis(100));
-            }
-            Design::Runs => {}
+        if let Some((tick, _)) = args.tick() {
+            tap.process.interval = tick.max(Duration::from_millis(100));
         }
     }
     let registry = Registry::new(&config.metrics)?;
@@ -321,11 +317,7 @@ impl Bench<'_> {
             b: args.b.clone(),
             paths: self.paths.to_vec(),
             design: args.design,
-            window: match args.design {
-                Design::Duet => Some(args.window.as_secs_f64()),
-                Design::Interleave => Some(2.0 * args.slice.as_secs_f64()),
-                Design::Runs => None,
-            },
+            window: args.paired_window().map(|w| w.as_secs_f64()),
             connections: args.connections,
             duration: match (&until_mde, args.design) {
                 (Some(until), _) => until.seconds,
@@ -361,8 +353,7 @@ async fn experiment(bench: &Bench<'_>) -> anyhow::Result<BenchReport> {
             let (runs, measured) = bench.interleaved_runs().await?;
             (runs, measured, None)
         }
-        Design::Duet => bench.paired(false).await?,
-        Design::Interleave => bench.paired(true).await?,
+        Design::Duet | Design::Interleave => bench.paired().await?,
     };
     bench.verdict(runs, measured, until)
 }
