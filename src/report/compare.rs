@@ -832,7 +832,22 @@ fn notes(
 ) -> Vec<String> {
     let mut notes = Vec::new();
     let methods: BTreeSet<Method> = rows.iter().map(|r| r.method).collect();
-    if methods.contains(&Method::Runs) {
+    if methods.contains(&Method::Runs) && methods.contains(&Method::Paired) {
+        // Paired windows compare a statistic only where both sides have it in a window and
+        // it is above zero (a log ratio); the rest fall back to the windows as runs.
+        let unpaired: BTreeSet<&str> = rows
+            .iter()
+            .filter(|r| r.method == Method::Runs)
+            .map(|r| r.phase.as_str())
+            .collect();
+        notes.push(format!(
+            "not paired ({}): zero or missing in some window, so compared as {} vs {} runs \
+             with Welch's t on the logarithms of the windows' values",
+            unpaired.into_iter().collect::<Vec<_>>().join(", "),
+            a.len(),
+            b.len()
+        ));
+    } else if methods.contains(&Method::Runs) {
         notes.push(format!(
             "several runs per side ({} vs {}): one value per run; Welch's t interval on their \
              logarithms, so the interval is made of run-to-run variation",
@@ -942,14 +957,17 @@ pub fn statement(r: &Row, opts: &Options) -> String {
     };
     let pct = |v: f64| format!("{:+.1} %", v * 100.0);
     let t = percent(opts.threshold);
-    let runs = format!(
-        "{} run{} a side",
-        r.runs_a.min(r.runs_b),
-        if r.runs_a.min(r.runs_b) == 1 { "" } else { "s" }
-    );
+    // Paired rows count windows, each holding both sides.
+    let (unit, a_side) = if r.method == Method::Paired {
+        ("window", "")
+    } else {
+        ("run", " a side")
+    };
+    let n = r.runs_a.min(r.runs_b);
+    let runs = format!("{n} {unit}{}{a_side}", if n == 1 { "" } else { "s" });
     let need = match r.runs_needed {
-        Some(n) => format!("about {n} runs a side"),
-        None => format!("more than {} runs a side", super::verdict::MAX_RUNS),
+        Some(n) => format!("about {n} {unit}s{a_side}"),
+        None => format!("more than {} {unit}s{a_side}", super::verdict::MAX_RUNS),
     };
     let assumed = if r.cv_assumed {
         format!(

@@ -139,8 +139,13 @@ fn header_lines(c: &Comparison) -> Vec<String> {
         method.to_owned(),
         format!(
             "same: inside ±{:.1} %; different: beyond it; change = B/A − 1; runs to detect: \
-             runs a side to detect {:.1} % (80 % power)",
+             {} to detect {:.1} % (80 % power)",
             c.threshold * 100.0,
+            if paired {
+                "windows (each both sides)"
+            } else {
+                "runs a side"
+            },
             c.detect * 100.0
         ),
     ]

@@ -235,18 +235,25 @@ pub fn compare_notes(
             us(x.runqueue),
             us(y.runqueue)
         );
-        let parser = |i: &Inside| {
-            i.components
-                .iter()
-                .find(|c| c.name == PARSER)
-                .map(|c| c.inclusive.unwrap_or(c.share))
-        };
+        let parser = |i: &Inside| i.components.iter().find(|c| c.name == PARSER).cloned();
         if let (Some(p), Some(q)) = (parser(&x), parser(&y)) {
-            line.push_str(&format!(
-                "; HTTP parser {} → {} of its CPU",
-                units::share(p),
-                units::share(q)
-            ));
+            // Both shares where both sides took call stacks: with all it calls is what a
+            // faster parser could save at most (in Webdis the callbacks it runs handle
+            // the whole request), itself is the parsing alone.
+            match (p.inclusive, q.inclusive) {
+                (Some(pi), Some(qi)) => line.push_str(&format!(
+                    "; HTTP parser {} → {} of its CPU with all it calls ({} → {} itself)",
+                    units::share(pi),
+                    units::share(qi),
+                    units::share(p.share),
+                    units::share(q.share)
+                )),
+                _ => line.push_str(&format!(
+                    "; HTTP parser {} → {} of its CPU",
+                    units::share(p.share),
+                    units::share(q.share)
+                )),
+            }
         }
         line.push_str(": thread-time per request over each side's snapshots; the rows of phase cpu compare them with an interval (several runs or paired windows a side)");
         out.push(line);
@@ -354,6 +361,37 @@ mod tests {
         assert!(n.contains("CPU per request 60.0 µs → 40.0 µs"), "{n}");
         assert!(n.contains("waiting for a CPU 2.0 µs → 2.0 µs"), "{n}");
         assert!(n.contains("HTTP parser 30 % → 10 % of its CPU"), "{n}");
+    }
+
+    /// Call stacks on both sides: the note gives the share with all the parser calls (what
+    /// a faster parser could save at most) and its own beside it.
+    #[test]
+    fn compare_gives_the_parsers_inclusive_and_own_share_when_both_sides_took_stacks() {
+        let stacks = |mut s: crate::metrics::Snapshot, inclusive: u64| {
+            if let Some(u) = s.taps.get_mut("w").and_then(|t| t.upstream.as_mut()) {
+                u.frames = Some("native".into());
+                u.inclusive = Some(
+                    [("http_parser", inclusive), ("srv", 100)]
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), *v))
+                        .collect(),
+                );
+            }
+            s
+        };
+        let notes = compare_notes(&[stacks(run(0.05, 1), 7)], &[stacks(run(0.05, 2), 6)]);
+        let n = &notes[0];
+        assert!(
+            n.contains("HTTP parser 7 % → 6 % of its CPU with all it calls (1 % → 2 % itself)"),
+            "{n}"
+        );
+        // One side without stacks: its own shares on both sides, never one of each.
+        let notes = compare_notes(&[stacks(run(0.05, 1), 7)], &[run(0.05, 2)]);
+        assert!(
+            notes[0].contains("HTTP parser 1 % → 2 % of its CPU:"),
+            "{}",
+            notes[0]
+        );
     }
 
     /// The parser is never the running function (its time is in libc's memchr), but it
