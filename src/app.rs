@@ -241,7 +241,7 @@ pub async fn bind_tap(tap: &TapConfig, recorder: Arc<dyn Recorder>) -> anyhow::R
 /// must not do is what its default action did, kill the process with requests in flight
 /// (a closed terminal, or `kill -HUP` out of habit). To apply a new config, restart
 /// (docs/deploy.md).
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

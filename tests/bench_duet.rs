@@ -200,37 +200,47 @@ fn identical_servers_are_never_different(design: &str) {
 /// relative to the servers' own burns, measured in the same run (`/__truth`): at least
 /// half of their ratio (the proxy's and the generator's share of a request's latency,
 /// the same on both sides, dilutes it) and at most half again.
+///
+/// A power claim, tested as one: `different` (slower) needs the interval wholly beyond
+/// +2 %, and at an mde of 3–4 % (this machine with two busy loops beside it) a true +5 %
+/// is seen in about nine benches of ten (once, loaded: +3.3 % [+0.3, +6.3], mde 4.2 %). An
+/// `unknown` gets one more bench, independent of the first; a design without the power
+/// (the duet's latency, 20–85 % of the difference) fails both.
 #[test]
 fn a_server_that_burns_5_percent_more_cpu_is_slower_when_interleaved() {
     let _serial = serial();
     let (a, rate) = calibrated(1000);
     let b = like(&rate, 1050);
-    let before = [a.truth(), b.truth()];
-    let v = paired("interleave", &a, &b);
-    let truth = burns_since(&b, &before[1]) / burns_since(&a, &before[0]) - 1.0;
-    let total = total_mean(&v);
-    println!(
-        "5 % more CPU, interleaved: {total}\nthe burns: {:+.2} %",
-        truth * 100.0
-    );
-    assert_eq!(total["method"], "paired", "{total:#}");
-    assert_eq!(total["primary"], true, "{total:#}");
-    assert_eq!(
-        (total["verdict"].as_str(), total["direction"].as_str()),
-        (Some("different"), Some("slower")),
-        "{total:#}"
-    );
-    let change = total["change"].as_f64().unwrap();
-    assert!(
-        change >= 0.5 * truth && change <= 1.5 * truth,
-        "total's mean {:+.2} %, the burns {:+.2} %",
-        change * 100.0,
-        truth * 100.0
-    );
-    assert!(
-        total["mde"].as_f64().unwrap() <= 0.05,
-        "the interleave's mde: {total:#}"
-    );
+    let mut tried = Vec::new();
+    for _ in 0..2 {
+        let before = [a.truth(), b.truth()];
+        let v = paired("interleave", &a, &b);
+        let truth = burns_since(&b, &before[1]) / burns_since(&a, &before[0]) - 1.0;
+        let total = total_mean(&v).clone();
+        println!(
+            "5 % more CPU, interleaved: {total}\nthe burns: {:+.2} %",
+            truth * 100.0
+        );
+        assert_eq!(total["method"], "paired", "{total:#}");
+        assert_eq!(total["primary"], true, "{total:#}");
+        if total["verdict"] == "different" {
+            assert!(
+                total["mde"].as_f64().unwrap() <= 0.05,
+                "the interleave's mde: {total:#}"
+            );
+            assert_eq!(total["direction"], "slower", "{total:#}");
+            let change = total["change"].as_f64().unwrap();
+            assert!(
+                change >= 0.5 * truth && change <= 1.5 * truth,
+                "total's mean {:+.2} %, the burns {:+.2} %",
+                change * 100.0,
+                truth * 100.0
+            );
+            return;
+        }
+        tried.push(total);
+    }
+    panic!("not `different` (slower) in two benches: {tried:#?}");
 }
 
 /// `--until-mde` works the same for the interleave: its windows are pairs of slices.
@@ -356,4 +366,149 @@ fn a_duet_sets_both_servers_cpu_per_request_side_by_side() {
             "{side}: {measured} µs a request, its burns {burn:.1} µs: {note}"
         );
     }
+}
+
+/// The CPU list of thread `tid` of `pid` (its `Cpus_allowed_list`), if it still runs.
+fn allowed(pid: u32, tid: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Every thread's CPU list of `pid`.
+fn allowed_all(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| allowed(pid, e.file_name().to_str()?))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A bench with `--cpus 0:1:0-1` and `extra`, its output piped.
+fn pinned_bench(a: &BurnUpstream, b: &BurnUpstream, extra: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["bench", "--cpus", "0:1:0-1"])
+        .args([
+            "--warmup",
+            "500ms",
+            "--connections",
+            "8",
+            "--format",
+            "json",
+        ])
+        .args(extra)
+        .args(["--a", &a.addr().to_string(), "--b", &b.addr().to_string()])
+        .env_remove("PHASESCOPE_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (10 s at most: the bench pins before its warm-up) until every thread of `pa` is
+/// on CPU 0 and every one of `pb` on CPU 1, read from /proc; how many threads each has.
+fn wait_pinned(pa: u32, pb: u32) -> Option<(usize, usize)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (ta, tb) = (allowed_all(pa), allowed_all(pb));
+        if !ta.is_empty() && ta.iter().all(|c| c == "0") && tb.iter().all(|c| c == "1") {
+            return Some((ta.len(), tb.len()));
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Every thread of `pid` is on `cpus` (a /proc list, the main thread's before the bench).
+fn all_on(pid: u32, cpus: &Option<String>) -> bool {
+    allowed_all(pid).iter().all(|c| Some(c) == cpus.as_ref())
+}
+
+/// `--cpus 0:1:0-1`: while the bench runs, every thread of A is on CPU 0 and every one of
+/// B on CPU 1 (read from /proc, not from the bench); the report says so; afterwards every
+/// thread of each server is back on the CPUs its main thread had, also when the bench is
+/// stopped by SIGINT. A CPU that does not exist is a clear error before any load, and
+/// leaves the servers as they were.
+#[test]
+fn cpus_pins_each_server_for_the_bench_and_sets_them_back() {
+    let _serial = serial();
+    if std::thread::available_parallelism().map_or(0, |n| n.get()) < 2 {
+        println!("SKIPPED: --cpus 0:1:… needs two CPUs");
+        return;
+    }
+    let (mut a, rate) = calibrated(200);
+    let mut b = like(&rate, 200);
+    let (pa, pb) = (a.process().pid(), b.process().pid());
+    let before = (allowed(pa, &pa.to_string()), allowed(pb, &pb.to_string()));
+    let child = pinned_bench(&a, &b, &["--runs", "2", "--duration", "1s"]);
+    let pinned = wait_pinned(pa, pb);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    let (ta, tb) = pinned.unwrap_or_else(|| {
+        panic!(
+            "never pinned: A {:?}, B {:?}",
+            allowed_all(pa),
+            allowed_all(pb)
+        )
+    });
+    println!("pinned {ta} threads of A on CPU 0, {tb} of B on CPU 1");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["cpus"],
+        serde_json::json!({"a": [0], "b": [1], "load": [0, 1]}),
+        "{v:#}"
+    );
+    assert!(total_mean(&v)["verdict"].is_string(), "{v:#}");
+    let after = (allowed(pa, &pa.to_string()), allowed(pb, &pb.to_string()));
+    assert_eq!(after, before, "the servers' main threads set back");
+    assert!(
+        all_on(pa, &before.0) && all_on(pb, &before.1),
+        "every thread set back: A {:?}, B {:?}, before {before:?}",
+        allowed_all(pa),
+        allowed_all(pb)
+    );
+
+    // Stopped halfway by the user: the servers do not stay pinned.
+    let child = pinned_bench(&a, &b, &["--runs", "10", "--duration", "2s"]);
+    assert!(wait_pinned(pa, pb).is_some(), "never pinned");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: a signal to the child this test started and has not yet waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(
+        all_on(pa, &before.0) && all_on(pb, &before.1),
+        "set back after SIGINT: A {:?}, B {:?}, before {before:?}",
+        allowed_all(pa),
+        allowed_all(pb)
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "bench",
+            "--cpus",
+            "0:1:1000",
+            "--runs",
+            "1",
+            "--duration",
+            "1s",
+        ])
+        .args(["--a", &a.addr().to_string(), "--b", &b.addr().to_string()])
+        .env_remove("PHASESCOPE_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("CPU [1000]"), "{err}");
+    let after = (allowed(pa, &pa.to_string()), allowed(pb, &pb.to_string()));
+    assert_eq!(after, before, "a failed --cpus leaves the servers alone");
 }

@@ -108,6 +108,12 @@ pub struct BenchArgs {
     #[arg(long = "profile-upstream")]
     pub profile_upstream: bool,
 
+    /// Pin server A's threads to A_CPUS, B's to B_CPUS and the bench's own (proxy and
+    /// load) to LOAD_CPUS, each a CPU list like `0-1,4`; the servers' affinity is set
+    /// back when the bench ends. Both servers must run on this host
+    #[arg(long, value_name = "A_CPUS:B_CPUS:LOAD_CPUS", value_parser = super::pin::Cpus::parse)]
+    pub cpus: Option<super::pin::Cpus>,
+
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
@@ -227,6 +233,7 @@ mod tests {
         );
         assert_eq!(b.slice.as_millis(), 250);
         assert_eq!(b.window.as_millis(), 250);
+        assert_eq!(b.cpus, None);
         assert!(
             Cli::try_parse_from(["phasescope", "bench", "--a", "x:1"]).is_err(),
             "--b is required"

@@ -14,6 +14,7 @@ mod duet;
 mod external;
 pub mod load;
 pub mod order;
+mod pin;
 mod progress;
 mod report;
 mod validity;
@@ -65,8 +66,43 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     if let Some(rate) = args.rate {
         ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
     }
+    // Declared before the runtime, so dropped after it: the affinities are set back once
+    // the bench's threads have ended.
+    let mut pinned = pin::Pinned::default();
+    if let Some(cpus) = &args.cpus {
+        // Before the runtime and the generator start their threads: they inherit it.
+        pinned.this_thread(&cpus.load)?;
+    }
     let runtime = crate::app::embedded_runtime("phasescope-bench")?;
-    runtime.block_on(bench(args))
+    runtime.block_on(async {
+        if args.cpus.is_none() {
+            return bench(args, &mut pinned).await;
+        }
+        // Pinned servers must not stay pinned because the user stopped the bench: the
+        // signal ends the bench here, and `pinned` sets them back on the way out.
+        tokio::select! {
+            report = bench(args, &mut pinned) => report,
+            () = crate::app::wait_for_signal() => {
+                anyhow::bail!("interrupted; the servers' CPU affinities are set back")
+            }
+        }
+    })
+}
+
+/// `--cpus`: each server's threads on its own CPUs. The server must be a process of this
+/// host that listens on its address, found as `[tap.process] find = "auto"` finds it.
+fn pin_servers(args: &BenchArgs, pinned: &mut pin::Pinned) -> anyhow::Result<()> {
+    let Some(cpus) = &args.cpus else {
+        return Ok(());
+    };
+    for (flag, addr, set) in [("--a", &args.a, &cpus.a), ("--b", &args.b, &cpus.b)] {
+        let which = format!("{flag} {addr}");
+        let pid = crate::upstream::find::Target::Listener(addr.clone())
+            .locate()
+            .with_context(|| format!("--cpus: finding the process of {which} to pin"))?;
+        pinned.process(pid, set, &which)?;
+    }
+    Ok(())
 }
 
 fn paths(args: &BenchArgs) -> Vec<String> {
@@ -77,7 +113,7 @@ fn paths(args: &BenchArgs) -> Vec<String> {
     }
 }
 
-async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
+async fn bench(args: &BenchArgs, pinned: &mut pin::Pinned) -> anyhow::Result<BenchReport> {
     let mut config = bench_config(&args.a, &args.b)?;
     for (front, resp) in [("a", &args.a_resp), ("b", &args.b_resp)] {
         if let Some(resp) = resp {
@@ -89,6 +125,7 @@ async fn bench(args: &BenchArgs) -> anyhow::Result<BenchReport> {
             .await
             .with_context(|| format!("{name} {addr}: the server does not accept connections"))?;
     }
+    pin_servers(args, pinned)?;
     for (name, resp) in [("--a-resp", &args.a_resp), ("--b-resp", &args.b_resp)] {
         if let Some(resp) = resp {
             reachable(&resp.redis).await.with_context(|| {
@@ -326,6 +363,7 @@ impl Bench<'_> {
             },
             until_mde,
             rate: args.rate,
+            cpus: args.cpus.clone(),
             load: args.load.clone().unwrap_or_else(|| {
                 if args.rate.is_some() {
                     "open loop".to_owned()

@@ -83,6 +83,8 @@ pub struct BenchReport {
     /// before `--max-duration`; null without it.
     pub until_mde: Option<super::duet::UntilMde>,
     pub rate: Option<f64>,
+    /// `--cpus`: the CPUs of A's threads, B's, and the bench's own; null without it.
+    pub cpus: Option<super::pin::Cpus>,
     /// `closed loop`, `open loop`, or the external command.
     pub load: String,
     pub runs: Vec<RunRecord>,
@@ -125,6 +127,9 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
         r.load,
         r.paths.join(" ")
     );
+    if let Some(cpus) = &r.cpus {
+        let _ = writeln!(out, "  pinned: {cpus}");
+    }
     for side in [Side::A, Side::B] {
         let rates: Vec<String> = r
             .runs
