@@ -5,7 +5,7 @@
 //! only part of a CPU difference (docs/compare.md). Given cores of its own, each server
 //! keeps its whole difference, and other work on the machine can be kept off them. The
 //! servers are processes the user runs: their affinity is read first and set back when
-//! the bench ends, whatever way it ends.
+//! the bench ends, also on an error or a stopping signal (only SIGKILL escapes it).
 //!
 //! rustix's `sched_setaffinity` (the `thread` feature of a crate the build already has)
 //! instead of raw libc: a safe `CpuSet` and `io::Result`s.
