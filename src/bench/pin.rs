@@ -11,11 +11,12 @@
 //! instead of raw libc: a safe `CpuSet` and `io::Result`s.
 
 use std::fmt;
-use std::path::Path;
 
 use anyhow::{bail, Context};
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet, Pid};
 use serde::Serialize;
+
+use crate::upstream::find::threads;
 
 /// The parsed `--cpus`: each a list of CPU numbers, ascending, without repeats.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -128,11 +129,12 @@ impl Pinned {
     /// affinity of the thread that starts them.
     pub fn process(&mut self, pid: u32, cpus: &[usize], which: &str) -> anyhow::Result<()> {
         let set = set_of(cpus);
-        let dir = format!("/proc/{pid}/task");
         let mut pinned = 0;
         let mut inherited = None;
-        for tid in tasks(Path::new(&dir)).with_context(|| format!("{which}: listing {dir}"))? {
-            let Some(task) = Pid::from_raw(tid) else {
+        let tids =
+            threads(pid).with_context(|| format!("{which}: listing the threads of pid {pid}"))?;
+        for tid in tids {
+            let Some(task) = task(tid) else {
                 continue;
             };
             let before = match sched_getaffinity(Some(task)) {
@@ -157,7 +159,7 @@ impl Pinned {
                 }
             }
             self.previous.push((task, before));
-            if tid as u32 == pid || inherited.is_none() {
+            if tid == pid || inherited.is_none() {
                 inherited = Some(before);
             }
             pinned += 1;
@@ -169,17 +171,15 @@ impl Pinned {
         tracing::info!(%which, pid, threads = pinned, ?cpus, "pinned the server's threads");
         Ok(())
     }
-}
 
-impl Pinned {
     /// Threads a pinned server started during the bench inherited the pinned set: those
     /// still on exactly that set get what their process's main thread had before.
     fn set_back_new_threads(&self) {
         for &(pid, pinned, inherited) in &self.processes {
-            let Ok(tids) = tasks(Path::new(&format!("/proc/{pid}/task"))) else {
+            let Ok(tids) = threads(pid) else {
                 continue; // the server is gone
             };
-            for task in tids.into_iter().filter_map(Pid::from_raw) {
+            for task in tids.into_iter().filter_map(task) {
                 let known = self.previous.iter().any(|(t, _)| *t == task);
                 if !known && sched_getaffinity(Some(task)).is_ok_and(|now| now == pinned) {
                     set_back(task, &inherited);
@@ -208,16 +208,9 @@ impl Drop for Pinned {
     }
 }
 
-/// The thread ids under `/proc/PID/task`.
-fn tasks(dir: &Path) -> anyhow::Result<Vec<i32>> {
-    let mut tids = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
-            tids.push(tid);
-        }
-    }
-    Ok(tids)
+/// A thread id as the scheduler calls take it.
+fn task(tid: u32) -> Option<Pid> {
+    i32::try_from(tid).ok().and_then(Pid::from_raw)
 }
 
 #[cfg(test)]

@@ -71,6 +71,18 @@ pub struct NotLocal(pub String);
 
 /// The process holding the socket that listens on `upstream` (`host:port`), found through
 /// /proc/net/tcp{,6} (the socket's inode) and /proc/*/fd (who holds that inode).
+/// The thread ids of process `pid` (the entries of /proc/PID/task).
+pub fn threads(pid: u32) -> std::io::Result<Vec<u32>> {
+    let mut tids = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let entry = entry?;
+        if let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) {
+            tids.push(tid);
+        }
+    }
+    Ok(tids)
+}
+
 fn listener_pid(upstream: &str) -> anyhow::Result<u32> {
     let addrs: Vec<SocketAddr> = upstream
         .to_socket_addrs()

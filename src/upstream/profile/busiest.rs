@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn reads_deltas_of_this_process_and_forgets_exited_threads() {
         let pid = std::process::id();
-        let tids = super::super::events::list_threads(pid).unwrap();
+        let tids = crate::upstream::find::threads(pid).unwrap();
         let mut cpu = ThreadCpu::default();
         let mut out = Vec::new();
         cpu.read(pid, &tids, &mut out);

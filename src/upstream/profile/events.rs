@@ -12,7 +12,6 @@
 //! (the frequency mode would retune the period and weigh samples unequally).
 
 use std::collections::HashMap;
-use std::fs;
 use std::io;
 
 use perf_event::events::Software;
@@ -22,6 +21,7 @@ use super::budget::Descriptors;
 use super::busiest::{self, ThreadCpu};
 use super::unwind::{self, Unwinder, Walk};
 use super::ProfileError;
+use crate::upstream::find::threads;
 
 /// Ring buffer per thread, leaf-only sampling: a thread on CPU all the time at 1 kHz writes
 /// about 130 KiB/s (a kernel callchain of up to [`KERNEL_STACK_DEPTH`] frames per sample);
@@ -167,7 +167,7 @@ impl ThreadEvents {
             unsampled_threads: 0,
             unsampled_cpu_ns: 0,
         };
-        let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
+        let tids = threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
         let budget = Descriptors::now().events(0);
         events.ring = first_ring(tids.len().min(budget), stack_bytes > 0);
         // The first read ranks by all the CPU time each thread ever had.
@@ -265,7 +265,7 @@ impl ThreadEvents {
         drained: &mut Drained,
     ) -> Result<usize, ProfileError> {
         let pid = self.pid;
-        let tids = list_threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
+        let tids = threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
         self.cpu.read(pid, &tids, &mut self.deltas);
         let threads = &self.threads;
         self.unsampled_cpu_ns += self
@@ -497,18 +497,6 @@ impl ThreadError {
 
 fn libc_pid(tid: u32) -> io::Result<i32> {
     i32::try_from(tid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "tid out of range"))
-}
-
-/// The thread ids under /proc/PID/task.
-pub fn list_threads(pid: u32) -> io::Result<Vec<u32>> {
-    let mut tids = Vec::new();
-    for entry in fs::read_dir(format!("/proc/{pid}/task"))? {
-        let entry = entry?;
-        if let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) {
-            tids.push(tid);
-        }
-    }
-    Ok(tids)
 }
 
 #[cfg(test)]
