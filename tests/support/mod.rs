@@ -106,11 +106,20 @@ pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// How many of the machine's cores were busy over `over` (from /proc/stat: all time but
-/// idle and iowait, over all time, times the cores), with nothing of the test's own
-/// running: the other work beside it. `None` where /proc/stat cannot be read.
-pub fn busy_cores(over: Duration) -> Option<f64> {
-    fn times() -> Option<(u64, u64)> {
+/// The machine's CPU time so far, from /proc/stat's `cpu` line, in clock ticks.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuTimes {
+    /// All of it (user to steal; guest time is counted in user time already).
+    pub total: u64,
+    /// Idle and waiting for I/O.
+    pub idle: u64,
+    /// Taken by the hypervisor while this machine's CPUs had work to run.
+    pub steal: u64,
+}
+
+impl CpuTimes {
+    /// Now; `None` where /proc/stat cannot be read.
+    pub fn now() -> Option<CpuTimes> {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let line = stat.lines().find(|l| l.starts_with("cpu "))?;
         let fields: Vec<u64> = line
@@ -118,16 +127,30 @@ pub fn busy_cores(over: Duration) -> Option<f64> {
             .skip(1)
             .filter_map(|f| f.parse().ok())
             .collect();
-        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
-        // guest time is counted in user time already
-        let total: u64 = fields.iter().take(8).sum();
-        Some((total, idle))
+        Some(CpuTimes {
+            total: fields.iter().take(8).sum(),
+            idle: fields.get(3)? + fields.get(4).copied().unwrap_or(0),
+            steal: fields.get(7).copied().unwrap_or(0),
+        })
     }
-    let (t0, i0) = times()?;
+
+    /// The share of all CPU time since `before` that the hypervisor stole, in percent;
+    /// `None` if no time passed.
+    pub fn steal_since(&self, before: &CpuTimes) -> Option<f64> {
+        let total = self.total.checked_sub(before.total).filter(|t| *t > 0)?;
+        Some(100.0 * self.steal.saturating_sub(before.steal) as f64 / total as f64)
+    }
+}
+
+/// How many of the machine's cores were busy over `over` (from /proc/stat: all time but
+/// idle and iowait, over all time, times the cores), with nothing of the test's own
+/// running: the other work beside it. `None` where /proc/stat cannot be read.
+pub fn busy_cores(over: Duration) -> Option<f64> {
+    let before = CpuTimes::now()?;
     thread::sleep(over);
-    let (t1, i1) = times()?;
-    let total = t1.checked_sub(t0).filter(|t| *t > 0)?;
-    let busy = total.saturating_sub(i1.saturating_sub(i0));
+    let after = CpuTimes::now()?;
+    let total = after.total.checked_sub(before.total).filter(|t| *t > 0)?;
+    let busy = total.saturating_sub(after.idle.saturating_sub(before.idle));
     let cores = thread::available_parallelism().map_or(1, |n| n.get());
     Some(busy as f64 / total as f64 * cores as f64)
 }

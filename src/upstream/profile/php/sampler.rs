@@ -11,7 +11,18 @@
 //! woken), and an idle server costs the sampler no wake-up at all. The stack is read a
 //! moment after the period ended, while the thread goes on running, so it is the code the
 //! thread runs then; the wake-up latency is tens of microseconds against a period of a
-//! millisecond.
+//! millisecond, once the sampler has a CPU to run on.
+//!
+//! **On time.** A sampler that waits for a CPU reads the stack late, and where it reads
+//! then is not where the period ended: it gets a CPU when another task blocks or yields,
+//! and those moments follow the request cycle (the client that was just answered goes
+//! back to waiting, say), so late reads pile up in whatever the server does right after
+//! a response. The sampler thread therefore asks for the lowest real-time priority
+//! (SCHED_FIFO 1, where it may: root or CAP_SYS_NICE), so that its wake-up preempts
+//! whatever runs instead of queueing behind it; it runs for a stack read at most once a
+//! period, a few per cent of a core. Each record carries the time its period ended
+//! (CLOCK_MONOTONIC), and a read that began more than a quarter of a period after it
+//! counts as late ([`PhpStacks::late`]), so a run says how often it happened.
 //!
 //! **Ticking** (without that permission): on-CPU is decided from /proc, never from the
 //! stack: an event loop blocked in
@@ -65,6 +76,7 @@ struct Counts {
     missed: u64,
     reads: u64,
     torn: u64,
+    late: u64,
     ended: bool,
 }
 
@@ -119,6 +131,13 @@ impl PhpStacks {
         self.counts.torn
     }
 
+    /// CPU-paced samples whose stack read began more than a quarter of a period after
+    /// the period ended (the sampler waited for a CPU): they show where the thread was
+    /// then, not where it was when the period ended.
+    pub fn late(&self) -> u64 {
+        self.counts.late
+    }
+
     /// Whether the PHP thread has exited (the sampler stopped).
     pub fn ended(&self) -> bool {
         self.counts.ended
@@ -170,6 +189,8 @@ struct Shared {
     generation: AtomicU64,
     /// The sampler thread's id, for its CPU time.
     tid: AtomicU32,
+    /// Whether the sampler thread runs at a real-time priority (see the module comment).
+    realtime: AtomicBool,
 }
 
 /// Samples one PHP process's stacks on a thread of its own; dropping it stops the thread
@@ -195,7 +216,7 @@ pub const CPU_PACED_POLL: Duration = Duration::from_millis(100);
 /// where allowed, as the native profiler), or `None` without the permission to open one.
 fn cpu_clock(tid: u32, period: Duration) -> Option<perf_event::Sampler> {
     use perf_event::events::Software;
-    use perf_event::{Builder, SampleFlag};
+    use perf_event::{Builder, Clock, SampleFlag};
     let tid = i32::try_from(tid).ok()?;
     let period_ns = u64::try_from(period.as_nanos()).ok()?.max(1);
     for kernel in [true, false] {
@@ -204,7 +225,8 @@ fn cpu_clock(tid: u32, period: Duration) -> Option<perf_event::Sampler> {
             .observe_pid(tid)
             .any_cpu()
             .sample_period(period_ns)
-            .sample(SampleFlag::TID)
+            .sample(SampleFlag::TID | SampleFlag::TIME)
+            .clockid(Clock::MONOTONIC)
             .wakeup_events(1)
             .enabled(true);
         if kernel {
@@ -238,6 +260,7 @@ impl PhpSampler {
             stop: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             tid: AtomicU32::new(0),
+            realtime: AtomicBool::new(false),
         });
         let period = Duration::from_secs(1) / frequency_hz;
         let pace = match cpu_clock(target.tid, period) {
@@ -255,10 +278,13 @@ impl PhpSampler {
                     // SAFETY: gettid has no preconditions.
                     let tid = unsafe { libc::gettid() };
                     shared.tid.store(tid as u32, Ordering::Relaxed);
+                    shared.realtime.store(realtime(), Ordering::Relaxed);
                     let _ = started.send(());
                     match pace {
                         Pace::Timer => run_timer(&shared, &target, period, stat),
-                        Pace::Cpu(sampler) => run_cpu_paced(&shared, &target, sampler, stat),
+                        Pace::Cpu(sampler) => {
+                            run_cpu_paced(&shared, &target, sampler, period, stat)
+                        }
                     }
                 })
                 .map_err(PhpError::Thread)?
@@ -271,6 +297,7 @@ impl PhpSampler {
             version = %target.version,
             frequency_hz,
             paced_by = if cpu_paced { "its CPU time" } else { "a timer and its state" },
+            realtime = shared.realtime.load(Ordering::Relaxed),
             "sampling PHP frames"
         );
         Ok(PhpSampler {
@@ -314,6 +341,12 @@ impl PhpSampler {
         &self.target
     }
 
+    /// Whether the sampler thread got its real-time priority (else its reads may be late
+    /// on a busy machine: [`PhpStacks::late`]).
+    pub fn realtime(&self) -> bool {
+        self.shared.realtime.load(Ordering::Relaxed)
+    }
+
     /// CPU time the sampler thread has used so far (its own cost), None where schedstat
     /// is missing.
     pub fn sampler_cpu(&self) -> Option<Duration> {
@@ -341,6 +374,16 @@ fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// What the pacing counted since the last sample.
+struct Paced {
+    /// Ticks or periods.
+    ticks: u64,
+    /// Of those, the ones skipped or lost.
+    missed: u64,
+    /// Whether this read begins late (CPU-paced: a quarter of a period after it ended).
+    late: bool,
+}
+
 /// The walk and what it keeps from one sample to the next.
 struct Sampling {
     walker: Walker,
@@ -366,16 +409,15 @@ impl Sampling {
         }
     }
 
-    /// Reads the stack when `on_cpu` and counts it `weight` times; `ticks` and `missed`
-    /// are the pacing's counts since the last call.
+    /// Reads the stack when `on_cpu` and counts it `weight` times, with the pacing's
+    /// counts since the last call.
     fn sample(
         &mut self,
         shared: &Shared,
         target: &PhpTarget,
         on_cpu: bool,
         weight: u64,
-        ticks: u64,
-        missed: u64,
+        paced: Paced,
     ) {
         let seen = shared.generation.load(Ordering::Relaxed);
         if seen != self.generation {
@@ -384,8 +426,9 @@ impl Sampling {
         }
         let walked = on_cpu.then(|| self.walker.walk(target.pid, &mut self.stack));
         let mut tally = lock(&shared.tally);
-        tally.counts.ticks += ticks;
-        tally.counts.missed += missed;
+        tally.counts.ticks += paced.ticks;
+        tally.counts.missed += paced.missed;
+        tally.counts.late += u64::from(paced.late);
         match walked {
             None => tally.counts.off_cpu += 1,
             Some(Err(_)) => tally.counts.errors += weight,
@@ -455,7 +498,12 @@ fn run_timer(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) 
             lock(&shared.tally).counts.ended = true;
             break;
         };
-        sampling.sample(shared, target, state == b'R', 1, 1 + missed, missed);
+        let paced = Paced {
+            ticks: 1 + missed,
+            missed,
+            late: false,
+        };
+        sampling.sample(shared, target, state == b'R', 1, paced);
     }
 }
 
@@ -463,8 +511,15 @@ fn run_timer(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) 
 const RECORD_LOST: u32 = 2;
 const RECORD_SAMPLE: u32 = 9;
 
-fn run_cpu_paced(shared: &Shared, target: &PhpTarget, mut clock: perf_event::Sampler, stat: File) {
+fn run_cpu_paced(
+    shared: &Shared,
+    target: &PhpTarget,
+    mut clock: perf_event::Sampler,
+    period: Duration,
+    stat: File,
+) {
     use std::os::fd::AsRawFd;
+    let late_after = (period.as_nanos() / 4) as i128;
     let mut sampling = Sampling::new(shared, target);
     let mut buf = [0u8; 1024];
     let timeout = libc::c_int::try_from(CPU_PACED_POLL.as_millis()).unwrap_or(100);
@@ -476,10 +531,19 @@ fn run_cpu_paced(shared: &Shared, target: &PhpTarget, mut clock: perf_event::Sam
         };
         // SAFETY: one valid pollfd; EINTR and errors just lead to the checks below.
         unsafe { libc::poll(&mut pollfd, 1, timeout) };
-        let (mut periods, mut lost) = (0u64, 0u64);
+        let (mut periods, mut lost, mut ended) = (0u64, 0u64, None);
         while let Some(record) = clock.next_record() {
             match record.ty() {
-                RECORD_SAMPLE => periods += 1,
+                RECORD_SAMPLE => {
+                    periods += 1;
+                    // `pid`, `tid`, then `time`: when the period ended.
+                    let bytes = record.to_contiguous();
+                    ended = bytes
+                        .get(8..16)
+                        .and_then(|w| w.try_into().ok())
+                        .map(u64::from_ne_bytes)
+                        .or(ended);
+                }
                 // `id`, then `lost`.
                 RECORD_LOST => {
                     let bytes = record.to_contiguous();
@@ -507,8 +571,29 @@ fn run_cpu_paced(shared: &Shared, target: &PhpTarget, mut clock: perf_event::Sam
         }
         // The periods since the last wake-up: one read of the stack stands for them all
         // (more than one only when the sampler itself waited for a CPU).
-        sampling.sample(shared, target, true, periods + lost, periods + lost, lost);
+        let paced = Paced {
+            ticks: periods + lost,
+            missed: lost,
+            late: ended.is_some_and(|ended| monotonic_ns() - i128::from(ended) > late_after),
+        };
+        sampling.sample(shared, target, true, periods + lost, paced);
     }
+}
+
+/// Puts the calling thread at the lowest real-time priority (SCHED_FIFO 1), so that its
+/// wake-ups preempt the tasks of the normal class instead of waiting for a CPU; whether it
+/// could (root or CAP_SYS_NICE, or an RLIMIT_RTPRIO of 1 or more).
+fn realtime() -> bool {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        tracing::debug!(
+            error = %io::Error::last_os_error(),
+            "the PHP sampler runs at normal priority: its reads may be late on a busy machine"
+        );
+    }
+    rc == 0
 }
 
 /// The state letter of /proc/PID/task/TID/stat: after the command name's closing
