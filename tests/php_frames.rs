@@ -268,7 +268,7 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
     let cpu_before = sampler.sampler_cpu();
     let started = Instant::now();
     let baseline = wakeup_baseline(SAMPLE_FOR);
-    thread::sleep(SAMPLE_FOR);
+    run_for_cpu(burn.process.pid());
     let mut stacks = sampler.collect();
     let elapsed = started.elapsed();
     let cpu_after = sampler.sampler_cpu();
@@ -315,6 +315,29 @@ fn sample_under_load(burn: &Burn, between: impl FnOnce()) -> Sampled {
         wakeups,
         rate: samples as f64 / elapsed.as_secs_f64(),
         late_share: late as f64 / samples.max(1) as f64,
+    }
+}
+
+/// The CPU the PHP thread must have run while sampled: at 997 Hz, 1,500 samples.
+const SAMPLE_CPU: Duration = Duration::from_millis(1500);
+
+/// Waits [`SAMPLE_FOR`], and then on until the PHP process's main thread has run
+/// [`SAMPLE_CPU`] since the call (a thread that waits for a CPU most of the time, on a
+/// loaded machine, takes longer to give as many samples), for at most 10 × SAMPLE_FOR.
+fn run_for_cpu(pid: u32) {
+    let cpu = || -> Option<u64> {
+        let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+        text.split_whitespace().next()?.parse().ok()
+    };
+    let started = Instant::now();
+    let from = cpu();
+    thread::sleep(SAMPLE_FOR);
+    while started.elapsed() < SAMPLE_FOR * 10 {
+        let ran = from.zip(cpu()).map(|(a, b)| b.saturating_sub(a));
+        if ran.is_none_or(|ns| ns >= SAMPLE_CPU.as_nanos() as u64) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(250));
     }
 }
 
@@ -753,7 +776,7 @@ fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
     );
     assert_eq!(parse_response(&reset).status, 200);
     let before = burn.truth();
-    thread::sleep(SAMPLE_FOR);
+    run_for_cpu(burn.process.pid());
     let after = burn.truth();
     drop(load);
     // Past the watcher's next collect.
