@@ -289,6 +289,14 @@ fn real_webdis_is_found_and_costs_cpu_per_request() {
     let mut webdis = Webdis::start(redis.port());
     let proxy = Proxy::in_front_of(webdis.addr(), &["--profile-upstream"]);
     await_watched(&proxy, "webdis", webdis.process().pid());
+    // The profiler started (it reads Webdis's symbols first), so that the load is sampled.
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            window(&snapshot(&proxy), "webdis").0["frames"] == "native"
+        }),
+        "the proxy did not start sampling Webdis\n{}",
+        proxy.log_tail()
+    );
     reset(&proxy);
     let wrk = run_wrk(&proxy.url("/GET/k"), 4, 20, 1);
     // A floor on the sample, not a rate to reach: 250 answers a second from 20 connections.
@@ -301,6 +309,8 @@ fn real_webdis_is_found_and_costs_cpu_per_request() {
     eprintln!("webdis: {n} requests, per request user {user:.1} µs, system {system:.1} µs, run queue {runq:.1} µs, threads {}", u["threads"]);
     assert!(user + system > 0.0, "no CPU per request: {u}");
     assert!(runq >= 0.0);
+    // Past the watcher's next collect of the profiler's samples (a loaded full run saw
+    // none 1.5 s after the load: it had not waited for the profiler to start).
     thread::sleep(Duration::from_millis(1500));
     let (u, _) = window(&snapshot(&proxy), "webdis");
     let (by, total) = samples(&u);
