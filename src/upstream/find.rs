@@ -69,8 +69,6 @@ impl Target {
 #[error("{0} is not an address of this host, so its process cannot be read here; set [tap.process] pid or pid_file, or find = \"none\"")]
 pub struct NotLocal(pub String);
 
-/// The process holding the socket that listens on `upstream` (`host:port`), found through
-/// /proc/net/tcp{,6} (the socket's inode) and /proc/*/fd (who holds that inode).
 /// The thread ids of process `pid` (the entries of /proc/PID/task).
 pub fn threads(pid: u32) -> std::io::Result<Vec<u32>> {
     let mut tids = Vec::new();
@@ -83,6 +81,8 @@ pub fn threads(pid: u32) -> std::io::Result<Vec<u32>> {
     Ok(tids)
 }
 
+/// The process holding the socket that listens on `upstream` (`host:port`), found through
+/// /proc/net/tcp{,6} (the socket's inode) and /proc/*/fd (who holds that inode).
 fn listener_pid(upstream: &str) -> anyhow::Result<u32> {
     let addrs: Vec<SocketAddr> = upstream
         .to_socket_addrs()
