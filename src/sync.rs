@@ -1,4 +1,4 @@
-//! Locking shared between modules.
+//! Locking and threads shared between modules.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -49,4 +49,23 @@ impl Drop for Background {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Puts the calling thread at the lowest real-time priority (SCHED_FIFO 1), so that its
+/// wake-ups preempt the tasks of the normal class instead of waiting for a CPU behind
+/// them; whether it could (root or CAP_SYS_NICE, or an RLIMIT_RTPRIO of 1 or more). For
+/// threads that keep time and do little when they wake (a sampler, a bench's clock): on
+/// a machine whose run queue holds tens of busy threads, a normal one waited tens of
+/// times its own work for each wake-up.
+pub(crate) fn realtime() -> bool {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "no real-time priority for this thread"
+        );
+    }
+    rc == 0
 }

@@ -278,7 +278,13 @@ impl PhpSampler {
                     // SAFETY: gettid has no preconditions.
                     let tid = unsafe { libc::gettid() };
                     shared.tid.store(tid as u32, Ordering::Relaxed);
-                    shared.realtime.store(realtime(), Ordering::Relaxed);
+                    let realtime = crate::sync::realtime();
+                    if !realtime {
+                        tracing::debug!(
+                            "the PHP sampler runs at normal priority: its reads may be late on a busy machine"
+                        );
+                    }
+                    shared.realtime.store(realtime, Ordering::Relaxed);
                     let _ = started.send(());
                     match pace {
                         Pace::Timer => run_timer(&shared, &target, period, stat),
@@ -578,22 +584,6 @@ fn run_cpu_paced(
         };
         sampling.sample(shared, target, true, periods + lost, paced);
     }
-}
-
-/// Puts the calling thread at the lowest real-time priority (SCHED_FIFO 1), so that its
-/// wake-ups preempt the tasks of the normal class instead of waiting for a CPU; whether it
-/// could (root or CAP_SYS_NICE, or an RLIMIT_RTPRIO of 1 or more).
-fn realtime() -> bool {
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc != 0 {
-        tracing::debug!(
-            error = %io::Error::last_os_error(),
-            "the PHP sampler runs at normal priority: its reads may be late on a busy machine"
-        );
-    }
-    rc == 0
 }
 
 /// The state letter of /proc/PID/task/TID/stat: after the command name's closing
