@@ -9,8 +9,9 @@
 //!
 //! The interleave (after Abedi and Brecht's multiple interleaved trials, ICPE 2017): one
 //! side at a time with all the connections, in slices (250 ms by default) A B B A A B …;
-//! each pair of adjacent slices, one of each side, is one window, compared as a duet's.
-//! Interference slower than a pair cancels as in the duet; each side has the whole
+//! each four slices A B B A are one window, compared as a duet's (four, not two: see
+//! [`super::Design::ticks_per_window`]). Interference slower than a window cancels as in
+//! the duet; each side has the whole
 //! machine while it is measured, so a difference in CPU shows in latency undiluted (in a
 //! duet the two servers share the cores, and the slower one takes a larger share).
 
@@ -19,8 +20,8 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use serde::Serialize;
+use std::time::Instant;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::order::{self, Side};
 use super::{load, progress, validity, Bench, Measured, RunRecord};
@@ -97,7 +98,6 @@ impl Bench<'_> {
             (args.connections / 2).max(1)
         };
         let (turns, whose) = watch::channel(turn_of(Side::B));
-        let turns = interleave.then_some(turns);
         let plan = |side| {
             let mut plan = self.plan(side, length + tick, connections);
             plan.turn = interleave.then(|| load::Turn {
@@ -108,6 +108,11 @@ impl Bench<'_> {
         };
         let counters = [(); 2].map(|()| Arc::new(load::Counters::default()));
         let stop = counters.clone();
+        let turns = interleave.then(|| Turns {
+            whose: turns,
+            sides: counters.clone(),
+            drain: tick / 2,
+        });
         let (a_plan, b_plan) = (plan(Side::A), plan(Side::B));
         drop(whose);
         let (a_addr, b_addr, threads) = (self.a_addr, self.b_addr, args.threads);
@@ -121,16 +126,17 @@ impl Bench<'_> {
             )
         });
         let measure = async {
-            let (windows, until) = self.windows(count, tick, turns.as_ref()).await;
+            let windows = self.windows(count, tick, turns.as_ref()).await;
             // Reached early, or the last window taken: the load ends with the windows,
             // and connections waiting for a turn stop waiting.
             for c in &stop {
                 c.stop();
             }
             drop(turns);
-            (windows, until)
+            windows
         };
-        let (generated, (windows, until)) = tokio::join!(generated, measure);
+        let (generated, windows) = tokio::join!(generated, measure);
+        let (windows, until) = windows?;
         let [a, b] = generated.context("the load generator")??;
         let whole = Snapshot::merged(&windows)
             .ok_or_else(|| anyhow::anyhow!("the bench measured no window"))?;
@@ -162,31 +168,68 @@ impl Bench<'_> {
         Ok((runs, measured, until))
     }
 
-    /// Up to `count` consecutive windows after one unmeasured tick, each the snapshot
-    /// since the cut that began it: a duet's window is one tick; an interleave's is two,
-    /// with the turn passing (`turns`) at every tick, A B B A …, so that each window holds
-    /// one slice of each side. With `--until-mde`, fewer once the windows so far reach
-    /// the target.
-    ///
-    /// The check runs on a thread of its own while the windows go on being taken on
-    /// time (a comparison of hundreds of windows takes longer than one window: done in
-    /// line, it delayed the next snapshots, which then held almost nothing). Checks are
-    /// spaced by [`CHECK_EVERY`] and by a tenth more windows each, so their cost grows
-    /// with the windows only as a logarithm. When one says reached, the windows taken
-    /// after the ones it saw are left out: the duet stops where the rule was met, and the
-    /// verdict's mde is the one the rule saw.
+    /// The windows of [`Self::clock`], timed and cut on a thread of their own at
+    /// real-time priority where the system allows it. Beside a CPU-bound server the run
+    /// queue holds tens of busy threads, and a thread of the normal class waited tens of
+    /// times its own work for each wake-up: in a debug build a cut of 1–2 ms of CPU took
+    /// 40–270 ms (more than a slice), the turn passed late, and the slice after each cut,
+    /// A's and B's in turn, was another length than the one before it.
     async fn windows(
         &self,
         count: usize,
         tick: Duration,
-        turns: Option<&watch::Sender<usize>>,
+        turns: Option<&Turns>,
+    ) -> anyhow::Result<(Vec<Snapshot>, Option<UntilMde>)> {
+        let runtime = tokio::runtime::Handle::current();
+        // The clock borrows the bench; this worker waits for it, and the proxy's tasks
+        // move to the runtime's other workers meanwhile.
+        tokio::task::block_in_place(|| {
+            std::thread::scope(|scope| {
+                let clock = std::thread::Builder::new()
+                    .name("bench-clock".into())
+                    .spawn_scoped(scope, || {
+                        if !crate::sync::realtime() {
+                            progress::note(
+                                "the windows' clock runs at normal priority (no CAP_SYS_NICE): \
+                                 on a busy machine its turns and cuts may be late",
+                            );
+                        }
+                        self.clock(count, tick, turns, &runtime)
+                    })
+                    .context("starting the bench's clock thread")?;
+                clock
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the bench's clock thread panicked"))
+            })
+        })
+    }
+
+    /// Up to `count` consecutive windows after one unmeasured tick, each the snapshot
+    /// since the cut that began it: a duet's window is one tick; an interleave's is four,
+    /// with the turn passing (`turns`) at every tick, A B B A …, so that each window holds
+    /// two slices of each side. With `--until-mde`, fewer once the windows so far reach
+    /// the target.
+    ///
+    /// The check runs on a thread of its own (`runtime`'s blocking pool, at normal
+    /// priority) while the windows go on being taken on time (a comparison of hundreds of
+    /// windows takes longer than one window: done in line, it delayed the next snapshots,
+    /// which then held almost nothing). Checks are spaced by [`CHECK_EVERY`] and by a
+    /// tenth more windows each, so their cost grows with the windows only as a logarithm.
+    /// When one says reached, the windows taken after the ones it saw are left out: the
+    /// duet stops where the rule was met, and the verdict's mde is the one the rule saw.
+    fn clock(
+        &self,
+        count: usize,
+        tick: Duration,
+        turns: Option<&Turns>,
+        runtime: &tokio::runtime::Handle,
     ) -> (Vec<Snapshot>, Option<UntilMde>) {
         let target = self.args.until_mde.map(|pct| pct / 100.0);
-        let per_window = if turns.is_some() { 2 } else { 1 };
+        let per_window = self.args.design.ticks_per_window();
         let window = tick * per_window;
         let check_every = (CHECK_EVERY.as_secs_f64() / window.as_secs_f64()).ceil() as usize;
         let start = Instant::now() + tick;
-        tokio::time::sleep_until(start).await;
+        sleep_until(start);
         pass(turns, 0);
         self.registry.reset();
         let mut out = Vec::with_capacity(count);
@@ -194,12 +237,11 @@ impl Bench<'_> {
         let mut checking: Option<(usize, tokio::task::JoinHandle<Option<f64>>)> = None;
         let mut checked = 0;
         for i in 1..=count {
-            // An interleave's turn passes in the middle of the window and again at its
-            // end; the window is cut only at its end. The cut takes time (tens of ms,
-            // more in a debug build): once a slice, it made the slices late.
+            // An interleave's turn passes at each of the window's slices; the window is
+            // cut only at its end, where the same side goes on (A, then A).
             for j in 1..=per_window {
                 let k = (i - 1) * per_window as usize + j as usize;
-                tokio::time::sleep_until(start + tick * u32::try_from(k).unwrap_or(u32::MAX)).await;
+                sleep_until(start + tick * u32::try_from(k).unwrap_or(u32::MAX));
                 pass(turns, k);
             }
             // The turn passed first: a side that went on sending while the snapshot was
@@ -211,7 +253,7 @@ impl Bench<'_> {
             tracing::debug!(took = ?cutting.elapsed(), window = i, "bench window cut");
             let Some(target) = target else { continue };
             if let Some((seen, handle)) = checking.take_if(|(_, h)| h.is_finished()) {
-                mde = handle.await.ok().flatten();
+                mde = runtime.block_on(handle).ok().flatten();
                 if mde.is_some_and(|m| m <= target) {
                     out.truncate(seen);
                     break;
@@ -225,7 +267,7 @@ impl Bench<'_> {
                 let (windows, options) = (out.clone(), self.compare_options());
                 checking = Some((
                     i,
-                    tokio::task::spawn_blocking(move || primary_mde(&windows, &options)),
+                    runtime.spawn_blocking(move || primary_mde(&windows, &options)),
                 ));
             }
         }
@@ -247,6 +289,11 @@ impl Bench<'_> {
     }
 }
 
+/// Sleeps the calling thread until `deadline` (at once if it has passed).
+fn sleep_until(deadline: Instant) {
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+}
+
 /// The turn value of `side` in a [`load::Turn`].
 fn turn_of(side: Side) -> usize {
     match side {
@@ -255,12 +302,39 @@ fn turn_of(side: Side) -> usize {
     }
 }
 
-/// An interleave's turn passes to the side of slice `k` (from 0), A B B A ….
-fn pass(turns: Option<&watch::Sender<usize>>, k: usize) {
-    if let Some(turns) = turns {
-        turns.send_replace(turn_of(order::nth(k)));
-    }
+/// An interleave's turns: whose it is, and each side's counters (what it has in flight).
+struct Turns {
+    whose: watch::Sender<usize>,
+    sides: [Arc<load::Counters>; 2],
+    /// The longest a turn waits for the other side's exchanges in flight.
+    drain: Duration,
 }
+
+/// The turn value no side's: each side's connections wait (a turn being drained).
+const NOBODY: usize = usize::MAX;
+
+/// An interleave's turn passes to the side of slice `k` (from 0), A B B A …. Where the
+/// side changes, the side that had the turn first finishes the exchanges it has in flight
+/// (for at most `drain`), and only then does the other begin: each side has the machine
+/// to itself on its slices. Begun at once, the new side's first exchanges ran beside the
+/// old side's last ones, both slower, by as much as the old side had in flight then.
+fn pass(turns: Option<&Turns>, k: usize) {
+    let Some(turns) = turns else { return };
+    let next = turn_of(order::nth(k));
+    let before = *turns.whose.borrow();
+    if before != next && before != NOBODY {
+        turns.whose.send_replace(NOBODY);
+        let until = Instant::now() + turns.drain;
+        while turns.sides[before].in_flight() > 0 && Instant::now() < until {
+            std::thread::sleep(DRAIN_POLL);
+        }
+    }
+    turns.whose.send_replace(next);
+}
+
+/// How often a drained turn looks at what is still in flight: a small share of an
+/// exchange (a CPU-bound server's take milliseconds) and of a slice.
+const DRAIN_POLL: Duration = Duration::from_micros(200);
 
 /// The largest mde of the primary rows of these windows, as the verdict compares them;
 /// `None` while a primary row has none (too few windows with its series).

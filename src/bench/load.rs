@@ -72,6 +72,9 @@ impl Turn {
 pub struct Counters {
     pub requests: AtomicU64,
     pub errors: AtomicU64,
+    /// Exchanges sent and not yet answered (or failed), for an interleave's turn to wait
+    /// out before it passes.
+    in_flight: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -83,6 +86,27 @@ impl Counters {
 
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Exchanges in flight now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// One exchange counted in [`Counters::in_flight`] from its turn to its answer.
+struct InFlight<'c>(&'c Counters);
+
+impl<'c> InFlight<'c> {
+    fn count(counters: &'c Counters) -> Self {
+        counters.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(counters)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -321,10 +345,15 @@ async fn connection(
             if counters.stopped() {
                 break 'connect;
             }
+            // Counted in flight before the turn is looked at: a turn that is passing sees
+            // either this exchange or a connection that will wait.
+            let mut flying = InFlight::count(counters);
             if let Some(turn) = turn.as_mut().filter(|t| !t.mine()) {
+                drop(flying);
                 if !turn.wait(deadline).await {
                     break 'connect;
                 }
+                flying = InFlight::count(counters);
                 // Open loop: the schedule resumes with the turn; the requests that fell
                 // due while the other side had it were never this side's to send.
                 if let Some(at) = due.as_mut() {
@@ -343,7 +372,9 @@ async fn connection(
             }
             let request = &requests[next % requests.len()];
             next += 1;
-            match conn.exchange(request).await {
+            let answer = conn.exchange(request).await;
+            drop(flying);
+            match answer {
                 Ok(status) => {
                     tally.requests += 1;
                     if status >= 400 {

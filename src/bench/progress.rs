@@ -66,3 +66,10 @@ pub fn done(index: usize, total: usize, side: Side, requests: u64, seconds: f64,
         }
     );
 }
+
+/// A line about how the bench runs (not a run's result), on standard error.
+pub fn note(text: &str) {
+    let mut err = std::io::stderr();
+    let clear = if err.is_terminal() { "\r\x1b[2K" } else { "" };
+    let _ = writeln!(err, "{clear}note: {text}");
+}
