@@ -325,7 +325,8 @@ fn pass(turns: Option<&Turns>, k: usize) {
     if before != next && before != NOBODY {
         turns.whose.send_replace(NOBODY);
         let until = Instant::now() + turns.drain;
-        while turns.sides[before].in_flight() > 0 && Instant::now() < until {
+        let flying = || turns.sides.get(before).map_or(0, |side| side.in_flight());
+        while flying() > 0 && Instant::now() < until {
             std::thread::sleep(DRAIN_POLL);
         }
     }
@@ -349,4 +350,80 @@ fn largest_primary_mde(c: &Comparison) -> Option<f64> {
     let mut rows = c.rows.iter().filter(|r| r.primary).peekable();
     rows.peek()?;
     rows.try_fold(0.0_f64, |most, r| Some(most.max(r.mde?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turns(drain: Duration) -> (Turns, watch::Receiver<usize>) {
+        let (whose, seen) = watch::channel(turn_of(Side::A));
+        let sides = [(); 2].map(|()| Arc::new(load::Counters::default()));
+        (
+            Turns {
+                whose,
+                sides,
+                drain,
+            },
+            seen,
+        )
+    }
+
+    /// A to B (slice 1): B begins only once A's last exchange is answered, and nobody
+    /// sends meanwhile.
+    #[test]
+    fn a_switch_waits_for_the_old_sides_exchanges_in_flight() {
+        let (turns, seen) = turns(Duration::from_secs(30));
+        let a = Arc::clone(&turns.sides[0]);
+        let drained = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, during) = (Arc::clone(&drained), seen.clone());
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let flying = load::InFlight::count(&a);
+                // The turn leaves A: nobody's while this exchange is in flight, or B's
+                // at once (no drain).
+                while *during.borrow() == turn_of(Side::A) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                flag.store(
+                    *during.borrow() == NOBODY,
+                    std::sync::atomic::Ordering::SeqCst,
+                );
+                drop(flying);
+            });
+            while turns.sides[0].in_flight() == 0 {
+                std::thread::yield_now();
+            }
+            pass(Some(&turns), 1);
+        });
+        assert!(drained.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(*seen.borrow(), turn_of(Side::B));
+    }
+
+    /// An exchange that never ends holds the turn only for `drain`.
+    #[test]
+    fn a_drain_ends_at_its_deadline() {
+        let (turns, seen) = turns(Duration::from_millis(20));
+        let _stuck = load::InFlight::count(&turns.sides[0]);
+        pass(Some(&turns), 1);
+        assert_eq!(*seen.borrow(), turn_of(Side::B));
+    }
+
+    /// The same side going on (slice 1 to 2, B then B) does not wait for its own
+    /// exchanges: with a drain of a minute, waiting would miss the ten seconds allowed.
+    #[test]
+    fn the_same_side_going_on_does_not_drain() {
+        let (turns, seen) = turns(Duration::from_secs(60));
+        turns.whose.send_replace(turn_of(Side::B));
+        let _flying = load::InFlight::count(&turns.sides[1]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                pass(Some(&turns), 2);
+                let _ = tx.send(());
+            });
+            assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
+        });
+        assert_eq!(*seen.borrow(), turn_of(Side::B));
+    }
 }

@@ -95,10 +95,10 @@ impl Counters {
 }
 
 /// One exchange counted in [`Counters::in_flight`] from its turn to its answer.
-struct InFlight<'c>(&'c Counters);
+pub(super) struct InFlight<'c>(&'c Counters);
 
 impl<'c> InFlight<'c> {
-    fn count(counters: &'c Counters) -> Self {
+    pub(super) fn count(counters: &'c Counters) -> Self {
         counters.in_flight.fetch_add(1, Ordering::AcqRel);
         Self(counters)
     }
@@ -345,15 +345,16 @@ async fn connection(
             if counters.stopped() {
                 break 'connect;
             }
-            // Counted in flight before the turn is looked at: a turn that is passing sees
-            // either this exchange or a connection that will wait.
-            let mut flying = InFlight::count(counters);
+            // With turns, counted in flight before the turn is looked at: a turn that is
+            // passing sees either this exchange or a connection that will wait. Without
+            // turns nobody waits for it, and nothing is counted.
+            let mut flying = turn.as_ref().map(|_| InFlight::count(counters));
             if let Some(turn) = turn.as_mut().filter(|t| !t.mine()) {
                 drop(flying);
                 if !turn.wait(deadline).await {
                     break 'connect;
                 }
-                flying = InFlight::count(counters);
+                flying = Some(InFlight::count(counters));
                 // Open loop: the schedule resumes with the turn; the requests that fell
                 // due while the other side had it were never this side's to send.
                 if let Some(at) = due.as_mut() {
