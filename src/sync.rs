@@ -55,7 +55,7 @@ impl Drop for Background {
 /// wake-ups preempt the tasks of the normal class instead of waiting for a CPU behind
 /// them; whether it could (root or CAP_SYS_NICE, or an RLIMIT_RTPRIO of 1 or more). For
 /// threads that keep time and do little when they wake (a sampler, a bench's clock): on
-/// a machine whose run queue holds tens of busy threads, a normal one waited tens of
+/// a machine whose run queue holds tens of busy threads, a normal one waited many
 /// times its own work for each wake-up.
 pub(crate) fn realtime() -> bool {
     let param = libc::sched_param { sched_priority: 1 };

@@ -170,10 +170,11 @@ impl Bench<'_> {
 
     /// The windows of [`Self::clock`], timed and cut on a thread of their own at
     /// real-time priority where the system allows it. Beside a CPU-bound server the run
-    /// queue holds tens of busy threads, and a thread of the normal class waited tens of
-    /// times its own work for each wake-up: in a debug build a cut of 1–2 ms of CPU took
-    /// 40–270 ms (more than a slice), the turn passed late, and the slice after each cut,
-    /// A's and B's in turn, was another length than the one before it.
+    /// queue holds tens of busy threads, and a thread of the normal class waited many
+    /// times its own work for each wake-up: in a debug build a cut that took 17 ms once
+    /// the load had stopped took a median of 269 ms under it (more than a slice), the turn
+    /// passed late, and the slice after each cut, A's and B's in turn, was another length
+    /// than the one before it.
     async fn windows(
         &self,
         count: usize,
