@@ -274,7 +274,8 @@ fn a_server_that_burns_5_percent_more_cpu_is_slower_when_interleaved() {
     panic!("not `different` (slower) in two benches: {tried:#?}");
 }
 
-/// `--until-mde` works the same for the interleave: its windows are four slices, A B B A.
+/// `--until-mde` works the same for the interleave: its windows are four slices, A B B A
+/// then B A A B.
 #[test]
 fn until_mde_stops_the_interleave_once_the_target_is_reached() {
     let _serial = serial();
@@ -288,7 +289,10 @@ fn until_mde_stops_the_interleave_once_the_target_is_reached() {
     );
     let text = String::from_utf8_lossy(&out);
     assert!(text.contains("until mde 30.0 %: reached,"), "{text}");
-    assert!(text.contains("in slices of 0.25 s A B B A"), "{text}");
+    assert!(
+        text.contains("in slices of 0.25 s A B B A B A A B"),
+        "{text}"
+    );
 }
 
 /// `--until-mde` stops the duet once the primary rows can detect the target, well before

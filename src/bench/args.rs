@@ -20,7 +20,7 @@ pub struct BenchArgs {
     pub path: Vec<String>,
 
     /// How A and B share the machine: `interleave` loads one side at a time in short
-    /// slices, A B B A …, and compares each four slices A B B A; `duet` loads both at once (half
+    /// slices, A B B A B A A B …, and compares each four slices; `duet` loads both at once (half
     /// the connections each) and compares them in paired windows; `runs` loads one side
     /// at a time, whole runs interleaved A B B A …
     #[arg(long, value_enum, default_value = "interleave")]
@@ -30,8 +30,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub window: Duration,
 
-    /// Interleave: the length of one side's slice (four slices, A B B A, are compared as a
-    /// duet's window is)
+    /// Interleave: the length of one side's slice (four slices, A B B A or B A A B, are
+    /// compared as a duet's window is)
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub slice: Duration,
 
@@ -140,7 +140,7 @@ impl BenchArgs {
         }
     }
 
-    /// A paired design's window: a duet's tick, an interleave's four (A B B A).
+    /// A paired design's window: a duet's tick, an interleave's four (A B B A or B A A B).
     pub fn paired_window(&self) -> Option<Duration> {
         let (tick, _) = self.tick()?;
         Some(tick * self.design.ticks_per_window())
@@ -149,7 +149,7 @@ impl BenchArgs {
 
 impl Design {
     /// The ticks (slices) in one of the design's windows: an interleave's window holds A B
-    /// B A, each side switched away from once. The side switched away from finishes its
+    /// B A or B A A B, each side switched away from once. The side switched away from finishes its
     /// exchanges in flight beside the other's first ones, slower: in windows of two
     /// slices, A B then B A, that fell on A and on B in turn, and the windows' ratios
     /// alternated by ±6 % (release, 56 windows: +13.2 % and −0.2 % about a true +5 %),

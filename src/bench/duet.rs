@@ -8,9 +8,10 @@
 //! paired t interval, `compare --paired`), where that common noise cancels.
 //!
 //! The interleave (after Abedi and Brecht's multiple interleaved trials, ICPE 2017): one
-//! side at a time with all the connections, in slices (250 ms by default) A B B A A B …;
-//! each four slices A B B A are one window, compared as a duet's (four, not two: see
-//! [`super::Design::ticks_per_window`]). Interference slower than a window cancels as in
+//! side at a time with all the connections, in slices (250 ms by default) A B B A B A A B
+//! …; each four slices are one window, compared as a duet's (four, not two: see
+//! [`super::Design::ticks_per_window`]; alternating A B B A and B A A B: see
+//! [`order::slice`]). Interference slower than a window cancels as in
 //! the duet; each side has the whole
 //! machine while it is measured, so a difference in CPU shows in latency undiluted (in a
 //! duet the two servers share the cores, and the slower one takes a larger share).
@@ -207,8 +208,8 @@ impl Bench<'_> {
 
     /// Up to `count` consecutive windows after one unmeasured tick, each the snapshot
     /// since the cut that began it: a duet's window is one tick; an interleave's is four,
-    /// with the turn passing (`turns`) at every tick, A B B A …, so that each window holds
-    /// two slices of each side. With `--until-mde`, fewer once the windows so far reach
+    /// with the turn passing (`turns`) at every tick, A B B A B A A B …, so that each window
+    /// holds two slices of each side. With `--until-mde`, fewer once the windows so far reach
     /// the target.
     ///
     /// The check runs on a thread of its own (`runtime`'s blocking pool, at normal
@@ -231,27 +232,33 @@ impl Bench<'_> {
         let check_every = (CHECK_EVERY.as_secs_f64() / window.as_secs_f64()).ceil() as usize;
         let start = Instant::now() + tick;
         sleep_until(start);
-        pass(turns, 0);
-        self.registry.reset();
+        pass(turns, 0, || {
+            self.registry.reset();
+        });
         let mut out = Vec::with_capacity(count);
         let mut mde = None;
         let mut checking: Option<(usize, tokio::task::JoinHandle<Option<f64>>)> = None;
         let mut checked = 0;
         for i in 1..=count {
             // An interleave's turn passes at each of the window's slices; the window is
-            // cut only at its end, where the same side goes on (A, then A).
+            // cut at its end, where the side changes (A B B A, then B A A B), after the
+            // side that had the turn has finished its exchanges and before the other
+            // begins: the cut, on this thread at real-time priority, stalls no exchange.
+            // One cut, not a snapshot then a reset: what was recorded between the two
+            // fell in no window.
             for j in 1..=per_window {
                 let k = (i - 1) * per_window as usize + j as usize;
                 sleep_until(start + tick * u32::try_from(k).unwrap_or(u32::MAX));
-                pass(turns, k);
+                if j < per_window {
+                    pass(turns, k, || ());
+                    continue;
+                }
+                pass(turns, k, || {
+                    let cutting = Instant::now();
+                    out.push(self.registry.cut());
+                    tracing::debug!(took = ?cutting.elapsed(), window = i, "bench window cut");
+                });
             }
-            // The turn passed first: a side that went on sending while the snapshot was
-            // taken would have had that much more of its slice than the other. One cut,
-            // not a snapshot then a reset: what was recorded between the two fell in no
-            // window.
-            let cutting = Instant::now();
-            out.push(self.registry.cut());
-            tracing::debug!(took = ?cutting.elapsed(), window = i, "bench window cut");
             let Some(target) = target else { continue };
             if let Some((seen, handle)) = checking.take_if(|(_, h)| h.is_finished()) {
                 mde = runtime.block_on(handle).ok().flatten();
@@ -314,14 +321,19 @@ struct Turns {
 /// The turn value no side's: each side's connections wait (a turn being drained).
 const NOBODY: usize = usize::MAX;
 
-/// An interleave's turn passes to the side of slice `k` (from 0), A B B A …. Where the
-/// side changes, the side that had the turn first finishes the exchanges it has in flight
-/// (for at most `drain`), and only then does the other begin: each side has the machine
-/// to itself on its slices. Begun at once, the new side's first exchanges ran beside the
-/// old side's last ones, both slower, by as much as the old side had in flight then.
-fn pass(turns: Option<&Turns>, k: usize) {
-    let Some(turns) = turns else { return };
-    let next = turn_of(order::nth(k));
+/// An interleave's turn passes to the side of slice `k` (from 0, [`order::slice`]), and
+/// `between` runs before it does (at once in a duet, which has no turns). Where the side
+/// changes, the side that had the turn first finishes the exchanges it has in flight (for
+/// at most `drain`), then `between` runs while neither side has the turn, and only then
+/// does the other begin: each side has the machine to itself on its slices. Begun at
+/// once, the new side's first exchanges ran beside the old side's last ones, both slower,
+/// by as much as the old side had in flight then.
+fn pass(turns: Option<&Turns>, k: usize, between: impl FnOnce()) {
+    let Some(turns) = turns else {
+        between();
+        return;
+    };
+    let next = turn_of(order::slice(k));
     let before = *turns.whose.borrow();
     if before != next && before != NOBODY {
         turns.whose.send_replace(NOBODY);
@@ -331,6 +343,7 @@ fn pass(turns: Option<&Turns>, k: usize) {
             std::thread::sleep(DRAIN_POLL);
         }
     }
+    between();
     turns.whose.send_replace(next);
 }
 
@@ -395,7 +408,7 @@ mod tests {
             while turns.sides[0].in_flight() == 0 {
                 std::thread::yield_now();
             }
-            pass(Some(&turns), 1);
+            pass(Some(&turns), 1, || ());
         });
         assert!(drained.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(*seen.borrow(), turn_of(Side::B));
@@ -406,8 +419,22 @@ mod tests {
     fn a_drain_ends_at_its_deadline() {
         let (turns, seen) = turns(Duration::from_millis(20));
         let _stuck = load::InFlight::count(&turns.sides[0]);
-        pass(Some(&turns), 1);
+        pass(Some(&turns), 1, || ());
         assert_eq!(*seen.borrow(), turn_of(Side::B));
+    }
+
+    /// A window's end (slice 3, A, to slice 4, B): the cut runs after A's turn ends and
+    /// before B's begins, when no side sends; in a duet, which has no turns, at once.
+    #[test]
+    fn a_window_is_cut_while_neither_side_has_the_turn() {
+        let (turns, seen) = turns(Duration::from_millis(20));
+        let mut during = None;
+        pass(Some(&turns), 4, || during = Some(*seen.borrow()));
+        assert_eq!(during, Some(NOBODY));
+        assert_eq!(*seen.borrow(), turn_of(Side::B));
+        let mut cut = false;
+        pass(None, 4, || cut = true);
+        assert!(cut);
     }
 
     /// The same side going on (slice 1 to 2, B then B) does not wait for its own
@@ -420,7 +447,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
-                pass(Some(&turns), 2);
+                pass(Some(&turns), 2, || ());
                 let _ = tx.send(());
             });
             assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());

@@ -1,7 +1,7 @@
 //! `phasescope bench`: the whole A/B experiment in one command. An embedded proxy with two
 //! taps, `a` and `b`, in front of the two servers; a load generator (built in, or
-//! `--load CMD`); warm-up, then one side at a time in short slices A B B A …, each pair
-//! of slices a window (`interleave`, the default), both sides at once in paired windows
+//! `--load CMD`); warm-up, then one side at a time in short slices A B B A B A A B …, each
+//! four slices a window (`interleave`, the default), both sides at once in paired windows
 //! (`duet`), or whole runs interleaved A B B A …, each on a clean snapshot (`runs`); then
 //! `compare` of tap `a`'s windows or runs against tap `b`'s (docs/compare.md).
 //!

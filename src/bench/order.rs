@@ -33,6 +33,19 @@ pub fn nth(i: usize) -> Side {
     }
 }
 
+/// The side of an interleave's slice `k` (from 0), in windows of four slices that
+/// alternate A B B A, B A A B, …: every window is cut where the side changes, while
+/// neither side has the turn (a cut between two slices of one side stalled only that
+/// side's exchanges, window after window), and over each two windows both sides have
+/// the same places in them.
+pub fn slice(k: usize) -> Side {
+    match (nth(k % 4), (k / 4) % 2) {
+        (side, 0) => side,
+        (Side::A, _) => Side::B,
+        (Side::B, _) => Side::A,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +59,16 @@ mod tests {
             (0..8).map(nth).collect::<Vec<_>>(),
             [A, B, B, A, A, B, B, A]
         );
+    }
+
+    #[test]
+    fn slices_alternate_abba_and_baab() {
+        use Side::{A, B};
+        assert_eq!(
+            (0..12).map(slice).collect::<Vec<_>>(),
+            [A, B, B, A, B, A, A, B, A, B, B, A]
+        );
+        // Every window boundary (4, 8, …) is a change of side.
+        assert!((1..40).all(|w| slice(4 * w - 1) != slice(4 * w)));
     }
 }

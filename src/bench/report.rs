@@ -71,7 +71,7 @@ pub struct BenchReport {
     pub b: String,
     pub paths: Vec<String>,
     pub design: super::Design,
-    /// Duet: seconds per paired window; interleave: per four slices (A B B A); null for runs.
+    /// Duet: seconds per paired window; interleave: per four slices; null for runs.
     pub window: Option<f64>,
     /// Client connections: of each run (runs), of both sides together, half each (duet),
     /// or of each side on its slices (interleave).
@@ -112,7 +112,7 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
             w
         ),
         (Design::Interleave, Some(w)) => format!(
-            "interleave: one side at a time, {} connections, {} s in slices of {} s A B B A …",
+            "interleave: one side at a time, {} connections, {} s in slices of {} s A B B A B A A B …",
             r.connections,
             r.duration,
             w / f64::from(Design::Interleave.ticks_per_window())
