@@ -226,8 +226,9 @@ fn webdis_with_one_thread_is_slower_than_with_two() {
     println!("threads 2 vs 1: {:#}", v["summary"]);
     let t = total[0];
     // Interleaved (the default), each Webdis has the machine on its slices: one thread
-    // measured +55 % [+50, +60] quiet and +44 % [+36, +53] beside two busy loops, where
-    // whole runs had said `unknown` (CV 14–29 % a run). A verdict, not `unknown`.
+    // measured +52 % [+50, +55] quiet and +48 % [+43, +54] beside two busy loops (release,
+    // alternating windows), where whole runs had said `unknown` (CV 14–29 % a run). A
+    // verdict, not `unknown`.
     assert_eq!(t["method"], "paired", "{t:#}");
     assert_eq!(
         (t["verdict"].as_str(), t["direction"].as_str()),
