@@ -275,7 +275,8 @@ fn a_server_that_burns_5_percent_more_cpu_is_slower_when_interleaved() {
 }
 
 /// `--until-mde` works the same for the interleave: its windows are four slices, A B B A
-/// then B A A B.
+/// then B A A B, and it stops only after both kinds were taken as often (an even count of
+/// windows of 1 s: each side had each place in them as often).
 #[test]
 fn until_mde_stops_the_interleave_once_the_target_is_reached() {
     let _serial = serial();
@@ -293,6 +294,39 @@ fn until_mde_stops_the_interleave_once_the_target_is_reached() {
         text.contains("in slices of 0.25 s A B B A B A A B"),
         "{text}"
     );
+    let seconds = interleaved_seconds(&text);
+    let windows = seconds.round() as u64;
+    assert!(
+        (seconds - windows as f64).abs() < 1e-6 && windows.is_multiple_of(2),
+        "{seconds} s of windows of 1 s: not as many A B B A as B A A B: {text}"
+    );
+}
+
+/// An interleave that `--max-duration` ends takes the windows that make whole pairs, A B
+/// B A with B A A B: 5 s holds five windows of 1 s, and the bench measures four.
+#[test]
+fn the_interleave_ends_on_as_many_abba_as_baab_windows() {
+    let _serial = serial();
+    let (a, rate) = calibrated(300);
+    let b = like(&rate, 300);
+    let out = bench_design(
+        "interleave",
+        &a,
+        &b,
+        &["--until-mde", "0.001", "--max-duration", "5s"],
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("until mde 0.0 %: not reached,"), "{text}");
+    assert_eq!(interleaved_seconds(&text), 4.0, "{text}");
+}
+
+/// The seconds of windows an interleave's report header says it measured.
+fn interleaved_seconds(text: &str) -> f64 {
+    text.split(" connections, ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s in slices").next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no measured seconds in the header: {text}"))
 }
 
 /// `--until-mde` stops the duet once the primary rows can detect the target, well before

@@ -35,9 +35,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub slice: Duration,
 
-    /// Duet and interleave: keep measuring windows (of four slices) until the smallest
-    /// change the primary rows can detect (their mde) is at most PCT %, or --max-duration
-    /// passes; the report says which
+    /// Duet and interleave: keep measuring windows (an interleave's of four slices, in
+    /// pairs A B B A and B A A B) until the smallest change the primary rows can detect
+    /// (their mde) is at most PCT %, or --max-duration passes; the report says which
     #[arg(long = "until-mde", value_name = "PCT")]
     pub until_mde: Option<f64>,
 
@@ -158,6 +158,18 @@ impl Design {
     pub fn ticks_per_window(self) -> u32 {
         match self {
             Design::Interleave => 4,
+            Design::Duet | Design::Runs => 1,
+        }
+    }
+
+    /// The windows in which each side has each place once: an interleave's A B B A then
+    /// B A A B, a duet's one window. A paired bench takes a whole number of these, also
+    /// when `--until-mde` stops it early: the side at a window's two ends fared otherwise
+    /// than the side in its middle (±2–3 % in kept benches, docs/compare.md), which an
+    /// odd count of an interleave's windows left in the verdict, once, on one side.
+    pub fn windows_per_cycle(self) -> usize {
+        match self {
+            Design::Interleave => 2,
             Design::Duet | Design::Runs => 1,
         }
     }

@@ -83,7 +83,9 @@ impl Bench<'_> {
             );
         }
         let length = self.paired_length();
+        let cycle = args.design.windows_per_cycle();
         let count = (length.as_secs_f64() / window.as_secs_f64()).floor() as usize;
+        let count = count - count % cycle;
         ensure!(
             count >= super::MIN_WINDOWS,
             "{length:?} holds {count} windows of {window:?}: needs at least {} \
@@ -234,6 +236,7 @@ impl Bench<'_> {
     ) -> (Vec<Snapshot>, Option<UntilMde>) {
         let target = self.args.until_mde.map(|pct| pct / 100.0);
         let per_window = self.args.design.ticks_per_window();
+        let cycle = self.args.design.windows_per_cycle();
         let window = tick * per_window;
         let check_every = (CHECK_EVERY.as_secs_f64() / window.as_secs_f64()).ceil() as usize;
         let start = Instant::now() + tick;
@@ -272,6 +275,7 @@ impl Bench<'_> {
                 }
             }
             let due = i >= super::MIN_WINDOWS
+                && i.is_multiple_of(cycle)
                 && i >= checked + check_every.max(1)
                 && i >= checked + checked / 10;
             if checking.is_none() && due && i < count {
