@@ -165,8 +165,8 @@ impl Design {
     /// The windows in which each side has each place once: an interleave's A B B A then
     /// B A A B, a duet's one window. A paired bench takes a whole number of these, also
     /// when `--until-mde` stops it early: the side at a window's two ends fared otherwise
-    /// than the side in its middle (±2–3 % in kept benches, docs/compare.md), which an
-    /// odd count of an interleave's windows left in the verdict, once, on one side.
+    /// than the side in its middle (by up to 5 % in kept benches, docs/compare.md), which
+    /// an odd count of an interleave's windows left in the verdict, once, on one side.
     pub fn windows_per_cycle(self) -> usize {
         match self {
             Design::Interleave => 2,
