@@ -279,16 +279,7 @@ fn a_server_that_burns_5_percent_more_cpu_is_slower_when_interleaved() {
 /// windows of 1 s: each side had each place in them as often).
 #[test]
 fn until_mde_stops_the_interleave_once_the_target_is_reached() {
-    let _serial = serial();
-    let (a, rate) = calibrated(300);
-    let b = like(&rate, 300);
-    let out = bench_design(
-        "interleave",
-        &a,
-        &b,
-        &["--until-mde", "30", "--max-duration", "60s"],
-    );
-    let text = String::from_utf8_lossy(&out);
+    let text = interleave_until_mde("30", "60s");
     assert!(text.contains("until mde 30.0 %: reached,"), "{text}");
     assert!(
         text.contains("in slices of 0.25 s A B B A B A A B"),
@@ -306,6 +297,14 @@ fn until_mde_stops_the_interleave_once_the_target_is_reached() {
 /// B A with B A A B: 5 s holds five windows of 1 s, and the bench measures four.
 #[test]
 fn the_interleave_ends_on_as_many_abba_as_baab_windows() {
+    let text = interleave_until_mde("0.001", "5s");
+    assert!(text.contains("until mde 0.0 %: not reached,"), "{text}");
+    assert_eq!(interleaved_seconds(&text), 4.0, "{text}");
+}
+
+/// The report of an interleave of two identical servers with `--until-mde target
+/// --max-duration max`.
+fn interleave_until_mde(target: &str, max: &str) -> String {
     let _serial = serial();
     let (a, rate) = calibrated(300);
     let b = like(&rate, 300);
@@ -313,11 +312,9 @@ fn the_interleave_ends_on_as_many_abba_as_baab_windows() {
         "interleave",
         &a,
         &b,
-        &["--until-mde", "0.001", "--max-duration", "5s"],
+        &["--until-mde", target, "--max-duration", max],
     );
-    let text = String::from_utf8_lossy(&out);
-    assert!(text.contains("until mde 0.0 %: not reached,"), "{text}");
-    assert_eq!(interleaved_seconds(&text), 4.0, "{text}");
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The seconds of windows an interleave's report header says it measured.
