@@ -105,16 +105,24 @@ fn outcome(result: anyhow::Result<()>) -> ExitCode {
 /// A config or usage error: its text is the whole message (it names the file, line and
 /// column, or the flag), so it is printed as it is. Exit 2.
 fn usage_error(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("{e}");
+    say(&format!("{e}"));
     ExitCode::from(EXIT_CONFIG)
 }
 
 /// Any other failure: `error: …`, then one `caused by:` line per cause.
 fn print_error(e: &anyhow::Error) {
-    eprintln!("error: {e}");
+    let mut text = format!("error: {e}\n");
     for cause in e.chain().skip(1) {
-        eprintln!("  caused by: {cause}");
+        text.push_str(&format!("  caused by: {cause}\n"));
     }
+    say(text.trim_end());
+}
+
+/// A line to standard error that cannot panic (`eprintln!` does when standard error is a
+/// full disk or a closed pipe): the exit code still says what happened.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn run(cli: &Cli, args: &RunArgs) -> ExitCode {
