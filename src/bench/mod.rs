@@ -252,7 +252,7 @@ impl Bench<'_> {
         if let Some(dir) = &self.args.keep {
             let path = dir.join(name);
             let text = serde_json::to_string_pretty(snap)? + "\n";
-            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            crate::report::file::write_output(&path, text.as_bytes())?;
         }
         Ok(())
     }

@@ -37,7 +37,7 @@ pub fn print(
         Ok((taps, _)) => {
             for t in &taps {
                 let svg = stacks::flamegraph(t)?;
-                report::file::write_atomically(flamegraph, &svg)?;
+                report::file::write_output(flamegraph, &svg)?;
                 println!(
                     "flame graph {}  ({} call stacks of {})",
                     flamegraph.display(),

@@ -74,7 +74,8 @@ pub struct SnapshotArgs {
     #[arg(long, value_name = "URL")]
     pub from: Option<String>,
 
-    /// The file to write
+    /// The file to write (`-` for standard output); a FIFO or a device is written in
+    /// place, never replaced
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
 

@@ -54,7 +54,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {
         let picture = svg::render(&ds)?;
-        std::fs::write(path, picture).with_context(|| format!("writing {}", path.display()))?;
+        super::file::write_output(path, picture.as_bytes())?;
     }
     export_stacks(args, &ds, since_unix)?;
     print(&text)
@@ -94,10 +94,16 @@ fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> an
         eprintln!("not exported: {why}");
     }
     for (path, what, render_kind) in wanted {
+        if taps.len() > 1 && path.as_os_str() == super::file::STDOUT {
+            anyhow::bail!(
+                "the {what}s of {} taps cannot share standard output: name a file (each tap gets its own) or choose one with --tap",
+                taps.len()
+            );
+        }
         for t in &taps {
             let out = stacks::path_for(path, t.tap, taps.len() > 1);
             let bytes = render(render_kind, t)?;
-            super::file::write_atomically(&out, &bytes)?;
+            super::file::write_output(&out, &bytes)?;
             eprintln!(
                 "wrote the {what} of {} ({} samples) to {}",
                 t.describe(),

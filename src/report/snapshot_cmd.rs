@@ -51,7 +51,7 @@ pub fn save(from: &str, out: &Path, reset: bool) -> anyhow::Result<Saved> {
     let value: serde_json::Value = serde_json::from_str(text)?;
     let mut pretty = serde_json::to_string_pretty(&value)?;
     pretty.push('\n');
-    super::file::write_atomically(out, pretty.as_bytes())?;
+    super::file::write_output(out, pretty.as_bytes())?;
     let exchanges = snap
         .taps
         .values()
