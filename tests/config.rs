@@ -619,6 +619,31 @@ fn check_config_accepts_the_shipped_file() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 taps (web, redis)"));
 }
 
+/// A config path that is no regular file, or a file past the size cap, is refused at
+/// once: `check-config /dev/zero` read 2 GiB in 3.6 s before.
+#[test]
+fn check_config_refuses_devices_directories_and_huge_files_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.toml");
+    std::fs::write(&huge, "#".repeat(2 << 20)).unwrap();
+    let huge = huge.to_str().unwrap().to_owned();
+    let dir_path = dir.path().to_str().unwrap().to_owned();
+    for (path, says) in [
+        ("/dev/zero", "not a regular file"),
+        (dir_path.as_str(), "not a regular file"),
+        (huge.as_str(), "larger than 1024 KiB"),
+    ] {
+        let out = phasescope(&["check-config", path], &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{path}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("{path}: cannot read the config file: "))
+                && stderr.contains(says),
+            "{path}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn check_config_takes_the_global_config_flag() {
     let two = temp_file("two.toml", TWO_TAPS);

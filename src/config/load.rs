@@ -82,11 +82,37 @@ impl Config {
     }
 }
 
+/// The largest config file read, in bytes: a config is a few kilobytes; this leaves room
+/// for hundreds of routes and taps and keeps a wrong path (`/dev/zero`, a disk image)
+/// from being read without end.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads a config file: a regular file (also behind a symlink) of at most
+/// [`MAX_CONFIG_BYTES`]; a device, a FIFO or a directory is refused before a byte is read.
 pub(crate) fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new(
-            Location::Path(path.to_owned()),
-            format!("cannot read the config file: {e}"),
-        )
-    })
+    use std::io::Read;
+    let error = |what: String| ConfigError::new(Location::Path(path.to_owned()), what);
+    let file = std::fs::File::open(path)
+        .map_err(|e| error(format!("cannot read the config file: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| error(format!("cannot read the config file: {e}")))?;
+    if !meta.is_file() {
+        return Err(error(
+            "cannot read the config file: not a regular file (a device, a FIFO or a directory)"
+                .to_owned(),
+        ));
+    }
+    let mut text = String::new();
+    // The size can change under us: read at most one byte past the cap to tell.
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| error(format!("cannot read the config file: {e}")))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(error(format!(
+            "cannot read the config file: larger than {} KiB, the most a config may be",
+            MAX_CONFIG_BYTES / 1024
+        )));
+    }
+    Ok(text)
 }
