@@ -235,38 +235,77 @@ pub async fn bind_tap(tap: &TapConfig, recorder: Arc<dyn Recorder>) -> anyhow::R
     Tap::bind(TapContext::new(tap.clone(), recorder, routes)).await
 }
 
-/// SIGINT, SIGTERM and SIGHUP all drain and stop. SIGHUP is not a reload: the metrics,
-/// snapshots and comparisons of a run describe one configuration, and a reload that
-/// changed routes or buckets halfway would mix two in the same histograms. What SIGHUP
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT all drain and stop. SIGHUP is not a reload: the
+/// metrics, snapshots and comparisons of a run describe one configuration, and a reload
+/// that changed routes or buckets halfway would mix two in the same histograms. What SIGHUP
 /// must not do is what its default action did, kill the process with requests in flight
 /// (a closed terminal, or `kill -HUP` out of habit). To apply a new config, restart
+/// (docs/deploy.md). SIGQUIT is nginx's graceful stop, so it drains too (its default
+/// action dumped core with requests in flight).
+///
+/// SIGUSR1, SIGUSR2 and SIGALRM are caught and ignored with a log line: their default
+/// action kills the process, and a logrotate `postrotate kill -USR1` copied from nginx
+/// would have taken the proxy down. phasescope has nothing to reopen on them: its own log
+/// is standard error, and an access log file is rotated with `copytruncate`
 /// (docs/deploy.md).
 pub(crate) async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match (
+        let stops = (
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),
-        ) {
-            (Ok(mut term), Ok(mut hup)) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                    _ = hup.recv() => {
-                        tracing::info!("SIGHUP: draining and stopping as for SIGTERM (phasescope does not reload its config; restart it to apply a new one)");
-                    }
-                }
-            }
+            signal(SignalKind::quit()),
+        );
+        let ignored = (
+            signal(SignalKind::user_defined1()),
+            signal(SignalKind::user_defined2()),
+            signal(SignalKind::alarm()),
+        );
+        let (Ok(mut term), Ok(mut hup), Ok(mut quit)) = stops else {
+            let _ = ctrl_c.await;
+            return;
+        };
+        let (mut usr1, mut usr2, mut alrm) = match ignored {
+            (Ok(a), Ok(b), Ok(c)) => (Some(a), Some(b), Some(c)),
             _ => {
-                let _ = ctrl_c.await;
+                tracing::warn!("cannot catch SIGUSR1, SIGUSR2 and SIGALRM: each would stop the process without a drain");
+                (None, None, None)
             }
+        };
+        tokio::pin!(ctrl_c);
+        loop {
+            let ignored = tokio::select! {
+                _ = &mut ctrl_c => return,
+                _ = term.recv() => return,
+                _ = quit.recv() => {
+                    tracing::info!("SIGQUIT: draining and stopping as for SIGTERM");
+                    return;
+                }
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: draining and stopping as for SIGTERM (phasescope does not reload its config; restart it to apply a new one)");
+                    return;
+                }
+                Some(()) = recv(&mut usr1) => "SIGUSR1",
+                Some(()) = recv(&mut usr2) => "SIGUSR2",
+                Some(()) = recv(&mut alrm) => "SIGALRM",
+            };
+            tracing::info!(signal = ignored, "{ignored} ignored: phasescope has no log to reopen (its own log is standard error; rotate an access log file with copytruncate)");
         }
     }
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+/// The next delivery of a caught signal; never, when it could not be caught.
+#[cfg(unix)]
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
     }
 }
 
