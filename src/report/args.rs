@@ -21,6 +21,12 @@ pub struct ReportArgs {
           value_parser = humantime::parse_duration)]
     pub range: std::time::Duration,
 
+    /// How long reading one source may take in all (an admin server or Prometheus that
+    /// accepts and then stalls or trickles fails after it)
+    #[arg(long, value_name = "DURATION", default_value = "30s",
+          value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
+
     /// Add a table per route
     #[arg(long, value_name = "WHAT", value_parser = ["route"])]
     pub by: Option<String>,
@@ -82,6 +88,12 @@ pub struct SnapshotArgs {
     /// Empty the proxy's snapshot histograms after saving, so that the next run starts clean
     #[arg(long)]
     pub reset: bool,
+
+    /// How long each request to the admin server may take in all (a server that accepts
+    /// and then stalls or trickles fails after it)
+    #[arg(long, value_name = "DURATION", default_value = "30s",
+          value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
 }
 
 /// `phasescope compare`.

@@ -16,6 +16,7 @@ use crate::metrics::Snapshot;
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
 /// `--from` is given.
 pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
+    super::http::set_timeout(args.timeout);
     // The start of the earliest window read, for the pprof profile's time.
     let mut since_unix = None;
     let mut findings = Vec::new();
@@ -117,6 +118,7 @@ fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> an
 
 /// `phasescope snapshot`, reading the admin server `from` (`--from`, else the config's).
 pub fn snapshot(args: &SnapshotArgs, from: &str) -> anyhow::Result<()> {
+    super::http::set_timeout(args.timeout);
     let saved = snapshot_cmd::save(from, &args.output, args.reset)?;
     let mut line = format!(
         "saved {} ({} tap{}, {} exchanges from {} to {}) to {}",

@@ -8,12 +8,30 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 
-/// Connect, read and write timeout of one request.
-const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one request may take, from the connect to the last byte of the answer, when
+/// `--timeout` does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The deadline of one request in milliseconds: the report commands set it from their
+/// `--timeout` once, before the first request.
+static TIMEOUT_MS: AtomicU64 = AtomicU64::new(DEFAULT_TIMEOUT.as_millis() as u64);
+
+/// Sets how long each later request may take in all (`--timeout`).
+pub fn set_timeout(timeout: Duration) {
+    let ms = u64::try_from(timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    TIMEOUT_MS.store(ms, Ordering::Relaxed);
+}
+
+fn timeout() -> Duration {
+    Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
+}
 /// Largest response accepted: a snapshot of many routes is a few MB.
 const MAX_RESPONSE: usize = 256 << 20;
 
@@ -108,10 +126,19 @@ pub fn request(method: &str, url: &Url, body: Option<(&str, &[u8])>) -> anyhow::
         .with_context(|| format!("resolving {}", url.authority))?
         .next()
         .with_context(|| format!("{} resolves to no address", url.authority))?;
-    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
+    // One deadline for the whole request: a per-read timeout alone never fires on a
+    // server that trickles a byte at a time.
+    let timeout = timeout();
+    let deadline = Instant::now() + timeout;
+    let late = || {
+        anyhow::anyhow!(
+            "{url}: no whole answer within {} (--timeout)",
+            humantime::format_duration(timeout)
+        )
+    };
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)
         .with_context(|| format!("connecting to {url}"))?;
-    stream.set_read_timeout(Some(TIMEOUT))?;
-    stream.set_write_timeout(Some(TIMEOUT))?;
+    stream.set_write_timeout(Some(timeout))?;
     let mut req = format!(
         "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: phasescope/{}\r\nAccept: application/json\r\nConnection: close\r\n",
         url.path_and_query,
@@ -137,10 +164,31 @@ pub fn request(method: &str, url: &Url, body: Option<(&str, &[u8])>) -> anyhow::
         .write_all(&req)
         .with_context(|| format!("sending {method} {url}"))?;
     let mut raw = Vec::new();
-    stream
-        .take(MAX_RESPONSE as u64 + 1)
-        .read_to_end(&mut raw)
-        .with_context(|| format!("reading the answer of {url}"))?;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(late)?;
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(late())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).with_context(|| format!("reading the answer of {url}")),
+        }
+        if raw.len() > MAX_RESPONSE {
+            break;
+        }
+    }
     ensure!(
         raw.len() <= MAX_RESPONSE,
         "{url}: answer larger than {MAX_RESPONSE} bytes"

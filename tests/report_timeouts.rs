@@ -1,0 +1,92 @@
+//! `snapshot --from` and `report --from` against an admin server that accepts and then
+//! stalls, or trickles a byte at a time: each gives up at `--timeout` with a message that
+//! names it. Before, a trickling server held them forever (each read came within the
+//! per-read timeout) and a silent one for 30 s a read.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A server that reads the request, then either says nothing or sends one byte of a
+/// never-ending head every 50 ms, on every connection.
+fn stalling_server(trickle: bool) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let started = Instant::now();
+                // Bounded: the test's clients give up long before.
+                while started.elapsed() < Duration::from_secs(60) {
+                    if trickle && conn.write_all(b"X").is_err() {
+                        return;
+                    }
+                    thread::sleep(Duration::from_millis(50));
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Runs the command to its end, at most 30 s; its exit code and standard error.
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{args:?} still waiting after 30 s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_stalling_or_trickling_admin_server_fails_at_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    for trickle in [false, true] {
+        let url = format!("http://{}", stalling_server(trickle));
+        let (code, stderr) = run(&[
+            "snapshot",
+            "--from",
+            &url,
+            "-o",
+            out.to_str().unwrap(),
+            "--timeout",
+            "1s",
+        ]);
+        assert_eq!(code, Some(1), "trickle {trickle}: {stderr}");
+        assert!(
+            stderr.contains("no whole answer within 1s (--timeout)"),
+            "trickle {trickle}: {stderr}"
+        );
+        assert!(!out.exists(), "nothing saved");
+        let (code, stderr) = run(&["report", "--from", &url, "--timeout", "1s"]);
+        assert_eq!(code, Some(1), "trickle {trickle}: {stderr}");
+        assert!(
+            stderr.contains("no whole answer within 1s (--timeout)"),
+            "trickle {trickle}: {stderr}"
+        );
+    }
+}
