@@ -196,10 +196,12 @@ async fn a_client_gone_mid_response_closes_the_upstream_side() {
     assert_eq!(p.rec.wait_all_closed().await, (1, 1));
 }
 
-/// A client that leaves while the upstream is still working on its request: the proxy
-/// waits for the answer and drops it, and closes the upstream connection only then. A
+/// A client that closes after its whole request while the upstream is still working on
+/// it: the proxy waits for the answer and closes the upstream connection only then. A
 /// server that writes a late answer to a descriptor it has reused meanwhile (Webdis 0.1.9)
-/// would otherwise hand it to the next connection.
+/// would otherwise hand it to the next connection. The FIN after a whole request reads as
+/// a client done sending (docs/phases.md), so the answer is written to it and the exchange
+/// recorded, with no error: a closed socket and one shut for writing look alike then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_while_the_upstream_works_is_let_finish_before_the_upstream_closes() {
     // The upstream answers 100 ms after the head, and says whether the proxy had already
@@ -238,8 +240,9 @@ async fn a_client_gone_while_the_upstream_works_is_let_finish_before_the_upstrea
         closed_after,
         "the proxy kept the upstream open after the answer"
     );
-    assert_eq!(p.rec.wait_errors(1).await, vec![ErrorKind::ClientReset]);
     assert_eq!(p.rec.wait_all_closed().await, (1, 1));
+    assert_eq!(*p.rec.statuses.lock().unwrap(), vec![200]);
+    assert_eq!(p.rec.errors(), vec![]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,6 +84,9 @@ pub(in crate::relay) struct HttpConnection {
     /// The task waited in the event loop since the upstream was last read, so the
     /// upstream's readiness flag is current (see `upstream_peek`).
     turned: bool,
+    /// The client shut its sending side down after a whole request: the heads already
+    /// buffered are served, then the connection closes instead of reading again.
+    client_finished: bool,
 }
 
 impl HttpConnection {
@@ -100,6 +103,7 @@ impl HttpConnection {
             corr: BackendCommand::default(),
             timer: Timer::new(),
             turned: false,
+            client_finished: false,
         }
     }
 
@@ -208,6 +212,7 @@ impl HttpConnection {
             }
         };
         self.prev_end = ex.t_write_last;
+        self.client_finished |= relayed.client_finished;
         self.record(
             &ex,
             route,
@@ -320,6 +325,15 @@ impl HttpConnection {
                 return Ok(ready);
             }
             let idle = !self.next.started();
+            // The client sent its last byte and every head it sent was served: a normal
+            // end, unless it stopped inside a head (that request can never complete).
+            if self.client_finished {
+                return if idle {
+                    Ok(HeadReady::Closed)
+                } else {
+                    Err(Failure::Abort(ErrorKind::ClientReset))
+                };
+            }
             let first = self.prev_end == 0;
             let d = self
                 .next

@@ -293,8 +293,10 @@ impl Relay<'_> {
             limits.max_head_bytes
         };
         match read_some(self.client, self.cbuf.spare(limit)) {
-            // A client that closes its side mid-exchange is gone (as for nginx by
-            // default); the response, if the upstream is working on it, is drained.
+            // A client that shuts its side after its whole request waits for the answer
+            // (`Sides::client_finished`). One that closes with the body still owed is
+            // gone; the response, if the upstream is working on it, is drained.
+            Ok(0) if self.sides.client_finished() => {}
             Ok(0) => return self.client_left(),
             Ok(n) => {
                 let t = clock::now();

@@ -32,6 +32,9 @@ pub(super) struct Relayed {
     pub early_end: bool,
     /// The connection became a tunnel after this response.
     pub tunnel: bool,
+    /// The client shut its side down after its whole request (see
+    /// [`Sides::client_finished`]): it reads on, sends nothing more.
+    pub client_finished: bool,
     pub request_bytes: u64,
     pub response_bytes: u64,
 }
@@ -240,6 +243,9 @@ pub(super) struct Sides {
     /// The client went away after its whole request went out; the response is read to
     /// its end and dropped (see [`Sides::client_gone`]).
     client_gone: bool,
+    /// The client shut down its sending side after its whole request (see
+    /// [`Sides::client_finished`]); the response still goes to it.
+    client_finished: bool,
 }
 
 impl Sides {
@@ -264,7 +270,22 @@ impl Sides {
             http10: head.version == Version::Http10,
             moved_at: t_up_ready,
             client_gone: false,
+            client_finished: false,
         }
+    }
+
+    /// The client's read side ended (its FIN). With its whole request read, it has only
+    /// finished sending: an HTTP/1.0-style client, or `shutdown(SHUT_WR)` after the
+    /// request, waits for the answer, which it gets (HAProxy delivers it too); the client
+    /// is not read again. With the body still owed, the request can never complete, and
+    /// the client is gone (`false`).
+    #[inline]
+    pub(super) fn client_finished(&mut self) -> bool {
+        if self.req.wants_body() {
+            return false;
+        }
+        self.client_finished = true;
+        true
     }
 
     /// The client went away mid-exchange. When its whole request went out and no
@@ -307,7 +328,7 @@ impl Sides {
         Interest {
             write_up: self.req.pending > 0,
             write_client: self.resp.pending > 0,
-            read_client: self.req.wants_body() || read_ahead,
+            read_client: !self.client_finished && (self.req.wants_body() || read_ahead),
             read_up: self.resp.pending == 0 && !self.resp.framing.done,
         }
     }
@@ -540,6 +561,7 @@ impl Sides {
             excess,
             early_end,
             tunnel: resp.tunnel,
+            client_finished: self.client_finished,
             request_bytes: self.req.sent,
             response_bytes: self.resp.sent,
         }
