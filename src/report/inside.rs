@@ -18,6 +18,38 @@ impl Function {
     }
 }
 
+impl Component {
+    /// `label share`, and for a group its parts in brackets: `league/uri* 27 % (league/uri
+    /// 14 %, league/uri-interfaces 13 %)`. `share` picks the self or inclusive share; a
+    /// part without one is left out.
+    fn shown(&self, share: impl Fn(&Component) -> Option<f64>) -> String {
+        const PARTS: usize = 4;
+        let mut out = format!(
+            "{} {}",
+            self.label,
+            units::share(share(self).unwrap_or(0.0))
+        );
+        let mut parts: Vec<(&Component, f64)> = self
+            .parts
+            .iter()
+            .filter_map(|c| share(c).map(|s| (c, s)))
+            .collect();
+        parts.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.name.cmp(&b.0.name)));
+        if !parts.is_empty() {
+            let mut shown: Vec<String> = parts
+                .iter()
+                .take(PARTS)
+                .map(|(c, s)| format!("{} {}", c.label, units::share(*s)))
+                .collect();
+            if parts.len() > PARTS {
+                shown.push("…".to_owned());
+            }
+            out.push_str(&format!(" ({})", shown.join(", ")));
+        }
+        out
+    }
+}
+
 impl Inside {
     /// The section as text lines, for the table and markdown reports.
     pub fn lines(&self) -> Vec<String> {
@@ -53,7 +85,7 @@ impl Inside {
                 .components
                 .iter()
                 .take(8)
-                .map(|c| format!("{} {}", c.label, units::share(c.share)))
+                .map(|c| c.shown(|c| Some(c.share)))
                 .collect();
             let more = if self.components.len() > 8 {
                 ", …"
@@ -124,7 +156,7 @@ impl Inside {
         let parts: Vec<String> = by_inclusive
             .iter()
             .take(8)
-            .map(|c| format!("{} {}", c.label, units::share(c.inclusive.unwrap_or(0.0))))
+            .map(|c| c.shown(|c| c.inclusive))
             .collect();
         let truncated = self
             .truncated
@@ -484,6 +516,116 @@ mod tests {
             text.contains(r"Burn\Server::Burn\{closure}:40 100 % (50 % self), Burn\Server::Burn\{closure}:90 60 %"),
             "{text}"
         );
+    }
+
+    /// amphp's URI handling in two Composer packages of one library: one group with its
+    /// parts beside it; its inclusive share counts a stack that holds both once.
+    #[test]
+    fn packages_of_one_library_read_as_one_group_with_their_parts() {
+        use crate::report::stacks::tests::frame;
+        use crate::upstream::snapshot::OTHER_STACKS;
+        use crate::upstream::{Stack, Stacks};
+        let mut s = snapshot(
+            Some(&[
+                ("league/uri", 14),
+                ("league/uri-interfaces", 13),
+                ("stream_io", 20),
+                ("php_builtin", 53),
+            ]),
+            Some(false),
+        );
+        s.frames = Some("php".into());
+        s.inclusive = Some(
+            [
+                ("index.php", 100),
+                ("php_builtin", 53),
+                ("league/uri", 24),
+                ("league/uri-interfaces", 13),
+                ("stream_io", 20),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect(),
+        );
+        let stack = |frames: &[u32], samples| Stack {
+            frames: frames.to_vec(),
+            samples,
+        };
+        let stacks = Stacks {
+            frames: vec![
+                frame("{main}", "/srv/index.php", "index.php"),
+                frame(
+                    r"League\Uri\Http::new",
+                    "/srv/vendor/league/uri/Http.php",
+                    "league/uri",
+                ),
+                frame(
+                    r"League\Uri\UriString::parse",
+                    "/srv/vendor/league/uri-interfaces/UriString.php",
+                    "league/uri-interfaces",
+                ),
+                frame("fwrite", "", "stream_io"),
+                frame("strlen", "", "php_builtin"),
+                frame(OTHER_STACKS, "", ""),
+            ],
+            stacks: vec![
+                stack(&[0, 1], 14),
+                stack(&[0, 1, 2], 10),
+                stack(&[0, 2], 3),
+                stack(&[0, 3], 20),
+                stack(&[0, 4], 53),
+            ],
+            truncated_samples: 0,
+        };
+        s.stacks = Some(stacks.clone());
+        let i = Inside::new(&s, 100, None, 2.0);
+        assert!(
+            !i.components
+                .iter()
+                .any(|c| c.name.starts_with("league/uri") && c.name != "league/uri*"),
+            "{:?}",
+            i.components
+        );
+        let group = i
+            .components
+            .iter()
+            .find(|c| c.name == "league/uri*")
+            .unwrap();
+        assert_eq!(group.samples, 27);
+        assert_eq!(group.parts.len(), 2);
+        // 14 + 10 + 3 stacks hold a part: 27, not 24 + 13.
+        assert!((group.inclusive.unwrap() - 0.27).abs() < 1e-12, "{group:?}");
+        let text = i.lines().join("\n");
+        assert!(
+            text.contains("its CPU: php_builtin 53 %, league/uri* 27 % (league/uri 14 %, league/uri-interfaces 13 %), stream_io 20 %"),
+            "{text}"
+        );
+        assert!(
+            text.contains("index.php 100 %, php_builtin 53 %, league/uri* 27 % (league/uri 24 %, league/uri-interfaces 13 %), stream_io 20 %"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&i).unwrap();
+        let parts = &json["components"][1]["parts"];
+        assert_eq!(parts[0]["name"], "league/uri", "{json}");
+        assert!(json["components"][0].get("parts").is_none(), "{json}");
+
+        // The stack that holds the second part alone went beyond the cap: its 3 samples
+        // are in `[other stacks]`, and the part's count outside the kept stacks adds them.
+        let mut capped = stacks;
+        capped.stacks[2] = stack(&[5], 3);
+        s.stacks = Some(capped);
+        let i = Inside::new(&s, 100, None, 2.0);
+        let group = i
+            .components
+            .iter()
+            .find(|c| c.name == "league/uri*")
+            .unwrap();
+        assert!((group.inclusive.unwrap() - 0.27).abs() < 1e-12, "{group:?}");
+
+        // One package of the library alone reads as itself.
+        let alone = snapshot(Some(&[("league/uri", 14), ("php_builtin", 86)]), None);
+        let text = Inside::new(&alone, 100, None, 2.0).lines().join("\n");
+        assert!(text.contains("php_builtin 86 %, league/uri 14 %"), "{text}");
     }
 
     #[test]

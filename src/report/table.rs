@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::inside::Inside;
+use super::inside::{Component, Inside};
 use super::rows::{Report, Row, Section, ALL_ROUTES};
 use super::units;
 
@@ -269,7 +269,20 @@ fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
             per_request * i.requests as f64,
         );
     }
-    for c in &i.components {
+    // One row per component as the snapshot counts them (Prometheus's label values): a
+    // group's parts, not the group, so that the rows still add up to 1.
+    let components: Vec<&Component> = i
+        .components
+        .iter()
+        .flat_map(|c| {
+            if c.parts.is_empty() {
+                std::slice::from_ref(c)
+            } else {
+                &c.parts[..]
+            }
+        })
+        .collect();
+    for c in &components {
         let _ = writeln!(
             out,
             "{},{ALL_ROUTES},{},{},,,,,,,,{}",
@@ -279,7 +292,7 @@ fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
             c.share
         );
     }
-    for c in &i.components {
+    for c in &components {
         if let Some(inclusive) = c.inclusive {
             let _ = writeln!(
                 out,

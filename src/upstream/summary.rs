@@ -3,6 +3,7 @@
 //! most (docs/phases.md, docs/report.md). The report prints it, the findings reason
 //! over it.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -54,6 +55,11 @@ pub struct Component {
     /// With call stacks: the fraction of samples whose stack holds a frame of the
     /// component (at least `share`; they do not add up to 1).
     pub inclusive: Option<f64>,
+    /// A group of components that are one library to its users (the packages of
+    /// `league/uri*`, OpenSSL's libssl and libcrypto), its parts largest first; empty for
+    /// a component of its own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Component>,
 }
 
 /// One function of the call stacks.
@@ -124,10 +130,12 @@ impl Inside {
                         samples: 0,
                         share: 0.0,
                         inclusive: Some(n as f64 / total as f64),
+                        parts: Vec::new(),
                     });
                 }
             }
         }
+        let components = grouped(components, u, total);
         let functions = match (&u.functions, total > 0) {
             (Some(f), true) => f
                 .iter()
@@ -202,10 +210,98 @@ fn components(samples: Option<&BTreeMap<String, u64>>, own: Option<&str>) -> Vec
             samples: n,
             share: n as f64 / total as f64,
             inclusive: None,
+            parts: Vec::new(),
         })
         .collect();
     out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.name.cmp(&b.name)));
     out
+}
+
+/// `components` with those of one group ([`super::profile::component_group`]) as one
+/// entry holding them as its parts, when two or more of a group were sampled; largest
+/// first. A group's self share is its parts' sum. Its inclusive share is counted over
+/// the snapshot's stacks (a stack that holds two of its parts counts once); the samples
+/// of the stacks beyond the snapshot's cap add what the part with the most of them
+/// has outside the kept stacks, so the share is exact without that cap and a lower
+/// bound with it.
+fn grouped(components: Vec<Component>, u: &UpstreamSnapshot, total: u64) -> Vec<Component> {
+    let mut groups: BTreeMap<String, Vec<Component>> = BTreeMap::new();
+    let mut out = Vec::with_capacity(components.len());
+    for c in components {
+        match super::profile::component_group(&c.name) {
+            Some(group) => groups.entry(group).or_default().push(c),
+            None => out.push(c),
+        }
+    }
+    for (name, mut parts) in groups {
+        if parts.len() < 2 {
+            out.append(&mut parts);
+            continue;
+        }
+        let samples: u64 = parts.iter().map(|c| c.samples).sum();
+        let inclusive = group_inclusive(&parts, u, total);
+        parts.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then(
+                    b.inclusive
+                        .partial_cmp(&a.inclusive)
+                        .unwrap_or(Ordering::Equal),
+                )
+                .then(a.name.cmp(&b.name))
+        });
+        out.push(Component {
+            label: super::profile::component_label(&name).to_owned(),
+            name,
+            samples,
+            share: if total == 0 {
+                0.0
+            } else {
+                samples as f64 / total as f64
+            },
+            inclusive,
+            parts,
+        });
+    }
+    out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.name.cmp(&b.name)));
+    out
+}
+
+/// The fraction of samples whose stack holds a frame of any of `parts` (see [`grouped`]).
+fn group_inclusive(parts: &[Component], u: &UpstreamSnapshot, total: u64) -> Option<f64> {
+    let counts = u.inclusive.as_ref()?;
+    if total == 0 || parts.iter().all(|c| c.inclusive.is_none()) {
+        return None;
+    }
+    let count = |c: &Component| counts.get(&c.name).copied().unwrap_or(c.samples);
+    let Some(stacks) = &u.stacks else {
+        return parts
+            .iter()
+            .map(count)
+            .max()
+            .map(|n| n as f64 / total as f64);
+    };
+    let mut held = 0u64;
+    let mut by_part = vec![0u64; parts.len()];
+    for stack in &stacks.stacks {
+        let mut any = false;
+        for (i, part) in parts.iter().enumerate() {
+            if stacks.frames_of(stack).any(|f| f.component == part.name) {
+                by_part[i] += stack.samples;
+                any = true;
+            }
+        }
+        if any {
+            held += stack.samples;
+        }
+    }
+    let beyond = parts
+        .iter()
+        .zip(&by_part)
+        .map(|(c, &kept)| count(c).saturating_sub(kept))
+        .max()
+        .unwrap_or(0);
+    Some(((held + beyond) as f64 / total as f64).min(1.0))
 }
 
 fn label(name: &str, own: Option<&str>) -> String {

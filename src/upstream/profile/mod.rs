@@ -55,7 +55,8 @@ use std::time::Duration;
 pub use budget::MAX_SAMPLED_THREADS;
 pub use php_profile::{PhpProfiler, PHP_FRAMES};
 pub use rules::{
-    component_label, ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT,
+    component_group, component_label, ComponentRules, UserComponentRule, ANON_EXEC_OBJECT,
+    KERNEL_OBJECT,
 };
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
