@@ -3,7 +3,13 @@
 //! shown together far enough apart for normal vision and under simulated colour-vision
 //! deficiency (Machado, Oliveira & Fernandes 2009, severity 1), in CIELAB ΔE (1976).
 
+//!
+//! The flame graphs' component colours (`report::flame_colours`) are held to their own
+//! rules below: black frame text readable on each, all of them apart for normal vision,
+//! and the built-ins' and the own code's apart under the simulated deficiencies too.
+
 use phasescope::phase::Phase;
+use phasescope::report::flame_colours::{self, Swatch, FIXED, GREY, OWN};
 
 /// WCAG's contrast for text, more than the 3:1 it asks of graphics: thin curves.
 const MIN_CONTRAST: f64 = 4.5;
@@ -265,4 +271,59 @@ fn the_dashboard_colours_every_phase_it_shows() {
         }
     }
     assert!(checked >= 40, "{checked} phases shown by name");
+}
+
+fn swatch_rgb(s: &Swatch) -> [f64; 3] {
+    let (r, g, b) = s.rgb;
+    [linear(r), linear(g), linear(b)]
+}
+
+/// Frame names are drawn in black on the frame's colour.
+#[test]
+fn flame_graph_frame_text_is_readable_on_every_component_colour() {
+    for s in flame_colours::palette() {
+        let contrast = (luminance(swatch_rgb(&s)) + 0.05) / 0.05;
+        assert!(
+            contrast >= MIN_CONTRAST,
+            "{} {:?}: {contrast:.2}:1",
+            s.name,
+            s.rgb
+        );
+    }
+}
+
+/// Any two component colours are at least 10 ΔE apart for normal vision; the built-ins',
+/// the own code's and grey at least [`MIN_DELTA_E`] under each simulated deficiency as
+/// well (the hashed colours cannot all be: 18 hues are more than those visions tell apart).
+#[test]
+fn flame_graph_component_colours_stay_apart() {
+    let palette = flame_colours::palette();
+    for (i, a) in palette.iter().enumerate() {
+        for b in &palette[i + 1..] {
+            let d = delta_e(lab(swatch_rgb(a)), lab(swatch_rgb(b)));
+            assert!(d >= 10.0, "{} and {} are ΔE {d:.1} apart", a.name, b.name);
+        }
+    }
+    let fixed: Vec<Swatch> = FIXED.iter().map(|&(_, s)| s).chain([OWN, GREY]).collect();
+    for (vision, m) in [
+        ("normal", NORMAL),
+        ("protanopia", PROTANOPIA),
+        ("deuteranopia", DEUTERANOPIA),
+        ("tritanopia", TRITANOPIA),
+    ] {
+        for (i, a) in fixed.iter().enumerate() {
+            for b in &fixed[i + 1..] {
+                let d = delta_e(
+                    lab(simulate(swatch_rgb(a), &m)),
+                    lab(simulate(swatch_rgb(b), &m)),
+                );
+                assert!(
+                    d >= MIN_DELTA_E,
+                    "{vision}: {} and {} are ΔE {d:.1} apart",
+                    a.name,
+                    b.name
+                );
+            }
+        }
+    }
 }

@@ -18,6 +18,7 @@ pub mod compare_table;
 pub mod dataset;
 pub mod file;
 pub mod findings;
+pub mod flame_colours;
 pub mod headline;
 pub mod http;
 pub mod inside;

@@ -12,6 +12,7 @@ use anyhow::Context;
 use inferno::flamegraph::{self, color};
 
 use super::dataset::Dataset;
+use super::flame_colours::{Colours, Swatch, GREY};
 use crate::upstream::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
 use crate::upstream::UpstreamSnapshot;
 
@@ -252,25 +253,39 @@ pub fn folded(stacks: &Stacks, kind: FrameKind) -> String {
     out
 }
 
-/// Colours of components, largest first (Tableau 10 without its grey), each with the name
-/// the legends call it by; the rest and the `[truncated]`/`[other stacks]` frames are
-/// grey. The one table of both flame graphs: this export's and the SVG's
-/// (`report::svg_inside`), so that a component has the same colour in each.
-pub(super) const COMPONENT_COLOURS: [(&str, (u8, u8, u8)); 9] = [
-    ("blue", (0x4e, 0x79, 0xa7)),
-    ("orange", (0xf2, 0x8e, 0x2b)),
-    ("green", (0x59, 0xa1, 0x4f)),
-    ("red", (0xe1, 0x57, 0x59)),
-    ("teal", (0x76, 0xb7, 0xb2)),
-    ("yellow", (0xed, 0xc9, 0x48)),
-    ("purple", (0xb0, 0x7a, 0xa1)),
-    ("pink", (0xff, 0x9d, 0xa7)),
-    ("brown", (0x9c, 0x75, 0x5f)),
-];
-pub(super) const GREY: (u8, u8, u8) = (0xba, 0xb0, 0xac);
-
-const fn rgb((r, g, b): (u8, u8, u8)) -> color::Color {
+const fn rgb(s: Swatch) -> color::Color {
+    let (r, g, b) = s.rgb;
     color::Color { r, g, b }
+}
+
+/// Characters a line of the flame graph's legend may hold: inferno's default width (1200
+/// px) less its padding (10 px a side), at its 12 px monospace font, whose characters are
+/// 0.6 em wide in the usual monospace fonts (inferno reckons 0.59): 163; a little less.
+pub const LEGEND_CHARS: usize = 160;
+/// The distance between two lines of the legend, at inferno's 12 px font.
+const LEGEND_LINE: usize = 16;
+
+/// `head` then the entries, ` · ` between them, in lines of at most `width` characters;
+/// an entry longer than a line alone is cut with `…`.
+fn legend_lines(head: &str, entries: &[String], width: usize) -> Vec<String> {
+    let mut lines = vec![head.to_owned()];
+    for entry in entries {
+        let entry: String = if entry.chars().count() > width {
+            entry.chars().take(width - 1).chain(['…']).collect()
+        } else {
+            entry.clone()
+        };
+        let Some(line) = lines.last_mut() else {
+            continue;
+        };
+        if line.chars().count() + 3 + entry.chars().count() <= width {
+            line.push_str(" · ");
+            line.push_str(&entry);
+        } else {
+            lines.push(entry);
+        }
+    }
+    lines
 }
 
 /// The flame graph of a tap's stacks, as SVG: root at the bottom, each frame as wide as
@@ -282,8 +297,8 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
     let lines: Vec<String> = lines.into_iter().map(|(s, n)| format!("{s} {n}")).collect();
 
     // Components by their inclusive samples in these stacks (each stack counts a component
-    // once), so the colours go to what the graph shows most of. The marker frames are grey
-    // whatever component they carry.
+    // once), for the legend's order and so that the colours past those a graph has go
+    // to what it shows least. The marker frames are grey whatever component they carry.
     let special = |name: &str| name == TRUNCATED || name == OTHER_STACKS;
     let mut weight: BTreeMap<&str, u64> = BTreeMap::new();
     for stack in &t.stacks.stacks {
@@ -297,11 +312,13 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
     }
     let mut ranked: Vec<(&str, u64)> = weight.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let colour_of: HashMap<&str, (&str, color::Color)> = ranked
-        .iter()
-        .zip(COMPONENT_COLOURS)
-        .map(|((c, _), (name, colour))| (*c, (name, rgb(colour))))
-        .collect();
+    let own = t
+        .upstream
+        .exe
+        .as_deref()
+        .and_then(|exe| Path::new(exe).file_name())
+        .map(|f| f.to_string_lossy());
+    let colours = Colours::new(ranked.iter().map(|(c, _)| *c), own.as_deref());
     // inferno colours by frame text: one entry per label, the first frame of a label
     // deciding (a label shared by two components is rare: a PHP name in two scripts).
     let mut palette = color::PaletteMap::default();
@@ -309,34 +326,28 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
         if palette.get(label).is_some() {
             continue;
         }
-        let c = match colour_of.get(f.component.as_str()) {
-            Some((_, c)) if !special(&f.name) => *c,
-            _ => rgb(GREY),
+        let c = if special(&f.name) {
+            GREY
+        } else {
+            colours.of(&f.component)
         };
-        palette.insert(label, c);
+        palette.insert(label, rgb(c));
     }
     palette.insert("[unknown]", rgb(GREY));
 
     let total = t.stacks.total();
-    // The subtitle is one centred line: the sample count and which colour is which.
-    // `[truncated]` and `[other stacks]` are frames of their own, their samples in
-    // their tooltips.
-    let mut legend: Vec<String> = ranked
-        .iter()
-        .filter_map(|(c, _)| colour_of.get(c).map(|(name, _)| format!("{c} {name}")))
-        .collect();
-    if ranked.len() > COMPONENT_COLOURS.len() {
-        legend.push("others grey".to_owned());
-    }
-    let subtitle = format!(
-        "{total} samples ({} frames) · {}",
-        kind.name(),
-        legend.join(" · ")
+    // The subtitle: the sample count and which colour is which, in as many lines as the
+    // default width needs. `[truncated]` and `[other stacks]` are frames of their own,
+    // their samples in their tooltips.
+    let legend = legend_lines(
+        &format!("{total} samples ({} frames)", kind.name()),
+        &colours.entries(),
+        LEGEND_CHARS,
     );
 
     let mut opts = flamegraph::Options::default();
     opts.title = format!("CPU of {}", t.describe());
-    opts.subtitle = Some(subtitle);
+    opts.subtitle = legend.first().cloned();
     opts.count_name = "samples".to_owned();
     opts.colors = color::Palette::Basic(color::BasicPalette::Hot);
     // Every label is in the map; deterministic keeps any other frame's colour (none
@@ -346,12 +357,143 @@ pub fn flamegraph(t: &TapStacks<'_>) -> anyhow::Result<Vec<u8>> {
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
         .with_context(|| format!("drawing the flame graph of tap {}", t.tap))?;
-    Ok(svg)
+    match legend.get(1..) {
+        Some(more) if !more.is_empty() => with_more_subtitle_lines(&svg, more, opts.font_size)
+            .with_context(|| format!("adding the legend to the flame graph of tap {}", t.tap)),
+        _ => Ok(svg),
+    }
+}
+
+/// inferno's SVG with `lines` below its one-line subtitle: each a text centred as the
+/// subtitle is, the graph, the background and the lines at the bottom moved down by as
+/// much, the image as much taller. inferno has no option for a second subtitle line;
+/// its frames are a nested `<svg id="frames">` whose script reads their positions
+/// inside it, so moving that element moves the graph without touching a frame.
+fn with_more_subtitle_lines(
+    svg: &[u8],
+    lines: &[String],
+    font_size: usize,
+) -> anyhow::Result<Vec<u8>> {
+    use quick_xml::events::{BytesEnd, BytesStart, BytesText, Event};
+    let extra = (lines.len() * LEGEND_LINE) as f64;
+    let subtitle_y = (font_size * 4) as f64;
+    let mut reader = quick_xml::Reader::from_reader(svg);
+    let mut writer = quick_xml::Writer::new(Vec::with_capacity(svg.len() + 256 * lines.len()));
+    let mut buf = Vec::new();
+    let (mut root, mut background, mut in_subtitle, mut moved) = (true, true, false, 0);
+    loop {
+        let event = reader
+            .read_event_into(&mut buf)
+            .context("reading inferno's SVG")?;
+        let event = match event {
+            Event::Eof => break,
+            Event::Start(e) if root && e.name().as_ref() == b"svg" => {
+                root = false;
+                Event::Start(shifted(&e, &[("height", extra), ("viewBox", extra)])?)
+            }
+            Event::Empty(e) if background && e.name().as_ref() == b"rect" => {
+                background = false;
+                Event::Empty(shifted(&e, &[("height", extra)])?)
+            }
+            Event::Start(e) if e.name().as_ref() == b"text" => match id(&e)?.as_deref() {
+                Some("subtitle") => {
+                    in_subtitle = true;
+                    Event::Start(e)
+                }
+                Some("details" | "matched") => {
+                    moved += 1;
+                    Event::Start(shifted(&e, &[("y", extra)])?)
+                }
+                _ => Event::Start(e),
+            },
+            Event::Start(e)
+                if e.name().as_ref() == b"svg" && id(&e)?.as_deref() == Some("frames") =>
+            {
+                moved += 1;
+                let mut e = e.into_owned();
+                e.push_attribute(("y", format!("{extra}").as_str()));
+                Event::Start(e)
+            }
+            Event::End(e) if in_subtitle && e.name().as_ref() == b"text" => {
+                in_subtitle = false;
+                writer.write_event(Event::End(e))?;
+                for (i, line) in lines.iter().enumerate() {
+                    let y = subtitle_y + ((i + 1) * LEGEND_LINE) as f64;
+                    let mut start = BytesStart::new("text");
+                    start.push_attribute(("class", "legend"));
+                    start.push_attribute(("x", "50.0000%"));
+                    start.push_attribute(("y", format!("{y:.2}").as_str()));
+                    start.push_attribute(("text-anchor", "middle"));
+                    writer.write_event(Event::Start(start))?;
+                    writer.write_event(Event::Text(BytesText::new(line)))?;
+                    writer.write_event(Event::End(BytesEnd::new("text")))?;
+                }
+                moved += 1;
+                buf.clear();
+                continue;
+            }
+            e => e,
+        };
+        writer.write_event(event)?;
+        buf.clear();
+    }
+    // The subtitle, the two bottom lines and the frames: had inferno changed its layout,
+    // the legend would overlap the graph; better an error than a wrong picture.
+    anyhow::ensure!(
+        !root && !background && moved == 4,
+        "inferno's SVG is not laid out as expected ({moved} of 4 elements found)"
+    );
+    Ok(writer.into_inner())
+}
+
+/// The element's `id`, if any.
+fn id(e: &quick_xml::events::BytesStart<'_>) -> anyhow::Result<Option<String>> {
+    for a in e.attributes() {
+        let a = a.context("an attribute of inferno's SVG")?;
+        if a.key.as_ref() == b"id" {
+            return Ok(Some(String::from_utf8_lossy(&a.value).into_owned()));
+        }
+    }
+    Ok(None)
+}
+
+/// `e` with the number in each named attribute grown by its amount (the last number of
+/// a list: a `viewBox`'s height).
+fn shifted(
+    e: &quick_xml::events::BytesStart<'_>,
+    by: &[(&str, f64)],
+) -> anyhow::Result<quick_xml::events::BytesStart<'static>> {
+    let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+    let mut out = quick_xml::events::BytesStart::new(name);
+    for a in e.attributes() {
+        let a = a.context("an attribute of inferno's SVG")?;
+        let key = String::from_utf8_lossy(a.key.as_ref()).into_owned();
+        match by.iter().find(|(k, _)| *k == key) {
+            Some(&(_, amount)) => {
+                let value = String::from_utf8_lossy(&a.value).into_owned();
+                let (before, last) = value.rsplit_once(' ').unwrap_or(("", &value));
+                let n: f64 = last
+                    .parse()
+                    .with_context(|| format!("{key}={value:?} is not a number"))?;
+                let grown = format!("{}", n + amount);
+                let value = if before.is_empty() {
+                    grown
+                } else {
+                    format!("{before} {grown}")
+                };
+                out.push_attribute((key.as_str(), value.as_str()));
+            }
+            // As written: the value stays escaped as inferno escaped it.
+            None => out.push_attribute(a),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::report::flame_colours::{FIXED, HASHED, OWN};
     use crate::upstream::snapshot::{Frame, Stack};
 
     pub(crate) fn frame(name: &str, object: &str, component: &str) -> Frame {
@@ -571,9 +713,18 @@ pub(crate) mod tests {
                 "no frame titled {want:?} in {titles:?}"
             );
         }
-        // Frames are coloured by component: the one in the most samples (webdis: main is
-        // in 75) takes the first colour.
-        assert!(text.contains("webdis blue"), "legend in the subtitle");
+        // Frames are coloured by component, the legend in the subtitle: a built-in by its
+        // own colour, first the one in the most samples (webdis: main is in 75).
+        let subtitle = text
+            .split("<text id=\"subtitle\"")
+            .nth(1)
+            .and_then(|t| t.split("</text>").next())
+            .unwrap();
+        assert!(
+            subtitle.contains("80 samples (native frames) · webdis pink · "),
+            "{subtitle}"
+        );
+        assert!(subtitle.contains("http_parser green"), "{subtitle}");
         assert!(
             !text.contains("· unknown"),
             "the marker frames' component is not in the legend"
@@ -583,6 +734,173 @@ pub(crate) mod tests {
             svg,
             "the same stacks draw the same file"
         );
+    }
+
+    /// Each frame's title (`name (N samples, P%)`, its name before ` (`) → its fill.
+    fn fills(svg: &[u8]) -> HashMap<String, String> {
+        let text = String::from_utf8(svg.to_vec()).unwrap();
+        let mut out = HashMap::new();
+        for g in text.split("<g><title>").skip(1) {
+            let name = g.split(" (").next().unwrap().to_owned();
+            let fill = g
+                .split("fill=\"")
+                .nth(1)
+                .and_then(|f| f.split('"').next())
+                .unwrap()
+                .to_owned();
+            out.insert(name, fill);
+        }
+        out
+    }
+
+    /// Twelve components under `main`, component i in `samples(i)` samples.
+    fn many(samples: impl Fn(usize) -> u64) -> Stacks {
+        let names = [
+            "http_parser",
+            "kernel_network",
+            "event_loop",
+            "alloc",
+            "webdis",
+            "libc.so.6",
+            "libjansson.so.4",
+            "libhiredis-with-a-long-vendor-suffix.so.1.1.0",
+            "league/uri",
+            "league/uri-interfaces",
+            "amphp/http-server",
+            "a-component-with-a-name-long-enough-to-fill-much-of-a-line-on-its-own-and-then-some-more-characters",
+            "libssl.so.3",
+            "libcrypto.so.3",
+        ];
+        let mut frames = vec![frame("main", "app", "app")];
+        let mut stacks = Vec::new();
+        for (i, c) in names.iter().enumerate() {
+            frames.push(frame(&format!("f{i}"), "app", c));
+            stacks.push(Stack {
+                frames: vec![0, i as u32 + 1],
+                samples: samples(i),
+            });
+        }
+        Stacks {
+            frames,
+            stacks,
+            truncated_samples: 0,
+        }
+    }
+
+    /// Ranked one way, then the other way round: each component keeps its colour.
+    #[test]
+    fn a_component_has_the_same_colour_in_two_graphs_ranked_differently() {
+        let hex = |(r, g, b): (u8, u8, u8)| format!("rgb({r},{g},{b})");
+        let svg = |stacks: Stacks| {
+            let u = upstream(Some(stacks));
+            let t = TapStacks {
+                tap: "w",
+                upstream: &u,
+                stacks: u.stacks.as_ref().unwrap(),
+            };
+            fills(&flamegraph(&t).unwrap())
+        };
+        // Ranked one way and the other way round; every colour taken (the hashed
+        // colours run out, and where two components hash to one colour the one with
+        // more samples keeps it: the frames of those may change colour, and only those).
+        let one = svg(many(|i| 100 + 10 * i as u64));
+        let two = svg(many(|i| 300 - 10 * i as u64));
+        assert_eq!(one.len(), 16, "{one:?}");
+        let hashed: Vec<String> = HASHED.iter().map(|s| hex(s.rgb)).collect();
+        let grey = hex(GREY.rgb);
+        for (frame, fill) in &one {
+            if !hashed.contains(fill) && *fill != grey && frame != "all" {
+                assert_eq!(two.get(frame), Some(fill), "{frame}");
+            }
+        }
+        // Fewer hashed components, none sharing a hash: every frame keeps its colour.
+        let few = |samples: &dyn Fn(usize) -> u64| {
+            let mut s = many(samples);
+            s.stacks
+                .retain(|st| [1, 2, 5, 7, 13].contains(&st.frames[1]));
+            svg(s)
+        };
+        let (one, two) = (few(&|i| 100 + 10 * i as u64), few(&|i| 300 - 10 * i as u64));
+        let slots: Vec<u64> = ["app", "libjansson.so.4", "openssl"]
+            .iter()
+            .map(|n| super::super::flame_colours::tests::slot(n))
+            .collect();
+        for (i, a) in slots.iter().enumerate() {
+            assert!(!slots[i + 1..].contains(a), "{slots:?}");
+        }
+        for (frame, fill) in &one {
+            if frame != "all" {
+                assert_eq!(two.get(frame), Some(fill), "{frame}");
+            }
+        }
+        assert_eq!(one["f0"], hex(FIXED[3].1.rgb), "http_parser is green");
+        assert_eq!(one["f4"], hex(OWN.rgb), "webdis, the own code, is pink");
+        let all = svg(many(|i| 100 + 10 * i as u64));
+        assert_eq!(all["f8"], all["f9"], "the League packages alike");
+        assert_eq!(all["f12"], all["f13"], "libssl and libcrypto alike");
+    }
+
+    /// Twelve components, some with long names: every entry of the legend is in the
+    /// SVG, each line fits inferno's default width at its font, and the graph moved
+    /// down below the legend.
+    #[test]
+    fn the_legend_stays_whole_at_the_default_width() {
+        let u = upstream(Some(many(|i| 10 + i as u64)));
+        let t = TapStacks {
+            tap: "w",
+            upstream: &u,
+            stacks: u.stacks.as_ref().unwrap(),
+        };
+        let svg = flamegraph(&t).unwrap();
+        svg_titles(&svg);
+        let text = String::from_utf8(svg.clone()).unwrap();
+        let lines: Vec<String> = text
+            .split("<text id=\"subtitle\"")
+            .chain(text.split("<text class=\"legend\"").skip(1))
+            .skip(1)
+            .map(|t| {
+                let inner = t.split_once('>').unwrap().1;
+                quick_xml::escape::unescape(inner.split("</text>").next().unwrap())
+                    .unwrap()
+                    .into_owned()
+            })
+            .collect();
+        assert!(lines.len() >= 3, "{lines:?}");
+        // inferno's own measure of its font: 0.59 em at 12 px, in 1200 px less 2 × 10.
+        let fits = (1180.0 / (12.0 * 0.59)) as usize;
+        for line in &lines {
+            assert!(
+                line.chars().count() <= LEGEND_CHARS && LEGEND_CHARS <= fits,
+                "{} characters: {line}",
+                line.chars().count()
+            );
+        }
+        let legend = lines.join(" · ");
+        assert!(legend.contains("webdis pink"), "{legend}");
+        assert!(legend.contains("http_parser green"), "{legend}");
+        assert!(legend.contains("league/uri* "), "{legend}");
+        assert!(legend.contains("libhiredis-with-a-long-vendor-suffix.so.1.1.0 "));
+        assert!(
+            legend.contains("a-component-with-a-name-long-enough"),
+            "{legend}"
+        );
+        assert!(legend.contains("others grey"), "{legend}");
+        // The head, the four built-ins, the own code, the hashed colours all taken, and
+        // "others grey".
+        let entries = legend.split(" · ").count();
+        assert_eq!(entries, 1 + 4 + 1 + HASHED.len() + 1, "{legend}");
+        // The frames sit below the last legend line, the image taller by as much.
+        let extra = (lines.len() - 1) * LEGEND_LINE;
+        assert!(
+            text.contains(&format!(
+                "<svg id=\"frames\" x=\"10\" width=\"1180\" total_samples=\"{}\" y=\"{extra}\">",
+                t.stacks.total()
+            )),
+            "{}",
+            &text[..text.find("<g>").unwrap()]
+        );
+        let last_y = 48 + extra;
+        assert!(text.contains(&format!("y=\"{last_y}.00\" text-anchor=\"middle\">")));
     }
 
     #[test]

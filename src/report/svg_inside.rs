@@ -9,8 +9,9 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::dataset::TapData;
+use super::flame_colours::Colours;
 use super::inside::{Inside, DEFAULT_WHAT_IF};
-use super::stacks::{frame_labels, FrameKind, COMPONENT_COLOURS, GREY};
+use super::stacks::{frame_labels, FrameKind};
 use crate::phase::Phase;
 use crate::upstream::{Stacks, UpstreamSnapshot};
 
@@ -25,12 +26,10 @@ const ROW: i32 = 17;
 const FLAME_HEIGHT: u32 = 30 + FLAME_ROWS as u32 * ROW as u32;
 const MARGIN: i32 = 20;
 
-/// A component's colour: the flame graph export's table (`stacks::COMPONENT_COLOURS`),
-/// by the component's rank; grey past them.
-fn component_colour(rank: Option<usize>) -> RGBColor {
-    let (r, g, b) = rank
-        .and_then(|i| COMPONENT_COLOURS.get(i))
-        .map_or(GREY, |&(_, rgb)| rgb);
+/// A component's colour: the flame graph export's (`report::flame_colours`), so that a
+/// component has the same colour in both graphs and in every report.
+fn component_colour(colours: &Colours, component: &str) -> RGBColor {
+    let (r, g, b) = colours.of(component).rgb;
     RGBColor(r, g, b)
 }
 
@@ -90,7 +89,12 @@ pub fn draw<DB: DrawingBackend>(
     }
     if let Some(stacks) = sampled_stacks(u) {
         let (_, below) = area.split_vertically(TEXT_HEIGHT);
-        flame(&below, stacks, FrameKind::of(u))?;
+        let own = u
+            .exe
+            .as_deref()
+            .and_then(|exe| std::path::Path::new(exe).file_name())
+            .map(|f| f.to_string_lossy());
+        flame(&below, stacks, FrameKind::of(u), own.as_deref())?;
     }
     Ok(())
 }
@@ -163,23 +167,23 @@ fn flame<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     stacks: &Stacks,
     kind: FrameKind,
+    own: Option<&str>,
 ) -> anyhow::Result<()> {
     let root = tree(stacks, kind);
     if root.samples == 0 {
         return Ok(());
     }
-    let ranks = component_ranks(&root);
+    let colours = Colours::new(component_ranks(&root).iter().map(String::as_str), own);
     let (w, h) = area.dim_in_pixel();
     let caption = TextStyle::from(("sans-serif", 13)).pos(Pos::new(HPos::Left, VPos::Top));
     area.draw(&Text::new(
         format!(
             "call stacks ({} samples, root at the bottom, each frame as wide as its samples with all it calls; colour: component, {})",
             root.samples,
-            ranks
-                .iter()
+            colours
+                .entries()
+                .into_iter()
                 .take(6)
-                .zip(COMPONENT_COLOURS)
-                .map(|(c, (colour, _))| format!("{c} {colour}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -189,7 +193,7 @@ fn flame<DB: DrawingBackend>(
     .map_err(draw_error)?;
     let flame = Flame {
         area,
-        ranks: &ranks,
+        colours: &colours,
         scale: f64::from(w - 2 * MARGIN as u32) / root.samples as f64,
         bottom: h as i32 - 4,
     };
@@ -202,7 +206,7 @@ fn flame<DB: DrawingBackend>(
 
 struct Flame<'a, DB: DrawingBackend> {
     area: &'a DrawingArea<DB, plotters::coord::Shift>,
-    ranks: &'a [String],
+    colours: &'a Colours,
     /// Pixels per sample.
     scale: f64,
     /// The bottom of the lowest row.
@@ -217,7 +221,7 @@ impl<DB: DrawingBackend> Flame<'_, DB> {
         if depth >= FLAME_ROWS || width < 1.0 {
             return Ok(end);
         }
-        let colour = component_colour(self.ranks.iter().position(|c| *c == node.component));
+        let colour = component_colour(self.colours, &node.component);
         let y1 = self.bottom - ROW * depth as i32;
         let y0 = y1 - ROW + 1;
         let (x0, x1) = (
