@@ -2,7 +2,10 @@
 //! (docs/security.md, "third round"): a RESP3 subscriber is kept as Redis keeps it, every
 //! command of a pipeline with pushes in it is paired with its own reply, and a blocking
 //! command waits for its own timeout (or, at 0, for as long as the client stays) rather
-//! than the tap's response timeout.
+//! than the tap's response timeout. Mode tracking follows what Redis did, not what was
+//! asked: a shard subscription keeps a client in pub/sub after its plain channels are gone,
+//! and a MULTI-queued SUBSCRIBE, CLIENT REPLY OFF or MONITOR, or a MONITOR an ACL refuses,
+//! switches nothing.
 
 mod support;
 
@@ -220,4 +223,88 @@ fn a_blocking_command_with_timeout_0_waits_as_long_as_the_client_and_gets_its_el
         "the element went to the client"
     );
     assert_eq!(methods(&proxy, "BLPOP", 1), 1);
+}
+
+/// `SUBSCRIBE c`, `SSUBSCRIBE s`, `UNSUBSCRIBE c` in one write: Redis answers
+/// `unsubscribe c :0` (its count leaves shard channels out) and the client is still
+/// subscribed to `s`. It stays past the idle timeout and gets the later `SPUBLISH`.
+#[test]
+fn a_shard_subscriber_is_kept_when_its_plain_channels_are_gone() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = short_tap(&redis, dir.path());
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    let script = [
+        resp_encode(&["SUBSCRIBE", "c"]),
+        resp_encode(&["SSUBSCRIBE", "s"]),
+        resp_encode(&["UNSUBSCRIBE", "c"]),
+    ]
+    .concat();
+    s.write_all(&script).unwrap();
+    let unsubscribed = b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:0\r\n";
+    let (got, closed) = read_until(&mut s, Duration::from_secs(5), |b| {
+        find(b, unsubscribed).is_some()
+    });
+    assert!(!closed, "{:?}", String::from_utf8_lossy(&got));
+    let (late, closed) = read_until(&mut s, PAST_SHORT, |b| !b.is_empty());
+    assert!(
+        !closed && late.is_empty(),
+        "the shard subscriber got {:?} (closed: {closed})",
+        String::from_utf8_lossy(&late)
+    );
+    assert_eq!(
+        resp_command(proxy.addr(), &["SPUBLISH", "s", "hi"]),
+        b":1\r\n"
+    );
+    let message = b"*3\r\n$8\r\nsmessage\r\n$1\r\ns\r\n$2\r\nhi\r\n";
+    let (got, _) = read_until(&mut s, Duration::from_secs(5), |b| {
+        find(b, message).is_some()
+    });
+    assert_eq!(got, message, "{:?}", String::from_utf8_lossy(&got));
+}
+
+/// Sends `prefix` and 20 GETs in one write, reads the 20 answers, and says how many GETs
+/// the tap recorded in all so far (`before` + 20 when every one was paired).
+fn gets_after(proxy: &Proxy, prefix: &[&[&str]], before: usize) -> usize {
+    const GETS: usize = 20;
+    let mut script: Vec<u8> = prefix.iter().flat_map(|c| resp_encode(c)).collect();
+    for _ in 0..GETS {
+        script.extend_from_slice(&resp_encode(&["GET", "nothing-here"]));
+    }
+    let mut s = TcpStream::connect(proxy.addr()).unwrap();
+    s.write_all(&script).unwrap();
+    let (got, closed) = read_until(&mut s, Duration::from_secs(10), |b| {
+        count(b, b"$-1\r\n") == GETS
+    });
+    assert_eq!(
+        count(&got, b"$-1\r\n"),
+        GETS,
+        "{prefix:?}: {:?} (closed: {closed})",
+        String::from_utf8_lossy(&got)
+    );
+    methods(proxy, "GET", before + GETS)
+}
+
+#[test]
+fn mode_switches_redis_never_carried_out_switch_nothing() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = short_tap(&redis, dir.path());
+    let mut recorded = 0;
+    for switch in [
+        &["SUBSCRIBE", "ch"][..],
+        &["CLIENT", "REPLY", "OFF"],
+        &["MONITOR"],
+    ] {
+        let n = gets_after(&proxy, &[&["MULTI"], switch, &["DISCARD"]], recorded);
+        assert_eq!(n, recorded + 20, "MULTI; {switch:?}; DISCARD");
+        recorded = n;
+    }
+    // MONITOR refused by an ACL: Redis answers -NOPERM and goes on answering normally.
+    assert_eq!(
+        redis.command(&["ACL", "SETUSER", "default", "-monitor"]),
+        b"+OK\r\n"
+    );
+    let n = gets_after(&proxy, &[&["MONITOR"]], recorded);
+    assert_eq!(n, recorded + 20, "MONITOR refused by an ACL");
 }

@@ -1,6 +1,7 @@
 //! The command side of a RESP connection: framing what the client sends into commands,
 //! and what each command means for pairing replies with it.
 
+use super::subscriptions::Queued;
 use super::{Failure, Mode, Pending, RespAnswer, RespConnection, Seen, COMMAND_BUFFER};
 use crate::clock::{self, nanos_between, Tick};
 use crate::correlate::key::CommandKey;
@@ -107,17 +108,29 @@ impl RespConnection {
         if empty {
             return None;
         }
-        match switch {
-            Some(ModeSwitch::Monitor)
-            | Some(ModeSwitch::ClientReply(ReplyMode::Off | ReplyMode::Skip)) => {
-                // Replies will no longer follow commands one to one.
+        // A command queued in a transaction switches nothing now (Redis answers it
+        // `+QUEUED`); an EXEC that runs a queued switch leaves replies that cannot be
+        // paired with confidence.
+        let switch = match self.transaction.sent(name, switch.is_some()) {
+            Queued::No => switch,
+            Queued::Yes => None,
+            Queued::ExecWithSwitch => {
                 self.mode = Mode::PassThrough;
+                None
             }
-            // (Un)subscribe commands wait for their confirmation even in RESP3, where it
-            // is a push: whether a push or an array answers them is known only when it
-            // comes (a HELLO 3 in the same write is answered after they are framed).
-            _ => {}
+        };
+        if let Some(ModeSwitch::Reset) = switch {
+            self.transaction.clear();
         }
+        if let Some(ModeSwitch::ClientReply(ReplyMode::Off | ReplyMode::Skip)) = switch {
+            // Replies will no longer follow commands one to one, and taking effect
+            // leaves no reply to see it by.
+            self.mode = Mode::PassThrough;
+        }
+        // MONITOR and (un)subscribe commands wait for their reply: they switch the mode
+        // once it shows Redis carried them out (`+OK`, a confirmation), not on an error.
+        // Whether a push or an array confirms a subscription is known only when it comes
+        // (a HELLO 3 in the same write is answered after they are framed).
         if self.mode != Mode::Paired {
             return None;
         }

@@ -99,7 +99,8 @@ impl RespConnection {
             replied: VecDeque::new(),
             mode: Mode::Paired,
             resp3: false,
-            subscribed3: false,
+            subscriptions: super::Subscriptions::default(),
+            transaction: super::Transaction::default(),
             last_moved: clock::now(),
             last_up_read: 0,
             timer: Timer::new(),
@@ -142,7 +143,7 @@ impl RespConnection {
                 None if to_up == 0
                     && to_client == 0
                     && self.cmd_first == 0
-                    && !self.subscribed3 =>
+                    && !self.subscriptions.any() =>
                 {
                     consider(self.last_moved, t.idle, Due::Idle)
                 }

@@ -33,6 +33,7 @@
 mod commands;
 mod connection;
 mod replies;
+mod subscriptions;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -48,6 +49,7 @@ use crate::relay::failure;
 use crate::relay::timer::Timer;
 use crate::relay::TapContext;
 use crate::resp::{Blocking, ModeSwitch, RespError, Scanner};
+use subscriptions::{Subscriptions, Transaction};
 
 /// A command is assembled in the buffer up to this size before it is forwarded; larger
 /// ones (big values) are streamed through as they arrive.
@@ -166,9 +168,12 @@ pub(in crate::relay) struct RespConnection {
     replied: VecDeque<Replied>,
     mode: Mode,
     resp3: bool,
-    /// RESP3 subscriptions are open: the client waits for pushes, as a RESP2 subscriber
-    /// does in `Mode::Subscribed`, and is spared the idle deadline.
-    subscribed3: bool,
+    /// The subscriptions Redis confirmed: while any is open the client waits for
+    /// messages (a RESP2 one in `Mode::Subscribed`, a RESP3 one among its pushes) and is
+    /// spared the idle deadline.
+    subscriptions: Subscriptions,
+    /// The MULTI the commands sent since are queued in, if any.
+    transaction: Transaction,
     /// The last read or write that moved a byte, either way, and the last read from the
     /// upstream: the idle, transfer and reply deadlines run from them.
     last_moved: Tick,

@@ -2,6 +2,7 @@
 //! each with the oldest command waiting for one, and recording the exchange once the
 //! reply is written.
 
+use super::subscriptions::Confirmation;
 use super::{Mode, Replied, RespConnection};
 use crate::clock::Tick;
 use crate::correlate;
@@ -28,19 +29,27 @@ impl RespConnection {
                     let end = self.down_written + at as u64;
                     let kind = self.replies.kind();
                     let msg = &self.ubuf.filled()[msg_start..at];
-                    let last_unsub = last_unsubscribe(msg);
+                    // Only a message read from its start can be told for what it is.
+                    let confirmation = if from_start {
+                        Confirmation::read(msg)
+                    } else {
+                        None
+                    };
+                    if let Some(c) = confirmation {
+                        self.subscriptions.confirm(c);
+                    }
                     if kind.is_some_and(Kind::is_push) {
-                        let seen = if from_start {
-                            push_seen(msg)
-                        } else {
-                            PushSeen::Unseen
+                        let seen = match (from_start, confirmation) {
+                            (false, _) => PushSeen::Unseen,
+                            (true, Some(_)) => PushSeen::Confirmation,
+                            (true, None) => PushSeen::Other,
                         };
                         if !self.push_answers(seen) {
                             self.tap.recorder.event(Event::Pushed(1));
                             continue;
                         }
                     }
-                    self.reply_done(kind, last_unsub, t, end);
+                    self.reply_done(kind, confirmation, t, end);
                 }
                 Ok(None) => return,
                 Err(e) => {
@@ -58,13 +67,20 @@ impl RespConnection {
         }
     }
 
-    /// A reply ended at stream offset `end`, read at `t`. `last_unsub`: it confirms that
-    /// no subscription is left (RESP2 pub/sub).
-    fn reply_done(&mut self, kind: Option<Kind>, last_unsub: bool, t: Tick, end: u64) {
+    /// A reply ended at stream offset `end`, read at `t`; `confirmation`: it is a
+    /// (un)subscribe confirmation (already counted in `subscriptions`).
+    fn reply_done(
+        &mut self,
+        kind: Option<Kind>,
+        confirmation: Option<Confirmation>,
+        t: Tick,
+        end: u64,
+    ) {
         let push = kind.is_some_and(Kind::is_push);
         if self.mode == Mode::Subscribed {
             self.tap.recorder.event(Event::Pushed(1));
-            if last_unsub {
+            // Out of pub/sub once Redis says no subscription of either count is left.
+            if confirmation.is_some() && !self.subscriptions.any() {
                 self.mode = Mode::Paired;
             }
             return;
@@ -79,15 +95,21 @@ impl RespConnection {
             }
             Some(ModeSwitch::Reset) => {
                 self.resp3 = false;
-                self.subscribed3 = false;
+                self.subscriptions.clear();
             }
             Some(ModeSwitch::Subscribe(_))
-                if !self.resp3 && !push && !kind.is_some_and(Kind::is_error) =>
+                if !self.resp3 && !push && confirmation.is_some_and(|c| c.subscribe) =>
             {
                 // Confirmations for every channel named, then messages: stop pairing.
                 // Commands sent after SUBSCRIBE in RESP2 are subscriber commands whose
                 // answers arrive as messages too.
                 self.mode = Mode::Subscribed;
+                self.pending.clear();
+            }
+            Some(ModeSwitch::Monitor) if !kind.is_some_and(Kind::is_error) => {
+                // `+OK`: Redis streams every command it runs from now on; nothing
+                // follows commands one to one.
+                self.mode = Mode::PassThrough;
                 self.pending.clear();
             }
             _ => {}
@@ -123,10 +145,8 @@ impl RespConnection {
     /// Notes whether subscriptions remain, for the idle deadline.
     fn push_answers(&mut self, seen: PushSeen) -> bool {
         match seen {
-            PushSeen::Subscribed => self.subscribed3 = true,
-            PushSeen::Unsubscribed { last } => self.subscribed3 = !last,
             PushSeen::Other => return false,
-            PushSeen::Unseen => {}
+            PushSeen::Confirmation | PushSeen::Unseen => {}
         }
         self.mode == Mode::Paired
             && self.pending.front().is_some_and(|p| {
@@ -158,108 +178,13 @@ impl RespConnection {
     }
 }
 
-/// What a RESP3 push (`>3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n`) is, read from its
-/// first element.
+/// What a RESP3 push (`>3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n`) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PushSeen {
-    /// A (p|s)subscribe confirmation.
-    Subscribed,
-    /// An (p|s)unsubscribe confirmation; `last`: no subscription is left.
-    Unsubscribed { last: bool },
+    /// A (un)subscribe confirmation of any namespace.
+    Confirmation,
     /// A message, an invalidation, anything else.
     Other,
     /// Its start went out with an earlier read: it is not known which.
     Unseen,
-}
-
-fn push_seen(msg: &[u8]) -> PushSeen {
-    let Some(rest) = msg.strip_prefix(b">3\r\n$") else {
-        return PushSeen::Other;
-    };
-    let Some(crlf) = rest.iter().position(|&b| b == b'\r') else {
-        return PushSeen::Other;
-    };
-    let Some(name) = std::str::from_utf8(&rest[..crlf])
-        .ok()
-        .and_then(|n| n.parse::<usize>().ok())
-        .and_then(|n| rest.get(crlf + 2..crlf + 2 + n))
-    else {
-        return PushSeen::Other;
-    };
-    let is = |w: &[u8]| name.eq_ignore_ascii_case(w);
-    if is(b"subscribe") || is(b"psubscribe") || is(b"ssubscribe") {
-        PushSeen::Subscribed
-    } else if is(b"unsubscribe") || is(b"punsubscribe") || is(b"sunsubscribe") {
-        PushSeen::Unsubscribed {
-            last: msg.ends_with(b"\r\n:0\r\n"),
-        }
-    } else {
-        PushSeen::Other
-    }
-}
-
-/// A RESP2 `unsubscribe`/`punsubscribe`/`sunsubscribe` confirmation whose subscription
-/// count is 0: `*3\r\n$11\r\nunsubscribe\r\n$N\r\n<channel>\r\n:0\r\n`.
-fn last_unsubscribe(msg: &[u8]) -> bool {
-    if !msg.ends_with(b"\r\n:0\r\n") || !msg.starts_with(b"*3\r\n$") {
-        return false;
-    }
-    let head = &msg[..msg.len().min(24)];
-    [
-        &b"unsubscribe\r\n"[..],
-        b"punsubscribe\r\n",
-        b"sunsubscribe\r\n",
-    ]
-    .iter()
-    .any(|w| head.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{last_unsubscribe, push_seen, PushSeen};
-
-    #[test]
-    fn reads_what_a_push_is() {
-        assert_eq!(
-            push_seen(b">3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n"),
-            PushSeen::Subscribed
-        );
-        assert_eq!(
-            push_seen(b">3\r\n$10\r\npsubscribe\r\n$2\r\np*\r\n:2\r\n"),
-            PushSeen::Subscribed
-        );
-        assert_eq!(
-            push_seen(b">3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:0\r\n"),
-            PushSeen::Unsubscribed { last: true }
-        );
-        assert_eq!(
-            push_seen(b">3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:3\r\n"),
-            PushSeen::Unsubscribed { last: false }
-        );
-        assert_eq!(
-            push_seen(b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n"),
-            PushSeen::Other
-        );
-        assert_eq!(
-            push_seen(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"),
-            PushSeen::Other
-        );
-        assert_eq!(push_seen(b">3\r\n$99\r\nsub"), PushSeen::Other);
-    }
-
-    #[test]
-    fn recognizes_the_last_unsubscribe() {
-        assert!(last_unsubscribe(
-            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:0\r\n"
-        ));
-        assert!(last_unsubscribe(
-            b"*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n"
-        ));
-        assert!(!last_unsubscribe(
-            b"*3\r\n$11\r\nunsubscribe\r\n$1\r\nc\r\n:1\r\n"
-        ));
-        assert!(!last_unsubscribe(
-            b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n:0\r\n"
-        ));
-    }
 }
