@@ -785,7 +785,7 @@ fn request_side_follows_redis_rules() {
 #[test]
 fn errors_say_what_is_wrong() {
     let over = |n: u64| format!("${n}\r\n").into_bytes();
-    let too_deep = b"*1\r\n".repeat(33);
+    let too_deep = b"*1\r\n".repeat(phasescope::resp::MAX_DEPTH + 1);
     let cases: Vec<(Vec<u8>, RespError)> = vec![
         (b"@1\r\n".to_vec(), RespError::BadType { byte: b'@' }),
         (b"*1\r\n\x00".to_vec(), RespError::BadType { byte: 0 }),
@@ -831,7 +831,12 @@ fn errors_say_what_is_wrong() {
                 limit: i32::MAX as u64,
             },
         ),
-        (too_deep, RespError::TooDeep { limit: 32 }),
+        (
+            too_deep,
+            RespError::TooDeep {
+                limit: phasescope::resp::MAX_DEPTH,
+            },
+        ),
         (b"+OK\n".to_vec(), RespError::BadLineEnd),
         (b":1\rx".to_vec(), RespError::BadLineEnd),
         (b"$1\r\nab\r\n".to_vec(), RespError::BadPayloadEnd),
@@ -906,18 +911,19 @@ fn limits_are_configurable() {
         request(b"GET abcdefgh"),
         Err(RespError::InlineTooLong { limit: 8 })
     );
-    // A depth limit above the fixed stack is clamped to it.
-    let deep = Limits {
-        max_depth: 1000,
-        ..Limits::default()
-    };
-    let nested = b"*1\r\n".repeat(40);
-    assert_eq!(
-        Scanner::with_limits(Direction::Response, deep).scan(&nested),
-        Err(RespError::TooDeep {
-            limit: phasescope::resp::MAX_DEPTH
-        })
-    );
+    // Past the scanner's own array of levels (a Lua script's nested tables, 41 and 101
+    // levels deep in the hostile round) the levels go on in a vector: the reply is framed
+    // whole, and the scanner frames the next message as usual.
+    for levels in [41, 101, 1000] {
+        let mut nested = b"*2\r\n".repeat(levels);
+        for _ in 0..=levels {
+            nested.extend_from_slice(b":1\r\n");
+        }
+        let mut sc = Scanner::new(Direction::Response);
+        assert_eq!(sc.scan(&nested), Ok(Some(nested.len())), "{levels} levels");
+        assert_eq!(sc.scan(b"+OK\r\n"), Ok(Some(5)));
+        assert_eq!(sc.feed(&nested), Ok(Some(nested.len())), "fed, {levels}");
+    }
 }
 
 #[test]

@@ -315,3 +315,34 @@ fn bytes_total_counts_what_the_client_sent_and_received_both_ways() {
     assert!(closed, "{}", proxy.log_tail());
     assert_eq!(bytes_total(&proxy), want);
 }
+
+/// A script's reply nested 41 and 101 levels deep (the scanner keeps 32 levels inline):
+/// the client gets it byte for byte as directly, and the commands after it on the same
+/// connection are still recorded. Before, such a reply counted `bad_response` and nothing
+/// more was recorded on that connection.
+#[test]
+fn a_reply_nested_deeper_than_the_inline_stack_is_framed_and_recording_goes_on() {
+    let redis = RedisServer::start();
+    let proxy = resp_tap(&redis);
+    for levels in [40, 100] {
+        let script = format!("local t = {{1}} for i = 1, {levels} do t = {{t}} end return t");
+        let mut bytes = resp_encode(&["EVAL", &script, "0"]);
+        bytes.extend_from_slice(&resp_encode(&["PING"]));
+        let direct = redis.command(&["EVAL", &script, "0"]);
+        assert!(direct.starts_with(&b"*1\r\n".repeat(levels)), "{levels}");
+        let want = direct.len() + b"+PONG\r\n".len();
+        let got = converse(proxy.addr(), &bytes, want);
+        assert_eq!(&got[..direct.len()], &direct[..], "{levels} levels");
+        assert_eq!(&got[direct.len()..], b"+PONG\r\n");
+    }
+    let lines = access_lines(&proxy, 4);
+    let methods: Vec<&str> = lines.iter().filter_map(|l| l["method"].as_str()).collect();
+    assert_eq!(methods, ["EVAL", "PING", "EVAL", "PING"], "{lines:?}");
+    let metrics = proxy.admin_get("/metrics");
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("kind=\"bad_response\"") && l.ends_with(" 0")),
+        "{text}"
+    );
+}

@@ -1,19 +1,25 @@
 //! Bounds that keep hostile input from costing more than a fixed amount of work per byte.
 //!
-//! The scanner never allocates, so the limits do not protect its own memory; they protect
-//! the caller that buffers a message until [`Scanner::scan`](super::Scanner::scan) says it
-//! is complete, and they turn absurd headers into an error at once instead of a wait for
-//! bytes that will never come.
+//! The scanner allocates nothing for the messages Redis exchanges day to day, so the limits
+//! mostly protect the caller that buffers a message until
+//! [`Scanner::scan`](super::Scanner::scan) says it is complete, and they turn absurd headers
+//! into an error at once instead of a wait for bytes that will never come.
 
-/// The deepest nesting any scanner can follow: its stack is a fixed array inside the
-/// scanner, so nesting costs no allocation.
-pub const MAX_DEPTH: usize = 32;
+/// Levels of nesting the scanner keeps in a fixed array of its own: nesting up to this
+/// deep costs no allocation. Deeper levels (a script returning nested tables) go to a
+/// vector the scanner keeps for the next deep message.
+pub const INLINE_DEPTH: usize = 32;
+
+/// The deepest nesting followed by default. Redis itself sets none for replies: a Lua
+/// script's nested tables reach about 200 levels before Lua's own C call limit, a module
+/// or a RESP3 reply could go deeper. A reply deeper than this is an error of the stream
+/// (relayed, no longer timed), so this bounds the stack at 64 KiB per connection.
+pub const MAX_DEPTH: usize = 4096;
 
 /// Size limits of one scanner. The defaults follow Redis's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Nesting depth of aggregates and attributes; at most [`MAX_DEPTH`] (larger values
-    /// are clamped).
+    /// Nesting depth of aggregates and attributes.
     pub max_depth: usize,
     /// Longest bulk string, bulk error, verbatim string or string chunk. Redis's
     /// `proto-max-bulk-len` defaults to 512 MiB.
@@ -26,13 +32,6 @@ pub struct Limits {
     /// Longest inline command line, without its line end. Redis's
     /// `PROTO_INLINE_MAX_SIZE` is 64 KiB.
     pub max_inline: u64,
-}
-
-impl Limits {
-    /// Depth limit actually enforced.
-    pub(crate) fn depth(&self) -> usize {
-        self.max_depth.min(MAX_DEPTH)
-    }
 }
 
 impl Default for Limits {

@@ -10,7 +10,7 @@
 
 use memchr::memchr;
 
-use super::limits::MAX_DEPTH;
+use super::limits::INLINE_DEPTH;
 use super::{Kind, Limits, RespError};
 use crate::recorder::Direction;
 
@@ -150,7 +150,10 @@ pub struct Scanner {
     dir: Direction,
     limits: Limits,
     state: State,
-    stack: [Level; MAX_DEPTH],
+    /// The open aggregates, outermost first: the first [`INLINE_DEPTH`] here, deeper ones
+    /// in `deeper` (kept, emptied, for the next deep message).
+    stack: [Level; INLINE_DEPTH],
+    deeper: Vec<Level>,
     depth: usize,
     /// An attribute was completed and the value it describes has not started yet.
     after_attr: bool,
@@ -176,7 +179,8 @@ impl Scanner {
             dir,
             limits,
             state: State::Type,
-            stack: [EMPTY_LEVEL; MAX_DEPTH],
+            stack: [EMPTY_LEVEL; INLINE_DEPTH],
+            deeper: Vec::new(),
             depth: 0,
             after_attr: false,
             consumed: 0,
@@ -461,7 +465,7 @@ impl Scanner {
                 let top = self
                     .depth
                     .checked_sub(1)
-                    .map(|d| self.stack[d])
+                    .and_then(|d| self.level(d))
                     .ok_or(RespError::UnexpectedEnd)?;
                 match top.shape {
                     Shape::Streamed => {}
@@ -729,13 +733,34 @@ impl Scanner {
     }
 
     fn push(&mut self, level: Level) -> Result<(), RespError> {
-        let limit = self.limits.depth();
+        let limit = self.limits.max_depth;
         if self.depth >= limit {
             return Err(RespError::TooDeep { limit });
         }
-        self.stack[self.depth] = level;
+        match self.stack.get_mut(self.depth) {
+            Some(slot) => *slot = level,
+            None => {
+                self.deeper.truncate(self.depth - INLINE_DEPTH);
+                self.deeper.push(level);
+            }
+        }
         self.depth += 1;
         Ok(())
+    }
+
+    /// The open aggregate at depth `d` (0: the outermost).
+    fn level(&self, d: usize) -> Option<Level> {
+        match d.checked_sub(INLINE_DEPTH) {
+            None => self.stack.get(d).copied(),
+            Some(i) => self.deeper.get(i).copied(),
+        }
+    }
+
+    fn level_mut(&mut self, d: usize) -> Option<&mut Level> {
+        match d.checked_sub(INLINE_DEPTH) {
+            None => self.stack.get_mut(d),
+            Some(i) => self.deeper.get_mut(i),
+        }
     }
 
     /// A value ended: count it in the enclosing aggregates, closing those it completes.
@@ -743,7 +768,10 @@ impl Scanner {
     fn value_done(&mut self) -> bool {
         self.state = State::Type;
         while let Some(d) = self.depth.checked_sub(1) {
-            let top = &mut self.stack[d];
+            let Some(top) = self.level_mut(d) else {
+                // Every level below `depth` was pushed; none is missing.
+                return false;
+            };
             match top.shape {
                 Shape::Streamed | Shape::StreamedPairs => {
                     top.n = top.n.wrapping_add(1);
