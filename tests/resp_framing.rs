@@ -1268,3 +1268,25 @@ mod real_redis {
         }
     }
 }
+
+/// What the headers of an incomplete message announce: a lower bound of its length.
+#[test]
+fn an_incomplete_message_announces_at_least_its_length() {
+    let mut sc = Scanner::new(Direction::Request);
+    assert_eq!(sc.scan(b"*2\r\n$3\r\nGET\r\n$400000000\r\n"), Ok(None));
+    assert!(sc.announced() >= 400_000_000 + 2, "{}", sc.announced());
+    let mut sc = Scanner::new(Direction::Request);
+    assert_eq!(sc.scan(b"*2147483647\r\n"), Ok(None));
+    assert!(sc.announced() >= 2_147_483_647 * 4);
+    // A whole message is never below the bound taken at any of its bytes.
+    let whole = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n";
+    for cut in 1..whole.len() {
+        let mut sc = Scanner::new(Direction::Request);
+        assert_eq!(sc.scan(&whole[..cut]), Ok(None), "{cut}");
+        assert!(
+            sc.announced() <= whole.len() as u64,
+            "cut at {cut}: {}",
+            sc.announced()
+        );
+    }
+}

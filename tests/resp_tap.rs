@@ -346,3 +346,32 @@ fn a_reply_nested_deeper_than_the_inline_stack_is_framed_and_recording_goes_on()
         "{text}"
     );
 }
+
+/// An unauthenticated client that announces a bulk or a multibulk Redis refuses before
+/// reading it (`requirepass`): the announcement reaches Redis at once and the client gets
+/// Redis's own error, as directly. Before, the tap held the command until it was whole,
+/// and the client saw only a reset at the command timeout.
+#[test]
+fn an_announcement_redis_refuses_at_once_reaches_it_and_its_error_the_client() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let proxy = resp_tap(&redis);
+    for announced in [
+        &b"*2\r\n$3\r\nGET\r\n$400000000\r\n"[..],
+        b"*2147483647\r\n",
+    ] {
+        let answer = |addr| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(announced).unwrap();
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            got
+        };
+        let direct = answer(redis.addr());
+        assert!(direct.starts_with(b"-ERR Protocol error: unauthenticated"));
+        assert_eq!(
+            String::from_utf8_lossy(&answer(proxy.addr())),
+            String::from_utf8_lossy(&direct)
+        );
+    }
+}

@@ -732,6 +732,34 @@ impl Scanner {
         }
     }
 
+    /// A lower bound of the current message's whole length, from what its headers
+    /// announced so far: the bytes consumed, the payload still owed, and at least 4 bytes
+    /// (`:0\r\n`, the shortest value) for each element an open aggregate still expects.
+    /// `*2\r\n$3\r\nGET\r\n$400000000\r\n` is at least 400 MB before its payload
+    /// began: a caller can tell it will never fit a buffer.
+    pub fn announced(&self) -> u64 {
+        const SHORTEST: u64 = 4;
+        let owed = match self.state {
+            State::Payload { left, .. } => left.saturating_add(2),
+            _ => 0,
+        };
+        // An aggregate's count holds the element in progress, which is counted apart (the
+        // aggregate inside it, or the value being read), except at the innermost level
+        // between two values.
+        let between = matches!(self.state, State::Type);
+        let expected = (0..self.depth)
+            .filter_map(|d| Some((d, self.level(d)?)))
+            .filter(|(_, l)| matches!(l.shape, Shape::Counted | Shape::Attribute))
+            .map(|(d, l)| match d + 1 == self.depth && between {
+                true => l.n,
+                false => l.n.saturating_sub(1),
+            })
+            .fold(0u64, |sum, n| {
+                sum.saturating_add(n.saturating_mul(SHORTEST))
+            });
+        self.consumed.saturating_add(owed).saturating_add(expected)
+    }
+
     fn push(&mut self, level: Level) -> Result<(), RespError> {
         let limit = self.limits.max_depth;
         if self.depth >= limit {

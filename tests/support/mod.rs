@@ -327,7 +327,7 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts it and waits until `PING` answers `+PONG`.
+    /// Starts it and waits until `PING` answers `+PONG` (`-NOAUTH` with a password).
     pub fn start() -> RedisServer {
         RedisServer::start_with(&[])
     }
@@ -352,7 +352,9 @@ impl RedisServer {
                 (Managed::spawn("redis-server", &mut command, &log), port)
             },
             |&port| {
-                try_resp_command(loopback(port), &["PING"]).is_ok_and(|reply| reply == b"+PONG\r\n")
+                // With `--requirepass` an unauthenticated PING is answered -NOAUTH: ready too.
+                try_resp_command(loopback(port), &["PING"])
+                    .is_ok_and(|reply| reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH"))
             },
         );
         RedisServer {

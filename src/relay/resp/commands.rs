@@ -75,9 +75,14 @@ impl RespConnection {
     }
 
     /// The command starting at `start` in the buffer is not complete. One larger than the
-    /// buffer is forwarded as it arrives, and framing goes on.
+    /// buffer, or whose headers announce it will be, is forwarded as it arrives, and
+    /// framing goes on. Redis answers some such announcements at once (an unauthenticated
+    /// client's `$400000000` or `*2147483647`: `-ERR Protocol error: unauthenticated bulk
+    /// length`, then it closes); held here, they would never reach it.
     fn command_incomplete(&mut self, start: usize) {
-        if self.cmd_streaming.is_none() && self.cbuf.len() >= COMMAND_BUFFER {
+        let too_large =
+            self.cbuf.len() >= COMMAND_BUFFER || self.commands.announced() > COMMAND_BUFFER as u64;
+        if self.cmd_streaming.is_none() && too_large {
             let name = resp::command_name(&self.cbuf.filled()[start..])
                 .and_then(resp::known_command)
                 .unwrap_or("other");

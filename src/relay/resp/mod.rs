@@ -52,7 +52,8 @@ use crate::resp::{Blocking, ModeSwitch, RespError, Scanner};
 use subscriptions::{Subscriptions, Transaction};
 
 /// A command is assembled in the buffer up to this size before it is forwarded; larger
-/// ones (big values) are streamed through as they arrive.
+/// ones (big values), and those whose headers announce they will be larger
+/// (`Scanner::announced`), are streamed through as they arrive.
 const COMMAND_BUFFER: usize = 64 * 1024;
 const REPLY_BUFFER: usize = 16 * 1024;
 /// Commands in flight whose replies are awaited, at most; past it the client is not read
