@@ -159,14 +159,20 @@ def serve_ok(c):
 
 # --- the client side ---------------------------------------------------------------------
 
+SHUT = "shut"
+
+
 def client(port, steps, limit=TIMEOUT + 3):
-    """Runs steps (bytes to send, or a float to wait) then reads until close or `limit`.
-    Returns (bytes received, seconds until the close or None)."""
+    """Runs steps (bytes to send, a float to wait, or SHUT to shut the sending side down)
+    then reads until close or `limit`. Returns (bytes received, seconds until the close or
+    None)."""
     s = socket.create_connection(("127.0.0.1", port))
     got = bytearray()
     start = time.monotonic()
     for step in steps:
-        if isinstance(step, float):
+        if step == SHUT:
+            s.shutdown(socket.SHUT_WR)
+        elif isinstance(step, float):
             end = time.monotonic() + step
             while time.monotonic() < end:
                 s.settimeout(max(0.01, end - time.monotonic()))
@@ -277,6 +283,22 @@ def refuse_then_serve(status_line):
     return script
 
 
+def slow_ok(c):
+    """Answers each request head 0.5 s after it came (the bodies here hold no blank line),
+    pipelined ones too."""
+    answered = 0
+    while True:
+        while c.buf.count(b"\r\n\r\n") <= answered:
+            chunk = c.sock.recv(65536)
+            if not chunk:
+                return
+            c.buf += chunk
+            c.log += chunk
+        answered += 1
+        time.sleep(0.5)
+        c.send(OK)
+
+
 def stall(c):
     c.read_head()
     c.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nfirst ten.")
@@ -324,6 +346,15 @@ CASES = [
     ("r3.4 a trailer section of 200 fields", serve_ok,
      [b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
       + b"".join(b"T-%d: v\r\n" % i for i in range(200)) + b"\r\n"]),
+    # The fourth round (docs/security.md): half-closed clients, chunked to HTTP/1.0.
+    ("r4.5 GET, then the client shuts its sending side", slow_ok, [GET, SHUT]),
+    ("r4.5 POST, then shut", slow_ok,
+     [b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello", SHUT]),
+    ("r4.5 HTTP/1.0 GET, then shut", slow_ok, [b"GET /old HTTP/1.0\r\n\r\n", SHUT]),
+    ("r4.5 two pipelined GETs, then shut", slow_ok, [GET + NEXT, SHUT]),
+    ("r4 chunked answer to an HTTP/1.0 request",
+     answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+     [b"GET / HTTP/1.0\r\n\r\n"]),
 ]
 
 

@@ -216,3 +216,34 @@ async fn a_bad_connection_does_not_disturb_another() {
         .unwrap();
     assert_eq!(fake::read_n(&mut good, OK.len()).await, OK);
 }
+
+/// An upstream that answers an HTTP/1.0 request with chunked framing (RFC 9112 §6.1
+/// forbids it): the client would take the chunk sizes for its body, and the proxy, which
+/// forwards bytes as they are, cannot de-chunk. It gets a 502, counted as `bad_response`;
+/// the same response to an HTTP/1.1 request goes through unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_answer_to_an_http10_request_is_a_502() {
+    const CHUNKED: &[u8] =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    let (up, _) = upstream(|mut c| async move {
+        c.read_head().await;
+        c.write(CHUNKED).await;
+    })
+    .await;
+    let p = proxy(up).await;
+    let resp = send(p.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+    assert_eq!(
+        status_of(&resp),
+        502,
+        "{:?}",
+        String::from_utf8_lossy(&resp)
+    );
+    assert!(closes(&resp));
+    assert_eq!(p.capture.wait_errors(1).await, vec![ErrorKind::BadResponse]);
+    let resp = send(
+        p.addr,
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(resp, CHUNKED);
+}

@@ -8,7 +8,7 @@
 use super::{MAX_RESPONSE_HEAD, MAX_RESPONSE_HEADERS};
 use crate::clock::{self, Tick};
 use crate::http1::{
-    response, BodyFramer, BodyKind, Method, RequestHead, ResponseHead, ResponseScanner,
+    response, BodyFramer, BodyKind, Method, RequestHead, ResponseHead, ResponseScanner, Version,
 };
 use crate::recorder::ErrorKind;
 use crate::relay::exchange::Exchange;
@@ -19,6 +19,8 @@ pub(super) struct ResponseProgress {
     method: Method,
     /// The request asked to switch protocols: only then may a 101 answer it.
     upgrade_asked: bool,
+    /// The request is HTTP/1.0: a chunked response is one its client cannot read.
+    http10: bool,
     scanner: ResponseScanner,
     /// The tick of the read that brought the first byte of the head being scanned.
     head_first: Tick,
@@ -42,6 +44,7 @@ impl ResponseProgress {
         Self {
             method: head.method,
             upgrade_asked: head.upgrade,
+            http10: head.version == Version::Http10,
             scanner: ResponseScanner::new(),
             head_first: 0,
             last_read: 0,
@@ -125,6 +128,14 @@ impl ResponseProgress {
                 // later request is checked.
                 if head.status == 101 && !self.upgrade_asked {
                     tracing::debug!("101 to a request that did not ask to upgrade");
+                    return Err(ErrorKind::BadResponse);
+                }
+                // RFC 9112 §6.1: a server must not send chunked to an HTTP/1.0 request,
+                // whose client does not know the coding and would take the chunk sizes for
+                // its body. The proxy forwards bytes as they are, so it cannot de-chunk:
+                // such a response is one the client cannot read, answered 502 as any other.
+                if self.http10 && !head.is_interim() && head.body == BodyKind::Chunked {
+                    tracing::debug!("chunked response to an HTTP/1.0 request");
                     return Err(ErrorKind::BadResponse);
                 }
                 used += head.len;
