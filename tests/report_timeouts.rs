@@ -1,7 +1,8 @@
-//! `snapshot --from` and `report --from` against an admin server that accepts and then
-//! stalls, or trickles a byte at a time: each gives up at `--timeout` with a message that
-//! names it. Before, a trickling server held them forever (each read came within the
-//! per-read timeout) and a silent one for 30 s a read.
+//! `snapshot --from` and `report --from` against an admin server that is not well: one
+//! that accepts and then stalls, or trickles a byte at a time, fails at `--timeout` with a
+//! message that names it (before, a trickling server held them forever: each read came
+//! within the per-read timeout); an address where nothing listens says that no phasescope
+//! runs there and how to point at one (before: "Connection refused").
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -87,6 +88,30 @@ fn a_stalling_or_trickling_admin_server_fails_at_the_timeout() {
         assert!(
             stderr.contains("no whole answer within 1s (--timeout)"),
             "trickle {trickle}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn nothing_listening_says_no_phasescope_runs_there_and_how_to_point_at_one() {
+    // A port that was free a moment ago: nothing listens on it.
+    let addr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let url = format!("http://{addr}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    for args in [
+        vec!["report", "--from", &url],
+        vec!["snapshot", "--from", &url, "-o", out.to_str().unwrap()],
+    ] {
+        let (code, stderr) = run(&args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("no phasescope is running at {addr}"))
+                && stderr.contains("--from"),
+            "{args:?}: {stderr}"
         );
     }
 }

@@ -45,7 +45,8 @@ pub fn admin_urls(from: &str) -> anyhow::Result<(Url, Url)> {
 /// between the fetch and the reset are in neither run.
 pub fn save(from: &str, out: &Path, reset: bool) -> anyhow::Result<Saved> {
     let (snapshot_url, reset_url) = admin_urls(from)?;
-    let body = http::get(&snapshot_url)?;
+    let body =
+        http::get(&snapshot_url).map_err(|e| super::source::no_admin_server(&snapshot_url, e))?;
     let text = std::str::from_utf8(&body).with_context(|| format!("{snapshot_url}: not UTF-8"))?;
     let snap = Snapshot::from_json(text).with_context(|| format!("{snapshot_url}"))?;
     let value: serde_json::Value = serde_json::from_str(text)?;

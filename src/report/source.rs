@@ -47,7 +47,7 @@ impl Source {
     pub fn read_text(&self) -> anyhow::Result<String> {
         match self {
             Source::Admin(url) => {
-                let body = http::get(url)?;
+                let body = http::get(url).map_err(|e| no_admin_server(url, e))?;
                 String::from_utf8(body).with_context(|| format!("{url}: the snapshot is not UTF-8"))
             }
             Source::File(path) => {
@@ -61,6 +61,23 @@ impl Source {
         let text = self.read_text()?;
         Snapshot::from_json(&text).with_context(|| format!("{self}"))
     }
+}
+
+/// A refused connection to an admin URL says what it means: no phasescope runs there, and
+/// how to point at one (the bare "Connection refused" read as a fault of the report).
+pub fn no_admin_server(url: &Url, e: anyhow::Error) -> anyhow::Error {
+    let refused = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    });
+    if !refused {
+        return e;
+    }
+    anyhow::anyhow!(
+        "no phasescope is running at {} (nothing listens there): start one with `phasescope run`, \
+         or read another with --from http://HOST:PORT (its admin address) or --from a snapshot file",
+        url.authority
+    )
 }
 
 impl fmt::Display for Source {
