@@ -1,0 +1,636 @@
+//! The hot path: from a window's call stacks, the functions where the server's CPU is
+//! actually spent — each with what it calls — without the frames that only lead there
+//! (thread start, `main`, an event loop's dispatch, `Fiber::resume`, syscall entry) and
+//! without placeholders (`[truncated]`, `[other stacks]`, `[unknown]`, `[unmapped]`).
+//! docs/report.md says how it reads; the report, the findings and the live page show it.
+//!
+//! How. The stacks are merged into a call tree from the roots. The tree is cut into
+//! *units*, disjoint sets of nodes, each named by one function:
+//!
+//! - A node whose heaviest child carries at least [`PASS_THROUGH`] of its samples only
+//!   leads there: the child continues the node's unit (a *chain*). Chains run from a root
+//!   or a split-off callee down to the first node that splits its samples (a *split
+//!   point*).
+//! - A child of any other node starts a unit of its own when its *function* carries at
+//!   least [`MIN_SPLIT`] of all samples over all its paths (so a `sprintf` called from ten
+//!   places at 0.5 % each is still split off everywhere and listed once), else it and
+//!   what it calls stay in the parent's unit.
+//! - Below a user-space frame the kernel is that frame's cost (a `write` is its system
+//!   call): kernel frames never start units there.
+//! - A unit is named by the top frame of its chain, unless that frame is a generic leader
+//!   ([`is_generic`]: thread start, `main`, an event loop, a Fiber or closure runner,
+//!   syscall entry) or a placeholder; then by the first chain frame below that is
+//!   neither; a chain of generic frames only is named by its split point, and a chain of
+//!   placeholders is not named at all (its samples stay unlisted).
+//! - A unit's *listed* samples are its nodes' own samples: its inclusive samples minus
+//!   those of the units inside it. A dispatcher whose CPU is all in split-off callees thus
+//!   lists nothing and disappears; the listed shares partition the samples (they add up
+//!   to at most 1).
+//! - Units of the same function (reached by several paths) are one entry; its inclusive
+//!   and self shares are the function's over all stacks (a recursive function counts
+//!   once per sample), as `perf report --children` gives them.
+//!
+//! Why not simply the functions by inclusive share: on a real server the top of that list
+//! is `main`, the event loop and syscall entry at 90–99 %, the answer buried below. Why
+//! not by self share: a `write` then reads as a dozen kernel functions, `json_reply` as
+//! twenty small yajl pieces. The units keep the cost of a call with the call.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::snapshot::{Frame, Stacks};
+
+/// A node whose heaviest child carries at least this fraction of its samples only leads
+/// there (docs/report.md, "hot path").
+pub const PASS_THROUGH: f64 = 0.9;
+/// A callee whose function carries at least this fraction of all samples is a unit of
+/// its own.
+pub const MIN_SPLIT: f64 = 0.02;
+/// Entries kept; the report shows `--top` of them.
+pub const MAX_HOT: usize = 20;
+/// Entries the report shows without `--top`.
+pub const DEFAULT_TOP: usize = 5;
+/// Callers kept per entry.
+pub const MAX_CALLERS: usize = 3;
+
+/// One function of the hot path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HotFunction {
+    pub name: String,
+    pub object: String,
+    pub component: String,
+    /// A PHP function's first line (`object` is then its script).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Fraction of all samples with this function anywhere on the stack.
+    pub inclusive: f64,
+    /// Fraction of all samples with this function running.
+    #[serde(rename = "self")]
+    pub self_share: f64,
+    /// Fraction of all samples this entry stands for on the list: its inclusive samples
+    /// less those of the entries listed inside it. The entries' listed shares add up to
+    /// at most 1.
+    pub listed: f64,
+    /// Samples with this function on the stack.
+    pub samples: u64,
+    /// CPU per request this entry stands for, seconds: `listed` × the upstream's CPU per
+    /// request (the entries' `cpu` add up to at most that CPU).
+    pub cpu: f64,
+    /// The frames that call it most, with the fraction of its samples through each.
+    pub callers: Vec<Caller>,
+    /// The function `factor`× faster, by Amdahl's law on its inclusive share.
+    pub what_if: HotWhatIf,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Caller {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Fraction of the function's samples called from here.
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HotWhatIf {
+    pub factor: f64,
+    /// CPU saved per request, seconds.
+    pub saved: f64,
+    /// `saved` over the mean `total`.
+    pub saved_of_total: Option<f64>,
+    /// If the server is CPU-bound: at most this much more throughput (a fraction).
+    pub throughput_gain: f64,
+}
+
+/// Amdahl's law: the share `p` of the work `factor`× faster.
+pub fn throughput_gain(p: f64, factor: f64) -> f64 {
+    1.0 / ((1.0 - p) + p / factor) - 1.0
+}
+
+/// A frame that stands for no function: `[truncated]`, `[other stacks]`, `[unknown]`,
+/// `[unmapped]`.
+pub fn is_placeholder(f: &Frame) -> bool {
+    f.name.starts_with('[') && f.name.ends_with(']')
+}
+
+fn is_kernel(f: &Frame) -> bool {
+    f.object.starts_with("[kernel")
+}
+
+/// Frames that only lead to the work on most servers: thread and process start, `main`,
+/// event loops, Fiber and closure runners, syscall and interrupt entry. They never name a
+/// unit they top if a frame below them in the chain can.
+pub fn is_generic(f: &Frame) -> bool {
+    const EXACT: &[&str] = &[
+        "_start",
+        "main",
+        "{main}",
+        "__libc_start_main",
+        "__libc_start_call_main",
+        "__libc_start_main_impl",
+        "start_thread",
+        "thread_start",
+        "clone",
+        "clone3",
+        "__clone",
+        "__clone3",
+        "ret_from_fork",
+        "ret_from_fork_asm",
+        "syscall",
+        "event_base_loop",
+        "event_base_dispatch",
+        "event_process_active",
+        "event_process_active_single_queue",
+        "aeMain",
+        "aeProcessEvents",
+        "uv_run",
+        "{closure}",
+    ];
+    const PREFIX: &[&str] = &[
+        "entry_SYSCALL",
+        "do_syscall",
+        "x64_sys_call",
+        "__x64_sys_",
+        "asm_",
+        "irqentry_",
+        "std::rt::",
+        "std::sys::",
+        "std::thread::",
+        "std::panicking::",
+        "std::panic::",
+        "core::ops::function::",
+        "__rust_",
+        "tokio::runtime::",
+        "Revolt\\EventLoop",
+        "Fiber::",
+    ];
+    const CONTAINS: &[&str] = &["__rust_begin_short_backtrace", "\\{closure}", "\\EventLoop"];
+    let n = f.name.as_str();
+    EXACT.contains(&n)
+        || PREFIX.iter().any(|p| n.starts_with(p))
+        || CONTAINS.iter().any(|c| n.contains(c))
+}
+
+/// A node of the call tree: one frame reached by one path.
+struct Node {
+    /// Canonical frame id (frames equal by value share one).
+    frame: usize,
+    children: Vec<usize>,
+    inclusive: u64,
+    own: u64,
+}
+
+/// A unit being cut: its chain (top first), its own samples, and whether a user-space
+/// function is on its chain (the kernel below it is then its cost).
+#[derive(Default)]
+struct Unit {
+    chain: Vec<usize>,
+    listed: u64,
+    user: bool,
+}
+
+/// The hot path of `stacks`, most listed samples first, at most [`MAX_HOT`] entries.
+/// `cpu_per_request` (seconds) and `mean_total` turn shares into time per request.
+pub fn hot_path(
+    stacks: &Stacks,
+    cpu_per_request: f64,
+    mean_total: Option<f64>,
+    factor: f64,
+) -> Vec<HotFunction> {
+    let total = stacks.total();
+    if total == 0 {
+        return Vec::new();
+    }
+    // Frames by value: a hand-made or merged table may hold one twice.
+    let mut canon: HashMap<&Frame, usize> = HashMap::new();
+    let mut frames: Vec<&Frame> = Vec::new();
+    let ids: Vec<Option<usize>> = stacks
+        .frames
+        .iter()
+        .map(|f| {
+            Some(*canon.entry(f).or_insert_with(|| {
+                frames.push(f);
+                frames.len() - 1
+            }))
+        })
+        .collect();
+    let paths: Vec<(Vec<usize>, u64)> = stacks
+        .stacks
+        .iter()
+        .filter(|s| s.samples > 0)
+        .map(|s| {
+            let path = s
+                .frames
+                .iter()
+                .filter_map(|&i| ids.get(i as usize).copied().flatten())
+                .collect();
+            (path, s.samples)
+        })
+        .collect();
+
+    // Per function over all stacks: inclusive (once per stack), self, callers.
+    let mut inclusive = vec![0u64; frames.len()];
+    let mut own = vec![0u64; frames.len()];
+    let mut callers: Vec<HashMap<usize, u64>> = vec![HashMap::new(); frames.len()];
+    for (path, n) in &paths {
+        if let Some(&leaf) = path.last() {
+            own[leaf] += n;
+        }
+        for (depth, &f) in path.iter().enumerate() {
+            if path[..depth].contains(&f) {
+                continue;
+            }
+            inclusive[f] += n;
+            // The nearest caller that is a function: a placeholder says nothing.
+            if let Some(&c) = path[..depth]
+                .iter()
+                .rev()
+                .find(|&&c| !is_placeholder(frames[c]))
+            {
+                *callers[f].entry(c).or_default() += n;
+            }
+        }
+    }
+
+    // The call tree.
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut roots: Vec<usize> = Vec::new();
+    let mut index: HashMap<(Option<usize>, usize), usize> = HashMap::new();
+    for (path, n) in &paths {
+        let mut parent: Option<usize> = None;
+        for &f in path {
+            let id = *index.entry((parent, f)).or_insert_with(|| {
+                nodes.push(Node {
+                    frame: f,
+                    children: Vec::new(),
+                    inclusive: 0,
+                    own: 0,
+                });
+                let id = nodes.len() - 1;
+                match parent {
+                    Some(p) => nodes[p].children.push(id),
+                    None => roots.push(id),
+                }
+                id
+            });
+            nodes[id].inclusive += n;
+            parent = Some(id);
+        }
+        if let Some(leaf) = parent {
+            nodes[leaf].own += n;
+        }
+    }
+
+    // Cut it into units, depth first without recursion (stacks run hundreds deep).
+    let min_split = (MIN_SPLIT * total as f64).ceil() as u64;
+    let mut units: Vec<Unit> = Vec::new();
+    // (node, unit, whether the node is on its unit's chain)
+    let mut work: Vec<(usize, usize, bool)> = Vec::new();
+    for &r in &roots {
+        units.push(Unit::default());
+        work.push((r, units.len() - 1, true));
+    }
+    while let Some((id, u, on_chain)) = work.pop() {
+        let node = &nodes[id];
+        if on_chain {
+            let f = frames[node.frame];
+            units[u].chain.push(id);
+            units[u].user |= !is_kernel(f) && !is_placeholder(f);
+        }
+        units[u].listed += node.own;
+        let heaviest = node
+            .children
+            .iter()
+            .copied()
+            .max_by_key(|&c| (nodes[c].inclusive, std::cmp::Reverse(c)));
+        let passes = heaviest.filter(|&h| {
+            on_chain && nodes[h].inclusive as f64 >= PASS_THROUGH * node.inclusive as f64
+        });
+        let user = units[u].user;
+        for &c in &node.children {
+            let frame = frames[nodes[c].frame];
+            if Some(c) == passes {
+                work.push((c, u, true));
+            } else if is_kernel(frame) && user {
+                work.push((c, u, false));
+            } else if inclusive[nodes[c].frame] >= min_split.max(1) {
+                units.push(Unit::default());
+                work.push((c, units.len() - 1, true));
+            } else {
+                work.push((c, u, false));
+            }
+        }
+    }
+
+    // One entry per function.
+    let mut listed: HashMap<usize, u64> = HashMap::new();
+    for unit in &units {
+        if unit.listed == 0 {
+            continue;
+        }
+        if let Some(n) = name_of(&unit.chain, &nodes, &frames) {
+            *listed.entry(nodes[n].frame).or_default() += unit.listed;
+        }
+    }
+    let share = |n: u64| n as f64 / total as f64;
+    let mut out: Vec<HotFunction> = listed
+        .into_iter()
+        .map(|(f, l)| {
+            let frame = frames[f];
+            let p = share(inclusive[f]);
+            let saved = cpu_per_request * p * (1.0 - 1.0 / factor);
+            let mut by: Vec<(usize, u64)> = callers[f].iter().map(|(&c, &n)| (c, n)).collect();
+            by.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| frames[a.0].cmp(frames[b.0])));
+            HotFunction {
+                name: frame.name.clone(),
+                object: frame.object.clone(),
+                component: frame.component.clone(),
+                line: frame.line,
+                inclusive: p,
+                self_share: share(own[f]),
+                listed: share(l),
+                samples: inclusive[f],
+                cpu: cpu_per_request * share(l),
+                callers: by
+                    .into_iter()
+                    .take(MAX_CALLERS)
+                    .map(|(c, n)| Caller {
+                        name: frames[c].name.clone(),
+                        line: frames[c].line,
+                        share: n as f64 / inclusive[f].max(1) as f64,
+                    })
+                    .collect(),
+                what_if: HotWhatIf {
+                    factor,
+                    saved,
+                    saved_of_total: mean_total.filter(|t| *t > 0.0).map(|t| saved / t),
+                    throughput_gain: throughput_gain(p, factor),
+                },
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.listed
+            .total_cmp(&a.listed)
+            .then(b.inclusive.total_cmp(&a.inclusive))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.object.cmp(&b.object))
+    });
+    out.truncate(MAX_HOT);
+    out
+}
+
+/// The node that names a unit of this chain: the first that is neither generic nor a
+/// placeholder, else the last if it is no placeholder, else none.
+fn name_of(chain: &[usize], nodes: &[Node], frames: &[&Frame]) -> Option<usize> {
+    let frame = |n: usize| frames[nodes[n].frame];
+    chain
+        .iter()
+        .copied()
+        .find(|&n| !is_generic(frame(n)) && !is_placeholder(frame(n)))
+        .or_else(|| chain.last().copied().filter(|&n| !is_placeholder(frame(n))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::Stack;
+
+    /// `k:` marks a kernel frame; a name in brackets is a placeholder.
+    fn frame(name: &str) -> Frame {
+        let (name, object) = match name.strip_prefix("k:") {
+            Some(n) => (n, "[kernel]"),
+            None if name.starts_with('[') => (name, ""),
+            None => (name, "srv"),
+        };
+        Frame {
+            name: name.into(),
+            object: object.into(),
+            component: object.into(),
+            line: None,
+        }
+    }
+
+    fn stacks(list: &[(&str, u64)]) -> Stacks {
+        let mut s = Stacks::default();
+        for (path, samples) in list {
+            let frames = path
+                .split(';')
+                .map(|n| {
+                    s.frames.push(frame(n));
+                    (s.frames.len() - 1) as u32
+                })
+                .collect();
+            s.stacks.push(Stack {
+                frames,
+                samples: *samples,
+            });
+        }
+        s
+    }
+
+    fn listed(hot: &[HotFunction]) -> Vec<(&str, u64)> {
+        hot.iter()
+            .map(|h| (h.name.as_str(), (h.listed * 100.0).round() as u64))
+            .collect()
+    }
+
+    fn check_partition(hot: &[HotFunction]) {
+        let sum: f64 = hot.iter().map(|h| h.listed).sum();
+        assert!(sum <= 1.0 + 1e-9, "{sum}");
+        for h in hot {
+            assert!(!is_placeholder(&frame(&h.name)), "{h:?}");
+            assert!(h.listed <= h.inclusive + 1e-9, "{h:?}");
+            assert!(h.self_share <= h.inclusive + 1e-9, "{h:?}");
+        }
+    }
+
+    /// A C server's shape: a loop, a dispatch chain, a handler splitting into a URI
+    /// builder, a `write` with the kernel below it and a formatter; truncated stacks
+    /// reach the URI builder too.
+    fn server() -> Stacks {
+        stacks(&[
+            (
+                "_start;main;serve_loop;epoll_wait;k:entry_SYSCALL_64;k:do_syscall_64;k:ep_poll",
+                25,
+            ),
+            (
+                "_start;main;serve_loop;dispatch;handler;respond;build_uri;append",
+                28,
+            ),
+            ("_start;main;serve_loop;dispatch;handler;respond;build_uri", 2),
+            (
+                "_start;main;serve_loop;dispatch;handler;respond;write;k:entry_SYSCALL_64;k:do_syscall_64;k:ksys_write;k:tcp_sendmsg",
+                12,
+            ),
+            (
+                "_start;main;serve_loop;dispatch;handler;respond;write;k:entry_SYSCALL_64;k:do_syscall_64;k:ksys_write;k:sock_write_iter",
+                8,
+            ),
+            ("_start;main;serve_loop;dispatch;handler;respond;format", 10),
+            ("_start;main;serve_loop;dispatch;handler", 5),
+            ("_start;main;serve_loop;dispatch;handler;respond;tiny", 1),
+            ("[truncated];[unknown];build_uri", 9),
+        ])
+    }
+
+    #[test]
+    fn dispatch_layers_and_the_kernel_below_a_write_are_not_listed_on_their_own() {
+        let hot = hot_path(&server(), 100e-6, Some(200e-6), 2.0);
+        check_partition(&hot);
+        // The dispatch chain (dispatch → handler → respond) keeps only its own samples
+        // and the tiny callee's; serve_loop and main list nothing.
+        assert_eq!(
+            listed(&hot),
+            [
+                ("build_uri", 39),
+                ("epoll_wait", 25),
+                ("write", 20),
+                ("format", 10),
+                ("dispatch", 6)
+            ]
+        );
+        let uri = &hot[0];
+        // Reached by two paths: one entry, its inclusive share over both.
+        assert!((uri.inclusive - 0.39).abs() < 1e-9);
+        assert!((uri.self_share - 0.11).abs() < 1e-9);
+        assert_eq!(uri.samples, 39);
+        assert!((uri.cpu - 39e-6).abs() < 1e-12);
+        // The placeholder above it is no caller: respond's 30 are all it names.
+        assert_eq!(uri.callers.len(), 1);
+        assert_eq!(uri.callers[0].name, "respond");
+        assert!((uri.callers[0].share - 30.0 / 39.0).abs() < 1e-9);
+        // Amdahl on 39 %: 39 µs × ½ saved, 1 / (0.61 + 0.195).
+        assert!((uri.what_if.saved - 19.5e-6).abs() < 1e-12);
+        assert!((uri.what_if.saved_of_total.unwrap() - 0.0975).abs() < 1e-9);
+        assert!((uri.what_if.throughput_gain - (1.0 / 0.805 - 1.0)).abs() < 1e-12);
+        let write = &hot[2];
+        assert_eq!(write.self_share, 0.0, "its time is the kernel's");
+        assert!((write.inclusive - 0.2).abs() < 1e-9);
+    }
+
+    /// amphp's shape: everything under `{main}`, the event loop, a Fiber and closure
+    /// runners at 97–99 %; a URI library called once per request from the driver, and
+    /// many small callbacks.
+    #[test]
+    fn fiber_and_event_loop_frames_lead_to_the_library_they_run() {
+        let top = r"{main};Revolt\EventLoop\Internal\AbstractDriver::run;Fiber::resume;Revolt\EventLoop\Internal\AbstractDriver::Revolt\EventLoop\Internal\{closure};Amp\Http\Server\Driver\Http1Driver::handleClient";
+        // The library spends its time in many small functions of its own.
+        let mut list: Vec<(String, u64)> =
+            vec![(format!(r"{top};League\Uri\Http::createFromComponents"), 4)];
+        for i in 0..25 {
+            list.push((
+                format!(r"{top};League\Uri\Http::createFromComponents;League\Uri\piece{i}"),
+                1,
+            ));
+        }
+        list.extend([
+            (format!(r"{top};Amp\Http\Http1\Rfc7230::parseHeaders"), 12),
+            (format!(r"{top};fwrite"), 20),
+            (
+                r"{main};Revolt\EventLoop\Internal\AbstractDriver::run;stream_select".into(),
+                2,
+            ),
+        ]);
+        for i in 0..37 {
+            list.push((format!("{top};small{i}"), 1));
+        }
+        let borrowed: Vec<(&str, u64)> = list.iter().map(|(p, n)| (p.as_str(), *n)).collect();
+        let hot = hot_path(&stacks(&borrowed), 1e-3, None, 2.0);
+        check_partition(&hot);
+        let names: Vec<&str> = hot.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(
+            &names[..3],
+            [
+                r"Amp\Http\Server\Driver\Http1Driver::handleClient",
+                r"League\Uri\Http::createFromComponents",
+                "fwrite"
+            ],
+            "{hot:#?}"
+        );
+        // The driver keeps the 37 small callbacks and nothing of the library's.
+        assert_eq!(listed(&hot)[0].1, 37);
+        assert_eq!(listed(&hot)[1].1, 29);
+        assert_eq!(
+            hot[1].callers[0].name,
+            r"Amp\Http\Server\Driver\Http1Driver::handleClient"
+        );
+        assert!((hot[1].callers[0].share - 1.0).abs() < 1e-9);
+        assert!(names
+            .iter()
+            .all(|n| !n.contains("Fiber") && !n.contains("EventLoop")));
+    }
+
+    /// A function called from many places, a little from each, is split off everywhere
+    /// and listed once with all its paths.
+    #[test]
+    fn the_same_function_by_several_small_paths_is_one_entry() {
+        let mut list: Vec<(String, u64)> = Vec::new();
+        for i in 0..6 {
+            list.push((format!("main;worker;caller{i};sprintf;vfprintf"), 1));
+            list.push((format!("main;worker;caller{i}"), 10));
+        }
+        list.push(("main;worker".into(), 34));
+        let borrowed: Vec<(&str, u64)> = list.iter().map(|(p, n)| (p.as_str(), *n)).collect();
+        let hot = hot_path(&stacks(&borrowed), 0.0, None, 2.0);
+        check_partition(&hot);
+        let sprintf = hot.iter().find(|h| h.name == "sprintf").unwrap();
+        assert_eq!(sprintf.samples, 6);
+        assert!((sprintf.listed - 0.06).abs() < 1e-9);
+        assert_eq!(sprintf.callers.len(), MAX_CALLERS);
+        assert!(hot.iter().all(|h| h.name != "vfprintf"), "inside sprintf");
+    }
+
+    /// Placeholders never name an entry, a chain of them lists nothing; recursion counts
+    /// once per sample; `main` alone on its chain names nothing while a frame below it can.
+    #[test]
+    fn placeholders_recursion_and_generic_chains() {
+        let hot = hot_path(
+            &stacks(&[
+                ("[truncated];[unknown]", 40),
+                ("[other stacks]", 5),
+                ("main;walk;walk;walk", 30),
+                ("main;walk;walk", 10),
+                ("main;walk", 5),
+                (
+                    "[unmapped];k:entry_SYSCALL_64;k:do_syscall_64;k:__x64_sys_read;k:tcp_recvmsg",
+                    10,
+                ),
+            ]),
+            0.0,
+            None,
+            2.0,
+        );
+        check_partition(&hot);
+        // main → walk passes through: one unit named walk with everything below.
+        assert_eq!(listed(&hot), [("walk", 45), ("tcp_recvmsg", 10)]);
+        assert_eq!(hot[0].samples, 45, "recursion counts once");
+        assert!((hot[0].self_share - 0.45).abs() < 1e-9);
+        assert_eq!(hot[0].callers[0].name, "main");
+        assert!(hot_path(&Stacks::default(), 1.0, None, 2.0).is_empty());
+    }
+
+    #[test]
+    fn generic_leaders() {
+        for n in [
+            "main",
+            "_start",
+            "entry_SYSCALL_64_after_hwframe",
+            "std::rt::lang_start_internal",
+            r"Revolt\EventLoop\Internal\AbstractDriver::tick",
+            "Fiber::resume",
+            r"Amp\{closure}",
+        ] {
+            assert!(is_generic(&frame(n)), "{n}");
+        }
+        for n in [
+            "write",
+            "json_reply",
+            r"League\Uri\Http::createFromComponents",
+            "mainloop_step",
+        ] {
+            assert!(!is_generic(&frame(n)), "{n}");
+        }
+    }
+}
