@@ -178,6 +178,86 @@ mod tests {
         assert!(!ids(&s).iter().any(|id| id.starts_with("parser_")));
     }
 
+    /// 1000 samples of a server whose CPU goes through `main` and a loop into a URI
+    /// builder (50 %), `write` (30 %, the kernel below it) and the parser (20 %).
+    fn with_stacks(mut u: UpstreamSnapshot) -> UpstreamSnapshot {
+        let frame = |name: &str, object: &str, component: &str| crate::upstream::Frame {
+            name: name.into(),
+            object: object.into(),
+            component: component.into(),
+            line: None,
+        };
+        u.frames = Some("native".into());
+        u.stacks = Some(crate::upstream::Stacks {
+            frames: vec![
+                frame("main", "server", "server"),
+                frame("serve_loop", "server", "server"),
+                frame("build_uri", "server", "server"),
+                frame("write", "libc.so.6", "libc.so.6"),
+                frame("tcp_sendmsg", "[kernel]", "kernel_network"),
+                frame("http_parser_execute", "server", "http_parser"),
+            ],
+            stacks: [
+                (vec![0, 1, 2], 500),
+                (vec![0, 1, 3, 4], 300),
+                (vec![0, 1, 5], 200),
+            ]
+            .into_iter()
+            .map(|(frames, samples)| crate::upstream::Stack { frames, samples })
+            .collect(),
+            truncated_samples: 0,
+        });
+        u
+    }
+
+    #[test]
+    fn the_hot_path_names_the_functions_where_the_cpu_goes() {
+        let total = [("total", 2e-3)];
+        let samples: [(&str, u64); 3] = [
+            ("server", 500),
+            ("kernel_network", 300),
+            ("http_parser", 200),
+        ];
+        let s = snapshot(&total, Some(with_stacks(upstream(1.0, 0.0, &samples))));
+        let found = diagnose(&s);
+        let f = found.iter().find(|f| f.id == "hot_path").unwrap();
+        // 1 ms of CPU a request: build_uri's half, twice as fast, saves 250 µs of 2 ms.
+        assert!(
+            (f.impact.seconds_per_request - 250e-6).abs() < 1e-9,
+            "{f:?}"
+        );
+        assert_eq!(f.severity, crate::metrics::Severity::Warn);
+        assert!(
+            f.summary.starts_with("server's CPU goes to build_uri 50 % (500 µs per request, from serve_loop), write 30 % (300 µs per request, from serve_loop), http_parser_execute 20 %"),
+            "{}",
+            f.summary
+        );
+        let n = f
+            .evidence
+            .iter()
+            .find(|e| e.name == "build_uri: samples")
+            .unwrap();
+        assert_eq!(n.value, 500.0);
+        // The parser's finding names the largest hot function besides the parser.
+        let p = found.iter().find(|f| f.id.starts_with("parser_")).unwrap();
+        assert!(
+            p.fix.contains("Its largest part is build_uri (50 % of its CPU with what it calls, 500 µs per request)."),
+            "{}",
+            p.fix
+        );
+        // Without call stacks: no hot path, the component as before.
+        let s = snapshot(&total, Some(upstream(1.0, 0.0, &samples)));
+        let found = diagnose(&s);
+        assert!(found.iter().all(|f| f.id != "hot_path"));
+        let p = found.iter().find(|f| f.id.starts_with("parser_")).unwrap();
+        assert!(
+            p.fix
+                .contains("Its largest part is server (own code) (50 % of its CPU)."),
+            "{}",
+            p.fix
+        );
+    }
+
     #[test]
     fn a_quiet_window_says_nothing() {
         let mut s = snapshot(&[("total", 1.0), ("write_blocked", 0.9)], None);

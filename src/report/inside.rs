@@ -20,21 +20,6 @@ impl Function {
 }
 
 impl HotFunction {
-    /// The name as the text shows it: a PHP function with its script and first line.
-    pub fn shown(&self) -> String {
-        match self.line {
-            Some(line) => {
-                let script = self.object.rsplit('/').next().unwrap_or(&self.object);
-                if script.is_empty() {
-                    format!("{}:{line}", self.name)
-                } else {
-                    format!("{} ({script}:{line})", self.name)
-                }
-            }
-            None => self.name.clone(),
-        }
-    }
-
     /// One line of the hot path: its share and CPU per request, its callers, its what-if.
     pub fn line(&self) -> String {
         let mut l = format!("{} {}", self.shown(), units::share(self.listed));

@@ -103,6 +103,24 @@ pub struct HotWhatIf {
     pub throughput_gain: f64,
 }
 
+impl HotFunction {
+    /// The name as the report shows it: a PHP function with its script and first line
+    /// (PHP names every closure of a namespace alike).
+    pub fn shown(&self) -> String {
+        match self.line {
+            Some(line) => {
+                let script = self.object.rsplit('/').next().unwrap_or(&self.object);
+                if script.is_empty() {
+                    format!("{}:{line}", self.name)
+                } else {
+                    format!("{} ({script}:{line})", self.name)
+                }
+            }
+            None => self.name.clone(),
+        }
+    }
+}
+
 /// Amdahl's law: the share `p` of the work `factor`× faster.
 pub fn throughput_gain(p: f64, factor: f64) -> f64 {
     1.0 / ((1.0 - p) + p / factor) - 1.0
