@@ -63,6 +63,11 @@ pub struct HotFunction {
     /// A PHP function's first line (`object` is then its script).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
+    /// Where the chain it heads leads: its deepest user-space function below it that
+    /// only it leads to (a wrapper's worker, a library's inner loop), when there is one;
+    /// of the heaviest of its units when it has several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub through: Option<String>,
     /// Fraction of all samples with this function anywhere on the stack.
     pub inclusive: f64,
     /// Fraction of all samples with this function running.
@@ -106,8 +111,9 @@ pub struct HotWhatIf {
 impl HotFunction {
     /// The name as the report shows it: a PHP function with its script and first line
     /// (PHP names every closure of a namespace alike).
+    /// `through` follows an arrow.
     pub fn shown(&self) -> String {
-        match self.line {
+        let mut s = match self.line {
             Some(line) => {
                 let script = self.object.rsplit('/').next().unwrap_or(&self.object);
                 if script.is_empty() {
@@ -117,7 +123,12 @@ impl HotFunction {
                 }
             }
             None => self.name.clone(),
+        };
+        if let Some(t) = &self.through {
+            s.push_str(" → ");
+            s.push_str(t);
         }
+        s
     }
 }
 
@@ -178,13 +189,15 @@ pub fn is_generic(f: &Frame) -> bool {
         "std::panicking::",
         "std::panic::",
         "core::ops::function::",
+        "core::panic::",
         "__rust_",
         "tokio::runtime::",
         "Revolt\\EventLoop",
         "Fiber::",
     ];
     const CONTAINS: &[&str] = &["__rust_begin_short_backtrace", "\\{closure}", "\\EventLoop"];
-    let n = f.name.as_str();
+    // A trait method reads `<Type as Trait>::method`: the type says what runs it.
+    let n = f.name.strip_prefix('<').unwrap_or(&f.name);
     EXACT.contains(&n)
         || PREFIX.iter().any(|p| n.starts_with(p))
         || CONTAINS.iter().any(|c| n.contains(c))
@@ -341,14 +354,34 @@ pub fn hot_path(
         }
     }
 
-    // One entry per function.
+    // One entry per function: its listed samples, and where its heaviest unit leads.
     let mut listed: HashMap<usize, u64> = HashMap::new();
+    let mut through: HashMap<usize, (u64, Option<usize>)> = HashMap::new();
     for unit in &units {
         if unit.listed == 0 {
             continue;
         }
-        if let Some(n) = name_of(&unit.chain, &nodes, &frames) {
-            *listed.entry(nodes[n].frame).or_default() += unit.listed;
+        let Some(at) = unit
+            .chain
+            .iter()
+            .position(|&n| Some(n) == name_of(&unit.chain, &nodes, &frames))
+        else {
+            continue;
+        };
+        let f = nodes[unit.chain[at]].frame;
+        *listed.entry(f).or_default() += unit.listed;
+        // The deepest user-space function of the chain below the name.
+        let below = unit.chain[at + 1..]
+            .iter()
+            .rev()
+            .map(|&n| nodes[n].frame)
+            .find(|&g| {
+                let frame = frames[g];
+                g != f && !is_kernel(frame) && !is_placeholder(frame) && !is_generic(frame)
+            });
+        let best = through.entry(f).or_insert((0, None));
+        if unit.listed > best.0 {
+            *best = (unit.listed, below);
         }
     }
     let share = |n: u64| n as f64 / total as f64;
@@ -365,6 +398,10 @@ pub fn hot_path(
                 object: frame.object.clone(),
                 component: frame.component.clone(),
                 line: frame.line,
+                through: through
+                    .get(&f)
+                    .and_then(|t| t.1)
+                    .map(|g| frames[g].name.clone()),
                 inclusive: p,
                 self_share: share(own[f]),
                 listed: share(l),
@@ -523,7 +560,12 @@ mod tests {
         assert!((uri.what_if.saved - 19.5e-6).abs() < 1e-12);
         assert!((uri.what_if.saved_of_total.unwrap() - 0.0975).abs() < 1e-9);
         assert!((uri.what_if.throughput_gain - (1.0 / 0.805 - 1.0)).abs() < 1e-12);
+        // It leads to the piece it burns in; the write only to the kernel.
+        assert_eq!(uri.through.as_deref(), Some("append"));
+        assert_eq!(uri.shown(), "build_uri → append");
         let write = &hot[2];
+        assert_eq!(write.through, None);
+        assert_eq!(hot[4].through.as_deref(), Some("respond"));
         assert_eq!(write.self_share, 0.0, "its time is the kernel's");
         assert!((write.inclusive - 0.2).abs() < 1e-9);
     }
@@ -639,6 +681,7 @@ mod tests {
             r"Revolt\EventLoop\Internal\AbstractDriver::tick",
             "Fiber::resume",
             r"Amp\{closure}",
+            "<core::panic::unwind_safe::AssertUnwindSafe<F> as core::ops::function::FnOnce<()>>::call_once",
         ] {
             assert!(is_generic(&frame(n)), "{n}");
         }

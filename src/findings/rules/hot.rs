@@ -36,7 +36,11 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let mut evidence = Vec::new();
     let mut parts = Vec::new();
     for h in &named {
-        let name = h.shown();
+        // The evidence names the function alone; the summary says where it leads.
+        let name = match h.line {
+            Some(line) => format!("{}:{line}", h.name),
+            None => h.name.clone(),
+        };
         evidence.push(shown(
             &format!("{name}: share of the server's CPU on the hot path"),
             h.listed,
@@ -66,7 +70,8 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             .map(|c| format!(", from {}", c.name))
             .unwrap_or_default();
         parts.push(format!(
-            "{name} {} ({} per request{from})",
+            "{} {} ({} per request{from})",
+            h.shown(),
             share(h.listed),
             duration(h.cpu)
         ));
