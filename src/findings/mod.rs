@@ -43,6 +43,25 @@ pub fn diagnose(snapshot: &Snapshot) -> Vec<Finding> {
     out
 }
 
+/// Per tap whose upstream was sampled with call stacks, its hot path over the snapshot's
+/// window (docs/report.md, "Call stacks"), at most `top` functions: what the live page
+/// shows beside the findings, from the same view of the window.
+pub fn hot_paths(
+    snapshot: &Snapshot,
+    top: usize,
+) -> std::collections::BTreeMap<String, Vec<crate::upstream::hot::HotFunction>> {
+    snapshot
+        .taps
+        .iter()
+        .filter_map(|(name, tap)| {
+            let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix);
+            let mut hot = view.inside?.hot;
+            hot.truncate(top);
+            (!hot.is_empty()).then(|| (name.clone(), hot))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
