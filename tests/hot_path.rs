@@ -265,3 +265,141 @@ fn the_hot_path_names_the_functions_of_known_cpu_in_their_order() {
     );
     up.kill();
 }
+
+/// php-burn.php (an Amphp-shaped server: a `stream_select` loop resuming each request's
+/// Fiber) with a Composer package, `league/uri`, burning a known share of the CPU once
+/// per request inside the Fiber: the hot path names `createFromComponents` with its
+/// share within 5 points of the script's own `getrusage` count (the PHP tests'
+/// tolerance), called from the handler, and none of the Fiber, closure and loop frames
+/// that lead there.
+#[test]
+fn a_vendor_package_inside_the_requests_fiber_is_named_on_the_hot_path() {
+    let php = require_tool("php");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/php-burn.php");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("php-burn.log");
+    let mut command = Command::new(php);
+    command.arg(script).arg("0").current_dir(dir.path()).envs([
+        ("BURN_PARSE_US", "300"),
+        ("BURN_QUERY_US", "500"),
+        ("BURN_VENDOR_US", "600"),
+    ]);
+    let mut burn = Managed::spawn("php-burn.php", &mut command, &log);
+    let mut port = None;
+    assert!(
+        wait_for(STARTUP_DEADLINE, || {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            port = text
+                .split("listening on 127.0.0.1:")
+                .nth(1)
+                .and_then(|rest| {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse::<u16>().ok()
+                });
+            port.is_some()
+        }),
+        "{}",
+        burn.log_tail()
+    );
+    let addr = loopback(port.unwrap());
+    let truth =
+        || -> Value { serde_json::from_str(&http_get(addr, "/truth").body_text()).unwrap() };
+    let config = dir.path().join("php.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"php\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{addr}\"\n\
+             [tap.process]\nprofile = true\ninterval = \"250ms\"\n"
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::in_front_of(addr, &["--config", config.to_str().unwrap()]);
+    let snapshot = || -> Value {
+        serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap_or_default()
+    };
+    assert!(
+        wait_for(STARTUP_DEADLINE, || snapshot()["taps"]["php"]["upstream"]
+            ["frames"]
+            == "php"),
+        "the proxy did not sample PHP frames\n{}",
+        proxy.log_tail()
+    );
+    reset(&proxy);
+    let before = truth();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let wrk = run_wrk(&proxy.url("/work"), 2, 3, 1);
+        assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let samples: u64 = snapshot()["taps"]["php"]["upstream"]["samples"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        if samples >= 2000 || std::time::Instant::now() >= deadline {
+            break;
+        }
+    }
+    let after = truth();
+    let text = proxy.admin_get("/api/snapshot").body_text();
+    let saved = dir.path().join("snapshot.json");
+    fs::write(&saved, &text).unwrap();
+    let us = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    let total = us(&after, "total_us") - us(&before, "total_us");
+    let vendor = (us(&after, "vendor_us") - us(&before, "vendor_us")) / total;
+
+    let json: Value =
+        serde_json::from_str(&report(&saved, &["--format", "json", "--top", "5"])).unwrap();
+    let inside = &json["taps"][0]["inside"];
+    let hot = inside["hot"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{inside}"));
+    let shown: Vec<String> = hot
+        .iter()
+        .map(|h| {
+            format!(
+                "{} ({}) {:.1} % listed, {:.1} % inclusive",
+                h["name"].as_str().unwrap(),
+                h["component"].as_str().unwrap(),
+                h["listed"].as_f64().unwrap() * 100.0,
+                h["inclusive"].as_f64().unwrap() * 100.0
+            )
+        })
+        .collect();
+    eprintln!(
+        "truth: createFromComponents {:.1} % of the CPU\nhot path: {shown:#?}",
+        vendor * 100.0
+    );
+    let uri = hot
+        .iter()
+        .find(|h| h["name"] == r"League\Uri\Http::createFromComponents")
+        .unwrap_or_else(|| panic!("the vendor package is not on the hot path: {shown:#?}"));
+    assert!(
+        uri["object"]
+            .as_str()
+            .unwrap()
+            .ends_with("vendor/league/uri/src/Http.php"),
+        "{uri}"
+    );
+    assert!(uri["line"].as_u64().is_some(), "{uri}");
+    let share = uri["inclusive"].as_f64().unwrap();
+    assert!(
+        (share - vendor).abs() <= 0.05,
+        "createFromComponents {share:.3} against {vendor:.3} measured: {shown:#?}"
+    );
+    assert!(
+        (uri["listed"].as_f64().unwrap() - share).abs() <= 0.02,
+        "it calls nothing of its own worth listing: {uri}"
+    );
+    assert_eq!(uri["callers"][0]["name"], r"Burn\Server::handle", "{uri}");
+    for h in hot {
+        let name = h["name"].as_str().unwrap();
+        assert!(
+            !(name.starts_with("Fiber::")
+                || name.contains("EventLoop")
+                || name.ends_with("{closure}")
+                || name == "{main}"
+                || name.starts_with('[')),
+            "{name} leads there only: {shown:#?}"
+        );
+    }
+    burn.kill();
+}
