@@ -569,21 +569,18 @@ mod tests {
         // 2.13 ms per request (0.91 + 1.22 s over 1000), mean total 10 ms.
         let i = Inside::new(&s, 1000, Some(10e-3), 2.0);
         let lines = i.lines();
-        assert!(lines[1].starts_with("hot path (top 3:"), "{lines:#?}");
+        assert!(lines[1].starts_with("hot path (top 2:"), "{lines:#?}");
         assert_eq!(
             lines[2],
             r"  League\Uri\Http::createFromComponents (uri.php:40) 60 %, 1.28 ms per request, from App\Driver::handle 100 %; 2× faster saves ≤ 639 µs per request (6 % of mean total), ≤ 43 % more throughput if CPU-bound",
         );
+        // fwrite, built into PHP, is the handler's cost.
         assert!(
-            lines[3].starts_with("  fwrite 30 %, 639 µs per request"),
+            lines[3].starts_with(r"  App\Driver::handle (uri.php:10) 40 % (100 % with all it calls), 852 µs per request, from Fiber::resume 100 %; 2× faster saves ≤ 1.06 ms"),
             "{lines:#?}"
         );
         assert!(
-            lines[4].starts_with(r"  App\Driver::handle (uri.php:10) 10 % (100 % with all it calls), 213 µs per request, from Fiber::resume 100 %; 2× faster saves ≤ 1.06 ms"),
-            "{lines:#?}"
-        );
-        assert!(
-            lines[5].starts_with("with all they call (php call stacks)"),
+            lines[4].starts_with("with all they call (php call stacks)"),
             "{lines:#?}"
         );
     }

@@ -16,7 +16,11 @@
 //!   places at 0.5 % each is still split off everywhere and listed once), else it and
 //!   what it calls stay in the parent's unit.
 //! - Below a user-space frame the kernel is that frame's cost (a `write` is its system
-//!   call): kernel frames never start units there. Likewise below a unit named by a
+//!   call): kernel frames never start units there, nor do functions built into PHP
+//!   below a PHP function (`parseHeaders` is its `preg_match_all`s: a PHP function's
+//!   cost is largely the built-ins it calls, and a user changes the call, not
+//!   `sqrt`; a callback a built-in runs is still split off when it is hot). Likewise
+//!   below a unit named by a
 //!   shared library's function, the same library's functions are that call's cost
 //!   (`___sprintf_chk` → `__vfprintf_internal`, which `snprintf` reaches too, would
 //!   otherwise be split off both and named by libc's inner function).
@@ -148,6 +152,12 @@ pub fn is_placeholder(f: &Frame) -> bool {
 
 fn is_kernel(f: &Frame) -> bool {
     f.object.starts_with("[kernel")
+}
+
+/// A function built into PHP (`sqrt`, `preg_match`, `fwrite`): a PHP frame in no script.
+/// Native frames always lie in an object.
+fn is_php_builtin(f: &Frame) -> bool {
+    f.object.is_empty() && !is_placeholder(f)
 }
 
 /// Frames that only lead to the work on most servers: thread and process start, `main`,
@@ -352,7 +362,9 @@ pub fn hot_path(
             let frame = frames[nodes[c].frame];
             if Some(c) == passes {
                 work.push((c, u, true));
-            } else if is_kernel(frame) && user || library == Some(&frame.object) {
+            } else if (is_kernel(frame) || is_php_builtin(frame)) && user
+                || library == Some(&frame.object)
+            {
                 work.push((c, u, false));
             } else if leads_to_hot(c, &nodes, &inclusive, min_split.max(1)) {
                 units.push(Unit::default());
@@ -488,6 +500,7 @@ mod tests {
         let (name, object) = match name.strip_prefix("k:") {
             Some(n) => (n, "[kernel]"),
             None if name.starts_with("libc:") => (&name[5..], "libc.so.6"),
+            None if name.starts_with("php:") => (&name[4..], ""),
             // An unnamed function lies in an object; the stack's placeholders in none.
             None if name == "[unknown]" => (name, "srv"),
             None if name.starts_with('[') => (name, ""),
@@ -611,9 +624,15 @@ mod tests {
     #[test]
     fn fiber_and_event_loop_frames_lead_to_the_library_they_run() {
         let top = r"{main};Revolt\EventLoop\Internal\AbstractDriver::run;Fiber::resume;Revolt\EventLoop\Internal\AbstractDriver::Revolt\EventLoop\Internal\{closure};Amp\Http\Server\Driver\Http1Driver::handleClient";
-        // The library spends its time in many small functions of its own.
-        let mut list: Vec<(String, u64)> =
-            vec![(format!(r"{top};League\Uri\Http::createFromComponents"), 4)];
+        // The library spends its time in many small functions of its own, and in a
+        // function built into PHP, which is its cost however large.
+        let mut list: Vec<(String, u64)> = vec![
+            (format!(r"{top};League\Uri\Http::createFromComponents"), 4),
+            (
+                format!(r"{top};League\Uri\Http::createFromComponents;php:preg_match"),
+                5,
+            ),
+        ];
         for i in 0..25 {
             list.push((
                 format!(r"{top};League\Uri\Http::createFromComponents;League\Uri\piece{i}"),
@@ -622,13 +641,13 @@ mod tests {
         }
         list.extend([
             (format!(r"{top};Amp\Http\Http1\Rfc7230::parseHeaders"), 12),
-            (format!(r"{top};fwrite"), 20),
+            (format!(r"{top};php:fwrite"), 20),
             (
                 r"{main};Revolt\EventLoop\Internal\AbstractDriver::run;stream_select".into(),
                 2,
             ),
         ]);
-        for i in 0..37 {
+        for i in 0..32 {
             list.push((format!("{top};small{i}"), 1));
         }
         let borrowed: Vec<(&str, u64)> = list.iter().map(|(p, n)| (p.as_str(), *n)).collect();
@@ -640,13 +659,17 @@ mod tests {
             [
                 r"Amp\Http\Server\Driver\Http1Driver::handleClient",
                 r"League\Uri\Http::createFromComponents",
-                "fwrite"
+                r"Amp\Http\Http1\Rfc7230::parseHeaders"
             ],
             "{hot:#?}"
         );
-        // The driver keeps the 37 small callbacks and nothing of the library's.
-        assert_eq!(listed(&hot)[0].1, 37);
-        assert_eq!(listed(&hot)[1].1, 29);
+        // The driver keeps the 32 small callbacks and its fwrite, nothing of the
+        // library's; the library keeps its preg_match.
+        assert_eq!(listed(&hot)[0].1, 52);
+        assert_eq!(listed(&hot)[1].1, 34);
+        assert!(hot
+            .iter()
+            .all(|h| h.name != "preg_match" && h.name != "fwrite"));
         assert_eq!(
             hot[1].callers[0].name,
             r"Amp\Http\Server\Driver\Http1Driver::handleClient"
