@@ -100,21 +100,17 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
     }
 }
 
-/// The snapshot with what the rules of docs/findings.md find in its window.
-fn diagnosed(mut snapshot: crate::metrics::Snapshot) -> crate::metrics::Snapshot {
-    snapshot.findings = crate::findings::diagnose(&snapshot);
-    snapshot
-}
-
 /// Hot functions per tap `/api/snapshot` carries for the live page.
 const LIVE_HOT: usize = 5;
 
-/// What `/api/snapshot` answers: the snapshot with its findings, and beside them `hot`,
+/// What `/api/snapshot` answers: the snapshot with what the rules of docs/findings.md
+/// find in its window, and beside them `hot`,
 /// each sampled tap's hot path (docs/metrics.md). The hot path is computed here, as the
 /// findings are, not kept in the snapshot: a report recomputes it from the stacks.
-pub fn served(snapshot: crate::metrics::Snapshot) -> serde_json::Result<serde_json::Value> {
-    let snapshot = diagnosed(snapshot);
-    let hot = serde_json::to_value(crate::findings::hot_paths(&snapshot, LIVE_HOT))?;
+pub fn served(mut snapshot: crate::metrics::Snapshot) -> serde_json::Result<serde_json::Value> {
+    let (findings, hot) = crate::findings::diagnose_with_hot(&snapshot, LIVE_HOT);
+    snapshot.findings = findings;
+    let hot = serde_json::to_value(hot)?;
     let mut value = serde_json::to_value(&snapshot)?;
     if let Some(map) = value.as_object_mut() {
         map.insert("hot".to_owned(), hot);

@@ -21,13 +21,31 @@ pub const MIN_REQUESTS: u64 = 20;
 
 /// Every finding of every tap in `snapshot`'s window, the most severe and largest first.
 pub fn diagnose(snapshot: &Snapshot) -> Vec<Finding> {
+    diagnose_with_hot(snapshot, 0).0
+}
+
+/// Each sampled tap's hot path, at most `top` functions (docs/report.md, "Call stacks").
+pub type HotPaths = std::collections::BTreeMap<String, Vec<crate::upstream::hot::HotFunction>>;
+
+/// [`diagnose`], and per tap whose upstream was sampled with call stacks its hot path over
+/// the same window, at most `top` functions: what the live page shows beside the
+/// findings, from the one view of each tap the rules read (the hot path is computed
+/// once).
+pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotPaths) {
     let mut out = Vec::new();
+    let mut hot = HotPaths::new();
     for (name, tap) in &snapshot.taps {
         let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix);
-        if view.requests < MIN_REQUESTS {
-            continue;
+        if view.requests >= MIN_REQUESTS {
+            out.extend(rules::all(&view));
         }
-        out.extend(rules::all(&view));
+        if let Some(i) = view
+            .inside
+            .as_ref()
+            .filter(|i| top > 0 && !i.hot.is_empty())
+        {
+            hot.insert(name.clone(), i.hot.iter().take(top).cloned().collect());
+        }
     }
     out.sort_by(|a, b| {
         b.severity
@@ -40,26 +58,7 @@ pub fn diagnose(snapshot: &Snapshot) -> Vec<Finding> {
             .then(a.tap.cmp(&b.tap))
             .then(a.id.cmp(&b.id))
     });
-    out
-}
-
-/// Per tap whose upstream was sampled with call stacks, its hot path over the snapshot's
-/// window (docs/report.md, "Call stacks"), at most `top` functions: what the live page
-/// shows beside the findings, from the same view of the window.
-pub fn hot_paths(
-    snapshot: &Snapshot,
-    top: usize,
-) -> std::collections::BTreeMap<String, Vec<crate::upstream::hot::HotFunction>> {
-    snapshot
-        .taps
-        .iter()
-        .filter_map(|(name, tap)| {
-            let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix);
-            let mut hot = view.inside?.hot;
-            hot.truncate(top);
-            (!hot.is_empty()).then(|| (name.clone(), hot))
-        })
-        .collect()
+    (out, hot)
 }
 
 #[cfg(test)]
