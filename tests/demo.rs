@@ -172,6 +172,19 @@ fn assert_inside_findings_and_flame_graph(text: &str, flamegraph: &Path) {
         );
     }
 
+    // The hot_path finding names the backend among the server's hottest functions, on
+    // the same condition as the parser's.
+    let hot_finding = lines
+        .iter()
+        .find(|l| l.starts_with("info hot_path: ") || l.starts_with("warn hot_path: "));
+    match hot_finding {
+        Some(l) => assert!(l.contains("demo_backend_query"), "{l}"),
+        None if overloaded => eprintln!(
+            "SKIPPED the hot_path finding's check: the machine is overloaded (upstream_runqueue)"
+        ),
+        None => panic!("no hot_path finding in\n{text}"),
+    }
+
     let said = format!("flame graph {}  (", flamegraph.display());
     assert!(text.contains(&said), "{said:?} not in\n{text}");
     let svg = fs::read_to_string(flamegraph).unwrap();
