@@ -890,17 +890,23 @@ fn shows_share(cell: &str, want: f64) -> bool {
     (share(cell) * 100.0 - want * 100.0).abs() <= half_unit + 1e-9
 }
 
-/// A snapshot whose upstream was sampled with call stacks (the report's fixture): the
-/// inside-the-upstream panel shows each component's inclusive share beside its self
-/// share, and the top ten functions with their object, self and inclusive shares, in the
-/// snapshot's order.
+/// A snapshot whose upstream was sampled with call stacks (the report's fixture), as the
+/// admin server serves it: the inside-the-upstream panel shows each component's
+/// inclusive share beside its self share, the hot path the server computed (each
+/// function with its share, CPU per request and callers, in its order), and after it the
+/// top five functions with their object, self and inclusive shares, in the snapshot's
+/// order.
 #[test]
 fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_snapshot() {
     let chromium = require_tool("chromium");
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json");
-    let snapshot: Value = serde_json::from_str(&fs::read_to_string(&fixture).unwrap()).unwrap();
+    let snapshot = phasescope::admin::served(
+        Snapshot::from_json(&fs::read_to_string(&fixture).unwrap()).unwrap(),
+    )
+    .unwrap();
     let upstream = snapshot["taps"]["webdis"]["upstream"].clone();
+    let hot = snapshot["hot"]["webdis"].clone();
     let admin = ScriptedAdmin::start(snapshot);
     let screenshot = artifacts().join("live-page-functions.png");
     let page = load_page(&chromium, &format!("http://{}/", admin.addr), &screenshot);
@@ -995,9 +1001,51 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
         "{what_if}"
     );
 
-    // The functions table: the snapshot's first ten, in its order.
+    // The hot path: the server's entries, in its order, before the functions.
+    let hot = hot
+        .as_array()
+        .unwrap_or_else(|| panic!("no hot path served"));
+    assert!(!hot.is_empty());
+    let order: Vec<String> = Regex::new(r#"<tr data-hot="([^"]*)""#)
+        .unwrap()
+        .captures_iter(tap)
+        .map(|c| text(&c[1]))
+        .collect();
+    let names: Vec<&str> = hot.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(order, names, "the hot path's rows, in order");
+    assert!(
+        tap.find("data-hot=") < tap.find("data-function="),
+        "the hot path comes first"
+    );
+    let shown = rows(tap, "hot");
+    for f in hot {
+        let name = f["name"].as_str().unwrap();
+        let row = &shown[name];
+        assert!(row["name"].starts_with(name), "{row:?}");
+        assert!(
+            shows_share(&row["share"], f["listed"].as_f64().unwrap()),
+            "{name}: {row:?} vs {f}"
+        );
+        assert_eq!(
+            row["cpu"],
+            format!("{} µs", fmt_num3(f["cpu"].as_f64().unwrap() * 1e6)),
+            "{name}"
+        );
+        if let Some(c) = f["callers"].get(0) {
+            assert!(
+                row["callers"].starts_with(&format!(
+                    "{} {}",
+                    c["name"].as_str().unwrap(),
+                    fmt_pct(c["share"].as_f64().unwrap())
+                )),
+                "{name}: {row:?}"
+            );
+        }
+    }
+
+    // The functions table: the snapshot's first five, in its order.
     let functions = upstream["functions"].as_array().unwrap();
-    let want: Vec<&Value> = functions.iter().take(10).collect();
+    let want: Vec<&Value> = functions.iter().take(5).collect();
     let order: Vec<String> = Regex::new(r#"<tr data-function="([^"]*)""#)
         .unwrap()
         .captures_iter(tap)

@@ -399,6 +399,53 @@ fn csv_carries_the_inside_the_upstream_section() {
     assert!(close(field("upstream.component.kernel_network", 11), 0.48));
 }
 
+/// With call stacks the CSV also carries the hot path, as `upstream.hot.NAME` records in
+/// the JSON's order: its samples, CPU per request and listed share.
+#[test]
+fn csv_carries_the_hot_path() {
+    let stacks = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/snapshots/stacks.json");
+    let from = stacks.to_str().unwrap();
+    let json: Value = serde_json::from_str(&phasescope_ok(
+        &["report", "--from", from, "--format", "json"],
+        0,
+    ))
+    .unwrap();
+    let hot = json["taps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tap"] == "webdis")
+        .unwrap()["inside"]["hot"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!hot.is_empty());
+    let csv = phasescope_ok(&["report", "--from", from, "--format", "csv"], 0);
+    let records: Vec<Vec<&str>> = csv
+        .lines()
+        .filter(|l| l.starts_with("webdis,*,upstream.hot."))
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(records.len(), hot.len(), "{csv}");
+    for (r, h) in records.iter().zip(&hot) {
+        let name = h["name"].as_str().unwrap();
+        assert!(
+            r[2].starts_with(&format!("upstream.hot.{name}")),
+            "{r:?} vs {h}"
+        );
+        assert_eq!(r[3], h["samples"].to_string(), "{r:?}");
+        assert!(
+            close(r[5].parse().unwrap(), h["cpu"].as_f64().unwrap()),
+            "{r:?}"
+        );
+        assert!(
+            close(r[11].parse().unwrap(), h["listed"].as_f64().unwrap()),
+            "{r:?}"
+        );
+    }
+}
+
 #[test]
 fn several_sources_merge_and_bad_ones_fail_clearly() {
     let f = fixture_path();

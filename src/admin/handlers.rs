@@ -65,7 +65,7 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
         "/healthz" if read => reply(StatusCode::OK, TEXT, "ok"),
         "/api/snapshot" if read => {
             blocking(&shared, move || {
-                match serde_json::to_vec(&diagnosed(registry.snapshot())) {
+                match served(registry.snapshot()).and_then(|v| serde_json::to_vec(&v)) {
                     Ok(body) => reply(StatusCode::OK, JSON, body),
                     Err(e) => internal_error(&e),
                 }
@@ -100,10 +100,22 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
     }
 }
 
-/// The snapshot with what the rules of docs/findings.md find in its window.
-fn diagnosed(mut snapshot: crate::metrics::Snapshot) -> crate::metrics::Snapshot {
-    snapshot.findings = crate::findings::diagnose(&snapshot);
-    snapshot
+/// Hot functions per tap `/api/snapshot` carries for the live page.
+const LIVE_HOT: usize = 5;
+
+/// What `/api/snapshot` answers: the snapshot with what the rules of docs/findings.md
+/// find in its window, and beside them `hot`,
+/// each sampled tap's hot path (docs/metrics.md). The hot path is computed here, as the
+/// findings are, not kept in the snapshot: a report recomputes it from the stacks.
+pub fn served(mut snapshot: crate::metrics::Snapshot) -> serde_json::Result<serde_json::Value> {
+    let (findings, hot) = crate::findings::diagnose_with_hot(&snapshot, LIVE_HOT);
+    snapshot.findings = findings;
+    let hot = serde_json::to_value(hot)?;
+    let mut value = serde_json::to_value(&snapshot)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("hot".to_owned(), hot);
+    }
+    Ok(value)
 }
 
 /// Runs a scrape, snapshot or reset on the blocking pool: they take milliseconds on a big

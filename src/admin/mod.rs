@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use crate::metrics::Registry;
 
 use handlers::handle;
+pub use handlers::served;
 
 /// A client that has not sent a complete request head by then is dropped.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);

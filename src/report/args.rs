@@ -59,10 +59,15 @@ pub struct ReportArgs {
     #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "prometheus")]
     pub pprof: Option<PathBuf>,
 
-    /// The what-if line of an upstream with a profile: a parser this many times faster
+    /// The what-if lines of an upstream with a profile: a parser, and each hot function,
+    /// this many times faster
     #[arg(long, value_name = "N", default_value_t = super::inside::DEFAULT_WHAT_IF,
           value_parser = parse_what_if)]
     pub what_if: f64,
+
+    /// Hot functions shown per upstream with call stacks (text, markdown and JSON)
+    #[arg(long, value_name = "N", default_value_t = super::inside::DEFAULT_TOP)]
+    pub top: usize,
 }
 
 fn parse_what_if(s: &str) -> Result<f64, String> {

@@ -50,7 +50,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
         ds.taps.retain(|name, _| name == tap);
         findings.retain(|f| &f.tap == tap);
     }
-    let mut report = Report::build_with(&ds, args.by.is_some(), args.what_if)?;
+    let mut report = Report::build_with(&ds, args.by.is_some(), args.what_if, args.top)?;
     report.findings = findings;
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {

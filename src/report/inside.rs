@@ -2,6 +2,7 @@
 //! server's CPU, how long its threads wait for one, where its CPU goes, and what a faster
 //! parser could save at most (docs/report.md, docs/phases.md).
 
+pub use crate::upstream::hot::{HotFunction, DEFAULT_TOP};
 pub use crate::upstream::summary::{Component, Function, Inside, WhatIf, DEFAULT_WHAT_IF, PARSER};
 
 use super::units;
@@ -50,6 +51,41 @@ impl Component {
     }
 }
 
+impl HotFunction {
+    /// One line of the hot path: its share and CPU per request, its callers, its what-if.
+    pub fn line(&self) -> String {
+        let mut l = format!("{} {}", self.shown(), units::share(self.listed));
+        // A share well above what it lists: what it calls is listed apart.
+        if self.inclusive - self.listed >= 0.005 {
+            l.push_str(&format!(
+                " ({} with all it calls)",
+                units::share(self.inclusive)
+            ));
+        }
+        l.push_str(&format!(", {} per request", units::duration(self.cpu)));
+        if !self.callers.is_empty() {
+            let callers: Vec<String> = self
+                .callers
+                .iter()
+                .map(|c| format!("{} {}", c.name, units::share(c.share)))
+                .collect();
+            l.push_str(&format!(", from {}", callers.join(", ")));
+        }
+        let w = &self.what_if;
+        let of_total = w
+            .saved_of_total
+            .map(|f| format!(" ({} of mean total)", units::share(f)))
+            .unwrap_or_default();
+        l.push_str(&format!(
+            "; {}× faster saves ≤ {} per request{of_total}, ≤ {} more throughput if CPU-bound",
+            trim(w.factor),
+            units::duration(w.saved),
+            units::share(w.throughput_gain)
+        ));
+        l
+    }
+}
+
 impl Inside {
     /// The section as text lines, for the table and markdown reports.
     pub fn lines(&self) -> Vec<String> {
@@ -95,6 +131,7 @@ impl Inside {
             head.push_str(&format!("; its CPU: {}{more}", parts.join(", ")));
         }
         let mut out = vec![head];
+        out.extend(self.hot_lines());
         out.extend(self.stack_lines());
         if self.requests == 0 {
             out.push("no requests in the window: nothing to divide by".to_owned());
@@ -136,7 +173,21 @@ impl Inside {
 }
 
 impl Inside {
-    /// With call stacks: the components' inclusive shares and the top functions.
+    /// With call stacks: the hot path, one function a line, before everything else the
+    /// stacks say (it answers "then what is it?").
+    fn hot_lines(&self) -> Vec<String> {
+        if self.hot.is_empty() {
+            return Vec::new();
+        }
+        let mut out = vec![format!(
+            "hot path (top {}: where its CPU goes, each function with what it calls but the others listed, CPU per request, the callers' share of its samples):",
+            self.hot.len()
+        )];
+        out.extend(self.hot.iter().map(|h| format!("  {}", h.line())));
+        out
+    }
+
+    /// With call stacks: the components' inclusive shares and the functions running.
     fn stack_lines(&self) -> Vec<String> {
         let Some(frames) = &self.frames else {
             return Vec::new();
@@ -168,14 +219,8 @@ impl Inside {
             parts.join(", ")
         ));
         if !self.functions.is_empty() {
-            let f = |f: &Function| {
-                format!(
-                    "{} {} ({} self)",
-                    f.shown(),
-                    units::share(f.inclusive),
-                    units::share(f.self_share)
-                )
-            };
+            // "Top functions, with all they call" is gone: `main`, the event loop and
+            // syscall entry led it at 90–99 %; the hot path above says it better.
             let mut by_self: Vec<&Function> = self.functions.iter().collect();
             by_self.sort_by(|a, b| {
                 b.self_share
@@ -183,19 +228,10 @@ impl Inside {
                     .unwrap_or(std::cmp::Ordering::Equal)
             });
             out.push(format!(
-                "top functions, with all they call: {}",
-                self.functions
-                    .iter()
-                    .take(8)
-                    .map(f)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            out.push(format!(
                 "top functions, running: {}",
                 by_self
                     .iter()
-                    .take(8)
+                    .take(5)
                     .map(|x| format!("{} {}", x.shown(), units::share(x.self_share)))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -479,7 +515,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("top functions, with all they call: main 100 % (0 % self), http_parser_execute 30 % (0 % self)"),
+            !text.contains("top functions, with all they call"),
             "{text}"
         );
         assert!(
@@ -513,7 +549,7 @@ mod tests {
         );
         let text = Inside::new(&s, 10, None, 2.0).lines().join("\n");
         assert!(
-            text.contains(r"Burn\Server::Burn\{closure}:40 100 % (50 % self), Burn\Server::Burn\{closure}:90 60 %"),
+            text.contains(r"top functions, running: Burn\Server::Burn\{closure}:40 50 %, Burn\Server::Burn\{closure}:90 30 %"),
             "{text}"
         );
     }
@@ -626,6 +662,69 @@ mod tests {
         let alone = snapshot(Some(&[("league/uri", 14), ("php_builtin", 86)]), None);
         let text = Inside::new(&alone, 100, None, 2.0).lines().join("\n");
         assert!(text.contains("php_builtin 86 %, league/uri 14 %"), "{text}");
+    }
+
+    /// The hot path comes first after the headline: one line per function with its share,
+    /// CPU per request, callers and what-if; a PHP function with its script and line.
+    #[test]
+    fn the_hot_path_leads_the_stack_lines() {
+        use crate::upstream::{Frame, Stack, Stacks};
+        let mut s = snapshot(
+            Some(&[("php-burn.php", 70), ("php_builtin", 30)]),
+            Some(false),
+        );
+        s.frames = Some("php".into());
+        let frame = |name: &str, line: Option<u32>| Frame {
+            name: name.into(),
+            object: if line.is_some() {
+                "/srv/app/vendor/uri.php".into()
+            } else {
+                String::new()
+            },
+            component: "php-burn.php".into(),
+            line,
+        };
+        s.stacks = Some(Stacks {
+            frames: vec![
+                frame("{main}", None),
+                frame("Fiber::resume", None),
+                frame(r"App\Driver::handle", Some(10)),
+                frame(r"League\Uri\Http::createFromComponents", Some(40)),
+                frame("fwrite", None),
+            ],
+            stacks: vec![
+                Stack {
+                    frames: vec![0, 1, 2, 3],
+                    samples: 60,
+                },
+                Stack {
+                    frames: vec![0, 1, 2, 4],
+                    samples: 30,
+                },
+                Stack {
+                    frames: vec![0, 1, 2],
+                    samples: 10,
+                },
+            ],
+            truncated_samples: 0,
+        });
+        // 2.13 ms per request (0.91 + 1.22 s over 1000), mean total 10 ms.
+        let i = Inside::new(&s, 1000, Some(10e-3), 2.0);
+        let lines = i.lines();
+        assert!(lines[1].starts_with("hot path (top 2:"), "{lines:#?}");
+        assert_eq!(
+            lines[2],
+            r"  League\Uri\Http::createFromComponents (uri.php:40) 60 %, 1.28 ms per request, from App\Driver::handle 100 %; 2× faster saves ≤ 639 µs per request (6 % of mean total), ≤ 43 % more throughput if CPU-bound",
+        );
+        // fwrite, built into PHP, is the handler's cost.
+        assert!(
+            lines[3].starts_with(r"  App\Driver::handle (uri.php:10) 40 % (100 % with all it calls), 852 µs per request, from Fiber::resume 100 %; 2× faster saves ≤ 1.06 ms"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[4].starts_with("with all they call (php call stacks)"),
+            "{lines:#?}"
+        );
     }
 
     #[test]

@@ -69,11 +69,22 @@ pub struct Row {
 impl Report {
     /// Builds the report; `by_route` adds a section per route.
     pub fn build(ds: &Dataset, by_route: bool) -> anyhow::Result<Report> {
-        Self::build_with(ds, by_route, super::inside::DEFAULT_WHAT_IF)
+        Self::build_with(
+            ds,
+            by_route,
+            super::inside::DEFAULT_WHAT_IF,
+            super::inside::DEFAULT_TOP,
+        )
     }
 
-    /// [`build`](Self::build) with the what-if factor of the inside-the-upstream section.
-    pub fn build_with(ds: &Dataset, by_route: bool, what_if: f64) -> anyhow::Result<Report> {
+    /// [`build`](Self::build) with the what-if factor of the inside-the-upstream section
+    /// and the hot functions it keeps.
+    pub fn build_with(
+        ds: &Dataset,
+        by_route: bool,
+        what_if: f64,
+        top: usize,
+    ) -> anyhow::Result<Report> {
         let mut taps = Vec::new();
         for (name, tap) in ds.taps_front_to_back() {
             let all = section(tap, None)?;
@@ -87,12 +98,14 @@ impl Report {
             };
             let inside = tap.upstream.as_ref().map(|u| {
                 let total = all.rows.iter().find(|r| r.phase == Phase::Total.name());
-                super::inside::Inside::new(
+                let mut inside = super::inside::Inside::new(
                     u,
                     total.map_or(0, |r| r.count),
                     total.map(|r| r.mean),
                     what_if,
-                )
+                );
+                inside.hot.truncate(top);
+                inside
             });
             taps.push(TapReport {
                 tap: name.clone(),

@@ -17,7 +17,9 @@ use crate::upstream::{Stacks, UpstreamSnapshot};
 
 /// Height of the text part: a title and up to [`MAX_LINES`] lines.
 const TEXT_HEIGHT: u32 = 40 + 17 * MAX_LINES as u32;
-const MAX_LINES: usize = 9;
+const MAX_LINES: usize = 13;
+/// Hot functions the band lists.
+const SVG_HOT: usize = 3;
 /// Characters per line at 12 px (a sans-serif averages about 5 px a character).
 const WRAP: usize = 220;
 /// Rows of the flame graph, and each row's height.
@@ -65,7 +67,10 @@ pub fn draw<DB: DrawingBackend>(
         .as_ref()
         .filter(|s| s.count > 0)
         .map(|s| s.sum / s.count as f64);
-    let inside = Inside::new(u, requests, mean, DEFAULT_WHAT_IF);
+    let mut inside = Inside::new(u, requests, mean, DEFAULT_WHAT_IF);
+    // The picture's band holds the first three of the hot path; the text report has
+    // its `--top`.
+    inside.hot.truncate(SVG_HOT);
     let title = TextStyle::from(("sans-serif", 18)).pos(Pos::new(HPos::Left, VPos::Top));
     area.draw(&Text::new(
         format!("{name}: inside the upstream"),

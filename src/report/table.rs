@@ -253,7 +253,9 @@ pub const CSV_UPSTREAM_PREFIX: &str = "upstream.";
 /// tap's requests as `count`, the thread-time of the window as `sum_s` and the per-request
 /// figure as `mean_s`; then `upstream.component.NAME` per sampled component with its
 /// samples as `count` and its fraction of them as `share`; with call stacks also
-/// `upstream.inclusive.NAME`, the fraction of samples with a frame of it as `share`.
+/// `upstream.inclusive.NAME`, the fraction of samples with a frame of it as `share`, and
+/// `upstream.hot.NAME` per function of the hot path, in its order, with its samples as
+/// `count`, its CPU per request as `mean_s` and its listed share as `share`.
 /// Columns that do not apply are empty.
 fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
     for (what, per_request) in [
@@ -301,6 +303,17 @@ fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
                 csv_field(&format!("{CSV_UPSTREAM_PREFIX}inclusive.{}", c.name)),
             );
         }
+    }
+    for h in &i.hot {
+        let _ = writeln!(
+            out,
+            "{},{ALL_ROUTES},{},{},,{},,,,,,{}",
+            csv_field(tap),
+            csv_field(&format!("{CSV_UPSTREAM_PREFIX}hot.{}", h.shown())),
+            h.samples,
+            h.cpu,
+            h.listed
+        );
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod account;
 pub mod find;
+pub mod hot;
 pub mod profile;
 pub mod snapshot;
 mod stacks;

@@ -1,6 +1,6 @@
 //! What a tap's upstream process did over a window, per request: its CPU, its wait for a
-//! CPU, where the CPU went (components, functions) and what a faster parser could save at
-//! most (docs/phases.md, docs/report.md). The report prints it, the findings reason
+//! CPU, where the CPU went (components, functions, the hot path) and what a faster parser
+//! could save at most (docs/phases.md, docs/report.md). The report prints it, the findings reason
 //! over it.
 
 use std::cmp::Ordering;
@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::hot::{hot_path, HotFunction};
 use super::UpstreamSnapshot;
 
 /// The component a faster parser would shrink.
@@ -35,6 +36,9 @@ pub struct Inside {
     /// With call stacks: the functions with the most inclusive samples, with their self
     /// and inclusive shares of all samples.
     pub functions: Vec<Function>,
+    /// With call stacks: the hot path (`upstream::hot`), most listed samples first, at
+    /// most [`super::hot::MAX_HOT`] (the report keeps its `--top`).
+    pub hot: Vec<HotFunction>,
     /// With call stacks: the fraction of samples whose stack was cut before its root.
     pub truncated: Option<f64>,
     /// The main binary has no symbol table: its own code (parser included) is one
@@ -157,6 +161,11 @@ impl Inside {
             .map(|s| s.truncated_samples as f64 / total as f64);
         let stripped = u.stripped.unwrap_or(false);
         let cpu = per(u.cpu_user_seconds + u.cpu_system_seconds);
+        let hot = u
+            .stacks
+            .as_ref()
+            .map(|s| hot_path(s, cpu, mean_total, factor))
+            .unwrap_or_default();
         let what_if = what_if(
             &components,
             own.as_deref(),
@@ -178,6 +187,7 @@ impl Inside {
             components,
             frames: u.frames.clone(),
             functions,
+            hot,
             truncated,
             stripped,
             what_if,
@@ -341,6 +351,6 @@ fn what_if(
         share: p,
         saved,
         saved_of_total: mean_total.filter(|t| *t > 0.0).map(|t| saved / t),
-        throughput_gain: 1.0 / ((1.0 - p) + p / factor) - 1.0,
+        throughput_gain: super::hot::throughput_gain(p, factor),
     })
 }

@@ -21,7 +21,7 @@
   const POLL_MS = 1000;
   const KEEP_POINTS = 600; // ten minutes of one-second points
   const RATE_WINDOW_S = 5; // the rate on the cards: steadier than one interval
-  const TOP_FUNCTIONS = 10; // rows of the upstream's top functions
+  const TOP_FUNCTIONS = 5; // rows of the upstream's top functions, after the hot path
 
   /* Phases in timeline order, then the aggregate: the snapshot's `phase_order`, which the
    * proxy takes from its own list of phases (src/phase.rs), so the page keeps no copy. */
@@ -483,6 +483,17 @@
       this.insideLine = h("div", { class: "inside-line" });
       this.insideWhatIf = h("div", { class: "inside-line what-if" });
       this.insideNote = h("div", { class: "note" });
+      // The hot path (docs/report.md, "Call stacks"): where the CPU goes, first.
+      this.hotBody = h("tbody");
+      this.hot = h("table", { class: "functions hot", hidden: true },
+        h("caption", { text: "hot path: where its CPU goes, each function with what it calls but the others listed" }),
+        h("thead", null, h("tr", null,
+          h("th", { text: "function" }),
+          h("th", { text: "share", title: "its share of the CPU on the list: its samples with what it calls, less those of the functions listed inside it (the shares add up to at most 100 %)" }),
+          h("th", { text: "per request", title: "CPU per request that share stands for" }),
+          h("th", { text: "called from", title: "the callers with the most of its samples, each with its share of them" }),
+          h("th", { text: `${WHAT_IF_FACTOR}× faster saves`, title: "CPU per request saved by the function (with all it calls) that many times faster, by Amdahl's law, and the throughput bound of a CPU-bound server" }))),
+        this.hotBody);
       this.functionsBody = h("tbody");
       this.functions = h("table", { class: "functions", hidden: true },
         h("thead", null, h("tr", null,
@@ -491,7 +502,7 @@
           h("th", { text: "inclusive", title: "share of the samples with the function anywhere on the stack: it and what it calls" }))),
         this.functionsBody);
       this.inside = h("div", { class: "panel inside-upstream", hidden: true },
-        h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.insideWhatIf, this.functions, this.insideNote);
+        h("h3", null, "Inside the upstream", this.insideSub), this.insideLine, this.insideWhatIf, this.hot, this.functions, this.insideNote);
       this.phaseBody = h("tbody");
       this.phaseSub = h("span", { class: "sub" });
       this.routeBody = h("tbody");
@@ -634,6 +645,7 @@
       this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
       this.renderBreakdown(segs, n, sums.total || 0, snap);
       this.renderInside(tap.upstream, n, snap, total ? total.mean : 0);
+      this.renderHot((snap.hot || {})[this.name] || []);
       this.renderPhases(merged, sums.total || 0, snap);
       this.renderRoutes(tap, routeRates);
       this.renderErrors(tap);
@@ -743,6 +755,30 @@
       if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);
       if (!total) notes.push("not sampled: profile = true or --profile-upstream shows where its CPU goes");
       this.insideNote.textContent = notes.join(" · ");
+    }
+
+    // The hot path the admin server computes beside the findings (`hot[tap]`, most
+    // listed first): each function, where its chain leads, its share, CPU per request,
+    // callers and what-if. Without call stacks: hidden.
+    renderHot(hot) {
+      this.hot.hidden = !hot.length;
+      if (this.hot.hidden) return;
+      const name = (f) => {
+        // A PHP function with its script and first line, as the report shows it.
+        const script = f.object ? f.object.split("/").pop() : "";
+        let s = f.line ? (script ? `${f.name} (${script}:${f.line})` : `${f.name}:${f.line}`) : f.name;
+        if (f.through) s += ` → ${f.through}`;
+        return s;
+      };
+      this.hotBody.replaceChildren(...hot.map((f) => h("tr", { "data-hot": f.name },
+        h("td", { class: "name", "data-col": "name", text: name(f), title: `${f.object || "built in"} · component ${f.component}` }),
+        h("td", { "data-col": "share", text: fmtPct(f.listed),
+          title: `${fmtPct(f.inclusive)} with all it calls, ${fmtPct(f.self)} itself · ${fmtInt(f.samples)} samples` }),
+        h("td", { "data-col": "cpu", text: `${num3(f.cpu * 1e6)} µs` }),
+        h("td", { "data-col": "callers", text: f.callers.map((c) => `${c.name} ${fmtPct(c.share)}`).join(", ") || "–" }),
+        h("td", { "data-col": "what-if",
+          text: `${num3(f.what_if.saved * 1e6)} µs`,
+          title: `${f.what_if.saved_of_total == null ? "" : `${fmtPct(f.what_if.saved_of_total)} of mean total; `}if CPU-bound, at most ${fmtPct(f.what_if.throughput_gain)} more throughput` }))));
     }
 
     // The top functions of the sampled call stacks (`upstream.functions`, most inclusive

@@ -5,6 +5,7 @@ mod backend_queue;
 mod churn;
 mod client;
 mod cpu;
+mod hot;
 mod nagle;
 mod parser;
 mod proxy;
@@ -26,6 +27,7 @@ pub fn all(v: &TapView<'_>) -> Vec<Finding> {
     out.extend(client::check(v));
     out.extend(proxy::check(v));
     out.extend(parser::check(v));
+    out.extend(hot::check(v));
     out
 }
 
@@ -91,9 +93,20 @@ fn shown(name: &str, value: f64, unit: &str) -> Evidence {
     }
 }
 
-/// " Its largest part is … (… of its CPU)." for the upstream's largest component that
-/// `skip` does not leave out; empty when the process was not sampled.
+/// " Its largest part is … (… of its CPU)." for the upstream's first hot function (the
+/// hot path, docs/report.md) whose component `skip` does not leave out, else, without
+/// call stacks, its largest component `skip` does not leave out; empty when the process
+/// was not sampled.
 fn largest_part(i: &Inside, skip: impl Fn(&Component) -> bool) -> String {
+    let skipped = |component: &str| i.components.iter().any(|c| c.name == component && skip(c));
+    if let Some(h) = i.hot.iter().find(|h| !skipped(&h.component)) {
+        return format!(
+            " Its largest part is {} ({} of its CPU with what it calls, {} per request).",
+            h.shown(),
+            crate::units::share(h.listed),
+            crate::units::duration(h.cpu)
+        );
+    }
     i.components
         .iter()
         .filter(|c| !skip(c))

@@ -1,0 +1,413 @@
+//! The hot path (docs/report.md, "Call stacks") against ground truth by construction: a C
+//! server (tests/fixtures/hot-upstream.c) whose CPU per request goes through a thread, a
+//! connection loop, a dispatcher and a route table into known functions at different
+//! depths — a URI builder that spends its time in a piece it calls, the response's
+//! `write`s with the kernel below them, a formatter — each timed by the server's own CPU
+//! clock around the call. The report's `inside.hot[]` must name them in the order of
+//! their true shares, each within 4 points of it, and name none of the layers above.
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use support::*;
+
+/// Per request: the URI builder's, the parser's and the formatter's burns (µs), and the
+/// response's `write` calls. On this 2-core machine: about 40 %, 17 %, 10 % and 25 % of
+/// the server's CPU.
+const URI_US: u32 = 60;
+const PARSE_US: u32 = 25;
+const FORMAT_US: u32 = 15;
+const WRITES: u32 = 6;
+
+/// The two tests load the machine's two cores each: one at a time, so that neither
+/// measures the other's load.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let gcc = require_tool("gcc");
+            let source =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hot-upstream.c");
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hot-upstream");
+            let staging = out.with_extension(format!("tmp{}", std::process::id()));
+            let status = Command::new(gcc)
+                .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
+                .arg(&staging)
+                .arg(&source)
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+            assert!(status.success(), "gcc failed on {}", source.display());
+            fs::rename(&staging, &out).unwrap();
+            out
+        })
+        .clone()
+}
+
+/// What the server's own CPU clock counted so far.
+#[derive(Debug, Clone, Copy)]
+struct Truth {
+    served: u64,
+    uri_ns: u64,
+    parse_ns: u64,
+    format_ns: u64,
+    write_ns: u64,
+}
+
+impl Truth {
+    fn read(addr: std::net::SocketAddr) -> Truth {
+        let r = http_get(addr, "/__truth");
+        assert_eq!(r.status, 200);
+        let text = r.body_text();
+        let n: Vec<u64> = text
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(n.len(), 5, "{text:?}");
+        Truth {
+            served: n[0],
+            uri_ns: n[1],
+            parse_ns: n[2],
+            format_ns: n[3],
+            write_ns: n[4],
+        }
+    }
+}
+
+fn await_watched(proxy: &Proxy, pid: u32) {
+    let found = wait_for(STARTUP_DEADLINE, || {
+        let snap: Value =
+            serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap_or_default();
+        snap["taps"]["webdis"]["upstream"]["pid"].as_u64() == Some(pid as u64)
+    });
+    assert!(
+        found,
+        "the proxy never watched pid {pid}\n{}",
+        proxy.log_tail()
+    );
+}
+
+fn reset(proxy: &Proxy) {
+    let raw = http_exchange(
+        proxy.admin_addr(),
+        b"POST /api/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(parse_response(&raw).status, 200, "reset failed");
+}
+
+fn report(saved: &Path, flags: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["report", "--from", saved.to_str().unwrap()])
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_hot_path_names_the_functions_of_known_cpu_in_their_order() {
+    let _serial = serial();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = Managed::spawn(
+        "hot-upstream",
+        Command::new(binary()).args([
+            port.to_string(),
+            URI_US.to_string(),
+            PARSE_US.to_string(),
+            FORMAT_US.to_string(),
+            WRITES.to_string(),
+        ]),
+        &dir.path().join("hot-upstream.log"),
+    );
+    let addr = loopback(port);
+    assert!(
+        wait_for(STARTUP_DEADLINE, || accepts(addr)),
+        "{}",
+        up.log_tail()
+    );
+    let proxy = Proxy::in_front_of(addr, &["--profile-upstream"]);
+    await_watched(&proxy, up.pid());
+    reset(&proxy);
+    let before = Truth::read(addr);
+    load_until_sampled(&proxy, "webdis", 3000);
+    let after = Truth::read(addr);
+    let text = proxy.admin_get("/api/snapshot").body_text();
+    let saved = dir.path().join("snapshot.json");
+    fs::write(&saved, &text).unwrap();
+
+    let json: Value =
+        serde_json::from_str(&report(&saved, &["--format", "json", "--top", "10"])).unwrap();
+    let inside = &json["taps"][0]["inside"];
+    let cpu_ns =
+        (inside["cpu_user"].as_f64().unwrap() + inside["cpu_system"].as_f64().unwrap()) * 1e9;
+    let served = (after.served - before.served) as f64;
+    let truth = |ns: u64| ns as f64 / served / cpu_ns;
+    let uri = truth(after.uri_ns - before.uri_ns);
+    let write = truth(after.write_ns - before.write_ns);
+    let format = truth(after.format_ns - before.format_ns);
+    let parse = truth(after.parse_ns - before.parse_ns);
+    let hot = inside["hot"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{inside}"));
+    let shown: Vec<String> = hot
+        .iter()
+        .map(|h| {
+            format!(
+                "{} ({}) {:.1} % listed, {:.1} % inclusive",
+                h["name"].as_str().unwrap(),
+                h["object"].as_str().unwrap(),
+                h["listed"].as_f64().unwrap() * 100.0,
+                h["inclusive"].as_f64().unwrap() * 100.0
+            )
+        })
+        .collect();
+    eprintln!(
+        "truth: build_uri {:.1} %, write {:.1} %, parse_request {:.1} %, format_body {:.1} % of {:.1} µs per request\nhot path: {shown:#?}",
+        uri * 100.0,
+        write * 100.0,
+        parse * 100.0,
+        format * 100.0,
+        cpu_ns / 1e3
+    );
+    assert_eq!(
+        inside["truncated"].as_f64().map(|t| t < 0.05),
+        Some(true),
+        "{inside}"
+    );
+    // The truth's own order, with room for the tolerance: the test's premise.
+    assert!(
+        uri > write + 0.08 && write > format + 0.08,
+        "truth out of shape"
+    );
+
+    let position = |matches: &dyn Fn(&Value) -> bool, what: &str| {
+        hot.iter()
+            .position(matches)
+            .unwrap_or_else(|| panic!("{what} not on the hot path: {shown:#?}"))
+    };
+    let named = |name: &'static str| move |h: &Value| h["name"] == name;
+    // libc names its write entry `write` or `__libc_write`/`__GI___libc_write`.
+    let libc_write = |h: &Value| {
+        h["name"].as_str().unwrap().contains("write")
+            && h["object"].as_str().unwrap().starts_with("libc")
+    };
+    let at = [
+        (position(&named("build_uri"), "build_uri"), uri, "build_uri"),
+        (position(&libc_write, "libc's write"), write, "write"),
+        (
+            position(&named("format_body"), "format_body"),
+            format,
+            "format_body",
+        ),
+        (
+            position(&named("parse_request"), "parse_request"),
+            parse,
+            "parse_request",
+        ),
+    ];
+    assert!(at[0].0 < at[1].0 && at[1].0 < at[2].0, "order: {shown:#?}");
+    for (i, truth, name) in at {
+        let listed = hot[i]["listed"].as_f64().unwrap();
+        assert!(
+            (listed - truth).abs() <= 0.04,
+            "{name}: {listed:.3} listed against a true {truth:.3}: {shown:#?}"
+        );
+    }
+    // What only leads there is not listed; the list partitions the CPU.
+    for h in hot {
+        let name = h["name"].as_str().unwrap();
+        assert!(
+            ![
+                "main",
+                "clone3",
+                "start_thread",
+                "[unknown]",
+                "[truncated]",
+                "append_component"
+            ]
+            .contains(&name),
+            "{name} listed: {shown:#?}"
+        );
+    }
+    let sum: f64 = hot.iter().map(|h| h["listed"].as_f64().unwrap()).sum();
+    assert!(sum <= 1.0 + 1e-9, "{sum}");
+    // The URI builder's caller is the handler's helper; the kernel is its writes' cost.
+    let uri_entry = &hot[at[0].0];
+    assert_eq!(uri_entry["callers"][0]["name"], "respond", "{uri_entry}");
+    assert!(
+        hot[at[1].0]["self"].as_f64().unwrap() < 0.02,
+        "{}",
+        hot[at[1].0]
+    );
+
+    // The text leads with it, and the finding names the URI builder first.
+    let text = report(&saved, &[]);
+    eprintln!("{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("hot path (top 5:"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        lines[first + 1].trim_start().starts_with("build_uri "),
+        "{text}"
+    );
+    assert!(
+        text.contains("hot_path: webdis's CPU goes to build_uri ")
+            || text.contains("hot_path: hot-upstream's CPU goes to build_uri "),
+        "{text}"
+    );
+    up.kill();
+}
+
+/// php-burn.php (an Amphp-shaped server: a `stream_select` loop resuming each request's
+/// Fiber) with a Composer package, `league/uri`, burning a known share of the CPU once
+/// per request inside the Fiber: the hot path names `createFromComponents` with its
+/// share within 5 points of the script's own `getrusage` count (the PHP tests'
+/// tolerance), called from the handler, and none of the Fiber, closure and loop frames
+/// that lead there.
+#[test]
+fn a_vendor_package_inside_the_requests_fiber_is_named_on_the_hot_path() {
+    let _serial = serial();
+    let php = require_tool("php");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/php-burn.php");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("php-burn.log");
+    let mut command = Command::new(php);
+    command.arg(script).arg("0").current_dir(dir.path()).envs([
+        ("BURN_PARSE_US", "300"),
+        ("BURN_QUERY_US", "500"),
+        ("BURN_VENDOR_US", "600"),
+    ]);
+    let mut burn = Managed::spawn("php-burn.php", &mut command, &log);
+    let mut port = None;
+    assert!(
+        wait_for(STARTUP_DEADLINE, || {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            port = text
+                .split("listening on 127.0.0.1:")
+                .nth(1)
+                .and_then(|rest| {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse::<u16>().ok()
+                });
+            port.is_some()
+        }),
+        "{}",
+        burn.log_tail()
+    );
+    let addr = loopback(port.unwrap());
+    let truth =
+        || -> Value { serde_json::from_str(&http_get(addr, "/truth").body_text()).unwrap() };
+    let config = dir.path().join("php.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"php\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{addr}\"\n\
+             [tap.process]\nprofile = true\ninterval = \"250ms\"\n"
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::in_front_of(addr, &["--config", config.to_str().unwrap()]);
+    let snapshot = || -> Value {
+        serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap_or_default()
+    };
+    assert!(
+        wait_for(STARTUP_DEADLINE, || snapshot()["taps"]["php"]["upstream"]
+            ["frames"]
+            == "php"),
+        "the proxy did not sample PHP frames\n{}",
+        proxy.log_tail()
+    );
+    reset(&proxy);
+    let before = truth();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let wrk = run_wrk(&proxy.url("/work"), 2, 3, 1);
+        assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let samples: u64 = snapshot()["taps"]["php"]["upstream"]["samples"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        if samples >= 2000 || std::time::Instant::now() >= deadline {
+            break;
+        }
+    }
+    let after = truth();
+    let text = proxy.admin_get("/api/snapshot").body_text();
+    let saved = dir.path().join("snapshot.json");
+    fs::write(&saved, &text).unwrap();
+    let us = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    let total = us(&after, "total_us") - us(&before, "total_us");
+    let vendor = (us(&after, "vendor_us") - us(&before, "vendor_us")) / total;
+
+    let json: Value =
+        serde_json::from_str(&report(&saved, &["--format", "json", "--top", "5"])).unwrap();
+    let inside = &json["taps"][0]["inside"];
+    let hot = inside["hot"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{inside}"));
+    let shown: Vec<String> = hot
+        .iter()
+        .map(|h| {
+            format!(
+                "{} ({}) {:.1} % listed, {:.1} % inclusive",
+                h["name"].as_str().unwrap(),
+                h["component"].as_str().unwrap(),
+                h["listed"].as_f64().unwrap() * 100.0,
+                h["inclusive"].as_f64().unwrap() * 100.0
+            )
+        })
+        .collect();
+    eprintln!(
+        "truth: createFromComponents {:.1} % of the CPU\nhot path: {shown:#?}",
+        vendor * 100.0
+    );
+    let uri = hot
+        .iter()
+        .find(|h| h["name"] == r"League\Uri\Http::createFromComponents")
+        .unwrap_or_else(|| panic!("the vendor package is not on the hot path: {shown:#?}"));
+    assert!(
+        uri["object"]
+            .as_str()
+            .unwrap()
+            .ends_with("vendor/league/uri/src/Http.php"),
+        "{uri}"
+    );
+    assert!(uri["line"].as_u64().is_some(), "{uri}");
+    let share = uri["inclusive"].as_f64().unwrap();
+    assert!(
+        (share - vendor).abs() <= 0.05,
+        "createFromComponents {share:.3} against {vendor:.3} measured: {shown:#?}"
+    );
+    assert_eq!(uri["callers"][0]["name"], r"Burn\Server::handle", "{uri}");
+    for h in hot {
+        let name = h["name"].as_str().unwrap();
+        assert!(
+            !(name.starts_with("Fiber::")
+                || name.contains("EventLoop")
+                || name.ends_with("{closure}")
+                || name == "{main}"
+                || name.starts_with('[')),
+            "{name} leads there only: {shown:#?}"
+        );
+    }
+    burn.kill();
+}
