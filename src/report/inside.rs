@@ -131,8 +131,15 @@ impl Inside {
             .filter(|&t| t > 0.0)
             .map(|t| format!(", {} of stacks cut short", units::share(t)))
             .unwrap_or_default();
+        // A frame in no mapping is a return address read wrong or code since unmapped:
+        // said beside the cut-short share, as it makes the stacks as doubtful.
+        let unmapped = self
+            .unmapped
+            .filter(|&t| t > 0.0)
+            .map(|t| format!(", {} through [unmapped] code", units::share(t)))
+            .unwrap_or_default();
         out.push(format!(
-            "with all they call ({frames} call stacks{truncated}): {}",
+            "with all they call ({frames} call stacks{truncated}{unmapped}): {}",
             parts.join(", ")
         ));
         if !self.functions.is_empty() {

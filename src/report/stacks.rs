@@ -411,6 +411,7 @@ pub(crate) mod tests {
                 },
             ],
             truncated_samples: 3,
+            unmapped_samples: 0,
         }
     }
 
@@ -451,6 +452,7 @@ pub(crate) mod tests {
                 },
             ],
             truncated_samples: 0,
+            unmapped_samples: 0,
         };
         assert_eq!(
             folded(&stacks, FrameKind::Php),

@@ -53,6 +53,11 @@ pub struct Stacks {
     /// [`TRUNCATED`], and the callers they lost are missing from the inclusive counts.
     #[serde(default)]
     pub truncated_samples: u64,
+    /// Samples with a native frame whose address lies in no executable mapping of the
+    /// process (named `[unmapped]`): code unmapped since it was sampled, or a return
+    /// address the walk read wrong. Absent in older snapshots (0).
+    #[serde(default)]
+    pub unmapped_samples: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,6 +125,7 @@ pub(crate) struct StackWindow {
     index: HashMap<Frame, u32>,
     stacks: HashMap<Box<[u32]>, u64>,
     truncated: u64,
+    unmapped: u64,
     scratch: Vec<u32>,
 }
 
@@ -139,6 +145,7 @@ impl StackWindow {
             self.count(stack.samples);
         }
         self.truncated += delta.truncated_samples;
+        self.unmapped += delta.unmapped_samples;
         if self.stacks.len() > COMPACT_AT {
             self.compact();
         }
@@ -241,6 +248,7 @@ impl StackWindow {
         all.truncate(max);
         let mut out = Stacks {
             truncated_samples: self.truncated,
+            unmapped_samples: self.unmapped,
             ..Stacks::default()
         };
         let mut renumber: HashMap<u32, u32> = HashMap::new();

@@ -43,6 +43,7 @@ pub mod php;
 mod php_profile;
 mod rules;
 mod symbols;
+mod unnamed;
 mod unwind;
 
 use std::collections::HashMap;
@@ -462,6 +463,12 @@ impl Profiler {
             if head.truncated {
                 frames.push(self.frame_index(&mut stacks, &mut frame_of, None));
                 stacks.truncated_samples += n;
+            }
+            if names[kernel_frames..]
+                .iter()
+                .any(|&id| self.symbols.name(id).object == UNMAPPED_OBJECT)
+            {
+                stacks.unmapped_samples += n;
             }
             for &id in names.iter().rev() {
                 frames.push(self.frame_index(&mut stacks, &mut frame_of, Some(id)));

@@ -26,11 +26,10 @@
 use std::collections::HashMap;
 use std::fs;
 use std::ops::Range;
-use std::path::PathBuf;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection, ObjectSegment as _};
 
 /// User frames kept per sample, leaf first; deeper stacks are truncated.
 pub const MAX_DEPTH: usize = 128;
@@ -108,7 +107,7 @@ impl Unwinder {
                 self.vdso_added = true;
                 own_vdso().and_then(|image| module_from_image(&mapping, image))
             } else {
-                self.open(&mapping)
+                maps::read_file(self.pid, &mapping)
                     .and_then(|data| module_from_file(&mapping, &data))
             };
             if let Some(module) = module {
@@ -117,20 +116,6 @@ impl Unwinder {
             // A file without unwind sections is remembered too: it is not read again.
             self.modules.insert(mapping, ());
         }
-    }
-
-    /// Reads a mapped file the way the process sees it: /proc/PID/map_files reaches it
-    /// across mount namespaces and after it was replaced on disk; /proc/PID/root is the
-    /// fallback without CAP_SYS_ADMIN.
-    fn open(&self, mapping: &Mapping) -> Option<Vec<u8>> {
-        let through_map_files = PathBuf::from(format!(
-            "/proc/{}/map_files/{:x}-{:x}",
-            self.pid, mapping.start, mapping.end
-        ));
-        fs::read(through_map_files).ok().or_else(|| {
-            let relative = mapping.path.strip_prefix('/')?;
-            fs::read(PathBuf::from(format!("/proc/{}/root", self.pid)).join(relative)).ok()
-        })
     }
 
     /// Walks from the sampled registers through `stack`, the copy of the stack that
@@ -180,48 +165,8 @@ fn executable_mappings(text: &str) -> Vec<(Mapping, bool)> {
 
 fn module_from_file(mapping: &Mapping, data: &[u8]) -> Option<Module<Vec<u8>>> {
     let file = object::File::parse(data).ok()?;
-    let bias = load_bias(&file, mapping)?;
+    let bias = maps::load_bias(&maps::segments(&file), mapping)?;
     Some(module(mapping, &file, bias))
-}
-
-/// The load bias of `mapping` (its address minus the address the file's symbols and
-/// unwind tables use), from the segment the kernel mapped it from.
-///
-/// A segment is mapped from its file offset rounded down to a page, at its address rounded
-/// down the same way (the two are congruent modulo the page size), so
-/// `start − offset = bias + (p_vaddr − p_offset)` for any mapping of it. Which segment that
-/// is cannot be read off the offset alone: GNU ld starts each segment on a page of the
-/// file, but lld and mold pack the segments in the file and start the code in the middle of
-/// a page (`.text` at offset 0x27ed20, address 0x27fd20), so the page-rounded offset of the
-/// code mapping (0x27e000) lies inside the read-only segment before it too, whose
-/// `p_vaddr − p_offset` differs by a page. The segment is the one whose file bytes the
-/// mapping holds with the same permission to execute (the kernel maps each segment with
-/// its own flags); among several, the one it holds most of.
-fn load_bias(file: &object::File<'_>, mapping: &Mapping) -> Option<u64> {
-    let len = mapping.end.saturating_sub(mapping.start);
-    let segment = file
-        .segments()
-        .filter(|s| match s.flags() {
-            object::SegmentFlags::Elf { p_flags } => {
-                (p_flags & object::elf::PF_X != 0) == mapping.executable
-            }
-            _ => true,
-        })
-        .filter_map(|s| {
-            let (offset, size) = s.file_range();
-            let overlap = (offset + size)
-                .min(mapping.offset + len)
-                .saturating_sub(offset.max(mapping.offset));
-            (overlap > 0).then_some((overlap, s.address(), offset))
-        })
-        .max_by_key(|&(overlap, _, _)| overlap)?;
-    let (_, vaddr, offset) = segment;
-    Some(
-        mapping
-            .start
-            .wrapping_sub(mapping.offset)
-            .wrapping_sub(vaddr.wrapping_sub(offset)),
-    )
 }
 
 /// The vDSO is an ELF image in memory; its sections' addresses are relative to its start.
@@ -310,8 +255,9 @@ mod tests {
             (s.address() - offset) % 0x1000 == 0 && s.address() != offset
         });
         eprintln!("segments packed in the file (lld, mold): {packed}");
+        let segments = maps::segments(&file);
         for m in own {
-            assert_eq!(load_bias(&file, m), Some(base), "{m:?}");
+            assert_eq!(maps::load_bias(&segments, m), Some(base), "{m:?}");
         }
     }
 
