@@ -17,8 +17,10 @@
 //!
 //! A stack is **truncated** when the walk stops before the thread's first frame: the copy
 //! ended (a deeper stack than `stack_bytes`), a frame lies in code with no unwind
-//! information that frame pointers cannot cross either, or it has more than [`MAX_DEPTH`]
-//! frames. Its leaf frames are right; its root frames are missing.
+//! information that frame pointers cannot cross either, a caller's address lies in no
+//! executable mapping (the walk went astray: it stops there rather than report a frame
+//! that is not one), or it has more than [`MAX_DEPTH`] frames. Its leaf frames are right;
+//! its root frames are missing.
 //!
 //! Tested against real processes (tests/upstream_profile.rs): a parser that spends its
 //! time in a helper it calls, under the threads of a C server, through libc.
@@ -49,6 +51,9 @@ pub struct Unwinder {
     modules: HashMap<Mapping, ()>,
     /// The text of /proc/PID/maps the modules were made from.
     maps_text: Vec<u8>,
+    /// Every executable mapping's `[start, end)`, JIT code included, sorted: a return
+    /// address outside them is no return address.
+    code: Vec<(u64, u64)>,
     vdso_added: bool,
 }
 
@@ -69,6 +74,7 @@ impl Unwinder {
             cache: CacheX86_64::new(),
             modules: HashMap::new(),
             maps_text: Vec::new(),
+            code: Vec::new(),
             vdso_added: false,
         };
         unwinder.refresh();
@@ -84,6 +90,13 @@ impl Unwinder {
         if text == self.maps_text {
             return;
         }
+        let all = maps::parse(&String::from_utf8_lossy(&text));
+        self.code = all
+            .iter()
+            .filter(|m| m.executable)
+            .map(|m| (m.start, m.end))
+            .collect();
+        self.code.sort_unstable();
         let mappings = executable_mappings(&String::from_utf8_lossy(&text));
         self.maps_text = text;
         let gone: Vec<Mapping> = self
@@ -132,6 +145,11 @@ impl Unwinder {
             Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
         };
         let regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let code = &self.code;
+        let in_code = |addr: u64| {
+            let i = code.partition_point(|&(start, _)| start <= addr);
+            i.checked_sub(1).is_some_and(|i| addr < code[i].1)
+        };
         let mut frames = self
             .unwinder
             .iter_frames(ip, regs, &mut self.cache, &mut read_stack);
@@ -139,6 +157,12 @@ impl Unwinder {
             match frames.next() {
                 Ok(Some(frame)) => {
                     if out.len() == MAX_DEPTH {
+                        return Walk::Truncated;
+                    }
+                    // A caller's address in no code is a word read from the wrong place
+                    // (Go's runtime switches stacks, which no CFI describes): the walk
+                    // went astray there, and what it would find beyond is not the stack.
+                    if !out.is_empty() && !in_code(frame.address()) {
                         return Walk::Truncated;
                     }
                     out.push(frame.address_for_lookup());
@@ -181,11 +205,7 @@ fn module(mapping: &Mapping, file: &object::File<'_>, bias: u64) -> Module<Vec<u
         let s = file.section_by_name(name)?;
         Some(s.address()..s.address() + s.size())
     };
-    let data = |name: &str| -> Option<Vec<u8>> {
-        file.section_by_name(name)
-            .and_then(|s| s.data().ok())
-            .map(<[u8]>::to_vec)
-    };
+    let data = |name: &str| -> Option<Vec<u8>> { section_data(file, name) };
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: range(".text"),
@@ -199,6 +219,29 @@ fn module(mapping: &Mapping, file: &object::File<'_>, bias: u64) -> Module<Vec<u
         ..Default::default()
     };
     Module::new(mapping.path.clone(), mapping.start..mapping.end, bias, info)
+}
+
+/// A section's bytes, inflated when the file compresses it (`SHF_COMPRESSED`, zlib): Go
+/// compresses its `.debug_frame`, its only CFI (no `.eh_frame`), which describes the
+/// assembly functions that use the frame pointer register for data (`crypto/sha256.block`)
+/// where a frame-pointer walk goes astray. A section that cannot be inflated is left out.
+fn section_data(file: &object::File<'_>, name: &str) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let compressed = file.section_by_name(name)?.compressed_data().ok()?;
+    match compressed.format {
+        object::CompressionFormat::None => Some(compressed.data.to_vec()),
+        object::CompressionFormat::Zlib => {
+            // The size is the file's word: a bound on the allocation, not a promise.
+            let size = usize::try_from(compressed.uncompressed_size).ok()?;
+            let mut out = Vec::with_capacity(size.min(64 << 20));
+            flate2::read::ZlibDecoder::new(compressed.data)
+                .take(compressed.uncompressed_size)
+                .read_to_end(&mut out)
+                .ok()?;
+            Some(out)
+        }
+        _ => None,
+    }
 }
 
 /// A copy of phasescope's own vDSO image (the kernel maps the same one into every
