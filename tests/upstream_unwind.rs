@@ -2,11 +2,13 @@
 //! process at the same time: `perf record -e cpu-clock --call-graph dwarf,16384 -p PID`
 //! beside our `Profiler`, while load runs.
 //!
-//! The layouts: the C burn upstream linked by GNU ld (PIE, the default of Debian's gcc),
-//! by lld (`-fuse-ld=lld`: the code segment starts mid-page in the file, the layout the
-//! load bias once went wrong on), by GNU ld without PIE (`ET_EXEC`, bias 0), and by lld
-//! then stripped (only `.eh_frame` and `.dynsym` left); a Go HTTP server (frame pointers,
-//! no `.eh_frame`); and phasescope's own binary as the demo starts it (Rust, lld).
+//! The layouts: the C burn upstream linked by GNU ld (PIE, the default of Debian's gcc;
+//! also without `-z separate-code`, and without PIE: `ET_EXEC`, bias 0), by lld
+//! (`-fuse-ld=lld`: the code segment starts mid-page in the file, the layout the load bias
+//! once went wrong on; also with `-z separate-code`, without PIE, and stripped: only
+//! `.eh_frame` and `.dynsym` left), by gold and by mold; a Go HTTP server (frame pointers,
+//! its CFI in a compressed `.debug_frame`); and phasescope's own binary as the demo
+//! starts it (Rust, lld).
 //!
 //! For each, two figures on both sides:
 //! - the share of **complete** stacks: ours is 1 − truncated/total; perf's is the share
@@ -407,6 +409,55 @@ fn gnu_ld_non_pie() {
     let binary = burn_upstream_variant("burn-upstream-no-pie", &["-no-pie"]);
     eprintln!("GNU ld non-PIE: {}", layout(&binary));
     burn_agrees("GNU ld non-PIE", &binary);
+}
+
+/// gold puts the code and the read-only data in one segment from the file's start.
+#[test]
+fn gold_pie() {
+    require_tool("ld.gold");
+    let binary = burn_upstream_variant("burn-upstream-gold", &["-fuse-ld=gold"]);
+    eprintln!("gold PIE: {}", layout(&binary));
+    burn_agrees("gold PIE", &binary);
+}
+
+/// mold packs the segments in the file as lld does.
+#[test]
+fn mold_pie() {
+    require_tool("mold");
+    let binary = burn_upstream_variant("burn-upstream-mold", &["-fuse-ld=mold"]);
+    eprintln!("mold PIE: {}", layout(&binary));
+    burn_agrees("mold PIE", &binary);
+}
+
+/// GNU ld without `-z separate-code` (its default on x86-64): one code segment from the
+/// file's start, the headers and read-only data in it.
+#[test]
+fn gnu_ld_noseparate_code() {
+    let binary =
+        burn_upstream_variant("burn-upstream-noseparate-code", &["-Wl,-z,noseparate-code"]);
+    eprintln!("GNU ld -z noseparate-code: {}", layout(&binary));
+    burn_agrees("GNU ld -z noseparate-code", &binary);
+}
+
+/// lld with `-z separate-code` (not its default): each segment on pages of its own.
+#[test]
+fn lld_separate_code() {
+    require_tool("ld.lld");
+    let binary = burn_upstream_variant(
+        "burn-upstream-lld-separate-code",
+        &["-fuse-ld=lld", "-Wl,-z,separate-code"],
+    );
+    eprintln!("lld -z separate-code: {}", layout(&binary));
+    burn_agrees("lld -z separate-code", &binary);
+}
+
+/// lld without PIE: fixed addresses (bias 0), the code still mid-page in the file.
+#[test]
+fn lld_non_pie() {
+    require_tool("ld.lld");
+    let binary = burn_upstream_variant("burn-upstream-lld-no-pie", &["-fuse-ld=lld", "-no-pie"]);
+    eprintln!("lld non-PIE: {}", layout(&binary));
+    burn_agrees("lld non-PIE", &binary);
 }
 
 /// Go: frame pointers and no `.eh_frame`; goroutine stacks end at `runtime.goexit`.
