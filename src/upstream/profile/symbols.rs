@@ -2,7 +2,11 @@
 //! (/proc/PID/maps), cached per process so that each distinct address is looked up once.
 //!
 //! blazesym reads the process's maps itself, so shared libraries, PIE and ASLR are handled
-//! by the library made for it, and kernel addresses come from /proc/kallsyms.
+//! by the library made for it, and kernel addresses come from /proc/kallsyms. It turns an
+//! address into a file offset and that into the file's address through the segment that
+//! holds the offset, so the layouts of lld and mold (code mid-page in the file) name right:
+//! tests/upstream_unwind.rs checks the names of the heaviest functions against perf's on
+//! binaries of every linker, Go's and phasescope's own.
 //!
 //! A distribution's shared libraries are stripped to their dynamic symbol table (`.dynsym`):
 //! the exported functions. Debian's libc.so.6 is one, and the code its samples land in most

@@ -22,6 +22,17 @@
 //! that is not one), or it has more than [`MAX_DEPTH`] frames. Its leaf frames are right;
 //! its root frames are missing.
 //!
+//! The layouts it is checked on, against `perf record --call-graph dwarf` on the same
+//! process at the same time (tests/upstream_unwind.rs): a C server linked by GNU ld (PIE,
+//! `-no-pie`, `-z noseparate-code`), gold, lld (PIE, `-no-pie`, `-z separate-code`,
+//! stripped) and mold; phasescope's own binary (Rust, lld); and a Go HTTP server. What
+//! differs between them is where each segment lies in the file, which the load bias
+//! accounts for per mapping ([`maps::load_bias`]), and where the CFI is: `.eh_frame`, or
+//! Go's `.debug_frame`, compressed (inflated here) and beside frame pointers. Go's runtime
+//! switches stacks (`systemstack`, `mcall`, vDSO calls) where no CFI says how; the walk
+//! stops there, as truncated (about 2 % of a Go server's stacks; perf's frame-pointer
+//! walk stops there too).
+//!
 //! Tested against real processes (tests/upstream_profile.rs): a parser that spends its
 //! time in a helper it calls, under the threads of a C server, through libc.
 
