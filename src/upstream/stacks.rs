@@ -382,4 +382,26 @@ mod tests {
         assert_eq!(last.samples, 10);
         assert!(w.functions().iter().all(|f| f.name != OTHER_STACKS));
     }
+
+    /// The unmapped and truncated counts add up through windows and merges, and a
+    /// snapshot written before `unmapped_samples` existed reads as 0.
+    #[test]
+    fn unmapped_samples_add_up_and_default_to_zero() {
+        let mut a = stacks(&[(&["main", "f"], 5)]);
+        a.unmapped_samples = 2;
+        a.truncated_samples = 1;
+        let mut b = stacks(&[(&["main", "g"], 7)]);
+        b.unmapped_samples = 3;
+        let mut w = StackWindow::default();
+        w.add(&a);
+        w.add(&b);
+        let snap = w.snapshot();
+        assert_eq!((snap.unmapped_samples, snap.truncated_samples), (5, 1));
+        a.merge(&b);
+        assert_eq!(a.unmapped_samples, 5);
+        let old: Stacks =
+            serde_json::from_str(r#"{"frames": [], "stacks": [], "truncated_samples": 4}"#)
+                .unwrap();
+        assert_eq!((old.truncated_samples, old.unmapped_samples), (4, 0));
+    }
 }
