@@ -76,6 +76,30 @@ pub const OTHER_STACKS: &str = "[other stacks]";
 /// The root frame of a stack that could not be followed to its root.
 pub const TRUNCATED: &str = "[truncated]";
 
+/// Keeps the [`TOP_FUNCTIONS`] functions with the most inclusive samples and, beside
+/// them, the [`TOP_FUNCTIONS`] with the most self samples (that run themselves), sorted
+/// as [`sort_functions`] does. Inclusive alone would keep the frames every stack passes
+/// through: a Rust server's runtime and a system call's kernel frames (96 of them per
+/// sample) fill the 50 before a function that runs 10 % of the time, which the report's
+/// "running" line must still name.
+pub fn keep_top_functions(v: &mut Vec<FunctionSnapshot>) {
+    sort_functions(v);
+    if v.len() <= TOP_FUNCTIONS {
+        return;
+    }
+    let mut rest = v.split_off(TOP_FUNCTIONS);
+    rest.retain(|f| f.self_samples > 0);
+    rest.sort_by(|x, y| {
+        y.self_samples
+            .cmp(&x.self_samples)
+            .then_with(|| x.name.cmp(&y.name))
+            .then_with(|| x.object.cmp(&y.object))
+    });
+    rest.truncate(TOP_FUNCTIONS);
+    v.append(&mut rest);
+    sort_functions(v);
+}
+
 /// Most inclusive samples first, then most self samples, then by name.
 pub fn sort_functions(v: &mut [FunctionSnapshot]) {
     v.sort_by(|x, y| {
@@ -194,7 +218,8 @@ impl StackWindow {
         })
     }
 
-    /// The [`TOP_FUNCTIONS`] functions with the most inclusive samples. A function counts
+    /// The functions with the most inclusive and the most self samples
+    /// ([`keep_top_functions`]). A function counts
     /// once per sample however often it recurs in the stack.
     pub fn functions(&self) -> Vec<FunctionSnapshot> {
         let mut counts: HashMap<u32, (u64, u64)> = HashMap::new();
@@ -228,8 +253,7 @@ impl StackWindow {
                 })
             })
             .collect();
-        sort_functions(&mut v);
-        v.truncate(TOP_FUNCTIONS);
+        keep_top_functions(&mut v);
         v
     }
 
@@ -403,5 +427,23 @@ mod tests {
             serde_json::from_str(r#"{"frames": [], "stacks": [], "truncated_samples": 4}"#)
                 .unwrap();
         assert_eq!((old.truncated_samples, old.unmapped_samples), (4, 0));
+    }
+
+    /// Sixty frames every stack passes through do not crowd out the function that runs.
+    #[test]
+    fn the_functions_that_run_are_kept_beside_the_deepest_callers() {
+        let chain: Vec<String> = (0..60).map(|i| format!("pass{i:02}")).collect();
+        let mut hot: Vec<&str> = chain.iter().map(String::as_str).collect();
+        hot.push("parse");
+        let mut cold: Vec<&str> = chain.iter().map(String::as_str).collect();
+        cold.push("wait");
+        let mut w = StackWindow::default();
+        w.add(&stacks(&[(&hot, 10), (&cold, 90)]));
+        let functions = w.functions();
+        let parse = functions.iter().find(|f| f.name == "parse");
+        assert_eq!(parse.map(|f| f.self_samples), Some(10), "{functions:?}");
+        assert!(functions.iter().any(|f| f.name == "wait"));
+        assert_eq!(functions.len(), TOP_FUNCTIONS + 2);
+        assert_eq!(functions[0].inclusive_samples, 100);
     }
 }
