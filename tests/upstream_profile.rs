@@ -567,7 +567,10 @@ fn webdis_components_under_load() {
     let unnamed = totals
         .symbols
         .iter()
-        .filter(|((symbol, object, _), _)| object == "libc.so.6" && symbol == "[unknown]")
+        // What no symbol covers reads as the library's name and the function's offset.
+        .filter(|((symbol, object, _), _)| {
+            object == "libc.so.6" && symbol.starts_with("libc.so.6+0x")
+        })
         .map(|(_, n)| n)
         .sum::<u64>();
     assert!(in_libc >= 100, "{in_libc} samples in libc.so.6:\n{text}");

@@ -224,6 +224,7 @@ mod tests {
             .map(|(frames, samples)| crate::upstream::Stack { frames, samples })
             .collect(),
             truncated_samples: 0,
+            unmapped_samples: 0,
         });
         u
     }

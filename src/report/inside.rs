@@ -214,8 +214,15 @@ impl Inside {
             .filter(|&t| t > 0.0)
             .map(|t| format!(", {} of stacks cut short", units::share(t)))
             .unwrap_or_default();
+        // A frame in no mapping is a return address read wrong or code since unmapped:
+        // said beside the cut-short share, as it makes the stacks as doubtful.
+        let unmapped = self
+            .unmapped
+            .filter(|&t| t > 0.0)
+            .map(|t| format!(", {} through [unmapped] code", units::share(t)))
+            .unwrap_or_default();
         out.push(format!(
-            "with all they call ({frames} call stacks{truncated}): {}",
+            "with all they call ({frames} call stacks{truncated}{unmapped}): {}",
             parts.join(", ")
         ));
         if !self.functions.is_empty() {
@@ -612,6 +619,7 @@ mod tests {
                 stack(&[0, 4], 53),
             ],
             truncated_samples: 0,
+            unmapped_samples: 0,
         };
         s.stacks = Some(stacks.clone());
         let i = Inside::new(&s, 100, None, 2.0);
@@ -707,6 +715,7 @@ mod tests {
                 },
             ],
             truncated_samples: 0,
+            unmapped_samples: 0,
         });
         // 2.13 ms per request (0.91 + 1.22 s over 1000), mean total 10 ms.
         let i = Inside::new(&s, 1000, Some(10e-3), 2.0);

@@ -492,6 +492,7 @@ mod tests {
                 samples: 9,
             }],
             truncated_samples: 0,
+            unmapped_samples: 0,
         };
         let mut u = upstream(stacks, None);
         u.frames = Some("php".to_owned());

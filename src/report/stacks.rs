@@ -553,6 +553,7 @@ pub(crate) mod tests {
                 },
             ],
             truncated_samples: 3,
+            unmapped_samples: 0,
         }
     }
 
@@ -593,6 +594,7 @@ pub(crate) mod tests {
                 },
             ],
             truncated_samples: 0,
+            unmapped_samples: 0,
         };
         assert_eq!(
             folded(&stacks, FrameKind::Php),
@@ -784,6 +786,7 @@ pub(crate) mod tests {
             frames,
             stacks,
             truncated_samples: 0,
+            unmapped_samples: 0,
         }
     }
 

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::account::{ProcessInfo, Totals};
 pub use super::stacks::{
-    sort_functions, Frame, FunctionSnapshot, Stack, Stacks, MAX_STACKS, OTHER_STACKS,
-    TOP_FUNCTIONS, TRUNCATED,
+    keep_top_functions, sort_functions, Frame, FunctionSnapshot, Stack, Stacks, MAX_STACKS,
+    OTHER_STACKS, TOP_FUNCTIONS, TRUNCATED,
 };
 
 /// What the tap's upstream process did since the snapshot's `since`. Seconds and counts.
@@ -73,7 +73,8 @@ pub struct UpstreamSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inclusive: Option<BTreeMap<String, u64>>,
     /// When profiling with call stacks: the [`TOP_FUNCTIONS`] functions with the most
-    /// inclusive samples, with their self samples.
+    /// inclusive samples and the [`TOP_FUNCTIONS`] with the most self samples, with both
+    /// counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub functions: Option<Vec<FunctionSnapshot>>,
     /// When profiling with call stacks: the sampled stacks themselves (flame graphs,
@@ -303,8 +304,7 @@ fn merge_functions(
             },
         )
         .collect();
-    sort_functions(&mut v);
-    v.truncate(TOP_FUNCTIONS);
+    keep_top_functions(&mut v);
     Some(v)
 }
 

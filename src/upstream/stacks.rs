@@ -53,6 +53,11 @@ pub struct Stacks {
     /// [`TRUNCATED`], and the callers they lost are missing from the inclusive counts.
     #[serde(default)]
     pub truncated_samples: u64,
+    /// Samples with a native frame whose address lies in no executable mapping of the
+    /// process (named `[unmapped]`): code unmapped since it was sampled, or a return
+    /// address the walk read wrong. Absent in older snapshots (0).
+    #[serde(default)]
+    pub unmapped_samples: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +75,30 @@ pub const MAX_STACKS: usize = 5000;
 pub const OTHER_STACKS: &str = "[other stacks]";
 /// The root frame of a stack that could not be followed to its root.
 pub const TRUNCATED: &str = "[truncated]";
+
+/// Keeps the [`TOP_FUNCTIONS`] functions with the most inclusive samples and, beside
+/// them, the [`TOP_FUNCTIONS`] with the most self samples (that run themselves), sorted
+/// as [`sort_functions`] does. Inclusive alone would keep the frames every stack passes
+/// through: a Rust server's runtime and a system call's kernel frames (96 of them per
+/// sample) fill the 50 before a function that runs 10 % of the time, which the report's
+/// "running" line must still name.
+pub fn keep_top_functions(v: &mut Vec<FunctionSnapshot>) {
+    sort_functions(v);
+    if v.len() <= TOP_FUNCTIONS {
+        return;
+    }
+    let mut rest = v.split_off(TOP_FUNCTIONS);
+    rest.retain(|f| f.self_samples > 0);
+    rest.sort_by(|x, y| {
+        y.self_samples
+            .cmp(&x.self_samples)
+            .then_with(|| x.name.cmp(&y.name))
+            .then_with(|| x.object.cmp(&y.object))
+    });
+    rest.truncate(TOP_FUNCTIONS);
+    v.append(&mut rest);
+    sort_functions(v);
+}
 
 /// Most inclusive samples first, then most self samples, then by name.
 pub fn sort_functions(v: &mut [FunctionSnapshot]) {
@@ -120,6 +149,7 @@ pub(crate) struct StackWindow {
     index: HashMap<Frame, u32>,
     stacks: HashMap<Box<[u32]>, u64>,
     truncated: u64,
+    unmapped: u64,
     scratch: Vec<u32>,
 }
 
@@ -139,6 +169,7 @@ impl StackWindow {
             self.count(stack.samples);
         }
         self.truncated += delta.truncated_samples;
+        self.unmapped += delta.unmapped_samples;
         if self.stacks.len() > COMPACT_AT {
             self.compact();
         }
@@ -187,7 +218,8 @@ impl StackWindow {
         })
     }
 
-    /// The [`TOP_FUNCTIONS`] functions with the most inclusive samples. A function counts
+    /// The functions with the most inclusive and the most self samples
+    /// ([`keep_top_functions`]). A function counts
     /// once per sample however often it recurs in the stack.
     pub fn functions(&self) -> Vec<FunctionSnapshot> {
         let mut counts: HashMap<u32, (u64, u64)> = HashMap::new();
@@ -221,8 +253,7 @@ impl StackWindow {
                 })
             })
             .collect();
-        sort_functions(&mut v);
-        v.truncate(TOP_FUNCTIONS);
+        keep_top_functions(&mut v);
         v
     }
 
@@ -241,6 +272,7 @@ impl StackWindow {
         all.truncate(max);
         let mut out = Stacks {
             truncated_samples: self.truncated,
+            unmapped_samples: self.unmapped,
             ..Stacks::default()
         };
         let mut renumber: HashMap<u32, u32> = HashMap::new();
@@ -373,5 +405,45 @@ mod tests {
         assert_eq!(snap.frames[last.frames[0] as usize].name, OTHER_STACKS);
         assert_eq!(last.samples, 10);
         assert!(w.functions().iter().all(|f| f.name != OTHER_STACKS));
+    }
+
+    /// The unmapped and truncated counts add up through windows and merges, and a
+    /// snapshot written before `unmapped_samples` existed reads as 0.
+    #[test]
+    fn unmapped_samples_add_up_and_default_to_zero() {
+        let mut a = stacks(&[(&["main", "f"], 5)]);
+        a.unmapped_samples = 2;
+        a.truncated_samples = 1;
+        let mut b = stacks(&[(&["main", "g"], 7)]);
+        b.unmapped_samples = 3;
+        let mut w = StackWindow::default();
+        w.add(&a);
+        w.add(&b);
+        let snap = w.snapshot();
+        assert_eq!((snap.unmapped_samples, snap.truncated_samples), (5, 1));
+        a.merge(&b);
+        assert_eq!(a.unmapped_samples, 5);
+        let old: Stacks =
+            serde_json::from_str(r#"{"frames": [], "stacks": [], "truncated_samples": 4}"#)
+                .unwrap();
+        assert_eq!((old.truncated_samples, old.unmapped_samples), (4, 0));
+    }
+
+    /// Sixty frames every stack passes through do not crowd out the function that runs.
+    #[test]
+    fn the_functions_that_run_are_kept_beside_the_deepest_callers() {
+        let chain: Vec<String> = (0..60).map(|i| format!("pass{i:02}")).collect();
+        let mut hot: Vec<&str> = chain.iter().map(String::as_str).collect();
+        hot.push("parse");
+        let mut cold: Vec<&str> = chain.iter().map(String::as_str).collect();
+        cold.push("wait");
+        let mut w = StackWindow::default();
+        w.add(&stacks(&[(&hot, 10), (&cold, 90)]));
+        let functions = w.functions();
+        let parse = functions.iter().find(|f| f.name == "parse");
+        assert_eq!(parse.map(|f| f.self_samples), Some(10), "{functions:?}");
+        assert!(functions.iter().any(|f| f.name == "wait"));
+        assert_eq!(functions.len(), TOP_FUNCTIONS + 2);
+        assert_eq!(functions[0].inclusive_samples, 100);
     }
 }

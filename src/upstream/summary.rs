@@ -41,6 +41,9 @@ pub struct Inside {
     pub hot: Vec<HotFunction>,
     /// With call stacks: the fraction of samples whose stack was cut before its root.
     pub truncated: Option<f64>,
+    /// With call stacks: the fraction of samples with a frame in no executable mapping
+    /// (`[unmapped]`).
+    pub unmapped: Option<f64>,
     /// The main binary has no symbol table: its own code (parser included) is one
     /// component named after it.
     pub stripped: bool,
@@ -159,6 +162,11 @@ impl Inside {
             .as_ref()
             .filter(|_| total > 0)
             .map(|s| s.truncated_samples as f64 / total as f64);
+        let unmapped = u
+            .stacks
+            .as_ref()
+            .filter(|_| total > 0)
+            .map(|s| s.unmapped_samples as f64 / total as f64);
         let stripped = u.stripped.unwrap_or(false);
         let cpu = per(u.cpu_user_seconds + u.cpu_system_seconds);
         let hot = u
@@ -189,6 +197,7 @@ impl Inside {
             functions,
             hot,
             truncated,
+            unmapped,
             stripped,
             what_if,
         }

@@ -471,29 +471,79 @@ pub struct BurnUpstream {
 pub fn burn_upstream_binary() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let gcc = require_tool("gcc");
-            let source =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/burn-upstream.c");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("burn-upstream");
-            let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-            if let (Some(built), Some(written)) = (modified(&out), modified(&source)) {
-                if built >= written {
-                    return out;
-                }
-            }
-            let staging = out.with_extension(format!("tmp{}", std::process::id()));
-            let status = Command::new(gcc)
-                .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
-                .arg(&staging)
-                .arg(&source)
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-            assert!(status.success(), "gcc failed on {}", source.display());
-            fs::rename(&staging, &out).unwrap();
-            out
-        })
+        .get_or_init(|| burn_upstream_variant("burn-upstream", &[]))
         .clone()
+}
+
+/// The burn upstream built into `CARGO_TARGET_TMPDIR/NAME` with `extra` gcc flags (another
+/// linker: `-fuse-ld=lld`; `-no-pie`; `-s` to strip it), with the same care as
+/// [`burn_upstream_binary`]: a build newer than the source is kept, a new one is renamed
+/// into place.
+pub fn burn_upstream_variant(name: &str, extra: &[&str]) -> PathBuf {
+    let gcc = require_tool("gcc");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/burn-upstream.c");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    if is_newer(&out, &source) {
+        return out;
+    }
+    let staging = out.with_extension(format!("tmp{}", std::process::id()));
+    let output = Command::new(gcc)
+        .args(["-O1", "-g", "-pthread", "-Wall"])
+        .args(extra)
+        .arg("-o")
+        .arg(&staging)
+        .arg(&source)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+    assert!(
+        output.status.success(),
+        "gcc {extra:?} failed on {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    fs::rename(&staging, &out).unwrap();
+    out
+}
+
+/// Whether `built` exists and was written after `source`.
+fn is_newer(built: &Path, source: &Path) -> bool {
+    let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    matches!((modified(built), modified(source)), (Some(b), Some(s)) if b >= s)
+}
+
+/// The Go HTTP server of tests/fixtures/go-upstream.go, built with `go build` (standard
+/// library only, no cgo: a static binary with frame pointers and no `.eh_frame`, as Go
+/// builds them). The build cache lives beside the binary, so only the first build
+/// compiles the standard library; nothing is fetched from the network.
+pub fn go_upstream_binary() -> PathBuf {
+    let go = require_tool("go");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-upstream.go");
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let out = tmp.join("go-upstream");
+    if is_newer(&out, &source) {
+        return out;
+    }
+    let staging = out.with_extension(format!("tmp{}", std::process::id()));
+    let output = Command::new(go)
+        .arg("build")
+        .arg("-o")
+        .arg(&staging)
+        .arg(&source)
+        .env("GOCACHE", tmp.join("go-cache"))
+        .env("GOPATH", tmp.join("go-path"))
+        .env("GOFLAGS", "")
+        .env("GOPROXY", "off")
+        .env("CGO_ENABLED", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run go: {e}"));
+    assert!(
+        output.status.success(),
+        "go build failed on {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    fs::rename(&staging, &out).unwrap();
+    out
 }
 
 impl BurnUpstream {
@@ -506,15 +556,24 @@ impl BurnUpstream {
     pub fn start_with(
         parser_us: u32,
         backend_us: u32,
+        adjust: impl FnMut(&mut Command),
+    ) -> BurnUpstream {
+        BurnUpstream::start_binary(&burn_upstream_binary(), parser_us, backend_us, adjust)
+    }
+
+    /// Like `start_with`, for a build of the fixture of its own ([`burn_upstream_variant`]).
+    pub fn start_binary(
+        binary: &Path,
+        parser_us: u32,
+        backend_us: u32,
         mut adjust: impl FnMut(&mut Command),
     ) -> BurnUpstream {
-        let binary = burn_upstream_binary();
         let dir = tempfile::Builder::new().prefix("burn-").tempdir().unwrap();
         let (process, port) = start_with_retries(
             "burn-upstream",
             |attempt| {
                 let port = free_port();
-                let mut command = Command::new(&binary);
+                let mut command = Command::new(binary);
                 command.args([
                     port.to_string(),
                     parser_us.to_string(),
