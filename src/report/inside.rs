@@ -204,11 +204,24 @@ impl Inside {
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then(a.name.cmp(&b.name))
         });
-        let parts: Vec<String> = by_inclusive
+        // A component on (nearly) every stack holds the thread's start or `main`: "libc.so.6
+        // 100 %" says nothing of where the CPU goes and read as if libc took it all. Those
+        // are named apart, after the others.
+        const EVERY: f64 = 0.995;
+        let on_every: Vec<&str> = by_inclusive
             .iter()
+            .filter(|c| c.inclusive.is_some_and(|i| i >= EVERY))
+            .map(|c| c.label.as_str())
+            .collect();
+        let mut parts: Vec<String> = by_inclusive
+            .iter()
+            .filter(|c| c.inclusive.is_some_and(|i| i < EVERY))
             .take(8)
             .map(|c| c.shown(|c| c.inclusive))
             .collect();
+        if !on_every.is_empty() {
+            parts.push(format!("and on every stack {}", on_every.join(", ")));
+        }
         let truncated = self
             .truncated
             .filter(|&t| t > 0.0)
@@ -518,7 +531,7 @@ mod tests {
         assert!((i.functions[2].self_share - 0.3).abs() < 1e-12);
         let text = i.lines().join("\n");
         assert!(
-            text.contains("with all they call (native call stacks): webdis (own code) 100 %, HTTP parser 30 %, libc.so.6 30 %"),
+            text.contains("with all they call (native call stacks): HTTP parser 30 %, libc.so.6 30 %, and on every stack webdis (own code)"),
             "{text}"
         );
         assert!(
@@ -645,7 +658,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("index.php 100 %, php_builtin 53 %, league/uri* 27 % (league/uri 24 %, league/uri-interfaces 13 %), stream_io 20 %"),
+            text.contains("php_builtin 53 %, league/uri* 27 % (league/uri 24 %, league/uri-interfaces 13 %), stream_io 20 %, and on every stack index.php"),
             "{text}"
         );
         let json = serde_json::to_value(&i).unwrap();
