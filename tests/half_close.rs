@@ -7,8 +7,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::thread;
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use support::Proxy;
@@ -16,53 +15,16 @@ use support::Proxy;
 /// How long the upstream takes to answer each request: the FIN is long there by then.
 const SLOW: Duration = Duration::from_millis(500);
 
-/// An upstream that answers each request (head, and a Content-Length body) `SLOW` after
-/// it arrived, with the request's target as the body, then closes after a `close` one.
+/// An upstream that answers each request `SLOW` after it came, with its target as the body.
 fn slow_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let end = loop {
-                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break at + 4;
-                        }
-                        match conn.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("Content-Length: "))
-                        .map_or(0, |n| n.trim().parse().unwrap());
-                    while buf.len() < end + length {
-                        match conn.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    buf.drain(..end + length);
-                    let target = head.split(' ').nth(1).unwrap_or("").to_owned();
-                    thread::sleep(SLOW);
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{target}",
-                        target.len()
-                    );
-                    if conn.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    support::slow_upstream(SLOW, |head| {
+        let target = head.split(' ').nth(1).unwrap_or("");
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{target}",
+            target.len()
+        )
+        .into_bytes()
+    })
 }
 
 /// Sends `request`, shuts the sending side, reads until the server closes (10 s at most).

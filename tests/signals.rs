@@ -6,7 +6,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,34 +17,9 @@ const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 const SLOW: Duration = Duration::from_millis(600);
 const IN_FLIGHT: usize = 5;
 
-/// An upstream that answers every request `SLOW` after its head arrived.
+/// An upstream that answers every request `SLOW` after it arrived.
 fn slow_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match conn.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-                    buf.drain(..end);
-                    thread::sleep(SLOW);
-                    if conn.write_all(OK).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    support::slow_upstream(SLOW, |_| OK.to_vec())
 }
 
 fn drains_on(signal: libc::c_int) {

@@ -83,6 +83,57 @@ pub fn free_port() -> u16 {
 }
 
 /// `127.0.0.1:port`.
+/// An upstream that answers each request `delay` after the whole of it (head, and a body by
+/// its Content-Length) arrived, pipelined ones in turn, with `answer(head)`; a connection
+/// ends when the client closes or a write fails.
+pub fn slow_upstream(delay: Duration, answer: fn(&str) -> Vec<u8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let mut more = |conn: &mut TcpStream, buf: &mut Vec<u8>| match conn.read(&mut chunk)
+                {
+                    Ok(0) | Err(_) => false,
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        true
+                    }
+                };
+                loop {
+                    let end = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        if !more(&mut conn, &mut buf) {
+                            return;
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .map_or(0, |n| n.trim().parse().unwrap());
+                    while buf.len() < end + length {
+                        if !more(&mut conn, &mut buf) {
+                            return;
+                        }
+                    }
+                    buf.drain(..end + length);
+                    thread::sleep(delay);
+                    if conn.write_all(&answer(&head)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 pub fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
