@@ -163,21 +163,7 @@ fn the_hot_path_names_the_functions_of_known_cpu_in_their_order() {
     let write = truth(after.write_ns - before.write_ns);
     let format = truth(after.format_ns - before.format_ns);
     let parse = truth(after.parse_ns - before.parse_ns);
-    let hot = inside["hot"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{inside}"));
-    let shown: Vec<String> = hot
-        .iter()
-        .map(|h| {
-            format!(
-                "{} ({}) {:.1} % listed, {:.1} % inclusive",
-                h["name"].as_str().unwrap(),
-                h["object"].as_str().unwrap(),
-                h["listed"].as_f64().unwrap() * 100.0,
-                h["inclusive"].as_f64().unwrap() * 100.0
-            )
-        })
-        .collect();
+    let (hot, shown) = hot_of(inside, "object");
     eprintln!(
         "truth: build_uri {:.1} %, write {:.1} %, parse_request {:.1} %, format_body {:.1} % of {:.1} µs per request\nhot path: {shown:#?}",
         uri * 100.0,
@@ -361,21 +347,7 @@ fn a_vendor_package_inside_the_requests_fiber_is_named_on_the_hot_path() {
     let json: Value =
         serde_json::from_str(&report(&saved, &["--format", "json", "--top", "5"])).unwrap();
     let inside = &json["taps"][0]["inside"];
-    let hot = inside["hot"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{inside}"));
-    let shown: Vec<String> = hot
-        .iter()
-        .map(|h| {
-            format!(
-                "{} ({}) {:.1} % listed, {:.1} % inclusive",
-                h["name"].as_str().unwrap(),
-                h["component"].as_str().unwrap(),
-                h["listed"].as_f64().unwrap() * 100.0,
-                h["inclusive"].as_f64().unwrap() * 100.0
-            )
-        })
-        .collect();
+    let (hot, shown) = hot_of(inside, "component");
     eprintln!(
         "truth: createFromComponents {:.1} % of the CPU\nhot path: {shown:#?}",
         vendor * 100.0
@@ -410,4 +382,25 @@ fn a_vendor_package_inside_the_requests_fiber_is_named_on_the_hot_path() {
         );
     }
     burn.kill();
+}
+
+/// The report's `inside.hot[]`, and each entry as the failure messages print it: its name,
+/// its `beside` field (the object or the component), listed and inclusive shares.
+fn hot_of<'a>(inside: &'a Value, beside: &str) -> (&'a Vec<Value>, Vec<String>) {
+    let hot = inside["hot"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{inside}"));
+    let shown = hot
+        .iter()
+        .map(|h| {
+            format!(
+                "{} ({}) {:.1} % listed, {:.1} % inclusive",
+                h["name"].as_str().unwrap(),
+                h[beside].as_str().unwrap(),
+                h["listed"].as_f64().unwrap() * 100.0,
+                h["inclusive"].as_f64().unwrap() * 100.0
+            )
+        })
+        .collect();
+    (hot, shown)
 }
