@@ -139,6 +139,20 @@ fn assert_inside_findings_and_flame_graph(text: &str, flamegraph: &Path) {
         entries.iter().all(|e| !e.starts_with('[')),
         "a placeholder on the hot path: {entries:#?}"
     );
+    // The demo's upstream is phasescope's own binary, linked by lld: its stacks are whole
+    // (the line says a share cut short only above 0; 82–91 % were, before the load bias
+    // was read from the segment the code is mapped from), and none runs through [unmapped].
+    let stacks = line_starting(text, "with all they call (native call stacks")
+        .unwrap_or_else(|| panic!("no call-stack line in\n{text}"));
+    if let Some((before, _)) = stacks.split_once(" of stacks cut short") {
+        let share: f64 = before
+            .rsplit(", ")
+            .next()
+            .and_then(|s| s.trim_end_matches(" %").parse().ok())
+            .unwrap_or_else(|| panic!("{stacks}"));
+        assert!(share <= 5.0, "{share} % of stacks cut short: {stacks}");
+    }
+    assert!(!stacks.contains("[unmapped]"), "{stacks}");
     let what_if = line_starting(text, "what if: a parser 2× faster saves ≤ ")
         .unwrap_or_else(|| panic!("no what-if in\n{text}"));
     assert!(what_if.contains("(HTTP parser is "), "{what_if}");
