@@ -74,39 +74,8 @@ fn bench(a: &BurnUpstream, b: &BurnUpstream, extra: &[&str]) -> Vec<u8> {
     bench_design("duet", a, b, extra)
 }
 
-/// The release build of phasescope, built (or found up to date) once per test binary.
-///
-/// A power claim is about the proxy as it is run: in a debug build the proxy's own CPU per
-/// request is several times the release build's, and on two cores it dilutes the servers'
-/// difference in latency (the 5 % pair interleaved beside two busy loops: +1.2 to +1.7 %
-/// in debug, `unknown`, against +3.7 and +4.1 % in release, `different`, while both
-/// builds measured the servers' CPU per request +4.7 to +5.0 % apart).
-fn release_phasescope() -> &'static std::path::Path {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--bin", "phasescope"])
-            .args(["--message-format", "json-render-diagnostics"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "cargo build --release: {}",
-            out.status
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|m| m["target"]["name"] == "phasescope")
-            .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
-            .expect("cargo build --release named no phasescope executable")
-    })
-}
-
 fn bench_design(design: &str, a: &BurnUpstream, b: &BurnUpstream, extra: &[&str]) -> Vec<u8> {
-    let out = Command::new(release_phasescope())
+    let out = Command::new(support::release_phasescope())
         .args(["bench", "--design", design])
         .args(["--warmup", "1s", "--connections", "40"])
         .args(extra)

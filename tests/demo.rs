@@ -34,7 +34,11 @@ const PHASES: [&str; 12] = [
 const NOBODY: u32 = 65534;
 
 fn demo_command(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_phasescope"));
+    demo_command_of(Path::new(env!("CARGO_BIN_EXE_phasescope")), args)
+}
+
+fn demo_command_of(binary: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(binary);
     command.arg("demo").args(args).env_remove("RUST_LOG");
     command
 }
@@ -218,16 +222,22 @@ fn runs_to_completion_and_reports_every_phase_inside_findings_and_flame_graph() 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("demo.log");
     let flamegraph = dir.path().join("flame.svg");
-    let mut process = demo(
-        &[
-            "--duration",
-            "5",
-            "--no-wait",
-            "--admin",
-            "127.0.0.1:0",
-            "--flamegraph",
-            flamegraph.to_str().unwrap(),
-        ],
+    // The build users run (`cargo run --release -- demo`): its report is what the README
+    // shows, and its stacks fit the bytes copied per sample (a debug build's do not all).
+    let mut process = Managed::spawn(
+        "phasescope demo",
+        &mut demo_command_of(
+            support::release_phasescope(),
+            &[
+                "--duration",
+                "5",
+                "--no-wait",
+                "--admin",
+                "127.0.0.1:0",
+                "--flamegraph",
+                flamegraph.to_str().unwrap(),
+            ],
+        ),
         &log,
     );
     let text = finished(&mut process, &log);
