@@ -194,7 +194,7 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
     profiler.collect().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("perf.data");
-    let record = Command::new(&perf)
+    let mut recording = Command::new(&perf)
         .args(["record", "-e", "cpu-clock", "-F", &HZ.to_string()])
         .args(["--call-graph", call_graph])
         .arg("-p")
@@ -202,9 +202,22 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
         .arg("-o")
         .arg(&data)
         .args(["--", "sleep", &SECONDS.to_string()])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    let delta = profiler.collect().unwrap();
+    // Collected on the watcher's cadence while perf records, as phasescope runs: each
+    // collect puts an event on the threads made since the last (perf -p follows them at
+    // once). Collected only at the end, the threads a Go server starts under load went
+    // unsampled for the whole window: on a busy machine its handlers read 12 points below
+    // perf's.
+    let mut stacks = Stacks::default();
+    while recording.try_wait().unwrap().is_none() {
+        thread::sleep(Duration::from_millis(250));
+        stacks.merge(&profiler.collect().unwrap().stacks);
+    }
+    stacks.merge(&profiler.collect().unwrap().stacks);
+    let record = recording.wait_with_output().unwrap();
     stop.store(true, Ordering::Relaxed);
     loader.join().unwrap();
     assert!(
@@ -216,7 +229,7 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
         "{what}: perf record: {}",
         String::from_utf8_lossy(&record.stderr).trim()
     );
-    let ours = ours(&delta.stacks);
+    let ours = ours(&stacks);
     let perf = perfs(&perf, &data);
 
     let unnamed: Vec<&String> = ours
@@ -224,7 +237,7 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
         .keys()
         .filter(|n| n.as_str() == "[unknown]")
         .collect();
-    let unmapped = delta.stacks.unmapped_samples as f64 / ours.total as f64;
+    let unmapped = stacks.unmapped_samples as f64 / ours.total as f64;
     eprintln!(
         "{what}: complete stacks: ours {:.1} % of {} samples, perf {:.1} % of {}; \
          ours through [unmapped]: {:.1} %",
@@ -265,8 +278,8 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
     }
     // Where our walks stopped: the outermost frame of the stacks cut short.
     let mut stops: HashMap<String, u64> = HashMap::new();
-    for stack in &delta.stacks.stacks {
-        let mut frames = delta.stacks.frames_of(stack);
+    for stack in &stacks.stacks {
+        let mut frames = stacks.frames_of(stack);
         if frames.next().is_some_and(|f| f.name == "[truncated]") {
             let at = frames.next().map_or(String::new(), |f| f.name.clone());
             let callee = frames.next().map_or("", |f| f.name.as_str());
