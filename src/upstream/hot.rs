@@ -19,11 +19,10 @@
 //!   call): kernel frames never start units there, nor do functions built into PHP
 //!   below a PHP function (`parseHeaders` is its `preg_match_all`s: a PHP function's
 //!   cost is largely the built-ins it calls, and a user changes the call, not
-//!   `sqrt`; a callback a built-in runs is still split off when it is hot). Likewise
-//!   below a unit named by a
-//!   shared library's function, the same library's functions are that call's cost
-//!   (`___sprintf_chk` → `__vfprintf_internal`, which `snprintf` reaches too, would
-//!   otherwise be split off both and named by libc's inner function).
+//!   `sqrt`; a callback a built-in runs is still split off when it is hot). Likewise,
+//!   below a unit named by a shared library's function, the same library's functions
+//!   are that call's cost (`___sprintf_chk` → `__vfprintf_internal`, which `snprintf`
+//!   reaches too, would otherwise be split off both and named by libc's inner function).
 //! - A unit is named by the top frame of its chain, unless that frame is a generic leader
 //!   ([`is_generic`]: thread start, `main`, an event loop, a Fiber or closure runner,
 //!   syscall entry) or a placeholder; then by the first chain frame below that is
