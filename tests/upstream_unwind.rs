@@ -221,6 +221,17 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
     // once). Collected only at the end, the threads a Go server starts under load went
     // unsampled for the whole window: on a busy machine its handlers read 12 points below
     // perf's.
+    // Counted from when perf has attached (its data file is there), not from its start:
+    // on a busy machine attaching to every thread takes a while, and the samples of that
+    // while would be ours alone.
+    let attached = std::time::Instant::now();
+    while !data.exists()
+        && recording.try_wait().unwrap().is_none()
+        && attached.elapsed() < Duration::from_secs(10)
+    {
+        thread::sleep(Duration::from_millis(10));
+    }
+    profiler.collect().unwrap();
     let mut stacks = Stacks::default();
     while recording.try_wait().unwrap().is_none() {
         thread::sleep(Duration::from_millis(250));
