@@ -12,7 +12,7 @@
 //!
 //! For each, two figures on both sides:
 //! - the share of **complete** stacks: ours is 1 − truncated/total; perf's is the share
-//!   of samples whose outermost frame is a thread's first ([`ROOTS`]), read from
+//!   of samples whose outermost frame is a thread's first (`THREAD_ROOTS`), read from
 //!   `perf script`. Within 2 points.
 //! - the **inclusive** shares of the three heaviest functions as `perf report --children`
 //!   counts them (the functions every stack passes through, at 90 % and more, are left
@@ -35,14 +35,12 @@ use std::thread;
 use std::time::Duration;
 
 use phasescope::upstream::profile::{ComponentRules, Profiler, DEFAULT_STACK_BYTES};
-use phasescope::upstream::snapshot::Stacks;
+use phasescope::upstream::snapshot::{Stacks, THREAD_ROOTS};
 use support::{
     burn_upstream_variant, go_upstream_binary, loopback, require_tool, run_wrk, BurnUpstream,
     HttpConn, Managed, STARTUP_DEADLINE,
 };
 
-/// The first frame of a thread: glibc's `_start` and `clone3`/`clone`, Go's goroutine,
-/// system and main stacks.
 /// The entry frames of the Go server's connection goroutines, left out of the comparison
 /// of shares. Work a goroutine does on the system stack (`runtime.systemstack`: a GC
 /// assist, `newproc`, a large allocation) is charged by perf's frame-pointer walk to the
@@ -52,20 +50,6 @@ use support::{
 /// 81.0 against 89.2 %, while the handler's frames below agreed within 0.4). The handler
 /// and what it calls are compared as for every other binary.
 const GOROUTINE_ENTRIES: &[&str] = &["net/http.(*Server).Serve.func3", "net/http.(*conn).serve"];
-
-const ROOTS: &[&str] = &[
-    "_start",
-    "clone3",
-    "clone",
-    "__clone3",
-    "__clone",
-    "runtime.goexit",
-    "runtime.goexit.abi0",
-    "runtime.mstart",
-    "runtime.mstart.abi0",
-    "runtime.rt0_go",
-    "runtime.rt0_go.abi0",
-];
 
 /// Sampling frequency of both sides; not a divisor of the kernel tick.
 const HZ: u32 = 997;
@@ -153,7 +137,7 @@ fn perfs(perf: &Path, data: &Path) -> Side {
         }
         let Some(root) = frames.last() else { continue };
         total += 1;
-        complete += u64::from(ROOTS.contains(&root.as_str()));
+        complete += u64::from(THREAD_ROOTS.contains(&root.as_str()));
         frames.sort_unstable();
         frames.dedup();
         for name in frames.drain(..) {
@@ -273,7 +257,7 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
         .iter()
         .filter(|(name, &share)| {
             share < 0.9
-                && !ROOTS.contains(&name.as_str())
+                && !THREAD_ROOTS.contains(&name.as_str())
                 && !GOROUTINE_ENTRIES.contains(&name.as_str())
                 && name.as_str() != "[unknown]"
                 && !name.starts_with("0x")

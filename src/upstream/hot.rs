@@ -45,7 +45,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::snapshot::{Frame, Stacks};
+use super::snapshot::{Frame, Stacks, THREAD_ROOTS};
 
 /// A node whose heaviest child carries at least this fraction of its samples only leads
 /// there (docs/report.md, "hot path").
@@ -167,7 +167,6 @@ fn is_php_builtin(f: &Frame) -> bool {
 /// unit they top if a frame below them in the chain can.
 pub fn is_generic(f: &Frame) -> bool {
     const EXACT: &[&str] = &[
-        "_start",
         "main",
         "{main}",
         "__libc_start_main",
@@ -175,10 +174,6 @@ pub fn is_generic(f: &Frame) -> bool {
         "__libc_start_main_impl",
         "start_thread",
         "thread_start",
-        "clone",
-        "clone3",
-        "__clone",
-        "__clone3",
         "ret_from_fork",
         "ret_from_fork_asm",
         "syscall",
@@ -214,6 +209,7 @@ pub fn is_generic(f: &Frame) -> bool {
     // A trait method reads `<Type as Trait>::method`: the type says what runs it.
     let n = f.name.strip_prefix('<').unwrap_or(&f.name);
     EXACT.contains(&n)
+        || THREAD_ROOTS.contains(&n)
         || PREFIX.iter().any(|p| n.starts_with(p))
         || CONTAINS.iter().any(|c| n.contains(c))
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::account::{ProcessInfo, Totals};
 pub use super::stacks::{
     keep_top_functions, sort_functions, Frame, FunctionSnapshot, Stack, Stacks, MAX_STACKS,
-    OTHER_STACKS, TOP_FUNCTIONS, TRUNCATED,
+    OTHER_STACKS, THREAD_ROOTS, TOP_FUNCTIONS, TRUNCATED,
 };
 
 /// What the tap's upstream process did since the snapshot's `since`. Seconds and counts.

@@ -61,31 +61,12 @@ pub use rules::{
 };
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
-use super::snapshot::{Frame, Stack, Stacks, TRUNCATED};
+use super::snapshot::{Frame, Stack, Stacks, THREAD_ROOTS, TRUNCATED};
 use crate::sync::lock;
 use events::{Drained, StackHead, ThreadEvents};
 use rules::KERNEL_COMPONENT;
 use symbols::{NameId, Symbols};
 use unwind::Unwinder;
-
-/// The first frame of a thread, by name: a walk that reached one is complete whatever it
-/// made of the words beyond it. Go's goroutine stacks end at `runtime.goexit` with no
-/// zero return address above it, so the walk reads on and fails (18 % of a Go server's
-/// stacks, with a goroutine per connection, were called cut short at `runtime.goexit`, or
-/// past it at an address of no function).
-const THREAD_ROOTS: &[&str] = &[
-    "_start",
-    "clone",
-    "clone3",
-    "__clone",
-    "__clone3",
-    "runtime.goexit",
-    "runtime.goexit.abi0",
-    "runtime.mstart",
-    "runtime.mstart.abi0",
-    "runtime.rt0_go",
-    "runtime.rt0_go.abi0",
-];
 
 /// The sampling frequency the figures use: one sample per millisecond of CPU.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
