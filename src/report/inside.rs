@@ -180,7 +180,7 @@ impl Inside {
             return Vec::new();
         }
         let mut out = vec![format!(
-            "hot path (top {}: where its CPU goes, each function with what it calls but the others listed, CPU per request, the callers' share of its samples):",
+            "hot path (top {}: where its CPU goes, each with what it calls but the others listed, its CPU per request and its callers):",
             self.hot.len()
         )];
         out.extend(self.hot.iter().map(|h| format!("  {}", h.line())));
