@@ -57,9 +57,7 @@ impl Correlator {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<Seen>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.pending)
     }
 
     /// The RESP side: a command's reply has begun.

@@ -50,7 +50,6 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use budget::MAX_SAMPLED_THREADS;
@@ -62,7 +61,7 @@ pub use rules::{
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
 use super::snapshot::{Frame, Stack, Stacks, THREAD_ROOTS, TRUNCATED};
-use crate::sync::lock;
+use crate::sync::{lock, Background};
 use events::{Drained, StackHead, ThreadEvents};
 use rules::KERNEL_COMPONENT;
 use symbols::{NameId, Symbols};
@@ -222,7 +221,7 @@ pub struct Profiler {
     rules: ComponentRules,
     sampling: Arc<Mutex<Sampling>>,
     /// Drains the ring buffers every [`DRAIN_EVERY`] when user stacks are sampled.
-    drainer: Option<Drainer>,
+    drainer: Option<Background>,
     symbols: Symbols,
     drained: Drained,
     /// Component of each interned name by its leaf rule, indexed by `NameId`.
@@ -243,37 +242,15 @@ impl Sampling {
     }
 }
 
-/// The thread that drains between collects; it ends when dropped.
-struct Drainer {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drainer {
-    fn spawn(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Drainer> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("ps-up-drain".into())
-            .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(DRAIN_EVERY) {
-                    lock(&sampling).drain();
-                }
-                tracing::trace!(pid, "upstream sample drainer stopped");
-            })?;
-        Ok(Drainer {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Drainer {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+/// Starts the thread that drains between collects; it ends when the `Background` is
+/// dropped (its wait ends at once then).
+fn spawn_drainer(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Background> {
+    Background::spawn("ps-up-drain", move |stopped| {
+        while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(DRAIN_EVERY) {
+            lock(&sampling).drain();
         }
-    }
+        tracing::trace!(pid, "upstream sample drainer stopped");
+    })
 }
 
 impl Profiler {
@@ -308,7 +285,7 @@ impl Profiler {
             drained: Drained::default(),
         }));
         let drainer = if stacks {
-            Some(Drainer::spawn(sampling.clone(), pid).map_err(ProfileError::Symbolizer)?)
+            Some(spawn_drainer(sampling.clone(), pid).map_err(ProfileError::Symbolizer)?)
         } else {
             None
         };
