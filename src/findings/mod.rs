@@ -66,6 +66,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::upstream::FrameKind;
     use crate::metrics::{SeriesSnapshot, TapSnapshot};
     use crate::upstream::UpstreamSnapshot;
 
@@ -205,7 +206,7 @@ mod tests {
             component: component.into(),
             line: None,
         };
-        u.frames = Some("native".into());
+        u.frames = Some(FrameKind::Native);
         u.stacks = Some(crate::upstream::Stacks {
             frames: vec![
                 frame("main", "server", "server"),

@@ -300,6 +300,7 @@ mod tests {
     use std::io::Read;
 
     use super::*;
+    use crate::upstream::FrameKind;
     use crate::report::stacks::tests::{frame, small};
     use crate::upstream::snapshot::{Stack, Stacks};
     use crate::upstream::UpstreamSnapshot;
@@ -495,7 +496,7 @@ mod tests {
             unmapped_samples: 0,
         };
         let mut u = upstream(stacks, None);
-        u.frames = Some("php".to_owned());
+        u.frames = Some(FrameKind::Php);
         let t = TapStacks {
             tap: "amp",
             upstream: &u,

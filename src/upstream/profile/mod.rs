@@ -53,14 +53,14 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 pub use budget::MAX_SAMPLED_THREADS;
-pub use php_profile::{PhpProfiler, PHP_FRAMES};
+pub use php_profile::PhpProfiler;
 pub use rules::{
     component_group, component_label, ComponentRules, UserComponentRule, ANON_EXEC_OBJECT,
     KERNEL_OBJECT,
 };
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
-use super::snapshot::{Frame, Stack, Stacks, THREAD_ROOTS, TRUNCATED};
+use super::snapshot::{Frame, FrameKind, Stack, Stacks, THREAD_ROOTS, TRUNCATED};
 use crate::sync::{lock, Background};
 use events::{Drained, StackHead, ThreadEvents};
 use rules::KERNEL_COMPONENT;
@@ -177,9 +177,9 @@ pub struct ProfileDelta {
     pub inclusive: Vec<(String, u64)>,
     /// The sampled stacks, root first.
     pub stacks: Stacks,
-    /// What the stacks' frames are: [`NATIVE_FRAMES`], or `None` without call stacks
-    /// (`inclusive` and `stacks` are then empty).
-    pub frames: Option<&'static str>,
+    /// What the stacks' frames are: native, or `None` without call stacks (`inclusive`
+    /// and `stacks` are then empty).
+    pub frames: Option<FrameKind>,
     /// Threads of the process left without a perf event at this collect (more threads
     /// than the descriptor budget: the busiest are sampled).
     pub unsampled_threads: u64,
@@ -187,9 +187,6 @@ pub struct ProfileDelta {
     /// samples stand for the rest of the process's CPU.
     pub unsampled_cpu_ns: u64,
 }
-
-/// `ProfileDelta::frames` of machine-code stacks.
-pub const NATIVE_FRAMES: &str = "native";
 
 impl ProfileDelta {
     /// All samples of this delta.
@@ -500,7 +497,7 @@ impl Profiler {
             lost: self.drained.lost,
             inclusive: sorted(inclusive),
             stacks,
-            frames: with_stacks.then_some(NATIVE_FRAMES),
+            frames: with_stacks.then_some(FrameKind::Native),
             unsampled_threads: 0,
             unsampled_cpu_ns: 0,
         }

@@ -12,10 +12,7 @@ use std::sync::Arc;
 
 use super::php::{self, PhpFrame, PhpSampler};
 use super::{sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples};
-use crate::upstream::snapshot::{Frame, Stack, Stacks, TRUNCATED};
-
-/// `ProfileDelta::frames` of PHP stacks.
-pub const PHP_FRAMES: &str = "php";
+use crate::upstream::snapshot::{Frame, FrameKind, Stack, Stacks, TRUNCATED};
 
 /// The sampler's frame for a sample on a CPU without PHP code running: the engine
 /// starting, compiling, an FPM worker between requests. It counts as the engine's own
@@ -177,7 +174,7 @@ impl Folder {
             lost: 0,
             inclusive: sorted(inclusive),
             stacks,
-            frames: Some(PHP_FRAMES),
+            frames: Some(FrameKind::Php),
             unsampled_threads: 0,
             unsampled_cpu_ns: 0,
         }
@@ -236,6 +233,6 @@ mod tests {
         );
         assert_eq!(delta.stacks.total(), 100);
         assert_eq!(delta.stacks.truncated_samples, 7);
-        assert_eq!(delta.frames, Some(PHP_FRAMES));
+        assert_eq!(delta.frames, Some(FrameKind::Php));
     }
 }

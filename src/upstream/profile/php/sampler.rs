@@ -52,8 +52,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::walk::{marker, Walker, MAX_DEPTH};
-use crate::sync::lock;
 use super::{PhpError, PhpFrame, PhpTarget};
+use crate::sync::lock;
 
 /// Distinct stacks kept between two collects; past it, new stacks count as truncated
 /// into one `[truncated]` stack instead of growing the map without bound.
