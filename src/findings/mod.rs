@@ -66,8 +66,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::upstream::FrameKind;
     use crate::metrics::{SeriesSnapshot, TapSnapshot};
+    use crate::upstream::FrameKind;
     use crate::upstream::UpstreamSnapshot;
 
     /// A series of `count` observations of `mean` seconds each.

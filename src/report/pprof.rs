@@ -300,9 +300,9 @@ mod tests {
     use std::io::Read;
 
     use super::*;
-    use crate::upstream::FrameKind;
     use crate::report::stacks::tests::{frame, small};
     use crate::upstream::snapshot::{Stack, Stacks};
+    use crate::upstream::FrameKind;
     use crate::upstream::UpstreamSnapshot;
 
     fn upstream(stacks: Stacks, frequency_hz: Option<u32>) -> UpstreamSnapshot {

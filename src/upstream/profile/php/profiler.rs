@@ -1,4 +1,4 @@
-//! A PHP upstream's profile by PHP function: the [`php`](super::php) sampler's stacks,
+//! A PHP upstream's profile by PHP function: the [`PhpSampler`]'s stacks,
 //! folded through the component rules into the same [`ProfileDelta`] a native profile
 //! makes, so that the snapshot, the report and the exporters read both alike.
 //!
@@ -10,8 +10,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::php::{self, PhpFrame, PhpSampler};
-use super::{sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples};
+use super::{detect, PhpFrame, PhpSampler};
+use crate::upstream::profile::{
+    sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples,
+};
 use crate::upstream::snapshot::{Frame, FrameKind, Stack, Stacks, TRUNCATED};
 
 /// The sampler's frame for a sample on a CPU without PHP code running: the engine
@@ -56,7 +58,7 @@ impl PhpProfiler {
         frequency_hz: u32,
         rules: ComponentRules,
     ) -> Result<Option<PhpProfiler>, ProfileError> {
-        let Some(target) = php::detect(pid).map_err(ProfileError::Php)? else {
+        let Some(target) = detect(pid).map_err(ProfileError::Php)? else {
             return Ok(None);
         };
         let sampler = PhpSampler::start(target, frequency_hz).map_err(ProfileError::Php)?;

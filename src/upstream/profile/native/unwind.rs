@@ -52,7 +52,7 @@ pub const MAX_DEPTH: usize = 128;
 /// `PERF_SAMPLE_REGS_USER`'s mask (x86-64 `perf_event_x86_regs`: BP = 6, SP = 7, IP = 8).
 pub const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 
-use super::maps::{self, Mapping};
+use crate::upstream::profile::maps::{self, Mapping};
 
 /// The user-space unwinder of one process.
 pub struct Unwinder {
