@@ -13,6 +13,7 @@
 //! symbolizer and unwinder, and finding the PHP engine), and both give a collect's samples
 //! as one [`ProfileDelta`], so that the snapshot, the report and the exporters read them
 //! alike.
+mod fold;
 mod maps;
 pub mod native;
 pub mod php;

@@ -40,7 +40,6 @@ mod symbols;
 mod unnamed;
 mod unwind;
 
-use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
@@ -49,13 +48,11 @@ use std::time::Duration;
 pub use budget::MAX_SAMPLED_THREADS;
 pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
+use super::fold::Fold;
 use super::rules::KERNEL_COMPONENT;
-use super::{
-    sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples,
-    MAX_STACK_BYTES,
-};
+use super::{ComponentRules, ProfileDelta, ProfileError, MAX_STACK_BYTES};
 use crate::sync::{lock, Background};
-use crate::upstream::snapshot::{Frame, FrameKind, Stack, Stacks, THREAD_ROOTS, TRUNCATED};
+use crate::upstream::snapshot::{Frame, FrameKind, THREAD_ROOTS, TRUNCATED};
 use events::{Drained, StackHead, ThreadEvents};
 use symbols::{NameId, Symbols};
 use unwind::Unwinder;
@@ -249,12 +246,7 @@ impl Profiler {
     }
 
     fn fold(&self) -> ProfileDelta {
-        // (leaf name, name whose component the sample takes) → samples.
-        let mut counts: HashMap<(NameId, NameId), u64> = HashMap::new();
-        let mut inclusive: HashMap<&str, u64> = HashMap::new();
-        let mut frame_of: HashMap<NameId, u32> = HashMap::new();
-        let mut stacks = Stacks::default();
-        let mut by_frames: HashMap<Vec<u32>, usize> = HashMap::new();
+        let mut fold: Fold<NameId, NameId, &str> = Fold::new();
         let mut names: Vec<NameId> = Vec::new();
         let mut seen: Vec<&str> = Vec::new();
         let with_stacks = self.user_stacks();
@@ -283,109 +275,65 @@ impl Profiler {
                     truncated = false;
                 }
             }
-            let by = self.self_component(&names, kernel_frames);
-            *counts.entry((names[0], by)).or_insert(0) += n;
+            let by = self.component(self.self_component(&names, kernel_frames));
+            fold.leaf(names[0], by, n);
             if !with_stacks {
                 continue;
             }
 
             seen.clear();
-            seen.push(self.component(by));
+            seen.push(by);
             for &id in &names {
                 let component = self.component(id);
                 if !seen.contains(&component) {
                     seen.push(component);
                 }
             }
-            for &component in &seen {
-                *inclusive.entry(component).or_insert(0) += n;
-            }
-
             let mut frames: Vec<u32> = Vec::with_capacity(names.len() + 1);
             if truncated {
-                frames.push(self.frame_index(&mut stacks, &mut frame_of, None));
-                stacks.truncated_samples += n;
+                frames.push(fold.frame(NameId::MAX, truncated_frame));
+                fold.truncated(n);
             }
             if names[kernel_frames..]
                 .iter()
                 .any(|&id| self.symbols.name(id).object == UNMAPPED_OBJECT)
             {
-                stacks.unmapped_samples += n;
+                fold.unmapped(n);
             }
             for &id in names.iter().rev() {
-                frames.push(self.frame_index(&mut stacks, &mut frame_of, Some(id)));
+                frames.push(fold.frame(id, || self.frame(id)));
             }
-            match by_frames.get(&frames) {
-                Some(&i) => stacks.stacks[i].samples += n,
-                None => {
-                    by_frames.insert(frames.clone(), stacks.stacks.len());
-                    stacks.stacks.push(Stack { frames, samples: n });
-                }
-            }
+            fold.stack(frames, &seen, n);
         }
-
-        let mut by_component: HashMap<&str, u64> = HashMap::new();
-        let mut symbols: HashMap<(NameId, &str), u64> = HashMap::new();
-        for (&(leaf, by), &n) in &counts {
-            let component = self.component(by);
-            *by_component.entry(component).or_insert(0) += n;
-            *symbols.entry((leaf, component)).or_insert(0) += n;
-        }
-        let mut symbols: Vec<SymbolSamples> = symbols
-            .into_iter()
-            .map(|((leaf, component), samples)| {
+        fold.finish(
+            |&leaf| {
                 let name = self.symbols.name(leaf);
-                SymbolSamples {
-                    symbol: name.symbol.clone(),
-                    object: name.object.clone(),
-                    component: component.to_owned(),
-                    samples,
-                }
-            })
-            .collect();
-        sort_symbols(&mut symbols);
-        ProfileDelta {
-            by_component: sorted(by_component),
-            symbols,
-            lost: self.drained.lost,
-            inclusive: sorted(inclusive),
-            stacks,
-            frames: with_stacks.then_some(FrameKind::Native),
-            unsampled_threads: 0,
-            unsampled_cpu_ns: 0,
-        }
+                (name.symbol.clone(), name.object.clone())
+            },
+            with_stacks.then_some(FrameKind::Native),
+            self.drained.lost,
+        )
     }
 
-    /// The index in `stacks.frames` of a name (or of the [`TRUNCATED`] frame for `None`),
-    /// added on first use.
-    fn frame_index(
-        &self,
-        stacks: &mut Stacks,
-        frame_of: &mut HashMap<NameId, u32>,
-        id: Option<NameId>,
-    ) -> u32 {
-        let key = id.unwrap_or(NameId::MAX);
-        *frame_of.entry(key).or_insert_with(|| {
-            let frame = match id {
-                Some(id) => {
-                    let name = self.symbols.name(id);
-                    Frame {
-                        name: name.symbol.clone(),
-                        object: name.object.clone(),
-                        component: self.component(id).to_owned(),
-                        line: None,
-                    }
-                }
-                None => Frame {
-                    name: TRUNCATED.to_owned(),
-                    object: String::new(),
-                    component: String::new(),
-                    line: None,
-                },
-            };
-            stacks.frames.push(frame);
-            u32::try_from(stacks.frames.len() - 1).unwrap_or(u32::MAX)
-        })
+    /// A named frame as the snapshot carries it.
+    fn frame(&self, id: NameId) -> Frame {
+        let name = self.symbols.name(id);
+        Frame {
+            name: name.symbol.clone(),
+            object: name.object.clone(),
+            component: self.component(id).to_owned(),
+            line: None,
+        }
+    }
+}
+
+/// The frame at the root of a stack whose walk was cut short.
+fn truncated_frame() -> Frame {
+    Frame {
+        name: TRUNCATED.to_owned(),
+        object: String::new(),
+        component: String::new(),
+        line: None,
     }
 }
 
