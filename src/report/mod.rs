@@ -17,6 +17,7 @@ pub mod compare_findings;
 pub mod compare_functions;
 pub mod compare_table;
 pub mod dataset;
+pub mod diff_stacks;
 pub mod file;
 pub mod findings;
 pub mod flame_colours;
