@@ -294,7 +294,13 @@ impl Bench<'_> {
                 && i >= checked + checked / 10;
             if checking.is_none() && due && i < count {
                 checked = i;
-                let (windows, options) = (out.clone(), self.compare_options());
+                let (windows, options) = (
+                    out.clone(),
+                    CompareOptions {
+                        functions: false,
+                        ..self.compare_options()
+                    },
+                );
                 checking = Some((
                     i,
                     runtime.spawn_blocking(move || primary_mde(&windows, &options)),
@@ -306,7 +312,13 @@ impl Bench<'_> {
         }
         if target.is_some() && !mde.is_some_and(|m| target.is_some_and(|t| m <= t)) {
             // Max duration: the last word is the comparison of every window.
-            mde = primary_mde(&out, &self.compare_options());
+            mde = primary_mde(
+                &out,
+                &CompareOptions {
+                    functions: false,
+                    ..self.compare_options()
+                },
+            );
         }
         let until = target.map(|target| UntilMde {
             target,

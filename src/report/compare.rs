@@ -67,6 +67,9 @@ pub struct Options {
     /// A's `i`-th snapshot and B's `i`-th were measured at the same time (a duet's
     /// windows): compare the paired log ratios (`paired`).
     pub paired: bool,
+    /// Compare the servers' functions and components too, where both sides have call
+    /// stacks (a bench's check of its mde so far needs the primary rows only).
+    pub functions: bool,
 }
 
 impl Default for Options {
@@ -88,6 +91,7 @@ impl Default for Options {
             phases: vec!["total".to_owned()],
             routes: Vec::new(),
             paired: false,
+            functions: true,
         }
     }
 }
@@ -404,7 +408,11 @@ pub fn compare(
         .chain(rows.iter().filter(|r| super::compare_cpu::in_summary(r)))
         .map(|r| statement(r, opts))
         .collect();
-    let functions = super::compare_functions::rows(&a, &b, opts);
+    let functions = if opts.functions {
+        super::compare_functions::rows(&a, &b, opts)
+    } else {
+        Vec::new()
+    };
     let mut notes = notes(&rows, &a, &b, &family, opts);
     if !functions.is_empty() {
         notes.push(super::compare_functions::note(&functions, opts));
@@ -1085,6 +1093,43 @@ mod tests {
             }),
             note: None,
         }
+    }
+
+    /// A paired row of 100 windows whose mde is under the 1 % to detect, unknown because
+    /// its interval straddles the threshold: the statement asks for no more windows
+    /// (it once said `100 windows detect 0.6 % or more; to detect 1 % you need about 29
+    /// windows`); one of 10 windows asks for more, as many as its interval needs.
+    #[test]
+    fn the_statement_asks_for_windows_only_when_they_are_short() {
+        let opts = Options::default();
+        let paired = |n: usize, estimate: f64, se: f64| {
+            let mut d = draft(false, estimate, se);
+            d.key.1 = "cpu".into();
+            d.key.2 = super::super::compare_cpu::ROUTE.into();
+            d.stat = Statistic::PerRequest;
+            d.method = Method::Paired;
+            d.runs = [n, n];
+            if let Some(m) = d.measured.as_mut() {
+                m.change.df = super::super::paired::degrees_of_freedom(Statistic::PerRequest, n);
+                m.pair_sd = Some(se * (n as f64).sqrt());
+                m.cv_assumed = false;
+            }
+            decide(d, false, 0.975, &opts)
+        };
+        let enough = paired(100, 0.021f64.ln_1p(), 0.0017);
+        assert_eq!(enough.verdict, Outcome::Unknown, "{enough:?}");
+        assert!(enough.mde.unwrap_or(1.0) < 0.01, "{enough:?}");
+        let said = statement(&enough, &opts);
+        assert!(!said.contains("you need"), "{said}");
+        assert!(said.contains("enough for 1 %"), "{said}");
+        let short = paired(10, 0.021f64.ln_1p(), 0.01);
+        let said = statement(&short, &opts);
+        let need = short.runs_needed.unwrap_or(0);
+        assert!(need > 10, "{short:?}");
+        assert!(
+            said.contains(&format!("you need about {need} windows")),
+            "{said}"
+        );
     }
 
     #[test]
