@@ -207,6 +207,7 @@ fn a_dearer_parser_is_the_function_that_changed() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("diff.svg");
     let pprof = dir.path().join("cpu.pb.gz");
+    let kept = dir.path().join("windows");
     let before = [a.truth(), b.truth()];
     let v = bench(
         &a.addr().to_string(),
@@ -220,6 +221,8 @@ fn a_dearer_parser_is_the_function_that_changed() {
             svg.to_str().unwrap(),
             "--pprof",
             pprof.to_str().unwrap(),
+            "--keep",
+            kept.to_str().unwrap(),
         ],
     );
     let truth = parser_truth(&a, &b, before);
@@ -260,9 +263,9 @@ fn a_dearer_parser_is_the_function_that_changed() {
     }
 
     let text = std::fs::read_to_string(&svg).unwrap();
-    let frames = frames(&text);
+    let drawn = frames(&text);
     let find = |name: &str| {
-        frames
+        drawn
             .iter()
             .find(|(t, _)| t.starts_with(&format!("{name} (")))
             .unwrap_or_else(|| panic!("no frame {name} in the flame graph"))
@@ -278,6 +281,40 @@ fn a_dearer_parser_is_the_function_that_changed() {
     );
     let (_, bg, _) = rgb(&bf);
     assert!(bg > pg, "the backend less red than the parser: {bt} {bf}");
+
+    // compare of the kept windows gives the same rows, and its own flame graph.
+    let windows: Vec<String> = std::fs::read_dir(&kept)
+        .unwrap()
+        .map(|e| e.unwrap().path().to_string_lossy().into_owned())
+        .filter(|p| p.ends_with(".json"))
+        .collect();
+    let mut windows = windows;
+    windows.sort();
+    let again = dir.path().join("again.svg");
+    let out = Command::new(support::release_phasescope())
+        .arg("compare")
+        .args(&windows)
+        .arg("--vs")
+        .args(&windows)
+        .args([
+            "--tap", "a", "--vs-tap", "b", "--paired", "--format", "json",
+        ])
+        .arg("--diff-flamegraph")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rerun = function(&c, "http_parser_execute", "self");
+    assert_eq!(rerun["verdict"], "different", "{}", line(rerun));
+    assert_eq!(rerun["change"], parser["change"], "{}", line(rerun));
+    assert!(frames(&std::fs::read_to_string(&again).unwrap())
+        .iter()
+        .any(|(t, _)| t.starts_with("http_parser_execute (")));
 
     let a_pprof = dir.path().join("cpu.a.pb.gz");
     let b_pprof = dir.path().join("cpu.b.pb.gz");
