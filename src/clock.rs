@@ -55,49 +55,47 @@ fn ticks_in(nanos: u64) -> u64 {
 /// it happens, and a phase exists only when both its instants were taken. Reading one
 /// gives an `Option`, so no instant is read as if it were taken when it was not (the
 /// timeline used to be plain ticks with 0 for "not taken", tested by hand at each use).
-/// As small as a tick: the clock never reads 0, which is the unset niche.
+///
+/// Inside, still a tick with 0 for "not taken" (the clock never reads 0: quanta's counter
+/// and the monotonic clock both count from far below now), so that taking an instant is
+/// one store on the relay's path; only this type looks at the 0.
 ///
 /// Instants compare in time order, and one not taken comes before every taken one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct At(Option<std::num::NonZeroU64>);
+pub struct At(Tick);
 
 impl At {
     /// Not taken.
-    pub const UNSET: At = At(None);
+    pub const UNSET: At = At(0);
 
     /// Taken at `t`.
     #[inline]
     pub fn tick(t: Tick) -> At {
-        // A reading of 0 would be the unset niche: the clock never gives it (quanta's
-        // counter and the monotonic clock both start far above), and 1 tick is below
-        // any phase's resolution.
-        At(Some(
-            std::num::NonZeroU64::new(t).unwrap_or(std::num::NonZeroU64::MIN),
-        ))
+        At(t)
     }
 
     /// Taken now.
     #[inline]
     pub fn now() -> At {
-        At::tick(now())
+        At(now())
     }
 
     /// The tick, if taken.
     #[inline]
     pub fn get(self) -> Option<Tick> {
-        self.0.map(std::num::NonZeroU64::get)
+        (self.0 != 0).then_some(self.0)
     }
 
     #[inline]
     pub fn is_set(self) -> bool {
-        self.0.is_some()
+        self.0 != 0
     }
 
     /// Takes `t` unless it was taken already.
     #[inline]
     pub fn set_once(&mut self, t: Tick) {
-        if self.0.is_none() {
-            *self = At::tick(t);
+        if self.0 == 0 {
+            self.0 = t;
         }
     }
 
