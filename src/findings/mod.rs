@@ -36,6 +36,7 @@ pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotP
     let mut hot = HotPaths::new();
     for (name, tap) in &snapshot.taps {
         let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix);
+        out.extend(rules::failures(&view));
         if view.requests >= MIN_REQUESTS {
             out.extend(rules::all(&view));
         }

@@ -96,7 +96,7 @@ impl Direction {
 }
 
 /// Why an exchange or a connection failed: the `kind` label of `phasescope_errors_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ErrorKind {
     /// Malformed or ambiguous request framing (answered 400).
     BadRequest,

@@ -16,6 +16,7 @@ mod compare_cpu;
 pub mod compare_findings;
 pub mod compare_table;
 pub mod dataset;
+pub mod failures;
 pub mod file;
 pub mod findings;
 pub mod flame_colours;
