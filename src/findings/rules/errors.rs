@@ -71,7 +71,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             "Look at the server's log for crashes, restarts or its own limits (max connections, request size, keep-alive timeout shorter than the clients'); a server that closes idle keep-alive connections should send `Connection: close` with its last response.".to_owned(),
         ),
         ErrorKind::UpstreamTimeout => (
-            format!("{addr} did not answer within the response timeout"),
+            format!("{addr} gave no answer in time (within the response timeout)"),
             "Find what the server waits on (a backend, a lock, a full worker pool) or raise `timeouts.response` if such waits are expected.".to_owned(),
         ),
         ErrorKind::BadResponse => (
