@@ -138,7 +138,12 @@ fn assert_reported(proxy: &Proxy, kind: &str, cause: &str) {
             tap_figure(&snapshot(proxy), &["errors", kind]) >= failed
         }),
         "{kind} never reached {failed}: {}\n{}",
-        snapshot(proxy)["taps"].as_object().unwrap().values().next().unwrap()["errors"],
+        snapshot(proxy)["taps"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()["errors"],
         proxy.log_tail()
     );
     let (code, text, err) = report(proxy, &[]);
