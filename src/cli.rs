@@ -63,7 +63,7 @@ pub enum Command {
     DemoUpstream(crate::demo::UpstreamArgs),
     /// A/B benchmark of two running servers through an embedded proxy: interleaved runs,
     /// then compare's verdict with its power
-    Bench(crate::bench::BenchArgs),
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// Overrides of the config for `run`. `--listen`, `--upstream` and `--protocol` apply to

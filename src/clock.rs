@@ -51,6 +51,63 @@ fn ticks_in(nanos: u64) -> u64 {
     u64::try_from((u128::from(nanos) * factor) >> 32).unwrap_or(u64::MAX)
 }
 
+/// An instant that may not have been taken yet: an exchange's timeline is filled in as
+/// it happens, and a phase exists only when both its instants were taken. Reading one
+/// gives an `Option`, so no instant is read as if it were taken when it was not (the
+/// timeline used to be plain ticks with 0 for "not taken", tested by hand at each use).
+/// As small as a tick: the clock never reads 0, which is the unset niche.
+///
+/// Instants compare in time order, and one not taken comes before every taken one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct At(Option<std::num::NonZeroU64>);
+
+impl At {
+    /// Not taken.
+    pub const UNSET: At = At(None);
+
+    /// Taken at `t`.
+    #[inline]
+    pub fn tick(t: Tick) -> At {
+        // A reading of 0 would be the unset niche: the clock never gives it (quanta's
+        // counter and the monotonic clock both start far above), and 1 tick is below
+        // any phase's resolution.
+        At(Some(
+            std::num::NonZeroU64::new(t).unwrap_or(std::num::NonZeroU64::MIN),
+        ))
+    }
+
+    /// Taken now.
+    #[inline]
+    pub fn now() -> At {
+        At::tick(now())
+    }
+
+    /// The tick, if taken.
+    #[inline]
+    pub fn get(self) -> Option<Tick> {
+        self.0.map(std::num::NonZeroU64::get)
+    }
+
+    #[inline]
+    pub fn is_set(self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Takes `t` unless it was taken already.
+    #[inline]
+    pub fn set_once(&mut self, t: Tick) {
+        if self.0.is_none() {
+            *self = At::tick(t);
+        }
+    }
+
+    /// Nanoseconds from this instant to `end`, when both were taken.
+    #[inline]
+    pub fn to(self, end: At) -> Option<u64> {
+        Some(nanos_between(self.get()?, end.get()?))
+    }
+}
+
 /// Which source the clock runs on: `"tsc"` or `"os"`. Reported in the startup log line and
 /// in `phasescope_build_info{clock}` so that a reader knows how fine the timings are.
 pub fn source() -> &'static str {
@@ -64,6 +121,19 @@ pub fn source() -> &'static str {
             "os"
         }
     })
+}
+
+/// This thread's CPU time in nanoseconds: the tests that burn a known CPU time measure it
+/// with this.
+#[cfg(test)]
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a timespec on the stack.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Warms the clock up (the TSC calibration takes a few milliseconds) so that the first

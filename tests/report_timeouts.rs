@@ -2,7 +2,9 @@
 //! that accepts and then stalls, or trickles a byte at a time, fails at `--timeout` with a
 //! message that names it (before, a trickling server held them forever: each read came
 //! within the per-read timeout); an address where nothing listens says that no phasescope
-//! runs there and how to point at one (before: "Connection refused").
+//! runs there and how to point at one (before: "Connection refused"); a whole answer is
+//! read at its end, not at the close (before: a server that kept the connection open held
+//! the command until the deadline).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -114,4 +116,68 @@ fn nothing_listening_says_no_phasescope_runs_there_and_how_to_point_at_one() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// A server that answers every connection with `body` in chunks of 1000 bytes, then keeps
+/// the connection open for a minute, as a server that ignores `Connection: close` would.
+fn chunked_server_that_stays_open(body: Vec<u8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let body = body.clone();
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let mut answer =
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        .to_vec();
+                for piece in body.chunks(1000) {
+                    answer.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    answer.extend_from_slice(piece);
+                    answer.extend_from_slice(b"\r\n");
+                }
+                answer.extend_from_slice(b"0\r\n\r\n");
+                if conn.write_all(&answer).is_err() {
+                    return;
+                }
+                thread::sleep(Duration::from_secs(60));
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_whole_answer_ends_the_read_though_the_server_keeps_the_connection() {
+    let fixture = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/snapshots/fixture.json"
+    ))
+    .unwrap();
+    let url = format!("http://{}", chunked_server_that_stays_open(fixture.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    let started = Instant::now();
+    let (code, stderr) = run(&[
+        "snapshot",
+        "--from",
+        &url,
+        "-o",
+        out.to_str().unwrap(),
+        "--timeout",
+        "20s",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    // Read at the last chunk, not at the deadline: the server never closes.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    // What was saved is the served snapshot, the chunk framing taken out.
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let served: serde_json::Value = serde_json::from_slice(&fixture).unwrap();
+    assert_eq!(saved, served);
 }

@@ -114,6 +114,21 @@ pub struct BenchArgs {
     #[arg(long, value_name = "A_CPUS:B_CPUS:LOAD_CPUS", value_parser = super::pin::Cpus::parse)]
     pub cpus: Option<super::pin::Cpus>,
 
+    /// Write a differential flame graph of the servers' call stacks to FILE.svg: B's
+    /// stacks, red where B costs more CPU per request than A, blue where less (needs
+    /// sampled stacks on both sides)
+    #[arg(long = "diff-flamegraph", value_name = "FILE.svg")]
+    pub diff_flamegraph: Option<PathBuf>,
+
+    /// Write each side's folded call stacks: FILE with `.a` and `.b` before its extension
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Write each side's pprof profile (FILE.a.pb.gz, FILE.b.pb.gz for FILE.pb.gz), CPU
+    /// per 1000 requests its default sample type: `go tool pprof -diff_base A B` reads them
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
+
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
@@ -217,7 +232,7 @@ mod tests {
         let Command::Bench(b) = cli.command else {
             panic!("not bench")
         };
-        Ok(b)
+        Ok(*b)
     }
 
     #[test]
@@ -264,6 +279,26 @@ mod tests {
             bench(&["--rate", "5", "--load", "wrk"]).is_err(),
             "--rate and --load exclude each other"
         );
+    }
+
+    #[test]
+    fn bench_stack_exports_parse() {
+        let b = bench(&[
+            "--diff-flamegraph",
+            "d.svg",
+            "--folded",
+            "s.folded",
+            "--pprof",
+            "p.pb.gz",
+        ])
+        .unwrap();
+        assert_eq!(
+            b.diff_flamegraph.as_deref(),
+            Some(std::path::Path::new("d.svg"))
+        );
+        assert_eq!(b.folded.as_deref(), Some(std::path::Path::new("s.folded")));
+        assert_eq!(b.pprof.as_deref(), Some(std::path::Path::new("p.pb.gz")));
+        assert!(bench(&[]).unwrap().diff_flamegraph.is_none());
     }
 
     #[test]

@@ -100,6 +100,16 @@ impl Bench<'_> {
         } else {
             (args.connections / 2).max(1)
         };
+        let why = match args.until_mde {
+            Some(pct) => format!("until the mde reaches {pct} %, at most --max-duration"),
+            None => format!(
+                "2 × --runs {} × --duration {}",
+                args.runs,
+                humantime::format_duration(args.duration)
+            ),
+        };
+        let name = if interleave { "interleave" } else { "duet" };
+        progress::paired_start(name, length, count, window, &why);
         let (turns, whose) = watch::channel(turn_of(Side::B));
         // The load ends when the windows do (`stop`, below); its own deadline is only a
         // bound, one tick beyond the opening tick and the windows, which the last drain and
@@ -158,13 +168,12 @@ impl Bench<'_> {
                 record.seconds /= 2.0;
                 record.requests_per_s *= 2.0;
             }
-            progress::done(
-                i + 1,
-                2,
+            progress::side_done(
                 side,
                 record.requests,
                 record.seconds,
                 validity::failed(&record),
+                interleave,
             );
             runs.push(record);
         }
@@ -248,7 +257,12 @@ impl Bench<'_> {
         let mut mde = None;
         let mut checking: Option<(usize, tokio::task::JoinHandle<Option<f64>>)> = None;
         let mut checked = 0;
+        let mut said = Instant::now();
         for i in 1..=count {
+            if said.elapsed() >= progress::WINDOWS_EVERY {
+                said = Instant::now();
+                progress::windows(i - 1, count, window);
+            }
             // An interleave's turn passes at each of the window's slices; the window is
             // cut at its end, where the side changes (A B B A, then B A A B), after the
             // side that had the turn has finished its exchanges and before the other
@@ -280,7 +294,13 @@ impl Bench<'_> {
                 && i >= checked + checked / 10;
             if checking.is_none() && due && i < count {
                 checked = i;
-                let (windows, options) = (out.clone(), self.compare_options());
+                let (windows, options) = (
+                    out.clone(),
+                    CompareOptions {
+                        functions: false,
+                        ..self.compare_options()
+                    },
+                );
                 checking = Some((
                     i,
                     runtime.spawn_blocking(move || primary_mde(&windows, &options)),
@@ -292,7 +312,13 @@ impl Bench<'_> {
         }
         if target.is_some() && !mde.is_some_and(|m| target.is_some_and(|t| m <= t)) {
             // Max duration: the last word is the comparison of every window.
-            mde = primary_mde(&out, &self.compare_options());
+            mde = primary_mde(
+                &out,
+                &CompareOptions {
+                    functions: false,
+                    ..self.compare_options()
+                },
+            );
         }
         let until = target.map(|target| UntilMde {
             target,

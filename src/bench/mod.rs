@@ -335,6 +335,15 @@ impl Bench<'_> {
             None => {
                 let mut c = compare(&m.a, &m.b, m.a_names, m.b_names, &opts)?;
                 c.notes.extend(validity::note(&validity));
+                if args.design.paired() {
+                    rates_as_measured(&mut c, &runs);
+                }
+                crate::report::diff_stacks::Exports {
+                    diff_flamegraph: args.diff_flamegraph.as_deref(),
+                    folded: args.folded.as_deref(),
+                    pprof: args.pprof.as_deref(),
+                }
+                .write(&m.a, &m.b, &[("a".to_owned(), "b".to_owned())])?;
                 Some(c)
             }
         };
@@ -508,6 +517,31 @@ fn behind(config: &mut Config, front: &str, resp: &args::RespTap) {
         http: front.to_owned(),
         resp: name,
     });
+}
+
+/// A paired design's rate rows give each side's exchanges over the time it was loaded
+/// (an interleave's side, its own slices: half of each window), as the `requests/s` line
+/// and the progress lines do; the change is the ratio of the windows' totals either way.
+/// Until this, the row held the geometric mean of the windows' rates over whole windows,
+/// and the table said `3818/s` where the line above it said `7682/s` for the same side.
+fn rates_as_measured(c: &mut crate::report::Comparison, runs: &[RunRecord]) {
+    let seconds = |side: order::Side| {
+        runs.iter()
+            .find(|r| r.side == side)
+            .map(|r| r.seconds)
+            .filter(|s| *s > 0.0)
+    };
+    let (Some(sa), Some(sb)) = (seconds(order::Side::A), seconds(order::Side::B)) else {
+        return;
+    };
+    for r in c
+        .rows
+        .iter_mut()
+        .filter(|r| r.statistic == crate::report::Statistic::Rate)
+    {
+        r.a = Some(r.count_a as f64 / sa);
+        r.b = Some(r.count_b as f64 / sb);
+    }
 }
 
 /// Exchanges the proxy recorded on `tap` in this snapshot (all routes).

@@ -73,3 +73,56 @@ pub fn note(text: &str) {
     let clear = if err.is_terminal() { "\r\x1b[2K" } else { "" };
     let _ = writeln!(err, "{clear}note: {text}");
 }
+
+/// How often a paired design says how far it has come, on anything (a terminal, a log, a
+/// CI job): a bench of the defaults loads for 100 s, and one of `--duration 20s` for
+/// 400 s, silent until its end without it.
+pub const WINDOWS_EVERY: Duration = Duration::from_secs(10);
+
+/// Before a paired design's load: how long it will take, and why that long.
+pub fn paired_start(design: &str, length: Duration, windows: usize, window: Duration, why: &str) {
+    note(&format!(
+        "{design}: {} s of load ({why}), {windows} windows of {} s; a line every {} s",
+        trim(length.as_secs_f64()),
+        trim(window.as_secs_f64()),
+        WINDOWS_EVERY.as_secs()
+    ));
+}
+
+/// A paired design's progress: `done` of `count` windows.
+pub fn windows(done: usize, count: usize, window: Duration) {
+    let mut err = std::io::stderr();
+    let clear = if err.is_terminal() { "\r\x1b[2K" } else { "" };
+    let _ = writeln!(
+        err,
+        "{clear}window {done:>5}/{count}  {:>6} s of {} s",
+        trim(window.as_secs_f64() * done as f64),
+        trim(window.as_secs_f64() * count as f64)
+    );
+}
+
+/// The line that stays for one side of a paired design: its exchanges over the time it
+/// was loaded (an interleave's side, its own slices: half the windows), and their rate,
+/// the figure the report's `requests/s` line gives.
+pub fn side_done(side: Side, requests: u64, seconds: f64, errors: u64, own_slices: bool) {
+    let mut err = std::io::stderr();
+    let clear = if err.is_terminal() { "\r\x1b[2K" } else { "" };
+    let _ = writeln!(
+        err,
+        "{clear}{}  {requests:>8} requests in {seconds:.1} s{}  {:>8.0}/s{}",
+        side.tap(),
+        if own_slices { " of its slices" } else { "" },
+        requests as f64 / seconds.max(1e-9),
+        if errors > 0 {
+            format!("  {errors} errors")
+        } else {
+            String::new()
+        }
+    );
+}
+
+/// Seconds without needless decimals: 400, 2.5.
+fn trim(s: f64) -> String {
+    let t = format!("{s:.2}");
+    t.trim_end_matches('0').trim_end_matches('.').to_owned()
+}

@@ -57,9 +57,7 @@ impl Correlator {
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<Seen>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.pending)
     }
 
     /// The RESP side: a command's reply has begun.
@@ -88,12 +86,12 @@ impl Correlator {
     /// this key answered before this response is taken instead. The pair is swapped, so
     /// each of the two gets the other's instants; their sums (and the means) stay exact,
     /// only a phase that would come out negative is clamped at zero.
-    pub fn take(&self, key: u64, t_up_write: Tick, t_resp_first: Tick) -> Option<Seen> {
+    pub fn take(&self, key: u64, t_up_write: Option<Tick>, t_resp_first: Tick) -> Option<Seen> {
         let mut q = self.pending();
         let answered = |s: &Seen| s.key == key && s.t_reply <= t_resp_first;
         let at = q
             .iter()
-            .position(|s| answered(s) && s.t_sent >= t_up_write)
+            .position(|s| answered(s) && t_up_write.is_none_or(|w| s.t_sent >= w))
             .or_else(|| q.iter().position(answered))?;
         q.remove(at)
     }
@@ -132,11 +130,11 @@ mod tests {
             t_wait_from: t(30),
         });
         // A request sent after the first report cannot own it.
-        let second = c.take(1, t(25), t(50)).unwrap();
+        let second = c.take(1, Some(t(25)), t(50)).unwrap();
         assert_eq!(second.t_sent, t(30));
-        let first = c.take(1, t(5), t(22)).unwrap();
+        let first = c.take(1, Some(t(5)), t(22)).unwrap();
         assert_eq!(first.t_sent, t(10));
-        assert_eq!(c.take(1, t(0), t(100)), None);
+        assert_eq!(c.take(1, Some(t(0)), t(100)), None);
         assert_eq!(c.pending_len(), 1);
         // How the match's instants split the request's wait: `relay::exchange`'s
         // `a_matched_backend_command_splits_the_wait_exactly`.

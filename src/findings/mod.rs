@@ -68,6 +68,7 @@ mod tests {
 
     use super::*;
     use crate::metrics::{SeriesSnapshot, TapSnapshot};
+    use crate::upstream::FrameKind;
     use crate::upstream::UpstreamSnapshot;
 
     /// A series of `count` observations of `mean` seconds each.
@@ -246,7 +247,7 @@ mod tests {
             component: component.into(),
             line: None,
         };
-        u.frames = Some("native".into());
+        u.frames = Some(FrameKind::Native);
         u.stacks = Some(crate::upstream::Stacks {
             frames: vec![
                 frame("main", "server", "server"),

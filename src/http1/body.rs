@@ -144,6 +144,19 @@ impl BodyFramer {
         self.state == State::Close
     }
 
+    /// Bytes of body data that come next, before any framing byte: what is left of a
+    /// length or of the current chunk, `u64::MAX` for a body that ends with the
+    /// connection, 0 at a chunk's size line, its line end or the trailers, and once done.
+    /// A reader that wants the data (rather than where the body ends) offers that many
+    /// bytes as data and the framing a byte at a time; the relay never asks.
+    pub fn data_ahead(&self) -> u64 {
+        match self.state {
+            State::Length(left) | State::Chunked(Chunked::Data { left }) => left,
+            State::Close => u64::MAX,
+            State::Chunked(_) | State::Done => 0,
+        }
+    }
+
     /// Frames the next bytes of the body.
     pub fn advance(&mut self, buf: &[u8]) -> Result<Progress, BodyError> {
         match &mut self.state {

@@ -11,11 +11,11 @@
 //! ```
 //!
 //! `docs/phases.md` defines each instant and phase and states which overlap. Instants are
-//! raw clock ticks (0 = not taken); they become nanoseconds only in
+//! raw clock ticks, each an [`At`] that may not be taken yet; they become nanoseconds only in
 //! [`Exchange::phases_with`] (and [`Exchange::phases`], the same without a backend
 //! command): the relay's own instants, and those the correlator matched to the request.
 
-use crate::clock::{nanos_between, Tick};
+use crate::clock::{nanos_between, At, Tick};
 use crate::correlate::Seen;
 use crate::phase::{Phase, Phases};
 
@@ -40,23 +40,23 @@ pub enum Wait {
 pub struct Exchange {
     /// The read that brought the request's first byte returned (for a pipelined request
     /// already buffered: when the proxy started on it).
-    pub t_first: Tick,
+    pub t_first: At,
     /// The request head is complete and parsed.
-    pub t_head: Tick,
+    pub t_head: At,
     /// The upstream is connected and done with the previous exchange.
-    pub t_up_ready: Tick,
+    pub t_up_ready: At,
     /// The first request byte was handed to the upstream socket.
-    pub t_up_write: Tick,
+    pub t_up_write: At,
     /// The last request byte was accepted by the upstream socket.
-    pub t_sent: Tick,
+    pub t_sent: At,
     /// The read that brought the final response's first byte returned.
-    pub t_resp_first: Tick,
+    pub t_resp_first: At,
     /// The response's last byte was read from the upstream.
-    pub t_resp_last: Tick,
+    pub t_resp_last: At,
     /// The first response byte was accepted by the client socket.
-    pub t_write_first: Tick,
+    pub t_write_first: At,
     /// The last response byte was accepted by the client socket.
-    pub t_write_last: Tick,
+    pub t_write_last: At,
     /// CPU time in the request-head scanner and parser, summed over attempts.
     pub parse_ns: u64,
     /// CPU time in the response-head scanner and parser.
@@ -64,30 +64,25 @@ pub struct Exchange {
     pub wait: Wait,
     /// With [`Wait::Behind`]: the upstream was done with the previous exchange's response,
     /// so its work on this one could begin.
-    pub t_up_free: Tick,
+    pub t_up_free: At,
     /// The longest pause between two reads of the final response: the read before it and
-    /// the read after it returned (HTTP; 0 when the response came in one read).
-    pub t_gap_start: Tick,
-    pub t_gap_end: Tick,
-    /// Since when response bytes wait for the client's socket to take them (0: they do
-    /// not), and the time they waited so far: `write_blocked`.
-    pub t_client_blocked: Tick,
+    /// the read after it returned (HTTP; not taken when the response came in one read).
+    pub t_gap_start: At,
+    pub t_gap_end: At,
+    /// Since when response bytes wait for the client's socket to take them (not taken:
+    /// they do not), and the time they waited so far: `write_blocked`.
+    pub t_client_blocked: At,
     pub client_blocked_ns: u64,
     /// The response has no head to parse (a RESP reply is framed, and its framing is not
     /// timed): there is no `response_parse`.
     pub headless: bool,
 }
 
-/// `end - start` in ns, when both instants were taken.
-fn span(start: Tick, end: Tick) -> Option<u64> {
-    (start != 0 && end != 0).then(|| nanos_between(start, end))
-}
-
 impl Exchange {
     /// Starts the timeline of a request whose first byte arrived at `t_first`.
     pub fn starting_at(t_first: Tick) -> Self {
         Self {
-            t_first,
+            t_first: At::tick(t_first),
             ..Self::default()
         }
     }
@@ -96,24 +91,38 @@ impl Exchange {
     /// unless they already did.
     #[inline]
     pub fn client_blocked(&mut self) {
-        if self.t_client_blocked == 0 {
-            self.t_client_blocked = crate::clock::now();
+        if !self.t_client_blocked.is_set() {
+            self.t_client_blocked = At::now();
         }
     }
 
     /// The client took response bytes at `t`: a wait for it, if one ran, is over.
     #[inline]
     pub fn client_took(&mut self, t: Tick) {
-        if self.t_client_blocked != 0 {
-            self.client_blocked_ns += nanos_between(self.t_client_blocked, t);
-            self.t_client_blocked = 0;
+        if let Some(since) = self.t_client_blocked.get() {
+            self.client_blocked_ns += nanos_between(since, t);
+            self.t_client_blocked = At::UNSET;
+        }
+    }
+
+    /// Reads of the final response returned at `before` and then at `after`, with
+    /// nothing read in between: the pause is kept if it is the longest so far.
+    #[inline]
+    pub fn response_paused(&mut self, before: Tick, after: Tick) {
+        let longest = match (self.t_gap_start.get(), self.t_gap_end.get()) {
+            (Some(start), Some(end)) => end.saturating_sub(start),
+            _ => 0,
+        };
+        if after.saturating_sub(before) > longest {
+            self.t_gap_start = At::tick(before);
+            self.t_gap_end = At::tick(after);
         }
     }
 
     /// When the upstream could begin on the request: its last byte was sent, or, for a
     /// request sent while the upstream was still answering the previous one, when that
     /// answer was complete. `upstream_wait` runs from here.
-    pub fn wait_from(&self) -> Tick {
+    pub fn wait_from(&self) -> At {
         match self.wait {
             Wait::Behind => self.t_up_free.max(self.t_sent),
             _ => self.t_sent,
@@ -140,53 +149,44 @@ impl Exchange {
                 p.set(phase, v);
             }
         };
-        set(Phase::ClientRecv, span(self.t_first, self.t_head));
-        if self.t_head != 0 {
+        set(Phase::ClientRecv, self.t_first.to(self.t_head));
+        if self.t_head.is_set() {
             set(Phase::Parse, Some(self.parse_ns));
         }
         match self.wait {
-            Wait::Connect => set(Phase::UpstreamConnect, span(self.t_head, self.t_up_ready)),
-            Wait::Queue => set(Phase::Queue, span(self.t_head, self.t_up_ready)),
-            Wait::Behind => set(Phase::Queue, span(self.t_sent, self.t_up_free)),
+            Wait::Connect => set(Phase::UpstreamConnect, self.t_head.to(self.t_up_ready)),
+            Wait::Queue => set(Phase::Queue, self.t_head.to(self.t_up_ready)),
+            Wait::Behind => set(Phase::Queue, self.t_sent.to(self.t_up_free)),
             Wait::None => {}
         }
-        set(Phase::UpstreamSend, span(self.t_up_write, self.t_sent));
-        set(
-            Phase::UpstreamWait,
-            span(self.wait_from(), self.t_resp_first),
-        );
-        set(
-            Phase::UpstreamRecv,
-            span(self.t_resp_first, self.t_resp_last),
-        );
-        set(
-            Phase::UpstreamRecvGap,
-            span(self.t_gap_start, self.t_gap_end),
-        );
-        if self.t_resp_first != 0 && !self.headless {
+        set(Phase::UpstreamSend, self.t_up_write.to(self.t_sent));
+        set(Phase::UpstreamWait, self.wait_from().to(self.t_resp_first));
+        set(Phase::UpstreamRecv, self.t_resp_first.to(self.t_resp_last));
+        set(Phase::UpstreamRecvGap, self.t_gap_start.to(self.t_gap_end));
+        if self.t_resp_first.is_set() && !self.headless {
             set(Phase::ResponseParse, Some(self.response_parse_ns));
         }
-        set(Phase::Write, span(self.t_write_first, self.t_write_last));
+        set(Phase::Write, self.t_write_first.to(self.t_write_last));
         if self.client_blocked_ns > 0 {
             set(Phase::WriteBlocked, Some(self.client_blocked_ns));
         }
         // Up to the first byte's write; where that write is not timed apart from the
         // last byte's (RESP forwards commands as one stream), up to `t_sent`.
-        let first_write = if self.t_up_write != 0 {
+        let first_write = if self.t_up_write.is_set() {
             self.t_up_write
         } else {
             self.t_sent
         };
         if let (Some(before), Some(after)) = (
-            span(self.t_up_ready, first_write),
-            span(self.t_resp_first, self.t_write_first),
+            self.t_up_ready.to(first_write),
+            self.t_resp_first.to(self.t_write_first),
         ) {
             set(Phase::ProxyOverhead, Some(before + after));
         }
-        set(Phase::Total, span(self.t_first, self.t_write_last));
+        set(Phase::Total, self.t_first.to(self.t_write_last));
         if let Some(redis) = backend {
-            if self.t_sent != 0 && self.t_resp_first != 0 {
-                split_wait(&mut p, self.t_sent, self.t_resp_first, redis);
+            if let (Some(sent), Some(resp_first)) = (self.t_sent.get(), self.t_resp_first.get()) {
+                split_wait(&mut p, sent, resp_first, redis);
             }
         }
         p
@@ -233,15 +233,15 @@ mod tests {
     fn sequential_phases_add_up_to_total() {
         let t = spaced_ticks::<9>();
         let ex = Exchange {
-            t_first: t[0],
-            t_head: t[1],
-            t_up_ready: t[2],
-            t_up_write: t[3],
-            t_sent: t[4],
-            t_resp_first: t[5],
-            t_resp_last: t[5],
-            t_write_first: t[6],
-            t_write_last: t[7],
+            t_first: At::tick(t[0]),
+            t_head: At::tick(t[1]),
+            t_up_ready: At::tick(t[2]),
+            t_up_write: At::tick(t[3]),
+            t_sent: At::tick(t[4]),
+            t_resp_first: At::tick(t[5]),
+            t_resp_last: At::tick(t[5]),
+            t_write_first: At::tick(t[6]),
+            t_write_last: At::tick(t[7]),
             parse_ns: 300,
             response_parse_ns: 200,
             wait: Wait::Connect,
@@ -271,16 +271,16 @@ mod tests {
         // As the RESP tap records a pipelined command: ready when framed, no t_up_write,
         // sent at t[2], the previous reply complete at t[3].
         let ex = Exchange {
-            t_first: t[0],
-            t_head: t[1],
-            t_up_ready: t[1],
-            t_sent: t[2],
+            t_first: At::tick(t[0]),
+            t_head: At::tick(t[1]),
+            t_up_ready: At::tick(t[1]),
+            t_sent: At::tick(t[2]),
             wait: Wait::Behind,
-            t_up_free: t[3],
-            t_resp_first: t[4],
-            t_resp_last: t[4],
-            t_write_first: t[5],
-            t_write_last: t[6],
+            t_up_free: At::tick(t[3]),
+            t_resp_first: At::tick(t[4]),
+            t_resp_last: At::tick(t[4]),
+            t_write_first: At::tick(t[5]),
+            t_write_last: At::tick(t[6]),
             parse_ns: 100,
             headless: true,
             ..Exchange::default()
@@ -308,7 +308,7 @@ mod tests {
         // Not behind anything: no queue, and the wait runs from the send.
         let alone = Exchange {
             wait: Wait::None,
-            t_up_free: 0,
+            t_up_free: At::UNSET,
             ..ex
         };
         assert_eq!(alone.phases().get(Phase::Queue), None);
@@ -329,8 +329,8 @@ mod tests {
             t_wait_from: t(14),
         };
         let ex = Exchange {
-            t_sent: t(5),
-            t_resp_first: t(22),
+            t_sent: At::tick(t(5)),
+            t_resp_first: At::tick(t(22)),
             ..Exchange::default()
         };
         let p = ex.phases_with(Some(&first));
@@ -347,7 +347,10 @@ mod tests {
         assert!(p.get(Phase::BackendQueue) <= p.get(Phase::Backend));
         // Without a match, or without the instants to split, no backend phases.
         assert_eq!(ex.phases().get(Phase::Backend), None);
-        let unsent = Exchange { t_sent: 0, ..ex };
+        let unsent = Exchange {
+            t_sent: At::UNSET,
+            ..ex
+        };
         assert_eq!(unsent.phases_with(Some(&first)).get(Phase::Backend), None);
     }
 

@@ -189,6 +189,20 @@ pub struct CompareArgs {
     /// Seed of the resampling, so that a rerun gives the same intervals
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Write a differential flame graph of the servers' call stacks to FILE.svg: B's
+    /// stacks, red where B costs more CPU per request than A, blue where less (needs
+    /// sampled stacks on both sides)
+    #[arg(long = "diff-flamegraph", value_name = "FILE.svg")]
+    pub diff_flamegraph: Option<PathBuf>,
+
+    /// Write each side's folded call stacks: FILE with `.a` and `.b` before its extension
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Write each side's pprof profile (FILE.a.pb.gz, FILE.b.pb.gz for FILE.pb.gz), CPU
+    /// per 1000 requests its default sample type: `go tool pprof -diff_base A B` reads them
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -186,12 +186,45 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
         ..Options::default()
     };
     let c = run_compare(&a, &b, names(&args.a), names(&args.vs), &opts)?;
+    let exports = super::diff_stacks::Exports {
+        diff_flamegraph: args.diff_flamegraph.as_deref(),
+        folded: args.folded.as_deref(),
+        pprof: args.pprof.as_deref(),
+    };
+    if exports.wanted() {
+        exports.write(&a, &b, &stack_taps(&a, &b, &opts))?;
+    }
     print(&compare_table::render(
         &c,
         args.format,
         colour_for_stdout(),
     )?)?;
     Ok(c.failures.is_empty())
+}
+
+/// The taps whose stacks `compare`'s exports draw, as (A's tap, B's tap): with
+/// `--vs-tap`, A's `--tap` and B's vs tap; else each tap (of `--tap`, or any) whose
+/// server has sampled stacks on both sides.
+fn stack_taps(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<(String, String)> {
+    if let (Some(vs), Some(tap)) = (&opts.vs_tap, opts.taps.first()) {
+        return vec![(tap.clone(), vs.clone())];
+    }
+    let stacked = |snaps: &[Snapshot], tap: &str| {
+        snaps.iter().any(|s| {
+            s.taps
+                .get(tap)
+                .and_then(|t| t.upstream.as_ref())
+                .and_then(|u| u.stacks.as_ref())
+                .is_some_and(|st| st.total() > 0)
+        })
+    };
+    let names: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
+    names
+        .into_iter()
+        .filter(|t| opts.taps.is_empty() || opts.taps.contains(t))
+        .filter(|t| stacked(a, t) && stacked(b, t))
+        .map(|t| (t.clone(), t.clone()))
+        .collect()
 }
 
 fn print(text: &str) -> anyhow::Result<()> {

@@ -67,6 +67,9 @@ pub struct Options {
     /// A's `i`-th snapshot and B's `i`-th were measured at the same time (a duet's
     /// windows): compare the paired log ratios (`paired`).
     pub paired: bool,
+    /// Compare the servers' functions and components too, where both sides have call
+    /// stacks (a bench's check of its mde so far needs the primary rows only).
+    pub functions: bool,
 }
 
 impl Default for Options {
@@ -88,6 +91,7 @@ impl Default for Options {
             phases: vec!["total".to_owned()],
             routes: Vec::new(),
             paired: false,
+            functions: true,
         }
     }
 }
@@ -211,6 +215,10 @@ pub struct Comparison {
     pub notes: Vec<String>,
     /// Findings (docs/findings.md) that appear, go or stay between A and B.
     pub findings: super::compare_findings::FindingsChange,
+    /// Where both sides have sampled call stacks: per function and per component, CPU
+    /// per request on each side with its verdict, those that changed most first
+    /// ([`super::compare_functions`]).
+    pub functions: Vec<super::compare_functions::FunctionRow>,
 }
 
 pub(super) type Key = (String, String, String);
@@ -400,7 +408,15 @@ pub fn compare(
         .chain(rows.iter().filter(|r| super::compare_cpu::in_summary(r)))
         .map(|r| statement(r, opts))
         .collect();
-    let notes = notes(&rows, &a, &b, &family, opts);
+    let functions = if opts.functions {
+        super::compare_functions::rows(&a, &b, opts)
+    } else {
+        Vec::new()
+    };
+    let mut notes = notes(&rows, &a, &b, &family, opts);
+    if !functions.is_empty() {
+        notes.push(super::compare_functions::note(&functions, opts));
+    }
     Ok(Comparison {
         a: a_names,
         b: b_names,
@@ -417,11 +433,13 @@ pub fn compare(
         summary,
         failures,
         notes,
+        functions,
         findings: super::compare_findings::FindingsChange::of(
             &a,
             &b,
-            &opts.taps,
-            opts.vs_tap.as_deref(),
+            opts.vs_tap
+                .as_deref()
+                .and_then(|vs| Some((opts.taps.first()?.as_str(), vs))),
         ),
     })
 }
@@ -749,7 +767,7 @@ impl Family {
 }
 
 /// The row of a draft, with its outcome when it measured something.
-fn decide(d: Draft, discovered: bool, primary_confidence: f64, opts: &Options) -> Row {
+pub(super) fn decide(d: Draft, discovered: bool, primary_confidence: f64, opts: &Options) -> Row {
     let (tap, phase, route) = d.key;
     let mut row = Row {
         tap,
@@ -812,11 +830,19 @@ fn verdict(row: &mut Row, m: &Measured, confidence: f64, discovered: bool, opts:
     row.cv_b = Some(m.cv[1]);
     row.cv_assumed = m.cv_assumed;
     row.mde = Some(m.change.mde(confidence));
-    // Paired: the variance of a difference is sd², as if each side had sd²/2.
-    let [cv_a, cv_b] = m
-        .pair_sd
-        .map_or(m.cv, |sd| [sd / std::f64::consts::SQRT_2; 2]);
-    row.runs_needed = runs_needed(cv_a, cv_b, opts.detect, confidence);
+    // Paired: from the interval's own standard error and degrees of freedom, so that the
+    // windows needed agree with the mde; runs: from each side's run-to-run variation.
+    let stat = row.statistic;
+    row.runs_needed = match m.pair_sd {
+        Some(_) => super::verdict::windows_needed(
+            m.change.se,
+            row.runs_a.min(row.runs_b),
+            opts.detect,
+            confidence,
+            |n| super::paired::degrees_of_freedom(stat, n),
+        ),
+        None => runs_needed(m.cv[0], m.cv[1], opts.detect, confidence),
+    };
     row.p = Some(m.change.p_beyond(opts.threshold));
     row.verdict = verdict;
 }
@@ -992,6 +1018,17 @@ pub fn statement(r: &Row, opts: &Options) -> String {
             pct(low),
             pct(high)
         ),
+        // It had what detecting `--detect` takes: what keeps it unknown is a change that
+        // lies across the threshold, not too few runs.
+        _ if r.runs_needed.is_some_and(|k| k <= n as u64) => format!(
+            "{name}: unknown: {} [{}, {}]; {runs} detect {:.1} % or more, enough for {} %: \
+             the change lies across the {t} % threshold{assumed}",
+            pct(change),
+            pct(low),
+            pct(high),
+            r.mde.unwrap_or(f64::NAN) * 100.0,
+            percent(opts.detect)
+        ),
         _ => format!(
             "{name}: unknown: {} [{}, {}]; {runs} detect {:.1} % or more; to detect {} % you \
              need {need}{assumed}",
@@ -1056,6 +1093,43 @@ mod tests {
             }),
             note: None,
         }
+    }
+
+    /// A paired row of 100 windows whose mde is under the 1 % to detect, unknown because
+    /// its interval straddles the threshold: the statement asks for no more windows
+    /// (it once said `100 windows detect 0.6 % or more; to detect 1 % you need about 29
+    /// windows`); one of 10 windows asks for more, as many as its interval needs.
+    #[test]
+    fn the_statement_asks_for_windows_only_when_they_are_short() {
+        let opts = Options::default();
+        let paired = |n: usize, estimate: f64, se: f64| {
+            let mut d = draft(false, estimate, se);
+            d.key.1 = "cpu".into();
+            d.key.2 = super::super::compare_cpu::ROUTE.into();
+            d.stat = Statistic::PerRequest;
+            d.method = Method::Paired;
+            d.runs = [n, n];
+            if let Some(m) = d.measured.as_mut() {
+                m.change.df = super::super::paired::degrees_of_freedom(Statistic::PerRequest, n);
+                m.pair_sd = Some(se * (n as f64).sqrt());
+                m.cv_assumed = false;
+            }
+            decide(d, false, 0.975, &opts)
+        };
+        let enough = paired(100, 0.021f64.ln_1p(), 0.0017);
+        assert_eq!(enough.verdict, Outcome::Unknown, "{enough:?}");
+        assert!(enough.mde.unwrap_or(1.0) < 0.01, "{enough:?}");
+        let said = statement(&enough, &opts);
+        assert!(!said.contains("you need"), "{said}");
+        assert!(said.contains("enough for 1 %"), "{said}");
+        let short = paired(10, 0.021f64.ln_1p(), 0.01);
+        let said = statement(&short, &opts);
+        let need = short.runs_needed.unwrap_or(0);
+        assert!(need > 10, "{short:?}");
+        assert!(
+            said.contains(&format!("you need about {need} windows")),
+            "{said}"
+        );
     }
 
     #[test]

@@ -115,18 +115,33 @@ fn draft(
     b: &[Snapshot],
     opts: &Options,
 ) -> Option<Draft> {
-    // Per snapshot, in order (a duet pairs them by position), then those measured.
+    // Per snapshot, in order (a duet pairs them by position).
     let per_snapshot = |runs: &[Snapshot]| -> Vec<Option<Cell>> {
         runs.iter().map(|s| cell(s, tap, figure)).collect()
     };
     let (oa, ob) = (per_snapshot(a), per_snapshot(b));
-    let measured = |cs: &[Option<Cell>]| -> Vec<Cell> { cs.iter().flatten().copied().collect() };
-    let (ca, cb) = (measured(&oa), measured(&ob));
-    if ca.is_empty() || cb.is_empty() {
+    // The parser's row only where the parser is a component on some side.
+    if figure.0 == "cpu_parser" && oa.iter().chain(&ob).flatten().all(|c| c.sum == 0.0) {
         return None;
     }
-    // The parser's row only where the parser is a component on some side.
-    if figure.0 == "cpu_parser" && ca.iter().chain(&cb).all(|c| c.sum == 0.0) {
+    let key: Key = (tap.to_owned(), figure.0.to_owned(), ROUTE.to_owned());
+    per_request(key, &oa, &ob, opts)
+}
+
+/// A row of seconds per request from each snapshot's cell (`None`: not measured in that
+/// snapshot), compared as a mean is: paired windows when the options say so, Welch's t
+/// over runs with two or more a side, else no interval. `None` when a side measured it
+/// nowhere. The `cpu` rows and the functions' rows ([`super::compare_functions`]) are
+/// made by it.
+pub(super) fn per_request(
+    key: Key,
+    oa: &[Option<Cell>],
+    ob: &[Option<Cell>],
+    opts: &Options,
+) -> Option<Draft> {
+    let measured = |cs: &[Option<Cell>]| -> Vec<Cell> { cs.iter().flatten().copied().collect() };
+    let (ca, cb) = (measured(oa), measured(ob));
+    if ca.is_empty() || cb.is_empty() {
         return None;
     }
     let total = |cs: &[Cell]| {
@@ -135,7 +150,6 @@ fn draft(
             .fold((0.0, 0.0), |(n, s), c| (n + c.count, s + c.sum));
         s / n
     };
-    let key: Key = (tap.to_owned(), figure.0.to_owned(), ROUTE.to_owned());
     let mut d = Draft {
         stat: Statistic::PerRequest,
         primary: false,
@@ -150,7 +164,7 @@ fn draft(
     if opts.paired {
         let pairs: Vec<(Cell, Cell)> = oa
             .iter()
-            .zip(&ob)
+            .zip(ob)
             .filter_map(|(x, y)| Some(((*x)?, (*y)?)))
             .collect();
         let (t, p, r) = (&d.key.0, &d.key.1, &d.key.2);

@@ -1,6 +1,13 @@
 //! `compare`'s findings: what the rules of docs/findings.md find on each side, and which
 //! findings appear in B, go away from A, or stay. A finding is the same on both sides
-//! when its rule, tap and route are (B's `--vs-tap` read as A's tap).
+//! when it is about the same thing: its rule (`id`), its route and the tap it was found
+//! on, where B's `--vs-tap` stands for A's tap (an A/B bench compares tap `b` as tap `a`).
+//!
+//! The snapshots given are the comparison's selection ([`super::selection::select`]):
+//! B's `--vs-tap` already carries A's tap's name there, so a finding is matched by id and
+//! route within a tap, never by the tap's own name on each side. Matched by tap name, the
+//! two sides of every bench (taps `a` and `b`) never met: each printed `finding gone in
+//! B` for every finding A had, an A/A bench of one binary included.
 
 use serde::Serialize;
 
@@ -19,44 +26,37 @@ pub struct FindingsChange {
 }
 
 impl FindingsChange {
-    /// `taps` limits the taps compared (all when empty); with `vs_tap`, B's tap of that
-    /// name is compared with A's single tap.
-    pub fn of(a: &[Snapshot], b: &[Snapshot], taps: &[String], vs_tap: Option<&str>) -> Self {
+    /// The findings of the selected snapshots of each side. `vs = Some((a_tap, b_tap))`:
+    /// B's tap `b_tap` was selected as A's `a_tap`; B's findings then name `b_tap`, as
+    /// B's snapshots do.
+    pub fn of(a: &[Snapshot], b: &[Snapshot], vs: Option<(&str, &str)>) -> Self {
         let diagnose = |runs: &[Snapshot]| {
             Snapshot::merged(runs)
                 .map(|s| crate::findings::diagnose(&s))
                 .unwrap_or_default()
         };
-        let wanted = |tap: &str| taps.is_empty() || taps.iter().any(|t| t == tap);
-        let a: Vec<Finding> = diagnose(a).into_iter().filter(|f| wanted(&f.tap)).collect();
-        let b: Vec<Finding> = diagnose(b)
-            .into_iter()
-            .filter_map(|mut f| match (vs_tap, taps.first()) {
-                (Some(vs), Some(tap)) if f.tap == vs => {
-                    f.tap.clone_from(tap);
-                    Some(f)
-                }
-                (Some(_), _) => None,
-                (None, _) => wanted(&f.tap).then_some(f),
-            })
-            .collect();
+        let a = diagnose(a);
+        let b = diagnose(b);
         let same = |x: &Finding, y: &Finding| x.id == y.id && x.tap == y.tap && x.route == y.route;
+        let pick = |from: &[Finding], other: &[Finding], found: bool| -> Vec<Finding> {
+            from.iter()
+                .filter(|f| other.iter().any(|g| same(f, g)) == found)
+                .cloned()
+                .collect()
+        };
+        // B's own tap name back on B's findings.
+        let named = |mut list: Vec<Finding>| {
+            if let Some((a_tap, b_tap)) = vs {
+                for f in list.iter_mut().filter(|f| f.tap == a_tap) {
+                    b_tap.clone_into(&mut f.tap);
+                }
+            }
+            list
+        };
         Self {
-            appeared: b
-                .iter()
-                .filter(|f| !a.iter().any(|g| same(f, g)))
-                .cloned()
-                .collect(),
-            gone: a
-                .iter()
-                .filter(|f| !b.iter().any(|g| same(f, g)))
-                .cloned()
-                .collect(),
-            kept: b
-                .iter()
-                .filter(|f| a.iter().any(|g| same(f, g)))
-                .cloned()
-                .collect(),
+            appeared: named(pick(&b, &a, false)),
+            gone: pick(&a, &b, false),
+            kept: named(pick(&b, &a, true)),
         }
     }
 

@@ -229,6 +229,13 @@ fn text(c: &Comparison, colour: bool) -> String {
             let _ = writeln!(out, "{s}");
         }
     }
+    let functions = function_lines(c, SHOWN_FUNCTIONS);
+    if !functions.is_empty() {
+        let _ = writeln!(out);
+        for l in functions {
+            let _ = writeln!(out, "{l}");
+        }
+    }
     let findings = c.findings.lines();
     if !findings.is_empty() {
         let _ = writeln!(out);
@@ -269,6 +276,14 @@ fn markdown(c: &Comparison) -> String {
     for s in &c.summary {
         let _ = writeln!(out, "\n- {}", esc(s));
     }
+    let functions = function_lines(c, SHOWN_FUNCTIONS);
+    if !functions.is_empty() {
+        let _ = writeln!(out, "\n```");
+        for l in functions {
+            let _ = writeln!(out, "{l}");
+        }
+        let _ = writeln!(out, "```");
+    }
     for l in c.findings.lines() {
         let _ = writeln!(out, "\n- {}", esc(&l));
     }
@@ -277,6 +292,111 @@ fn markdown(c: &Comparison) -> String {
     }
     for f in &c.failures {
         let _ = writeln!(out, "\n**FAIL**: {}", esc(f));
+    }
+    out
+}
+
+/// Rows of each kind and view the text and markdown show (the JSON has them all): the
+/// ones that changed most, after every `different` one.
+const SHOWN_FUNCTIONS: usize = 8;
+
+/// The functions' and components' rows as an aligned table, at most `shown` of each kind
+/// and view besides the `different` ones; none without sampled stacks on both sides.
+fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
+    use super::compare_functions::{FunctionRow, Kind, View};
+    if c.functions.is_empty() {
+        return Vec::new();
+    }
+    // A name that two objects share gets its object.
+    let mut objects: std::collections::HashMap<&str, std::collections::BTreeSet<&str>> =
+        std::collections::HashMap::new();
+    for r in &c.functions {
+        objects.entry(&r.name).or_default().insert(&r.object);
+    }
+    let name = |r: &FunctionRow| {
+        if r.kind == Kind::Function && objects.get(r.name.as_str()).is_some_and(|o| o.len() > 1) {
+            format!("{} [{}]", r.name, r.object)
+        } else {
+            r.name.clone()
+        }
+    };
+    let us = |v: Option<f64>| v.map_or("-".to_owned(), units::duration);
+    let mut table = vec![[
+        "kind".to_owned(),
+        "view".to_owned(),
+        "name".to_owned(),
+        "A → B per request".to_owned(),
+        "change [interval]".to_owned(),
+        "verdict".to_owned(),
+    ]];
+    let mut left_out = 0;
+    let mut group: Option<(Kind, View)> = None;
+    let mut in_group = 0;
+    for r in &c.functions {
+        if group != Some((r.kind, r.view)) {
+            group = Some((r.kind, r.view));
+            in_group = 0;
+        }
+        in_group += 1;
+        if in_group > shown && r.verdict != Outcome::Different {
+            left_out += 1;
+            continue;
+        }
+        let change = match (r.change, r.interval) {
+            (Some(x), Some([lo, hi])) => {
+                format!("{} [{}, {}]", units::change(x), bound(lo), bound(hi))
+            }
+            _ => "-".to_owned(),
+        };
+        let mut verdict = match r.direction_word() {
+            Some(d) => format!("{} ({d})", r.verdict),
+            None => r.verdict.to_string(),
+        };
+        if let Some(n) = &r.note {
+            verdict.push_str(&format!(" — {n}"));
+        }
+        table.push([
+            match r.kind {
+                Kind::Function => "function".to_owned(),
+                Kind::Component => "component".to_owned(),
+            },
+            r.view.as_str().to_owned(),
+            name(r),
+            format!("{} → {}", us(r.a), us(r.b)),
+            change,
+            verdict,
+        ]);
+    }
+    let mut widths = [0usize; 6];
+    for row in &table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let taps: std::collections::BTreeSet<&str> =
+        c.functions.iter().map(|r| r.tap.as_str()).collect();
+    let mut out = vec![format!(
+        "what changed in the server's CPU (tap {}): per function and component, CPU per request, \
+         the most changed first (Benjamini–Hochberg, q = {})",
+        taps.into_iter().collect::<Vec<_>>().join(", "),
+        c.alpha
+    )];
+    for row in &table {
+        let mut l = String::from(" ");
+        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
+            match i {
+                5 => l.push_str(&format!("  {cell}")),
+                3 | 4 => l.push_str(&format!("  {pad}{cell}")),
+                _ => l.push_str(&format!(" {cell}{pad}")),
+            }
+        }
+        out.push(l.trim_end().to_owned());
+    }
+    if left_out > 0 {
+        out.push(format!(
+            "  ({left_out} more rows, none different, in the JSON's functions[])"
+        ));
     }
     out
 }

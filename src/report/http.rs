@@ -4,7 +4,9 @@
 //! one bounded body, so a blocking GET/POST over `TcpStream` is all the report commands
 //! need; a client library would bring TLS, pools and an async runtime for nothing.
 //! `Connection: close` on every request keeps the framing simple: the body ends at its
-//! `Content-Length`, at the last chunk, or when the server closes.
+//! `Content-Length`, at the last chunk, or when the server closes. The answer is framed by
+//! the proxy's own response reader ([`ResponseReader`]: the same head parser and body
+//! framer as the relay, strict about chunked and lengths), not by a second, laxer one.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -12,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+
+use crate::http1::{response, Advance, BodyFramer, BodyKind, HeadScanner, Method, ResponseReader};
 
 /// How long one request may take, from the connect to the last byte of the answer, when
 /// `--timeout` does not say.
@@ -163,16 +167,26 @@ pub fn request(method: &str, url: &Url, body: Option<(&str, &[u8])>) -> anyhow::
     stream
         .write_all(&req)
         .with_context(|| format!("sending {method} {url}"))?;
+    let method = method_of(method);
+    let mut reader = ResponseReader::new(method);
     let mut raw = Vec::new();
+    // Bytes of `raw` the reader has consumed; the answer is whole once it says so, or at
+    // the close for a body that ends with the connection.
+    let mut framed = 0;
     let mut chunk = vec![0u8; 64 * 1024];
-    loop {
+    let end = loop {
         let left = deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
             .ok_or_else(late)?;
         stream.set_read_timeout(Some(left))?;
         match stream.read(&mut chunk) {
-            Ok(0) => break,
+            Ok(0) => {
+                reader
+                    .closed()
+                    .with_context(|| format!("reading the answer of {url}"))?;
+                break raw.len();
+            }
             Ok(n) => raw.extend_from_slice(&chunk[..n]),
             Err(e)
                 if matches!(
@@ -182,94 +196,98 @@ pub fn request(method: &str, url: &Url, body: Option<(&str, &[u8])>) -> anyhow::
             {
                 return Err(late())
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e).with_context(|| format!("reading the answer of {url}")),
         }
-        if raw.len() > MAX_RESPONSE {
-            break;
+        ensure!(
+            raw.len() <= MAX_RESPONSE,
+            "{url}: answer larger than {MAX_RESPONSE} bytes"
+        );
+        match reader
+            .advance(&raw[framed..])
+            .with_context(|| format!("reading the answer of {url}"))?
+        {
+            Advance::Complete { consumed, .. } => break framed + consumed,
+            Advance::Partial { consumed } => framed += consumed,
         }
-    }
-    ensure!(
-        raw.len() <= MAX_RESPONSE,
-        "{url}: answer larger than {MAX_RESPONSE} bytes"
-    );
-    parse_response(&raw).with_context(|| format!("reading the answer of {url}"))
+    };
+    parse_response(&raw[..end], method).with_context(|| format!("reading the answer of {url}"))
 }
 
-/// Parses a complete, close-delimited HTTP/1.x response.
-pub fn parse_response(raw: &[u8]) -> anyhow::Result<Response> {
-    let head_end = find(raw, b"\r\n\r\n")
-        .context("the connection closed before the end of the response head")?;
-    let head = std::str::from_utf8(&raw[..head_end]).context("response head is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.split(' ');
-    let version = parts.next().unwrap_or_default();
-    ensure!(
-        version.starts_with("HTTP/1."),
-        "not an HTTP/1.x response: {status_line:?}"
-    );
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("no status code in {status_line:?}"))?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
+/// The method as the response reader knows it (HEAD's answers have no body).
+fn method_of(method: &str) -> Method {
+    Method::from_bytes(method.as_bytes())
+}
+
+/// Reads the status and the body of one whole response to a request with `method`:
+/// `raw` ends where the response does (at its length, its last chunk, or the close).
+/// Interim 1xx answers before it are skipped.
+pub fn parse_response(raw: &[u8], method: Method) -> anyhow::Result<Response> {
+    let mut at = 0;
+    let head = loop {
+        let rest = &raw[at..];
+        let len = HeadScanner::new()
+            .find_end(rest)
+            .context("the connection closed before the end of the response head")?;
+        let head = response::parse(&rest[..len], method)?;
+        refuse_encoded_body(&rest[..len])?;
+        at += len;
+        if !head.is_interim() {
+            break head;
+        }
+    };
+    let body = body_data(head.body, &raw[at..])?;
+    Ok(Response {
+        status: head.status,
+        body,
+    })
+}
+
+/// A compressed body would reach the JSON reader as noise: say what happened instead.
+/// (No request of this client asks for an encoding.)
+fn refuse_encoded_body(head: &[u8]) -> anyhow::Result<()> {
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Response::new(&mut fields);
+    // The head parsed above; a head of more fields than this looks at is not refused.
+    if parsed.parse(head).is_err() {
+        return Ok(());
+    }
+    for field in parsed.headers.iter() {
+        let value = String::from_utf8_lossy(field.value);
         let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                value
-                    .parse::<usize>()
-                    .with_context(|| format!("bad Content-Length {value:?}"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        } else if name.eq_ignore_ascii_case("content-encoding")
+        if field.name.eq_ignore_ascii_case("content-encoding")
             && !value.eq_ignore_ascii_case("identity")
         {
             bail!("the server sent a {value}-encoded body, which this client does not decode");
         }
     }
-    let rest = &raw[head_end + 4..];
-    let body = if chunked {
-        dechunk(rest)?
-    } else if let Some(length) = length {
-        ensure!(
-            rest.len() >= length,
-            "the body ends after {} of {length} bytes",
-            rest.len()
-        );
-        rest[..length].to_vec()
-    } else {
-        rest.to_vec()
-    };
-    Ok(Response { status, body })
+    Ok(())
 }
 
-fn dechunk(mut raw: &[u8]) -> anyhow::Result<Vec<u8>> {
+/// The body's data, without chunk framing, from the bytes after the head: walked by the
+/// relay's body framer, which hands over the data it finds ahead and takes the framing a
+/// byte at a time.
+fn body_data(kind: BodyKind, mut rest: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut framer = BodyFramer::new(kind);
     let mut body = Vec::new();
-    loop {
-        let line_end = find(raw, b"\r\n").context("a chunk size line is cut short")?;
-        let line = std::str::from_utf8(&raw[..line_end]).context("chunk size is not text")?;
-        let size_text = line.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .with_context(|| format!("bad chunk size {size_text:?}"))?;
-        if size == 0 {
-            return Ok(body);
+    while !framer.is_done() && !rest.is_empty() {
+        let ahead = framer.data_ahead();
+        let offered = if ahead == 0 {
+            1
+        } else {
+            usize::try_from(ahead).unwrap_or(usize::MAX).min(rest.len())
+        };
+        let progress = framer.advance(&rest[..offered])?;
+        if ahead > 0 {
+            body.extend_from_slice(&rest[..progress.consumed]);
         }
-        let data = &raw[line_end + 2..];
-        ensure!(data.len() >= size + 2, "a chunk is cut short");
-        body.extend_from_slice(&data[..size]);
-        raw = &data[size + 2..];
+        rest = &rest[progress.consumed..];
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    ensure!(
+        framer.is_done() || framer.is_close_delimited(),
+        "the body is cut short"
+    );
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -292,6 +310,7 @@ mod tests {
 
     #[test]
     fn bodies_by_length_chunks_or_close() {
+        let parse_response = |raw: &[u8]| parse_response(raw, Method::Get);
         let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokjunk").unwrap();
         assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
         let r = parse_response(
@@ -304,5 +323,38 @@ mod tests {
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort").is_err());
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2").is_err());
         assert!(parse_response(b"SSH-2.0\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn chunks_are_framed_as_the_relay_frames_them() {
+        let parse_response = |raw: &[u8]| parse_response(raw, Method::Get);
+        // An interim answer first, chunk data that looks like framing, and trailers.
+        let r = parse_response(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+              5\r\n0\r\n\r\n\r\n1\r\nx\r\n0\r\nEtag: a\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"0\r\n\r\nx"[..]));
+        // A coding named like chunked is not chunked: the body ends at the close.
+        let r = parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n3\r\nabc")
+            .unwrap();
+        assert_eq!(r.body, b"3\r\nabc");
+        // Cut short in the data, in a size line, or with a size that is not hexadecimal.
+        for cut in [&b"5\r\nab"[..], b"5\r\nabcde\r\n1", b"zz\r\n"] {
+            let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            raw.extend_from_slice(cut);
+            assert!(parse_response(&raw).is_err(), "{cut:?}");
+        }
+        let gzip = parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 1\r\n\r\nx",
+        );
+        assert!(format!("{:#}", gzip.unwrap_err()).contains("gzip-encoded"));
+        // HEAD's answer has no body whatever its length says.
+        let r = super::parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+            Method::Head,
+        )
+        .unwrap();
+        assert!(r.body.is_empty());
     }
 }

@@ -352,6 +352,7 @@ pub fn compare_notes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::FrameKind;
 
     fn snapshot(samples: Option<&[(&str, u64)]>, stripped: Option<bool>) -> UpstreamSnapshot {
         UpstreamSnapshot {
@@ -457,7 +458,7 @@ mod tests {
     fn compare_gives_the_parsers_inclusive_and_own_share_when_both_sides_took_stacks() {
         let stacks = |mut s: crate::metrics::Snapshot, inclusive: u64| {
             if let Some(u) = s.taps.get_mut("w").and_then(|t| t.upstream.as_mut()) {
-                u.frames = Some("native".into());
+                u.frames = Some(FrameKind::Native);
                 u.inclusive = Some(
                     [("http_parser", inclusive), ("srv", 100)]
                         .iter()
@@ -487,7 +488,7 @@ mod tests {
     #[test]
     fn the_what_if_takes_the_parsers_inclusive_share() {
         let mut s = snapshot(Some(&[("libc.so.6", 30), ("webdis", 70)]), Some(false));
-        s.frames = Some("native".into());
+        s.frames = Some(FrameKind::Native);
         s.inclusive = Some(
             [("http_parser", 30), ("libc.so.6", 30), ("webdis", 100)]
                 .iter()
@@ -552,7 +553,7 @@ mod tests {
     #[test]
     fn php_closures_are_told_apart_by_their_line() {
         let mut s = snapshot(Some(&[("php-burn.php", 100)]), Some(false));
-        s.frames = Some("php".into());
+        s.frames = Some(FrameKind::Php);
         s.inclusive = Some([("php-burn.php".to_owned(), 100)].into_iter().collect());
         s.functions = Some(
             [(40, 100), (90, 60)]
@@ -590,7 +591,7 @@ mod tests {
             ]),
             Some(false),
         );
-        s.frames = Some("php".into());
+        s.frames = Some(FrameKind::Php);
         s.inclusive = Some(
             [
                 ("index.php", 100),
@@ -694,7 +695,7 @@ mod tests {
             Some(&[("php-burn.php", 70), ("php_builtin", 30)]),
             Some(false),
         );
-        s.frames = Some("php".into());
+        s.frames = Some(FrameKind::Php);
         let frame = |name: &str, line: Option<u32>| Frame {
             name: name.into(),
             object: if line.is_some() {

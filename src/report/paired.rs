@@ -96,6 +96,17 @@ fn block_length(stat: Statistic, n: usize) -> usize {
     (root.round() as usize).clamp(1, n)
 }
 
+/// The degrees of freedom of the t interval of `stat` over `n` windows: long blocks are
+/// few, and the interval's t has as many as there are blocks, less one; otherwise one
+/// fewer than the windows. The windows a bench would need are reckoned with the same
+/// rule ([`super::verdict::windows_needed`]), so that they agree with the interval.
+pub(super) fn degrees_of_freedom(stat: Statistic, n: usize) -> f64 {
+    match stat {
+        Statistic::PerRequest => (n / block_length(stat, n)).max(2) as f64 - 1.0,
+        _ => n.max(2) as f64 - 1.0,
+    }
+}
+
 /// The paired measurement of these windows, its standard error from `resamples`
 /// bootstrap replicates of blocks of neighbouring windows.
 pub(super) fn of_cells(
@@ -139,12 +150,7 @@ pub(super) fn of_cells(
         change: LogChange {
             estimate: point,
             se,
-            // Long blocks are few: the interval's t has as many degrees of freedom as
-            // there are blocks, less one.
-            df: match stat {
-                Statistic::PerRequest => (n / block).max(2) as f64 - 1.0,
-                _ => (n - 1) as f64,
-            },
+            df: degrees_of_freedom(stat, n),
         },
         cv: [std_dev(&la), std_dev(&lb)],
         cv_assumed: false,

@@ -302,6 +302,7 @@ mod tests {
     use super::*;
     use crate::report::stacks::tests::{frame, small};
     use crate::upstream::snapshot::{Stack, Stacks};
+    use crate::upstream::FrameKind;
     use crate::upstream::UpstreamSnapshot;
 
     fn upstream(stacks: Stacks, frequency_hz: Option<u32>) -> UpstreamSnapshot {
@@ -495,7 +496,7 @@ mod tests {
             unmapped_samples: 0,
         };
         let mut u = upstream(stacks, None);
-        u.frames = Some("php".to_owned());
+        u.frames = Some(FrameKind::Php);
         let t = TapStacks {
             tap: "amp",
             upstream: &u,

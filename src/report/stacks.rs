@@ -13,34 +13,9 @@ use inferno::flamegraph::{self, color};
 
 use super::dataset::Dataset;
 use super::flame_colours::{Colours, Swatch, GREY};
+pub use crate::upstream::snapshot::FrameKind;
 use crate::upstream::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
 use crate::upstream::UpstreamSnapshot;
-
-/// Where a stack's frames come from, which decides how a frame is named.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameKind {
-    /// Machine code: symbols in objects (the binary, its libraries, the kernel).
-    Native,
-    /// The PHP interpreter's own call stack: `Class::method` as PHP names it.
-    Php,
-}
-
-impl FrameKind {
-    /// From the snapshot's `frames`; native when it does not say.
-    pub fn of(u: &UpstreamSnapshot) -> FrameKind {
-        match u.frames.as_deref() {
-            Some("php") => FrameKind::Php,
-            _ => FrameKind::Native,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            FrameKind::Native => "native",
-            FrameKind::Php => "php",
-        }
-    }
-}
 
 /// One tap whose stacks are exported.
 #[derive(Debug, Clone, Copy)]
@@ -51,8 +26,9 @@ pub struct TapStacks<'a> {
 }
 
 impl TapStacks<'_> {
+    /// Native when the snapshot does not say.
     pub fn kind(&self) -> FrameKind {
-        FrameKind::of(self.upstream)
+        self.upstream.frames.unwrap_or(FrameKind::Native)
     }
 
     /// `webdis (pid 4242), tap webdis`: the process and where it was watched.

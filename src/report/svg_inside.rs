@@ -99,7 +99,12 @@ pub fn draw<DB: DrawingBackend>(
             .as_deref()
             .and_then(|exe| std::path::Path::new(exe).file_name())
             .map(|f| f.to_string_lossy());
-        flame(&below, stacks, FrameKind::of(u), own.as_deref())?;
+        flame(
+            &below,
+            stacks,
+            u.frames.unwrap_or(FrameKind::Native),
+            own.as_deref(),
+        )?;
     }
     Ok(())
 }

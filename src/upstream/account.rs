@@ -314,17 +314,7 @@ pub fn check_kernel() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// This thread's CPU time.
-    fn thread_cpu_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid clock id and a pointer to a timespec on the stack.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
+    use crate::clock::thread_cpu_ns;
 
     /// Burns `ms` milliseconds of this thread's CPU, however long that takes on a busy
     /// machine.

@@ -20,7 +20,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use snapshot::{Frame, FunctionSnapshot, Stack, Stacks, SymbolSnapshot, UpstreamSnapshot};
+pub use snapshot::{
+    Frame, FrameKind, FunctionSnapshot, Stack, Stacks, SymbolSnapshot, UpstreamSnapshot,
+};
 pub use watch::{ProfileSettings, Watcher};
 
 use crate::sync::lock;
@@ -65,7 +67,7 @@ struct Samples {
     window_inclusive: BTreeMap<String, u64>,
     window_stacks: StackWindow,
     /// What the frames are (`native`, `php`); `None` without call stacks.
-    frames: Option<&'static str>,
+    frames: Option<FrameKind>,
     /// Samples per second of CPU (native) or of wall time on a CPU (PHP).
     frequency_hz: u32,
     stripped: bool,
@@ -274,7 +276,7 @@ impl Upstream {
             snap.unsampled_threads = Some(samples.unsampled_threads);
             snap.unsampled_cpu_seconds = Some(samples.window_unsampled_cpu_ns as f64 / 1e9);
             if let Some(frames) = samples.frames {
-                snap.frames = Some(frames.to_owned());
+                snap.frames = Some(frames);
                 snap.inclusive = Some(samples.window_inclusive.clone());
                 snap.functions = Some(samples.window_stacks.functions());
                 snap.stacks = Some(samples.window_stacks.snapshot());

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::account::{ProcessInfo, Totals};
 pub use super::stacks::{
-    keep_top_functions, sort_functions, Frame, FunctionSnapshot, Stack, Stacks, MAX_STACKS,
-    OTHER_STACKS, THREAD_ROOTS, TOP_FUNCTIONS, TRUNCATED,
+    keep_top_functions, sort_functions, Frame, FrameKind, FunctionSnapshot, Stack, Stacks,
+    MAX_STACKS, OTHER_STACKS, THREAD_ROOTS, TOP_FUNCTIONS, TRUNCATED,
 };
 
 /// What the tap's upstream process did since the snapshot's `since`. Seconds and counts.
@@ -66,7 +66,7 @@ pub struct UpstreamSnapshot {
     /// When profiling with call stacks: `native` (machine code: the binary, its libraries,
     /// the kernel) or `php` (the PHP interpreter's own call stack).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub frames: Option<String>,
+    pub frames: Option<FrameKind>,
     /// When profiling with call stacks: component → samples whose stack holds at least
     /// one frame of it (so a component's inclusive count is at least its self count in
     /// `samples`, and they do not add up to the total).
@@ -187,7 +187,7 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
             (None, None) => None,
             (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
         },
-        frames: b.frames.clone().or(a.frames),
+        frames: b.frames.or(a.frames),
         inclusive: add_maps(a.inclusive, b.inclusive.as_ref()),
         functions: merge_functions(a.functions, b.functions.as_deref()),
         stacks: match (a.stacks, &b.stacks) {

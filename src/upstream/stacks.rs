@@ -8,6 +8,34 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Where a stack's frames come from, which decides how a frame is named and drawn. The
+/// snapshot's `frames` (docs/metrics.md): `native` or `php`. A new runtime is a new
+/// variant here, and every `match` on it says what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    /// Machine code: symbols in objects (the binary, its libraries, the kernel).
+    Native,
+    /// The PHP interpreter's own call stack: `Class::method` as PHP names it.
+    Php,
+}
+
+impl FrameKind {
+    /// The snapshot's word for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FrameKind::Native => "native",
+            FrameKind::Php => "php",
+        }
+    }
+}
+
+impl std::fmt::Display for FrameKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One function's samples: `self_samples` with it as the leaf, `inclusive_samples` with
 /// it anywhere on the stack (a recursive function counts once per sample).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::hot::{hot_path, HotFunction};
-use super::UpstreamSnapshot;
+use super::{FrameKind, UpstreamSnapshot};
 
 /// The component a faster parser would shrink.
 pub const PARSER: &str = "http_parser";
@@ -32,7 +32,7 @@ pub struct Inside {
     /// Shares of the sampled CPU, largest first; empty when not profiled.
     pub components: Vec<Component>,
     /// What the call stacks' frames are (`native`, `php`); null without call stacks.
-    pub frames: Option<String>,
+    pub frames: Option<FrameKind>,
     /// With call stacks: the functions with the most inclusive samples, with their self
     /// and inclusive shares of all samples.
     pub functions: Vec<Function>,
@@ -193,7 +193,7 @@ impl Inside {
             cpu_system: per(u.cpu_system_seconds),
             runqueue: per(u.runqueue_seconds),
             components,
-            frames: u.frames.clone(),
+            frames: u.frames,
             functions,
             hot,
             truncated,

@@ -10,9 +10,7 @@ use crate::sync::Background;
 
 use super::account::Read;
 use super::find::Target;
-use super::profile::{
-    self, ComponentRules, PhpProfiler, ProfileDelta, ProfileError, Profiler, UserComponentRule,
-};
+use super::profile::{self, ComponentRules, PhpProfiler, Profiler, Sampler, UserComponentRule};
 use super::Upstream;
 
 /// What `profile = true` asks for: the rate and the user's component rules.
@@ -259,24 +257,6 @@ impl Watch<'_> {
 /// `min(10 × interval, SLOW_FIND)` (never less often than `interval`).
 const SLOW_AFTER_MISSES: u32 = 30;
 const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// What samples the process: perf events and its machine code's stacks, or, for a PHP
-/// interpreter, its PHP call stacks. One per watched process, so its size does not
-/// matter.
-#[allow(clippy::large_enum_variant)]
-enum Sampler {
-    Native(Profiler),
-    Php(PhpProfiler),
-}
-
-impl Sampler {
-    fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
-        match self {
-            Sampler::Native(p) => p.collect(),
-            Sampler::Php(p) => Ok(p.collect()),
-        }
-    }
-}
 
 /// Starts sampling `info`'s process; a failure is one log line (once per watcher for a
 /// missing permission) and the accounting goes on without samples.

@@ -38,7 +38,7 @@ use super::sides::Sides;
 use super::slot::Slot;
 use super::tunnel;
 use super::{Failure, ANSWER_LINGER, RESPONSE_BUFFER};
-use crate::clock::{self, Tick};
+use crate::clock::{self, At, Tick};
 use crate::correlate;
 use crate::http1::{Answer, BodyError, BodyFramer, BodyKind, RequestHead};
 use crate::recorder::{
@@ -73,7 +73,7 @@ pub(in crate::relay) struct HttpConnection {
     ubuf: Buf,
     next: NextRequest,
     /// When the previous exchange finished (its response was written).
-    prev_end: Tick,
+    prev_end: At,
     /// A copy of the current target, kept only when a recorder asked for it.
     target: Vec<u8>,
     /// The backend command of the current request, when the tap is correlated, and the
@@ -98,7 +98,7 @@ impl HttpConnection {
             cbuf: Buf::new(),
             ubuf: Buf::new(),
             next: NextRequest::default(),
-            prev_end: 0,
+            prev_end: At::UNSET,
             target: Vec::new(),
             corr: BackendCommand::default(),
             timer: Timer::new(),
@@ -311,11 +311,7 @@ impl HttpConnection {
     async fn await_head(&mut self, stop: &mut Stop<'_>) -> Result<HeadReady, Failure> {
         // The previous response's last write is when the connection went idle (the first
         // request's deadline runs from the accept instead, see `NextRequest::deadline`).
-        let idle_since = if self.prev_end != 0 {
-            self.prev_end
-        } else {
-            clock::now()
-        };
+        let idle_since = self.prev_end.get().unwrap_or_else(clock::now);
         // Buffers are taken again when bytes are readable.
         self.cbuf.release();
         self.ubuf.release();
@@ -335,7 +331,7 @@ impl HttpConnection {
                     Err(Failure::Abort(ErrorKind::ClientAbort))
                 };
             }
-            let first = self.prev_end == 0;
+            let first = !self.prev_end.is_set();
             let d = self
                 .next
                 .deadline(first, idle_since, &self.tap.config.timeouts);
@@ -500,7 +496,7 @@ impl HttpConnection {
             };
             self.upstream = Some(stream);
             ex.wait = Wait::Connect;
-            ex.t_up_ready = clock::now();
+            ex.t_up_ready = At::now();
         } else if let Some(bytes) = self.upstream_peek() {
             self.stale_upstream(bytes);
             return Box::pin(self.upstream_ready(ex)).await;
@@ -553,7 +549,8 @@ impl HttpConnection {
                 ErrorKind::UpstreamConnect,
             ));
         };
-        let sides = Sides::new(head, body, to_up, ex.t_up_ready);
+        let up_ready = ex.t_up_ready.get().unwrap_or_else(clock::now);
+        let sides = Sides::new(head, body, to_up, up_ready);
         Ok(Relay {
             tap: &self.tap,
             client: &self.client,
@@ -611,7 +608,7 @@ impl HttpConnection {
         // The correlator only found the backend command; its instants become phases with
         // the relay's own, in the exchange.
         let phases = ex.phases_with(self.corr.key.and(self.corr.found.as_ref()));
-        if self.corr.key.is_some() && ex.t_sent != 0 && ex.t_resp_first != 0 {
+        if self.corr.key.is_some() && ex.t_sent.is_set() && ex.t_resp_first.is_set() {
             rec.event(Event::Correlated {
                 matched: self.corr.found.is_some(),
             });
@@ -677,8 +674,8 @@ impl HttpConnection {
         }
         if let Failure::Answer(answer, kind) = failure {
             let t = clock::now();
-            ex.t_write_first = t;
-            ex.t_write_last = t;
+            ex.t_write_first = At::tick(t);
+            ex.t_write_last = At::tick(t);
             self.record(
                 ex,
                 route,

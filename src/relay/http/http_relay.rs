@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use super::next::NextRequest;
 use super::sides::{Interest, Relayed, Sides, Step};
 use super::{Failure, MAX_RESPONSE_HEAD, REQUEST_BUFFER, RESPONSE_BUFFER};
-use crate::clock;
+use crate::clock::{self, At};
 use crate::correlate;
 use crate::recorder::ErrorKind;
 use crate::relay::buffer::Buf;
@@ -218,8 +218,8 @@ impl Relay<'_> {
     #[inline]
     fn upstream_writable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
         ready.map_err(|_| self.sides.upstream_lost())?;
-        if self.ex.t_up_write == 0 {
-            self.ex.t_up_write = clock::now();
+        if !self.ex.t_up_write.is_set() {
+            self.ex.t_up_write = At::now();
         }
         match self
             .up
@@ -360,8 +360,12 @@ impl Relay<'_> {
     /// The final response began: its backend command is now complete.
     #[inline]
     fn response_began(&mut self) {
-        if let (Some(c), Some(key)) = (&self.tap.correlator, self.corr.key) {
-            self.corr.found = c.take(key, self.ex.t_up_write, self.ex.t_resp_first);
+        if let (Some(c), Some(key), Some(resp_first)) = (
+            &self.tap.correlator,
+            self.corr.key,
+            self.ex.t_resp_first.get(),
+        ) {
+            self.corr.found = c.take(key, self.ex.t_up_write.get(), resp_first);
         }
     }
 
@@ -436,12 +440,13 @@ mod tests {
         let head = request::parse(GET, 100).unwrap();
         let (mut ubuf, mut next, mut timer) = (Buf::new(), NextRequest::default(), Timer::new());
         let mut corr = BackendCommand::default();
+        let up_ready = clock::now();
         let mut ex = Exchange {
-            t_up_ready: clock::now(),
+            t_up_ready: At::tick(up_ready),
             wait: Wait::None,
             ..Exchange::default()
         };
-        let sides = Sides::new(&head, BodyFramer::new(head.body), head.len, ex.t_up_ready);
+        let sides = Sides::new(&head, BodyFramer::new(head.body), head.len, up_ready);
         let relay = Relay {
             tap: &tap,
             client: &client,

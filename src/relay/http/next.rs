@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::Failure;
-use crate::clock::{self, Tick};
+use crate::clock::{self, At, Tick};
 use crate::config::Timeouts;
 use crate::http1::{request, Answer, RequestError, RequestHead, RequestScanner};
 use crate::recorder::ErrorKind;
@@ -38,7 +38,7 @@ impl HeadError {
 #[derive(Debug, Default)]
 pub struct NextRequest {
     /// When its first byte arrived (0: no byte yet).
-    pub t_first: Tick,
+    pub t_first: At,
     scanner: RequestScanner,
     parse_ns: u64,
     ready: Option<(RequestHead, Tick)>,
@@ -65,15 +65,15 @@ impl NextRequest {
     #[inline]
     pub(super) fn deadline(&self, first: bool, idle_since: Tick, t: &Timeouts) -> HeadDeadline {
         let late = Failure::Answer(Answer::RequestTimeout, ErrorKind::ClientTimeout);
-        let (since, after, expiry) = match (self.started(), first) {
-            (false, true) => (
+        let (since, after, expiry) = match (self.t_first.get(), first) {
+            (None, true) => (
                 idle_since,
                 t.head,
                 Some(Failure::Abort(ErrorKind::ClientTimeout)),
             ),
-            (false, false) => (idle_since, t.idle, None),
-            (true, true) => (idle_since.min(self.t_first), t.head, Some(late)),
-            (true, false) => (self.t_first, t.head, Some(late)),
+            (None, false) => (idle_since, t.idle, None),
+            (Some(t_first), true) => (idle_since.min(t_first), t.head, Some(late)),
+            (Some(t_first), false) => (t_first, t.head, Some(late)),
         };
         HeadDeadline {
             since,
@@ -83,7 +83,7 @@ impl NextRequest {
     }
 
     pub fn started(&self) -> bool {
-        self.t_first != 0
+        self.t_first.is_set()
     }
 
     pub fn is_ready(&self) -> bool {
@@ -98,15 +98,13 @@ impl NextRequest {
     /// Marks the request as begun at `t` (its first byte arrived, or the proxy started on
     /// bytes already buffered).
     pub fn begin(&mut self, t: Tick) {
-        if self.t_first == 0 {
-            self.t_first = t;
-        }
+        self.t_first.set_once(t);
     }
 
     /// [`begin`](Self::begin) now, reading the clock only if the request has not begun.
     pub fn begin_now(&mut self) {
-        if self.t_first == 0 {
-            self.t_first = clock::now();
+        if !self.t_first.is_set() {
+            self.t_first = At::now();
         }
     }
 
@@ -154,9 +152,9 @@ impl NextRequest {
 
     /// Hands over the ready head with its `t_first`, `t_head` and parse time, and resets
     /// for the request after it.
-    pub fn take(&mut self) -> Option<(RequestHead, Tick, Tick, u64)> {
+    pub fn take(&mut self) -> Option<(RequestHead, At, At, u64)> {
         let (head, t_head) = self.ready.take()?;
-        let out = (head, self.t_first, t_head, self.parse_ns);
+        let out = (head, self.t_first, At::tick(t_head), self.parse_ns);
         *self = NextRequest::default();
         Some(out)
     }

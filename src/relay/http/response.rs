@@ -6,7 +6,7 @@
 //! limits are the relay's: upstreams are trusted more than clients, but not without bound.
 
 use super::{MAX_RESPONSE_HEAD, MAX_RESPONSE_HEADERS};
-use crate::clock::{self, Tick};
+use crate::clock::{self, At, Tick};
 use crate::http1::{
     response, BodyFramer, BodyKind, Method, RequestHead, ResponseHead, ResponseScanner, Version,
 };
@@ -22,11 +22,11 @@ pub(super) struct ResponseProgress {
     /// The request is HTTP/1.0: a chunked response is one its client cannot read.
     http10: bool,
     scanner: ResponseScanner,
-    /// The tick of the read that brought the first byte of the head being scanned.
-    head_first: Tick,
-    /// The tick of the last read that brought bytes of the final response (0 before it
+    /// The read that brought the first byte of the head being scanned.
+    head_first: At,
+    /// The last read that brought bytes of the final response (not taken before it
     /// began): the start of the pause the next read ends (`upstream_recv_gap`).
-    last_read: Tick,
+    last_read: At,
     parse_ns: u64,
     head: Option<ResponseHead>,
     body: BodyFramer,
@@ -46,8 +46,8 @@ impl ResponseProgress {
             upgrade_asked: head.upgrade,
             http10: head.version == Version::Http10,
             scanner: ResponseScanner::new(),
-            head_first: 0,
-            last_read: 0,
+            head_first: At::UNSET,
+            last_read: At::UNSET,
             parse_ns: 0,
             head: None,
             body: BodyFramer::new(BodyKind::None),
@@ -103,9 +103,7 @@ impl ResponseProgress {
         while used < fresh.len() && !self.done {
             let rest = &fresh[used..];
             if self.head.is_none() {
-                if self.head_first == 0 {
-                    self.head_first = t;
-                }
+                self.head_first.set_once(t);
                 let t0 = clock::now();
                 let Ok(end) = self.scanner.find_end(rest) else {
                     return Err(ErrorKind::BadResponse);
@@ -142,7 +140,7 @@ impl ResponseProgress {
                 self.scanner.reset();
                 if head.is_interim() {
                     self.continued |= head.status == 100;
-                    self.head_first = 0;
+                    self.head_first = At::UNSET;
                     self.interim_in_batch = used;
                     continue;
                 }
@@ -154,7 +152,7 @@ impl ResponseProgress {
                 self.head = Some(head);
                 if self.body.is_done() {
                     self.done = true;
-                    ex.t_resp_last = clock::now();
+                    ex.t_resp_last = At::now();
                 }
             } else {
                 let p = self
@@ -164,16 +162,16 @@ impl ResponseProgress {
                 used += p.consumed;
                 if p.done {
                     self.done = true;
-                    ex.t_resp_last = t;
+                    ex.t_resp_last = At::tick(t);
                 }
             }
         }
         // The final response has begun once its head has (a read of interim responses
         // only is not part of it).
-        self.last_read = if self.head.is_some() || self.head_first != 0 {
-            t
+        self.last_read = if self.head.is_some() || self.head_first.is_set() {
+            At::tick(t)
         } else {
-            0
+            At::UNSET
         };
         Ok(used)
     }
@@ -183,11 +181,8 @@ impl ResponseProgress {
     /// response read in one go never gets here with a previous read.
     #[inline]
     fn pause_ended(&self, t: Tick, ex: &mut Exchange) {
-        if self.last_read != 0
-            && t.saturating_sub(self.last_read) > ex.t_gap_end.saturating_sub(ex.t_gap_start)
-        {
-            ex.t_gap_start = self.last_read;
-            ex.t_gap_end = t;
+        if let Some(before) = self.last_read.get() {
+            ex.response_paused(before, t);
         }
     }
 }

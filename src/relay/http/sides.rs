@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::response::ResponseProgress;
 use super::{Failure, CONTINUE_WAIT};
-use crate::clock::Tick;
+use crate::clock::{At, Tick};
 use crate::config::Timeouts;
 use crate::http1::{Answer, BodyError, BodyFramer, RequestHead, Version};
 use crate::recorder::ErrorKind;
@@ -419,7 +419,7 @@ impl Sides {
         self.req.pending -= n;
         self.req.sent += n as u64;
         if self.req.is_sent() {
-            ex.t_sent = t;
+            ex.t_sent = At::tick(t);
             self.resp.owed_since = t;
         }
     }
@@ -442,18 +442,18 @@ impl Sides {
     #[inline]
     pub(super) fn client_accepted(&mut self, n: usize, t: Tick, ex: &mut Exchange) {
         self.moved_at = t;
-        if ex.t_write_first == 0
+        if !ex.t_write_first.is_set()
             && self
                 .resp
                 .final_from
                 .is_some_and(|from| self.resp.sent + n as u64 > from)
         {
-            ex.t_write_first = t;
+            ex.t_write_first = At::tick(t);
         }
         self.resp.pending -= n;
         self.resp.sent += n as u64;
         if self.resp.is_flushed() {
-            ex.t_write_last = t;
+            ex.t_write_last = At::tick(t);
         }
     }
 
@@ -505,7 +505,7 @@ impl Sides {
             self.resp.owed_since = 0;
         }
         if self.resp.is_flushed() {
-            ex.t_write_last = t;
+            ex.t_write_last = At::tick(t);
         }
         Ok(read)
     }
@@ -518,9 +518,9 @@ impl Sides {
             return Err(self.upstream_lost());
         }
         self.resp.framing.done = true;
-        ex.t_resp_last = t;
+        ex.t_resp_last = At::tick(t);
         if self.resp.pending == 0 {
-            ex.t_write_last = t;
+            ex.t_write_last = At::tick(t);
         }
         Ok(())
     }
@@ -589,7 +589,7 @@ mod tests {
         let mut body = BodyFramer::new(head.body);
         let framed = body.advance(&raw[head.len..]).expect("a valid body");
         let ex = Exchange {
-            t_up_ready: T0,
+            t_up_ready: At::tick(T0),
             ..Exchange::default()
         };
         (Sides::new(&head, body, head.len + framed.consumed, T0), ex)
@@ -621,7 +621,7 @@ mod tests {
         let i = s.interest(true);
         assert!(i.write_up && !i.write_client && !i.read_client && i.read_up);
         send_all(&mut s, 2_000, &mut ex);
-        assert_eq!(ex.t_sent, 2_000);
+        assert_eq!(ex.t_sent, At::tick(2_000));
         // The request is sent: the next head may be read ahead, the response is owed.
         assert!(s.interest(true).read_client);
         assert!(!s.interest(false).read_client);
@@ -631,7 +631,10 @@ mod tests {
         assert_eq!(s.resp.pending(), OK2.len());
         assert!(s.interest(true).write_client && !s.interest(true).read_up);
         flush(&mut s, 4_000, &mut ex);
-        assert_eq!((ex.t_write_first, ex.t_write_last), (4_000, 4_000));
+        assert_eq!(
+            (ex.t_write_first, ex.t_write_last),
+            (At::tick(4_000), At::tick(4_000))
+        );
         let r = done(&s, 0);
         assert!(r.keep_alive && r.upstream_reusable && !r.early_end && !r.tunnel);
         assert_eq!((r.status, r.excess), (200, 0));
@@ -669,7 +672,7 @@ mod tests {
     fn an_early_response_flushed_before_the_body_ends_closes_the_client_too() {
         let (mut s, mut ex) = start(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc");
         send_all(&mut s, 1_500, &mut ex);
-        assert_eq!(ex.t_sent, 0, "the body is not all sent");
+        assert_eq!(ex.t_sent, At::UNSET, "the body is not all sent");
         s.response_read(OK2, 2_000, &mut ex).unwrap();
         flush(&mut s, 3_000, &mut ex);
         let r = done(&s, 0);
@@ -711,14 +714,14 @@ mod tests {
         assert_eq!(s.req.pending(), head_len, "only the head goes first");
         send_all(&mut s, 1_500, &mut ex);
         assert!(!s.interest(true).write_up && !s.interest(true).read_client);
-        assert_eq!(ex.t_sent, 0, "the request is not all sent");
+        assert_eq!(ex.t_sent, At::UNSET, "the request is not all sent");
         let d = s.deadline(&Timeouts::default());
         assert_eq!((d.since, d.after), (1_500, CONTINUE_WAIT));
         s.response_read(b"HTTP/1.1 100 Continue\r\n\r\n", 2_000, &mut ex)
             .unwrap();
         assert_eq!(s.req.pending(), 5, "the 100 releases the body");
         send_all(&mut s, 2_100, &mut ex);
-        assert_eq!(ex.t_sent, 2_100);
+        assert_eq!(ex.t_sent, At::tick(2_100));
         s.response_read(OK2, 3_000, &mut ex).unwrap();
         flush(&mut s, 3_100, &mut ex);
         let r = done(&s, 0);
@@ -798,10 +801,10 @@ mod tests {
             if dropped == 0 {
                 // The interim response going out is not yet the final one's first byte.
                 s.client_accepted(INTERIM.len(), 4_000, &mut ex);
-                assert_eq!(ex.t_write_first, 0);
+                assert_eq!(ex.t_write_first, At::UNSET);
             }
             flush(&mut s, 5_000, &mut ex);
-            assert_eq!(ex.t_write_first, 5_000);
+            assert_eq!(ex.t_write_first, At::tick(5_000));
             assert_eq!(done(&s, 0).status, 200);
         }
         // An interim response alone is not the response: the response deadline stays.
@@ -880,7 +883,10 @@ mod tests {
             "the body runs until the upstream closes"
         );
         s.upstream_closed(5_000, &mut ex).unwrap();
-        assert_eq!((ex.t_resp_last, ex.t_write_last), (5_000, 5_000));
+        assert_eq!(
+            (ex.t_resp_last, ex.t_write_last),
+            (At::tick(5_000), At::tick(5_000))
+        );
         let r = done(&s, 0);
         assert!(!r.keep_alive && !r.upstream_reusable);
     }

@@ -3,7 +3,7 @@
 
 use super::subscriptions::Queued;
 use super::{Failure, Mode, Pending, RespAnswer, RespConnection, Seen, COMMAND_BUFFER};
-use crate::clock::{self, nanos_between, Tick};
+use crate::clock::{self, nanos_between, At, Tick};
 use crate::correlate::key::CommandKey;
 use crate::recorder::ErrorKind;
 use crate::relay::exchange::Exchange;
@@ -36,8 +36,8 @@ impl RespConnection {
                     let end = self.up_forwardable + len as u64;
                     let cmd = match self.cmd_streaming.take() {
                         Some(mut p) => {
-                            p.ex.t_head = t1;
-                            p.ex.t_up_ready = t1;
+                            p.ex.t_head = At::tick(t1);
+                            p.ex.t_up_ready = At::tick(t1);
                             p.ex.parse_ns = self.cmd_parse_ns;
                             Some(Pending { end, ..p })
                         }
@@ -158,13 +158,13 @@ impl RespConnection {
 /// The timeline of a command whose first byte came at `t_first`, framed at `t_head`. It
 /// is forwarded as soon as it is framed, so the upstream is ready for it then: no
 /// `upstream_connect` and no wait before the send. Its first byte's write is not timed
-/// apart from its last byte's (`t_up_write` stays 0: no `upstream_send`), and a reply
+/// apart from its last byte's (`t_up_write` is never taken: no `upstream_send`), and a reply
 /// has no head to parse.
 fn command_timeline(t_first: Tick, t_head: Tick, parse_ns: u64) -> Exchange {
     Exchange {
-        t_first,
-        t_head,
-        t_up_ready: t_head,
+        t_first: At::tick(t_first),
+        t_head: At::tick(t_head),
+        t_up_ready: At::tick(t_head),
         parse_ns,
         headless: true,
         ..Exchange::default()

@@ -15,7 +15,7 @@ use tokio::time::timeout;
 use super::{
     Failure, Mode, RespAnswer, RespConnection, COMMAND_BUFFER, MAX_IN_FLIGHT, REPLY_BUFFER,
 };
-use crate::clock::{self, Tick};
+use crate::clock::{self, At, Tick};
 use crate::recorder::{self, Direction, ErrorKind, Side};
 use crate::relay::buffer::Buf;
 use crate::relay::failure::ANSWER_WRITE;
@@ -93,9 +93,9 @@ impl RespConnection {
             up_counted: 0,
             down_counted: 0,
             reply_start: 0,
-            reply_first: 0,
-            reply_write_first: 0,
-            prev_reply_done: 0,
+            reply_first: At::UNSET,
+            reply_write_first: At::UNSET,
+            prev_reply_done: At::UNSET,
             replied: VecDeque::new(),
             mode: Mode::Paired,
             resp3: false,
@@ -126,20 +126,20 @@ impl RespConnection {
             consider(self.cmd_first, t.head, Due::Command);
         }
         if self.mode == Mode::Paired {
-            match self.pending.front() {
+            match self.pending.front().map(|p| (p, p.ex.t_sent.get())) {
                 // A blocking command is owed its reply after its own timeout; one that
                 // blocks forever has no deadline but the client's leaving.
-                Some(p) if p.ex.t_sent != 0 => match p.block {
+                Some((p, Some(t_sent))) => match p.block {
                     Some(Blocking::Forever) => {}
                     block => {
                         let after = match block {
                             Some(Blocking::For(d)) => t.response.saturating_add(d),
                             _ => t.response,
                         };
-                        consider(p.ex.t_sent.max(self.last_up_read), after, Due::Reply)
+                        consider(t_sent.max(self.last_up_read), after, Due::Reply)
                     }
                 },
-                Some(_) => {}
+                Some((_, None)) => {}
                 None if to_up == 0
                     && to_client == 0
                     && self.cmd_first == 0
@@ -345,9 +345,9 @@ impl RespConnection {
         self.last_moved = t;
         self.cbuf.consume(n);
         self.up_written += n as u64;
-        for p in self.pending.iter_mut().filter(|p| p.ex.t_sent == 0) {
+        for p in self.pending.iter_mut().filter(|p| !p.ex.t_sent.is_set()) {
             if p.end <= self.up_written {
-                p.ex.t_sent = t;
+                p.ex.t_sent = At::tick(t);
             } else {
                 break;
             }
@@ -396,17 +396,15 @@ impl RespConnection {
         self.last_moved = t;
         self.ubuf.consume(n);
         self.down_written += n as u64;
-        if self.reply_write_first == 0
+        if !self.reply_write_first.is_set()
             && self.replies.in_message()
             && self.reply_start < self.down_written
         {
-            self.reply_write_first = t;
+            self.reply_write_first = At::tick(t);
         }
         let mut recorded = false;
         while let Some(r) = self.replied.front_mut() {
-            if r.cmd.ex.t_write_first == 0 {
-                r.cmd.ex.t_write_first = t;
-            }
+            r.cmd.ex.t_write_first.set_once(t);
             if r.end > self.down_written {
                 break;
             }

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 
-use crate::clock::Tick;
+use crate::clock::{At, Tick};
 use crate::recorder::RouteId;
 use crate::relay::buffer::Buf;
 use crate::relay::exchange::Exchange;
@@ -172,9 +172,10 @@ pub(in crate::relay) struct RespConnection {
     /// Where the reply being received started, and the tick of the read that brought its
     /// first byte, and of its first byte's write to the client.
     reply_start: u64,
-    reply_first: Tick,
-    reply_write_first: Tick,
-    prev_reply_done: Tick,
+    reply_first: At,
+    reply_write_first: At,
+    /// When the previous reply was read whole (not taken before the first).
+    prev_reply_done: At,
     replied: VecDeque<Replied>,
     mode: Mode,
     resp3: bool,

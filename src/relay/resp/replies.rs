@@ -4,7 +4,7 @@
 
 use super::subscriptions::Confirmation;
 use super::{Mode, Replied, RespConnection};
-use crate::clock::Tick;
+use crate::clock::{At, Tick};
 use crate::correlate;
 use crate::recorder::{ErrorKind, Event, ExchangeId, ExchangeRecord};
 use crate::relay::exchange::{Exchange, Wait};
@@ -16,9 +16,9 @@ impl RespConnection {
         while at < self.ubuf.len() {
             let from_start = !self.replies.in_message();
             if from_start {
-                self.reply_first = t;
+                self.reply_first = At::tick(t);
                 self.reply_start = self.down_written + at as u64;
-                self.reply_write_first = 0;
+                self.reply_write_first = At::UNSET;
             }
             // A message that began in an earlier read has its start already written out:
             // `msg` below then holds only its tail.
@@ -122,17 +122,23 @@ impl RespConnection {
             ex.t_up_free = self.prev_reply_done;
         }
         ex.t_resp_first = self.reply_first;
-        ex.t_resp_last = t;
+        ex.t_resp_last = At::tick(t);
         ex.t_write_first = self.reply_write_first;
-        if let (Some(correlator), Some(key)) = (&self.tap.correlator, cmd.key) {
+        // A reply follows its command's last byte out: both are taken.
+        if let (Some(correlator), Some(key), Some(t_sent), Some(t_reply)) = (
+            &self.tap.correlator,
+            cmd.key,
+            ex.t_sent.get(),
+            ex.t_resp_first.get(),
+        ) {
             correlator.resp_seen(correlate::Seen {
                 key,
-                t_sent: ex.t_sent,
-                t_reply: ex.t_resp_first,
-                t_wait_from: ex.wait_from(),
+                t_sent,
+                t_reply,
+                t_wait_from: ex.wait_from().get().unwrap_or(t_sent),
             });
         }
-        self.prev_reply_done = t;
+        self.prev_reply_done = At::tick(t);
         self.replied.push_back(Replied {
             cmd,
             end,
@@ -161,7 +167,7 @@ impl RespConnection {
     pub(super) fn record(&self, r: &Replied, t_write_last: Tick) {
         let c = &r.cmd;
         let ex = Exchange {
-            t_write_last,
+            t_write_last: At::tick(t_write_last),
             ..c.ex
         };
         let phases = ex.phases();

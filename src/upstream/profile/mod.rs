@@ -1,72 +1,36 @@
-//! Where the upstream's CPU goes: sampling its threads with perf events, naming the sampled
-//! instructions, and folding them into components (`http_parser`, `event_loop`,
-//! `kernel_network`, the server's own code, …).
+//! Where the upstream's CPU goes: sampling its threads, naming what they run, and folding
+//! the samples into components (`http_parser`, `event_loop`, `kernel_network`, the
+//! server's own code, …) and call stacks.
 //!
-//! [`Profiler::start`] opens one software-CPU-clock event per thread of the process (user
-//! and kernel, a fixed period of CPU time, kernel callchains, and with `stack_bytes` the
-//! user registers and a copy of the top of the user stack, which [`unwind`] follows to the
-//! callers on a drainer thread every [`DRAIN_EVERY`]), on its busiest threads only: at most
-//! [`MAX_SAMPLED_THREADS`], and never more than the descriptor budget allows ([`budget`]:
-//! a sixteenth of RLIMIT_NOFILE, with a quarter of it kept free for the data path). Each
-//! [`Profiler::collect`] drains the ring buffers, moves the events to the threads busiest
-//! since the last collect ([`busiest`]: threads that exited or fell out lose theirs, and
-//! the CPU time of the threads left out is counted in [`ProfileDelta::unsampled_cpu_ns`]),
-//! names each distinct address once (blazesym, cached per process) and folds the
-//! samples: each counts once under the component of its running function (self) and once
-//! under every component on its stack (inclusive). A kernel sample whose leaf function is
-//! generic (`copy_user_generic`, `_raw_spin_unlock`) takes the component of the first
-//! caller that has one, so time spent copying for `tcp_recvmsg` counts as
-//! `kernel_network`. A PHP interpreter is sampled by its own call stacks instead
-//! ([`php`], folded by [`PhpProfiler`]).
+//! Two samplers, one per kind of frame, each in its own module, and the choice between
+//! them here ([`Sampler`]):
+//! - [`native`]: perf events on the process's threads, the sampled instructions named and
+//!   the user stacks unwound (machine code: the binary, its libraries, the kernel);
+//! - [`php`]: a PHP interpreter's own call stacks, read from outside the process (its
+//!   machine code would only name the VM's handlers).
 //!
-//! What it needs of the kernel:
-//! - perf_event_open on another process's threads, user and kernel: root, or CAP_PERFMON
-//!   (plus CAP_SYS_PTRACE when the process belongs to another user), or
-//!   kernel.perf_event_paranoid ≤ 1 for a process of the same user. Missing, `start` fails
-//!   with [`ProfileError::Permission`], whose message says what to grant.
-//! - Ring buffers: without CAP_IPC_LOCK they count against kernel.perf_event_mlock_kb and
-//!   RLIMIT_MEMLOCK; over the limit each thread gets a smaller buffer (down to 4 KiB), and
-//!   what does not fit between two collects is counted in [`ProfileDelta::lost`].
-//! - Kernel names: /proc/kallsyms shows addresses with CAP_SYSLOG, or with
-//!   kernel.kptr_restrict = 0 and perf_event_paranoid ≤ 1; otherwise every kernel sample
-//!   is `kernel` ([`Profiler::kernel_symbols`] says which, and `start` logs it).
-//! - The process's files: through /proc/PID/map_files when readable (CAP_SYS_ADMIN or
-//!   CAP_CHECKPOINT_RESTORE), else through /proc/PID/root (CAP_SYS_PTRACE for another
-//!   user), so a sidecar sharing the pod's process namespace names the other container's
-//!   binaries.
-
-mod budget;
-mod busiest;
-mod events;
+//! Both use the component rules ([`rules`]) and /proc/PID/maps ([`maps`]: the native
+//! symbolizer and unwinder, and finding the PHP engine), and both give a collect's samples
+//! as one [`ProfileDelta`], so that the snapshot, the report and the exporters read them
+//! alike.
+mod fold;
 mod maps;
+pub mod native;
 pub mod php;
-mod php_profile;
 mod rules;
-mod symbols;
-mod unnamed;
-mod unwind;
 
 use std::collections::HashMap;
 use std::io;
-use std::path::Path;
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
-pub use budget::MAX_SAMPLED_THREADS;
-pub use php_profile::{PhpProfiler, PHP_FRAMES};
+pub use native::{is_stripped, Profiler, DRAIN_EVERY, MAX_SAMPLED_THREADS};
+pub use native::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
+pub use php::PhpProfiler;
 pub use rules::{
     component_group, component_label, ComponentRules, UserComponentRule, ANON_EXEC_OBJECT,
     KERNEL_OBJECT,
 };
-pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 
-use super::snapshot::{Frame, Stack, Stacks, THREAD_ROOTS, TRUNCATED};
-use crate::sync::lock;
-use events::{Drained, StackHead, ThreadEvents};
-use rules::KERNEL_COMPONENT;
-use symbols::{NameId, Symbols};
-use unwind::Unwinder;
+use super::snapshot::{FrameKind, Stacks};
 
 /// The sampling frequency the issue's figures use: one sample per millisecond of CPU.
 pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
@@ -74,11 +38,6 @@ pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
 // The stack sizes are the config's: it validates `stack_bytes` against them, and the
 // config sits below this module (it may not import it).
 pub use crate::config::{DEFAULT_STACK_BYTES, MAX_STACK_BYTES};
-
-/// With user stacks, how often the ring buffers are drained between two collects: each
-/// sample carries its copied stack, so a buffer holds tens of milliseconds of one busy
-/// thread's samples.
-pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
 /// Why profiling cannot start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -178,9 +137,9 @@ pub struct ProfileDelta {
     pub inclusive: Vec<(String, u64)>,
     /// The sampled stacks, root first.
     pub stacks: Stacks,
-    /// What the stacks' frames are: [`NATIVE_FRAMES`], or `None` without call stacks
-    /// (`inclusive` and `stacks` are then empty).
-    pub frames: Option<&'static str>,
+    /// What the stacks' frames are: native, or `None` without call stacks (`inclusive`
+    /// and `stacks` are then empty).
+    pub frames: Option<FrameKind>,
     /// Threads of the process left without a perf event at this collect (more threads
     /// than the descriptor budget: the busiest are sampled).
     pub unsampled_threads: u64,
@@ -188,9 +147,6 @@ pub struct ProfileDelta {
     /// samples stand for the rest of the process's CPU.
     pub unsampled_cpu_ns: u64,
 }
-
-/// `ProfileDelta::frames` of machine-code stacks.
-pub const NATIVE_FRAMES: &str = "native";
 
 impl ProfileDelta {
     /// All samples of this delta.
@@ -215,350 +171,21 @@ pub struct SymbolSamples {
     pub component: String,
     pub samples: u64,
 }
-
-/// Samples the threads of one process and folds them into components.
-pub struct Profiler {
-    pid: u32,
-    rules: ComponentRules,
-    sampling: Arc<Mutex<Sampling>>,
-    /// Drains the ring buffers every [`DRAIN_EVERY`] when user stacks are sampled.
-    drainer: Option<Drainer>,
-    symbols: Symbols,
-    drained: Drained,
-    /// Component of each interned name by its leaf rule, indexed by `NameId`.
-    components: Vec<String>,
-    kernel_symbols: bool,
+/// What samples the process: perf events and its machine code's stacks, or, for a PHP
+/// interpreter, its PHP call stacks. One per watched process, so its size does not
+/// matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Sampler {
+    Native(Profiler),
+    Php(PhpProfiler),
 }
 
-/// The perf events and what was drained from them: shared by `collect` and the drainer.
-struct Sampling {
-    events: ThreadEvents,
-    unwinder: Option<Unwinder>,
-    drained: Drained,
-}
-
-impl Sampling {
-    fn drain(&mut self) {
-        self.events.drain(self.unwinder.as_mut(), &mut self.drained);
-    }
-}
-
-/// The thread that drains between collects; it ends when dropped.
-struct Drainer {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drainer {
-    fn spawn(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Drainer> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("ps-up-drain".into())
-            .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(DRAIN_EVERY) {
-                    lock(&sampling).drain();
-                }
-                tracing::trace!(pid, "upstream sample drainer stopped");
-            })?;
-        Ok(Drainer {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Drainer {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Profiler {
-    /// Opens sampling perf events (software CPU clock, user+kernel) on every thread of
-    /// `pid`, copying `stack_bytes` of each sample's user stack (0: the leaf only).
-    /// Errors say what permission is missing (CAP_PERFMON / perf_event_paranoid) in one
-    /// sentence.
-    pub fn start(
-        pid: u32,
-        frequency_hz: u32,
-        stack_bytes: u32,
-        rules: ComponentRules,
-    ) -> Result<Profiler, ProfileError> {
-        // perf wants a multiple of 8 and less than a record's 64 KiB.
-        let stack_bytes = stack_bytes.min(MAX_STACK_BYTES) / 8 * 8;
-        let events = ThreadEvents::open(pid, frequency_hz, stack_bytes)?;
-        let unwinder = (stack_bytes > 0).then(|| Unwinder::new(pid));
-        let symbols = Symbols::new(pid)?;
-        let kernel_symbols = kernel_symbols_visible();
-        if !kernel_symbols {
-            tracing::warn!(
-                pid,
-                "/proc/kallsyms hides kernel addresses: kernel samples fold into `kernel` \
-                 without names; grant CAP_SYSLOG, or set kernel.kptr_restrict=0 with \
-                 kernel.perf_event_paranoid at 1 or less"
-            );
-        }
-        let stacks = unwinder.is_some();
-        let sampling = Arc::new(Mutex::new(Sampling {
-            events,
-            unwinder,
-            drained: Drained::default(),
-        }));
-        let drainer = if stacks {
-            Some(Drainer::spawn(sampling.clone(), pid).map_err(ProfileError::Symbolizer)?)
-        } else {
-            None
-        };
-        Ok(Profiler {
-            pid,
-            rules,
-            sampling,
-            drainer,
-            symbols,
-            drained: Drained::default(),
-            components: Vec::new(),
-            kernel_symbols,
-        })
-    }
-
-    /// Whether user stacks are sampled (else the leaf and kernel callchains only).
-    pub fn user_stacks(&self) -> bool {
-        self.drainer.is_some()
-    }
-
-    /// Whether kernel samples get function names (/proc/kallsyms shows addresses to us);
-    /// without them every kernel sample is `kernel`, none `kernel_network`.
-    pub fn kernel_symbols(&self) -> bool {
-        self.kernel_symbols
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// Threads with an open event (as of the last `start` or `collect`).
-    pub fn threads(&self) -> usize {
-        lock(&self.sampling).events.threads()
-    }
-
-    /// Drains the ring buffers, picks up threads created since the last call, symbolizes
-    /// and folds. Returns the samples since the previous call.
+impl Sampler {
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
-        let unsampled;
-        {
-            let mut sampling = lock(&self.sampling);
-            let sampling = &mut *sampling;
-            sampling.drain();
-            sampling
-                .events
-                .refresh_threads(sampling.unwinder.as_mut(), &mut sampling.drained)?;
-            // A library loaded since: its frames unwind from the next samples on.
-            if let Some(unwinder) = &mut sampling.unwinder {
-                unwinder.refresh();
-            }
-            self.drained.clear();
-            std::mem::swap(&mut self.drained, &mut sampling.drained);
-            unsampled = (
-                sampling.events.unsampled_threads() as u64,
-                sampling.events.take_unsampled_cpu_ns(),
-            );
+        match self {
+            Sampler::Native(p) => p.collect(),
+            Sampler::Php(p) => Ok(p.collect()),
         }
-        self.symbols.refresh_maps()?;
-        fn split(stack: &[u64]) -> (&[u64], &[u64]) {
-            let (head, frames) = StackHead::split(stack);
-            frames.split_at(head.kernel_frames)
-        }
-        self.symbols.resolve_user(
-            self.drained
-                .stacks
-                .keys()
-                .flat_map(|s| split(s).1.iter().copied()),
-        )?;
-        self.symbols.resolve_kernel(
-            self.drained
-                .stacks
-                .keys()
-                .flat_map(|s| split(s).0.iter().copied()),
-        )?;
-        self.update_components();
-        let mut delta = self.fold();
-        (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
-        Ok(delta)
-    }
-
-    fn update_components(&mut self) {
-        for id in self.components.len()..self.symbols.names() {
-            let name = self.symbols.name(id as NameId);
-            let component = self
-                .rules
-                .component(&name.symbol, &name.object, name.kernel)
-                .to_owned();
-            self.components.push(component);
-        }
-    }
-
-    fn component(&self, id: NameId) -> &str {
-        self.components
-            .get(id as usize)
-            .map_or(KERNEL_COMPONENT, String::as_str)
-    }
-
-    /// The component a sample counts under (self): its leaf's, except that a generic
-    /// kernel leaf (`copy_user_generic`) takes the component of its first kernel caller
-    /// that has one, so copying for `tcp_recvmsg` counts as `kernel_network`.
-    fn self_component(&self, names: &[NameId], kernel_frames: usize) -> NameId {
-        let leaf = names[0];
-        if kernel_frames == 0 || self.component(leaf) != KERNEL_COMPONENT {
-            return leaf;
-        }
-        names[1..kernel_frames.min(names.len())]
-            .iter()
-            .copied()
-            .find(|&id| self.component(id) != KERNEL_COMPONENT)
-            .unwrap_or(leaf)
-    }
-
-    fn fold(&self) -> ProfileDelta {
-        // (leaf name, name whose component the sample takes) → samples.
-        let mut counts: HashMap<(NameId, NameId), u64> = HashMap::new();
-        let mut inclusive: HashMap<&str, u64> = HashMap::new();
-        let mut frame_of: HashMap<NameId, u32> = HashMap::new();
-        let mut stacks = Stacks::default();
-        let mut by_frames: HashMap<Vec<u32>, usize> = HashMap::new();
-        let mut names: Vec<NameId> = Vec::new();
-        let mut seen: Vec<&str> = Vec::new();
-        let with_stacks = self.user_stacks();
-        for (stack, &n) in &self.drained.stacks {
-            let (head, addrs) = StackHead::split(stack);
-            let (kernel, user) = addrs.split_at(head.kernel_frames);
-            // Leaf first; an address that could not be named is left out.
-            names.clear();
-            names.extend(kernel.iter().filter_map(|&ip| self.symbols.kernel(ip)));
-            let kernel_frames = names.len();
-            names.extend(user.iter().filter_map(|&ip| self.symbols.user(ip)));
-            if names.is_empty() {
-                continue;
-            }
-            // A walk that failed past a thread's first frame reached the root: what it
-            // read beyond (Go's goroutine stacks end at runtime.goexit with no marker
-            // above it) is not a frame. Only a failed walk is cut: a complete one may pass
-            // a `clone` its code calls.
-            let mut truncated = head.truncated;
-            if truncated {
-                let root = names[kernel_frames..]
-                    .iter()
-                    .rposition(|&id| THREAD_ROOTS.contains(&self.symbols.name(id).symbol.as_str()));
-                if let Some(i) = root {
-                    names.truncate(kernel_frames + i + 1);
-                    truncated = false;
-                }
-            }
-            let by = self.self_component(&names, kernel_frames);
-            *counts.entry((names[0], by)).or_insert(0) += n;
-            if !with_stacks {
-                continue;
-            }
-
-            seen.clear();
-            seen.push(self.component(by));
-            for &id in &names {
-                let component = self.component(id);
-                if !seen.contains(&component) {
-                    seen.push(component);
-                }
-            }
-            for &component in &seen {
-                *inclusive.entry(component).or_insert(0) += n;
-            }
-
-            let mut frames: Vec<u32> = Vec::with_capacity(names.len() + 1);
-            if truncated {
-                frames.push(self.frame_index(&mut stacks, &mut frame_of, None));
-                stacks.truncated_samples += n;
-            }
-            if names[kernel_frames..]
-                .iter()
-                .any(|&id| self.symbols.name(id).object == UNMAPPED_OBJECT)
-            {
-                stacks.unmapped_samples += n;
-            }
-            for &id in names.iter().rev() {
-                frames.push(self.frame_index(&mut stacks, &mut frame_of, Some(id)));
-            }
-            match by_frames.get(&frames) {
-                Some(&i) => stacks.stacks[i].samples += n,
-                None => {
-                    by_frames.insert(frames.clone(), stacks.stacks.len());
-                    stacks.stacks.push(Stack { frames, samples: n });
-                }
-            }
-        }
-
-        let mut by_component: HashMap<&str, u64> = HashMap::new();
-        let mut symbols: HashMap<(NameId, &str), u64> = HashMap::new();
-        for (&(leaf, by), &n) in &counts {
-            let component = self.component(by);
-            *by_component.entry(component).or_insert(0) += n;
-            *symbols.entry((leaf, component)).or_insert(0) += n;
-        }
-        let mut symbols: Vec<SymbolSamples> = symbols
-            .into_iter()
-            .map(|((leaf, component), samples)| {
-                let name = self.symbols.name(leaf);
-                SymbolSamples {
-                    symbol: name.symbol.clone(),
-                    object: name.object.clone(),
-                    component: component.to_owned(),
-                    samples,
-                }
-            })
-            .collect();
-        sort_symbols(&mut symbols);
-        ProfileDelta {
-            by_component: sorted(by_component),
-            symbols,
-            lost: self.drained.lost,
-            inclusive: sorted(inclusive),
-            stacks,
-            frames: with_stacks.then_some(NATIVE_FRAMES),
-            unsampled_threads: 0,
-            unsampled_cpu_ns: 0,
-        }
-    }
-
-    /// The index in `stacks.frames` of a name (or of the [`TRUNCATED`] frame for `None`),
-    /// added on first use.
-    fn frame_index(
-        &self,
-        stacks: &mut Stacks,
-        frame_of: &mut HashMap<NameId, u32>,
-        id: Option<NameId>,
-    ) -> u32 {
-        let key = id.unwrap_or(NameId::MAX);
-        *frame_of.entry(key).or_insert_with(|| {
-            let frame = match id {
-                Some(id) => {
-                    let name = self.symbols.name(id);
-                    Frame {
-                        name: name.symbol.clone(),
-                        object: name.object.clone(),
-                        component: self.component(id).to_owned(),
-                        line: None,
-                    }
-                }
-                None => Frame {
-                    name: TRUNCATED.to_owned(),
-                    object: String::new(),
-                    component: String::new(),
-                    line: None,
-                },
-            };
-            stacks.frames.push(frame);
-            u32::try_from(stacks.frames.len() - 1).unwrap_or(u32::MAX)
-        })
     }
 }
 
@@ -580,43 +207,6 @@ fn sort_symbols(symbols: &mut [SymbolSamples]) {
             .then_with(|| a.symbol.cmp(&b.symbol))
             .then_with(|| a.object.cmp(&b.object))
     });
-}
-
-/// Whether /proc/kallsyms shows real addresses to this process: it shows zeros without
-/// CAP_SYSLOG unless kptr_restrict is 0 and perf_event_paranoid at most 1.
-fn kernel_symbols_visible() -> bool {
-    use std::io::BufRead;
-
-    let Ok(file) = std::fs::File::open("/proc/kallsyms") else {
-        return false;
-    };
-    io::BufReader::new(file)
-        .lines()
-        .take(16)
-        .map_while(Result::ok)
-        .any(|line| {
-            line.split_whitespace()
-                .next()
-                .and_then(|addr| u64::from_str_radix(addr, 16).ok())
-                .is_some_and(|addr| addr != 0)
-        })
-}
-
-/// True when the object (the upstream's main binary) has no symbol table: its own code
-/// reads as one component named after the file and any parser inside it is an upper
-/// bound. An unreadable or non-ELF file is not called stripped (nothing is known).
-pub fn is_stripped(path: &Path) -> bool {
-    use object::Object;
-
-    // Read lazily: only the headers and the section table, not the whole binary.
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let cache = object::ReadCache::new(file);
-    match object::File::parse(&cache) {
-        Ok(file) => file.section_by_name(".symtab").is_none(),
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]
@@ -648,25 +238,5 @@ mod tests {
         let other = ProfileError::open(42, io::Error::from_raw_os_error(22)); // EINVAL
         assert!(!other.is_permission());
         assert!(other.to_string().contains("perf_event_open"), "{other}");
-    }
-
-    /// The watcher may run it on any thread.
-    #[test]
-    fn profiler_is_send() {
-        fn send<T: Send>() {}
-        send::<Profiler>();
-        send::<ProfileDelta>();
-        send::<ProfileError>();
-    }
-
-    #[test]
-    fn stripped_and_not() {
-        // This test binary is built with symbols; a missing file is not "stripped".
-        let exe = std::env::current_exe().unwrap();
-        assert!(!is_stripped(&exe), "{} has a .symtab", exe.display());
-        assert!(!is_stripped(Path::new("/nonexistent/binary")));
-        // Debian's binaries are stripped of .symtab (their names are in -dbgsym packages).
-        assert!(is_stripped(Path::new("/bin/ls")));
-        assert!(!is_stripped(Path::new("/etc/hostname")), "not ELF");
     }
 }

@@ -31,6 +31,7 @@
 mod binary;
 mod memory;
 mod offsets;
+mod profiler;
 mod sampler;
 mod walk;
 
@@ -38,6 +39,7 @@ use std::io;
 use std::sync::Arc;
 
 pub use offsets::Offsets;
+pub use profiler::PhpProfiler;
 pub use sampler::{PhpSampler, PhpStacks};
 pub use walk::MAX_DEPTH;
 

@@ -53,6 +53,7 @@ use std::time::Duration;
 
 use super::walk::{marker, Walker, MAX_DEPTH};
 use super::{PhpError, PhpFrame, PhpTarget};
+use crate::sync::lock;
 
 /// Distinct stacks kept between two collects; past it, new stacks count as truncated
 /// into one `[truncated]` stack instead of growing the map without bound.
@@ -372,12 +373,6 @@ impl Drop for PhpSampler {
             let _ = thread.join();
         }
     }
-}
-
-fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
-    tally
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What the pacing counted since the last sample.

@@ -20,8 +20,8 @@ use perf_event::{Builder, SampleFlag, Sampler};
 use super::budget::Descriptors;
 use super::busiest::{self, ThreadCpu};
 use super::unwind::{self, Unwinder, Walk};
-use super::ProfileError;
 use crate::upstream::find::threads;
+use crate::upstream::profile::ProfileError;
 
 /// Ring buffer per thread, leaf-only sampling: a thread on CPU all the time at 1 kHz writes
 /// about 130 KiB/s (a kernel callchain of up to [`KERNEL_STACK_DEPTH`] frames per sample);

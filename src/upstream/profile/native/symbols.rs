@@ -38,10 +38,10 @@ use blazesym::symbolize::{
 };
 use blazesym::{MaybeDefault, Pid};
 
-use super::maps::Mapping;
-use super::rules::{ANON_EXEC_OBJECT, KERNEL_OBJECT};
 use super::unnamed::Unnamed;
-use super::ProfileError;
+use crate::upstream::profile::maps::Mapping;
+use crate::upstream::profile::rules::{ANON_EXEC_OBJECT, KERNEL_OBJECT};
+use crate::upstream::profile::ProfileError;
 
 /// The symbol name of a kernel address no symbol covers. A user-space address no symbol
 /// covers is named by its place instead (`module+0xOFFSET`, see [`super::unnamed`]).
@@ -217,7 +217,7 @@ impl Maps {
     }
 
     fn parse(text: &str) -> Maps {
-        let mut ranges: Vec<(Mapping, String)> = super::maps::parse(text)
+        let mut ranges: Vec<(Mapping, String)> = crate::upstream::profile::maps::parse(text)
             .into_iter()
             .filter(|m| m.executable)
             .map(|m| {

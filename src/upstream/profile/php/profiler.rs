@@ -1,4 +1,4 @@
-//! A PHP upstream's profile by PHP function: the [`php`](super::php) sampler's stacks,
+//! A PHP upstream's profile by PHP function: the [`PhpSampler`]'s stacks,
 //! folded through the component rules into the same [`ProfileDelta`] a native profile
 //! makes, so that the snapshot, the report and the exporters read both alike.
 //!
@@ -10,12 +10,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::php::{self, PhpFrame, PhpSampler};
-use super::{sort_symbols, sorted, ComponentRules, ProfileDelta, ProfileError, SymbolSamples};
-use crate::upstream::snapshot::{Frame, Stack, Stacks, TRUNCATED};
-
-/// `ProfileDelta::frames` of PHP stacks.
-pub const PHP_FRAMES: &str = "php";
+use super::{detect, PhpFrame, PhpSampler};
+use crate::upstream::profile::fold::Fold;
+use crate::upstream::profile::{ComponentRules, ProfileDelta, ProfileError};
+use crate::upstream::snapshot::{Frame, FrameKind, TRUNCATED};
 
 /// The sampler's frame for a sample on a CPU without PHP code running: the engine
 /// starting, compiling, an FPM worker between requests. It counts as the engine's own
@@ -59,7 +57,7 @@ impl PhpProfiler {
         frequency_hz: u32,
         rules: ComponentRules,
     ) -> Result<Option<PhpProfiler>, ProfileError> {
-        let Some(target) = php::detect(pid).map_err(ProfileError::Php)? else {
+        let Some(target) = detect(pid).map_err(ProfileError::Php)? else {
             return Ok(None);
         };
         let sampler = PhpSampler::start(target, frequency_hz).map_err(ProfileError::Php)?;
@@ -109,15 +107,9 @@ impl Folder {
     }
 
     fn fold(&mut self, taken: &[(Vec<PhpFrame>, u64)], truncated: u64) -> ProfileDelta {
-        let mut by_component: HashMap<Arc<str>, u64> = HashMap::new();
-        let mut inclusive: HashMap<Arc<str>, u64> = HashMap::new();
-        // (function, file, component) of the leaf → samples.
-        let mut symbols: HashMap<[Arc<str>; 3], u64> = HashMap::new();
-        let mut index: HashMap<&PhpFrame, u32> = HashMap::new();
-        let mut stacks = Stacks {
-            truncated_samples: truncated,
-            ..Stacks::default()
-        };
+        // Leaves by (function, file): closures of one file are one row of `symbols`.
+        let mut fold: Fold<PhpFrame, (Arc<str>, Arc<str>), Arc<str>> = Fold::new();
+        fold.truncated(truncated);
         let mut seen: Vec<Arc<str>> = Vec::new();
         for (frames, n) in taken {
             let n = *n;
@@ -126,61 +118,29 @@ impl Folder {
             if own.is_empty() {
                 own = TRUNCATED.into();
             }
-            *by_component.entry(own.clone()).or_insert(0) += n;
-            *symbols
-                .entry([leaf.function.clone(), leaf.file.clone(), own])
-                .or_insert(0) += n;
+            fold.leaf((leaf.function.clone(), leaf.file.clone()), own, n);
             seen.clear();
             let mut ids = Vec::with_capacity(frames.len());
             for frame in frames {
                 let component = self.component(frame);
-                let id = match index.get(frame) {
-                    Some(&id) => id,
-                    None => {
-                        let id = u32::try_from(stacks.frames.len()).unwrap_or(u32::MAX);
-                        stacks.frames.push(Frame {
-                            name: frame.function.to_string(),
-                            object: frame.file.to_string(),
-                            component: component.to_string(),
-                            line: (frame.line > 0).then_some(frame.line),
-                        });
-                        index.insert(frame, id);
-                        id
-                    }
-                };
-                ids.push(id);
+                ids.push(fold.frame(frame.clone(), || Frame {
+                    name: frame.function.to_string(),
+                    object: frame.file.to_string(),
+                    component: component.to_string(),
+                    line: (frame.line > 0).then_some(frame.line),
+                }));
+                // `[truncated]` belongs to no component: it counts in no inclusive share.
                 if !component.is_empty() && !seen.contains(&component) {
                     seen.push(component);
                 }
             }
-            for c in &seen {
-                *inclusive.entry(c.clone()).or_insert(0) += n;
-            }
-            stacks.stacks.push(Stack {
-                frames: ids,
-                samples: n,
-            });
+            fold.stack(ids, &seen, n);
         }
-        let mut symbols: Vec<SymbolSamples> = symbols
-            .into_iter()
-            .map(|([function, file, component], samples)| SymbolSamples {
-                symbol: function.to_string(),
-                object: file.to_string(),
-                component: component.to_string(),
-                samples,
-            })
-            .collect();
-        sort_symbols(&mut symbols);
-        ProfileDelta {
-            by_component: sorted(by_component),
-            symbols,
-            lost: 0,
-            inclusive: sorted(inclusive),
-            stacks,
-            frames: Some(PHP_FRAMES),
-            unsampled_threads: 0,
-            unsampled_cpu_ns: 0,
-        }
+        fold.finish(
+            |(function, file)| (function.to_string(), file.to_string()),
+            Some(FrameKind::Php),
+            0,
+        )
     }
 }
 
@@ -236,6 +196,6 @@ mod tests {
         );
         assert_eq!(delta.stacks.total(), 100);
         assert_eq!(delta.stacks.truncated_samples, 7);
-        assert_eq!(delta.frames, Some(PHP_FRAMES));
+        assert_eq!(delta.frames, Some(FrameKind::Php));
     }
 }

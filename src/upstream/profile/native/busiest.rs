@@ -58,6 +58,7 @@ pub fn rank(deltas: &mut [(u32, u64)], sampled: impl Fn(u32) -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::thread_cpu_ns;
 
     #[test]
     fn the_busiest_come_first_and_the_sampled_win_ties() {
@@ -86,16 +87,6 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert!(out[0].1 >= 15_000_000, "{out:?}: 20 ms on a CPU since");
         assert_eq!(cpu.last.len(), 1);
-    }
-
-    fn thread_cpu_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes the struct it is given.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
     fn own_tid() -> u32 {

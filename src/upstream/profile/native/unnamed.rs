@@ -22,8 +22,8 @@ use std::collections::HashMap;
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
 use object::{Object as _, ObjectSection as _};
 
-use super::maps::{self, Mapping, Segment};
 use super::symbols::UNMAPPED_OBJECT;
+use crate::upstream::profile::maps::{self, Mapping, Segment};
 
 /// The functions of one file as `.eh_frame` describes them, and its segments.
 #[derive(Debug, Default)]

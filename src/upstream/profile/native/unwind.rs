@@ -52,7 +52,7 @@ pub const MAX_DEPTH: usize = 128;
 /// `PERF_SAMPLE_REGS_USER`'s mask (x86-64 `perf_event_x86_regs`: BP = 6, SP = 7, IP = 8).
 pub const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 
-use super::maps::{self, Mapping};
+use crate::upstream::profile::maps::{self, Mapping};
 
 /// The user-space unwinder of one process.
 pub struct Unwinder {
@@ -268,18 +268,11 @@ fn own_vdso() -> Option<&'static [u8]> {
             if base == 0 {
                 return None;
             }
-            let maps = fs::read_to_string("/proc/self/maps").ok()?;
-            let (_, end) = maps
-                .lines()
-                .filter(|l| l.ends_with("[vdso]"))
-                .filter_map(|l| l.split_ascii_whitespace().next()?.split_once('-'))
-                .filter_map(|(s, e)| {
-                    Some((
-                        u64::from_str_radix(s, 16).ok()?,
-                        u64::from_str_radix(e, 16).ok()?,
-                    ))
-                })
-                .find(|&(s, _)| s == base)?;
+            let maps = maps::parse(&fs::read_to_string("/proc/self/maps").ok()?);
+            let end = maps
+                .iter()
+                .find(|m| m.path == "[vdso]" && m.start == base)?
+                .end;
             let len = usize::try_from(end - base).ok()?;
             // SAFETY: [base, end) is this process's vDSO mapping, readable for its life.
             let image = unsafe { std::slice::from_raw_parts(base as *const u8, len) };

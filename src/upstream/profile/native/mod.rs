@@ -1,0 +1,400 @@
+//! Sampling a native process: perf events on its threads, the sampled instructions
+//! named, its user stacks unwound, folded into a [`ProfileDelta`].
+//!
+//! [`Profiler::start`] opens one software-CPU-clock event per thread of the process (user
+//! and kernel, a fixed period of CPU time, kernel callchains, and with `stack_bytes` the
+//! user registers and a copy of the top of the user stack, which [`unwind`] follows to the
+//! callers on a drainer thread every [`DRAIN_EVERY`]), on its busiest threads only: at most
+//! [`MAX_SAMPLED_THREADS`], and never more than the descriptor budget allows ([`budget`]:
+//! a sixteenth of RLIMIT_NOFILE, with a quarter of it kept free for the data path). Each
+//! [`Profiler::collect`] drains the ring buffers, moves the events to the threads busiest
+//! since the last collect ([`busiest`]: threads that exited or fell out lose theirs, and
+//! the CPU time of the threads left out is counted in [`ProfileDelta::unsampled_cpu_ns`]),
+//! names each distinct address once (blazesym, cached per process) and folds the samples:
+//! each counts once under the component of its running function (self) and once under
+//! every component on its stack (inclusive). A kernel sample whose leaf function is
+//! generic (`copy_user_generic`, `_raw_spin_unlock`) takes the component of the first
+//! caller that has one, so time spent copying for `tcp_recvmsg` counts as
+//! `kernel_network`.
+//!
+//! What it needs of the kernel:
+//! - perf_event_open on another process's threads, user and kernel: root, or CAP_PERFMON
+//!   (plus CAP_SYS_PTRACE when the process belongs to another user), or
+//!   kernel.perf_event_paranoid ≤ 1 for a process of the same user. Missing, `start` fails
+//!   with [`ProfileError::Permission`], whose message says what to grant.
+//! - Ring buffers: without CAP_IPC_LOCK they count against kernel.perf_event_mlock_kb and
+//!   RLIMIT_MEMLOCK; over the limit each thread gets a smaller buffer (down to 4 KiB), and
+//!   what does not fit between two collects is counted in [`ProfileDelta::lost`].
+//! - Kernel names: /proc/kallsyms shows addresses with CAP_SYSLOG, or with
+//!   kernel.kptr_restrict = 0 and perf_event_paranoid ≤ 1; otherwise every kernel sample
+//!   is `kernel` ([`Profiler::kernel_symbols`] says which, and `start` logs it).
+//! - The process's files: through /proc/PID/map_files when readable (CAP_SYS_ADMIN or
+//!   CAP_CHECKPOINT_RESTORE), else through /proc/PID/root (CAP_SYS_PTRACE for another
+//!   user), so a sidecar sharing the pod's process namespace names the other container's
+//!   binaries.
+
+mod budget;
+mod busiest;
+mod events;
+mod symbols;
+mod unnamed;
+mod unwind;
+
+use std::io;
+use std::path::Path;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+pub use budget::MAX_SAMPLED_THREADS;
+pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
+
+use super::fold::Fold;
+use super::rules::KERNEL_COMPONENT;
+use super::{ComponentRules, ProfileDelta, ProfileError, MAX_STACK_BYTES};
+use crate::sync::{lock, Background};
+use crate::upstream::snapshot::{Frame, FrameKind, THREAD_ROOTS, TRUNCATED};
+use events::{Drained, StackHead, ThreadEvents};
+use symbols::{NameId, Symbols};
+use unwind::Unwinder;
+
+/// With user stacks, how often the ring buffers are drained between two collects: each
+/// sample carries its copied stack, so a buffer holds tens of milliseconds of one busy
+/// thread's samples.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
+
+/// Samples the threads of one process and folds them into components.
+pub struct Profiler {
+    pid: u32,
+    rules: ComponentRules,
+    sampling: Arc<Mutex<Sampling>>,
+    /// Drains the ring buffers every [`DRAIN_EVERY`] when user stacks are sampled.
+    drainer: Option<Background>,
+    symbols: Symbols,
+    drained: Drained,
+    /// Component of each interned name by its leaf rule, indexed by `NameId`.
+    components: Vec<String>,
+    kernel_symbols: bool,
+}
+
+/// The perf events and what was drained from them: shared by `collect` and the drainer.
+struct Sampling {
+    events: ThreadEvents,
+    unwinder: Option<Unwinder>,
+    drained: Drained,
+}
+
+impl Sampling {
+    fn drain(&mut self) {
+        self.events.drain(self.unwinder.as_mut(), &mut self.drained);
+    }
+}
+
+/// Starts the thread that drains between collects; it ends when the `Background` is
+/// dropped (its wait ends at once then).
+fn spawn_drainer(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Background> {
+    Background::spawn("ps-up-drain", move |stopped| {
+        while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(DRAIN_EVERY) {
+            lock(&sampling).drain();
+        }
+        tracing::trace!(pid, "upstream sample drainer stopped");
+    })
+}
+
+impl Profiler {
+    /// Opens sampling perf events (software CPU clock, user+kernel) on every thread of
+    /// `pid`, copying `stack_bytes` of each sample's user stack (0: the leaf only).
+    /// Errors say what permission is missing (CAP_PERFMON / perf_event_paranoid) in one
+    /// sentence.
+    pub fn start(
+        pid: u32,
+        frequency_hz: u32,
+        stack_bytes: u32,
+        rules: ComponentRules,
+    ) -> Result<Profiler, ProfileError> {
+        // perf wants a multiple of 8 and less than a record's 64 KiB.
+        let stack_bytes = stack_bytes.min(MAX_STACK_BYTES) / 8 * 8;
+        let events = ThreadEvents::open(pid, frequency_hz, stack_bytes)?;
+        let unwinder = (stack_bytes > 0).then(|| Unwinder::new(pid));
+        let symbols = Symbols::new(pid)?;
+        let kernel_symbols = kernel_symbols_visible();
+        if !kernel_symbols {
+            tracing::warn!(
+                pid,
+                "/proc/kallsyms hides kernel addresses: kernel samples fold into `kernel` \
+                 without names; grant CAP_SYSLOG, or set kernel.kptr_restrict=0 with \
+                 kernel.perf_event_paranoid at 1 or less"
+            );
+        }
+        let stacks = unwinder.is_some();
+        let sampling = Arc::new(Mutex::new(Sampling {
+            events,
+            unwinder,
+            drained: Drained::default(),
+        }));
+        let drainer = if stacks {
+            Some(spawn_drainer(sampling.clone(), pid).map_err(ProfileError::Symbolizer)?)
+        } else {
+            None
+        };
+        Ok(Profiler {
+            pid,
+            rules,
+            sampling,
+            drainer,
+            symbols,
+            drained: Drained::default(),
+            components: Vec::new(),
+            kernel_symbols,
+        })
+    }
+
+    /// Whether user stacks are sampled (else the leaf and kernel callchains only).
+    pub fn user_stacks(&self) -> bool {
+        self.drainer.is_some()
+    }
+
+    /// Whether kernel samples get function names (/proc/kallsyms shows addresses to us);
+    /// without them every kernel sample is `kernel`, none `kernel_network`.
+    pub fn kernel_symbols(&self) -> bool {
+        self.kernel_symbols
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Threads with an open event (as of the last `start` or `collect`).
+    pub fn threads(&self) -> usize {
+        lock(&self.sampling).events.threads()
+    }
+
+    /// Drains the ring buffers, picks up threads created since the last call, symbolizes
+    /// and folds. Returns the samples since the previous call.
+    pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
+        let unsampled;
+        {
+            let mut sampling = lock(&self.sampling);
+            let sampling = &mut *sampling;
+            sampling.drain();
+            sampling
+                .events
+                .refresh_threads(sampling.unwinder.as_mut(), &mut sampling.drained)?;
+            // A library loaded since: its frames unwind from the next samples on.
+            if let Some(unwinder) = &mut sampling.unwinder {
+                unwinder.refresh();
+            }
+            self.drained.clear();
+            std::mem::swap(&mut self.drained, &mut sampling.drained);
+            unsampled = (
+                sampling.events.unsampled_threads() as u64,
+                sampling.events.take_unsampled_cpu_ns(),
+            );
+        }
+        self.symbols.refresh_maps()?;
+        fn split(stack: &[u64]) -> (&[u64], &[u64]) {
+            let (head, frames) = StackHead::split(stack);
+            frames.split_at(head.kernel_frames)
+        }
+        self.symbols.resolve_user(
+            self.drained
+                .stacks
+                .keys()
+                .flat_map(|s| split(s).1.iter().copied()),
+        )?;
+        self.symbols.resolve_kernel(
+            self.drained
+                .stacks
+                .keys()
+                .flat_map(|s| split(s).0.iter().copied()),
+        )?;
+        self.update_components();
+        let mut delta = self.fold();
+        (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
+        Ok(delta)
+    }
+
+    fn update_components(&mut self) {
+        for id in self.components.len()..self.symbols.names() {
+            let name = self.symbols.name(id as NameId);
+            let component = self
+                .rules
+                .component(&name.symbol, &name.object, name.kernel)
+                .to_owned();
+            self.components.push(component);
+        }
+    }
+
+    fn component(&self, id: NameId) -> &str {
+        self.components
+            .get(id as usize)
+            .map_or(KERNEL_COMPONENT, String::as_str)
+    }
+
+    /// The component a sample counts under (self): its leaf's, except that a generic
+    /// kernel leaf (`copy_user_generic`) takes the component of its first kernel caller
+    /// that has one, so copying for `tcp_recvmsg` counts as `kernel_network`.
+    fn self_component(&self, names: &[NameId], kernel_frames: usize) -> NameId {
+        let leaf = names[0];
+        if kernel_frames == 0 || self.component(leaf) != KERNEL_COMPONENT {
+            return leaf;
+        }
+        names[1..kernel_frames.min(names.len())]
+            .iter()
+            .copied()
+            .find(|&id| self.component(id) != KERNEL_COMPONENT)
+            .unwrap_or(leaf)
+    }
+
+    fn fold(&self) -> ProfileDelta {
+        let mut fold: Fold<NameId, NameId, &str> = Fold::new();
+        let mut names: Vec<NameId> = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        let with_stacks = self.user_stacks();
+        for (stack, &n) in &self.drained.stacks {
+            let (head, addrs) = StackHead::split(stack);
+            let (kernel, user) = addrs.split_at(head.kernel_frames);
+            // Leaf first; an address that could not be named is left out.
+            names.clear();
+            names.extend(kernel.iter().filter_map(|&ip| self.symbols.kernel(ip)));
+            let kernel_frames = names.len();
+            names.extend(user.iter().filter_map(|&ip| self.symbols.user(ip)));
+            if names.is_empty() {
+                continue;
+            }
+            // A walk that failed past a thread's first frame reached the root: what it
+            // read beyond (Go's goroutine stacks end at runtime.goexit with no marker
+            // above it) is not a frame. Only a failed walk is cut: a complete one may pass
+            // a `clone` its code calls.
+            let mut truncated = head.truncated;
+            if truncated {
+                let root = names[kernel_frames..]
+                    .iter()
+                    .rposition(|&id| THREAD_ROOTS.contains(&self.symbols.name(id).symbol.as_str()));
+                if let Some(i) = root {
+                    names.truncate(kernel_frames + i + 1);
+                    truncated = false;
+                }
+            }
+            let by = self.component(self.self_component(&names, kernel_frames));
+            fold.leaf(names[0], by, n);
+            if !with_stacks {
+                continue;
+            }
+
+            seen.clear();
+            seen.push(by);
+            for &id in &names {
+                let component = self.component(id);
+                if !seen.contains(&component) {
+                    seen.push(component);
+                }
+            }
+            let mut frames: Vec<u32> = Vec::with_capacity(names.len() + 1);
+            if truncated {
+                frames.push(fold.frame(NameId::MAX, truncated_frame));
+                fold.truncated(n);
+            }
+            if names[kernel_frames..]
+                .iter()
+                .any(|&id| self.symbols.name(id).object == UNMAPPED_OBJECT)
+            {
+                fold.unmapped(n);
+            }
+            for &id in names.iter().rev() {
+                frames.push(fold.frame(id, || self.frame(id)));
+            }
+            fold.stack(frames, &seen, n);
+        }
+        fold.finish(
+            |&leaf| {
+                let name = self.symbols.name(leaf);
+                (name.symbol.clone(), name.object.clone())
+            },
+            with_stacks.then_some(FrameKind::Native),
+            self.drained.lost,
+        )
+    }
+
+    /// A named frame as the snapshot carries it.
+    fn frame(&self, id: NameId) -> Frame {
+        let name = self.symbols.name(id);
+        Frame {
+            name: name.symbol.clone(),
+            object: name.object.clone(),
+            component: self.component(id).to_owned(),
+            line: None,
+        }
+    }
+}
+
+/// The frame at the root of a stack whose walk was cut short.
+fn truncated_frame() -> Frame {
+    Frame {
+        name: TRUNCATED.to_owned(),
+        object: String::new(),
+        component: String::new(),
+        line: None,
+    }
+}
+
+/// Whether /proc/kallsyms shows real addresses to this process: it shows zeros without
+/// CAP_SYSLOG unless kptr_restrict is 0 and perf_event_paranoid at most 1.
+fn kernel_symbols_visible() -> bool {
+    use std::io::BufRead;
+
+    let Ok(file) = std::fs::File::open("/proc/kallsyms") else {
+        return false;
+    };
+    io::BufReader::new(file)
+        .lines()
+        .take(16)
+        .map_while(Result::ok)
+        .any(|line| {
+            line.split_whitespace()
+                .next()
+                .and_then(|addr| u64::from_str_radix(addr, 16).ok())
+                .is_some_and(|addr| addr != 0)
+        })
+}
+
+/// True when the object (the upstream's main binary) has no symbol table: its own code
+/// reads as one component named after the file and any parser inside it is an upper
+/// bound. An unreadable or non-ELF file is not called stripped (nothing is known).
+pub fn is_stripped(path: &Path) -> bool {
+    use object::Object;
+
+    // Read lazily: only the headers and the section table, not the whole binary.
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let cache = object::ReadCache::new(file);
+    match object::File::parse(&cache) {
+        Ok(file) => file.section_by_name(".symtab").is_none(),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watcher may run it on any thread.
+    #[test]
+    fn profiler_is_send() {
+        fn send<T: Send>() {}
+        send::<Profiler>();
+        send::<ProfileDelta>();
+        send::<ProfileError>();
+    }
+
+    #[test]
+    fn stripped_and_not() {
+        // This test binary is built with symbols; a missing file is not "stripped".
+        let exe = std::env::current_exe().unwrap();
+        assert!(!is_stripped(&exe), "{} has a .symtab", exe.display());
+        assert!(!is_stripped(Path::new("/nonexistent/binary")));
+        // Debian's binaries are stripped of .symtab (their names are in -dbgsym packages).
+        assert!(is_stripped(Path::new("/bin/ls")));
+        assert!(!is_stripped(Path::new("/etc/hostname")), "not ELF");
+    }
+}
