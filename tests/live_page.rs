@@ -618,8 +618,12 @@ fn errors_cover_the_window_ticks_are_distinct_and_taps_keep_their_order() {
     assert!(zeta < alpha, "alpha is shown above zeta");
 
     let tap = &dom[zeta..alpha];
-    let card = Regex::new(r#"(?s)data-stat="errors"([^>]*)>([^<]*)<.*?class="hint"[^>]*>([^<]*)<"#)
-        .unwrap();
+    // The value's class comes before its data-stat (a pattern that looked after it
+    // captured nothing, and the check on the class below held whatever the class).
+    let card = Regex::new(
+        r#"(?s)<div class="([^"]*)" data-stat="errors">([^<]*)<.*?class="hint"[^>]*>([^<]*)<"#,
+    )
+    .unwrap();
     let c = card.captures(tap).expect("an errors card");
     assert_eq!(c[2].trim(), "2", "the window's errors: {}", &c[0]);
     assert!(
