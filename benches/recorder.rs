@@ -60,6 +60,7 @@ fn record(tap: &TapMetrics, route: RouteId, phases: &Phases) {
         request_bytes: 40,
         response_bytes: 120,
         phases: *phases,
+        failure: None,
     }));
 }
 

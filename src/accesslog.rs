@@ -138,7 +138,7 @@ pub fn format_line(tap: &str, r: &ExchangeRecord<'_>, now: SystemTime) -> String
     let target = String::from_utf8_lossy(r.target);
     let _ = write!(
         line,
-        "{{\"ts\":\"{ts}\",\"exchange_id\":\"{}\",\"tap\":{},\"method\":{},\"target\":{},\"status\":{},\"request_bytes\":{},\"response_bytes\":{},\"phases_us\":{{",
+        "{{\"ts\":\"{ts}\",\"exchange_id\":\"{}\",\"tap\":{},\"method\":{},\"target\":{},\"status\":{},\"request_bytes\":{},\"response_bytes\":{},",
         r.id,
         json(tap),
         json(r.method),
@@ -147,6 +147,10 @@ pub fn format_line(tap: &str, r: &ExchangeRecord<'_>, now: SystemTime) -> String
         r.request_bytes,
         r.response_bytes
     );
+    if let Some(kind) = r.failure {
+        let _ = write!(line, "\"error\":\"{}\",", kind.name());
+    }
+    line.push_str("\"phases_us\":{");
     for (i, (phase, ns)) in r.phases.iter().enumerate() {
         let sep = if i == 0 { "" } else { "," };
         let _ = write!(line, "{sep}\"{}\":{:.3}", phase.name(), ns as f64 / 1_000.0);
@@ -180,6 +184,8 @@ impl Recorder for ExchangeLog {
     fn event(&self, event: Event) {
         match event {
             Event::Error(_)
+            | Event::ClientClosed
+            | Event::ConnectFailed(_)
             | Event::ConnectionOpened(_)
             | Event::ConnectionClosed(_)
             | Event::Bytes(..)
@@ -214,6 +220,7 @@ mod tests {
             request_bytes: 30,
             response_bytes: 90,
             phases,
+            failure: None,
         };
         let line = format_line("webdis", &r, SystemTime::UNIX_EPOCH);
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();

@@ -70,7 +70,15 @@ fn report(cli: &Cli, args: &ReportArgs) -> ExitCode {
             Err(code) => return code,
         }
     }
-    outcome(phasescope::report::commands::report(args, &admin))
+    match phasescope::report::commands::report(args, &admin) {
+        Ok(true) => ExitCode::SUCCESS,
+        // `--fail-on` tripped: the report is printed, the exit code says so.
+        Ok(false) => ExitCode::from(EXIT_FAILED),
+        Err(e) => {
+            print_error(&e);
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }
 
 /// The admin address (`host:port`) of the config `run` would use: where `report` and

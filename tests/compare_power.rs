@@ -89,8 +89,12 @@ fn tap(rng: &mut Rng, n: usize, wait_us: f64, factor: f64) -> (TapSnapshot, f64)
     let tap = TapSnapshot {
         protocol: "http".to_owned(),
         position: None,
+        upstream_address: None,
         phases,
         errors: BTreeMap::new(),
+        failed: BTreeMap::new(),
+        client_closes: 0,
+        connect_failures: BTreeMap::new(),
         request_heads: None,
         totals,
         upstream: None,

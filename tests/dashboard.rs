@@ -47,7 +47,7 @@ const NEED_CORRELATED_SETUP: [&str; 5] = [
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 18] = [
+const METRICS: [&str; 19] = [
     "phasescope_finding",
     "phasescope_upstream_samples_total",
     "phasescope_upstream_inclusive_samples_total",
@@ -64,6 +64,7 @@ const METRICS: [&str; 18] = [
     "phasescope_phase_duration_seconds_count",
     "phasescope_requests_total",
     "phasescope_errors_total",
+    "phasescope_client_closes_total",
     "phasescope_connections",
     "phasescope_connections_total",
     "phasescope_bytes_total",

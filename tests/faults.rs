@@ -158,7 +158,7 @@ async fn a_client_gone_mid_request_body_closes_the_upstream_side() {
         .expect("the upstream side was not closed")
         .unwrap();
     assert_eq!(seen, head.len() + 1000, "the upstream got what was sent");
-    assert_eq!(p.rec.wait_errors(1).await, vec![ErrorKind::ClientReset]);
+    assert_eq!(p.rec.wait_errors(1).await, vec![ErrorKind::ClientAbort]);
     assert_eq!(p.rec.wait_all_closed().await, (1, 1));
 }
 
@@ -192,7 +192,7 @@ async fn a_client_gone_mid_response_closes_the_upstream_side() {
     tokio::time::timeout(Duration::from_secs(5), closed.recv())
         .await
         .expect("the upstream side was not closed");
-    assert_eq!(p.rec.wait_errors(1).await, vec![ErrorKind::ClientReset]);
+    assert_eq!(p.rec.wait_errors(1).await, vec![ErrorKind::ClientAbort]);
     assert_eq!(p.rec.wait_all_closed().await, (1, 1));
 }
 

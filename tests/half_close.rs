@@ -38,11 +38,11 @@ fn send_then_shut(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
     got
 }
 
-fn client_resets(proxy: &Proxy) -> u64 {
+fn client_aborts(proxy: &Proxy) -> u64 {
     let metrics = proxy.admin_get("/metrics");
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     text.lines()
-        .find(|l| l.starts_with("phasescope_errors_total{") && l.contains("kind=\"client_reset\""))
+        .find(|l| l.starts_with("phasescope_errors_total{") && l.contains("kind=\"client_abort\""))
         .and_then(|l| l.rsplit(' ').next())
         .map_or(0, |n| n.parse::<f64>().unwrap() as u64)
 }
@@ -74,7 +74,7 @@ fn a_client_that_shuts_its_side_after_the_request_gets_every_answer() {
             proxy.log_tail()
         );
     }
-    assert_eq!(client_resets(&proxy), 0, "{}", proxy.log_tail());
+    assert_eq!(client_aborts(&proxy), 0, "{}", proxy.log_tail());
 }
 
 /// The FIN inside a body: the request can never complete, so the client is gone.
@@ -87,9 +87,9 @@ fn a_client_that_shuts_its_side_inside_a_body_is_gone() {
     );
     assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
     assert!(
-        support::wait_for(Duration::from_secs(10), || client_resets(&proxy) == 1),
-        "client_reset {}\n{}",
-        client_resets(&proxy),
+        support::wait_for(Duration::from_secs(10), || client_aborts(&proxy) == 1),
+        "client_abort {}\n{}",
+        client_aborts(&proxy),
         proxy.log_tail()
     );
 }

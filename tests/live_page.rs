@@ -466,6 +466,89 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
     eprintln!("screenshot: {}", screenshot.display());
 }
 
+/// The errors card tells the server's failures from the clients' closes: in front of a
+/// port nothing listens on, every request is a 502 (`upstream_connect`, the server's: the
+/// card turns red and says so), while clients that connect and leave without a request
+/// are closes, no error, shown apart.
+#[test]
+fn the_errors_card_tells_server_failures_from_client_closes() {
+    let chromium = require_tool("chromium");
+    let nothing = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy = Proxy::in_front_of(nothing, &[]);
+    const FAILED: usize = 3;
+    const CLOSES: u64 = 4;
+    for _ in 0..FAILED {
+        let answer = support::http_exchange(proxy.addr(), &support::get_request("/x"));
+        assert!(answer.starts_with(b"HTTP/1.1 502"), "{answer:?}");
+    }
+    let before: Value = serde_json::from_slice(&proxy.admin_get("/api/snapshot").body).unwrap();
+    let closes_before = before["taps"]["webdis"]["client_closes"].as_u64().unwrap();
+    for _ in 0..CLOSES {
+        drop(std::net::TcpStream::connect(proxy.addr()).unwrap());
+    }
+    let closes = || -> u64 {
+        let snap: Value = serde_json::from_slice(&proxy.admin_get("/api/snapshot").body).unwrap();
+        snap["taps"]["webdis"]["client_closes"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    assert!(wait_for(PATIENCE, || closes() == closes_before + CLOSES));
+    let screenshot = artifacts().join("live-page-failures.png");
+    let page = load_page(
+        &chromium,
+        &format!("http://{}/", proxy.admin_addr()),
+        &screenshot,
+    );
+    let dom = &page.dom;
+    // The value's class comes before its data-stat.
+    let card = Regex::new(
+        r#"(?s)<div class="([^"]*)" data-stat="errors">([^<]*)<.*?class="hint"[^>]*>([^<]*)<"#,
+    )
+    .unwrap();
+    let c = card.captures(dom).expect("an errors card");
+    assert_eq!(
+        c[2].trim(),
+        FAILED.to_string(),
+        "closes are no errors: {}",
+        &c[0]
+    );
+    assert!(
+        c[1].contains("bad"),
+        "the server's failures paint it red: {}",
+        &c[0]
+    );
+    let hint = &c[3];
+    assert!(
+        hint.contains(&format!("{FAILED} by the server"))
+            && hint.contains(&format!("{} closes (no error)", closes_before + CLOSES)),
+        "hint {hint:?}"
+    );
+    let chip = |kind: &str| {
+        Regex::new(&format!(
+            r#"<span class="([^"]*)" data-error="{kind}" data-window="(\d+)"[^>]*>(.*?)</span>"#
+        ))
+        .unwrap()
+        .captures(dom)
+        .map(|c| (c[1].to_owned(), c[2].to_owned(), c[3].to_owned()))
+        .unwrap_or_else(|| panic!("no {kind} chip"))
+    };
+    let (class, n, inner) = chip("upstream_connect");
+    assert_eq!(n, FAILED.to_string());
+    assert!(
+        !class.contains("client") && inner.contains("server"),
+        "{class} {inner}"
+    );
+    let (class, n, inner) = chip("client_closes");
+    assert_eq!(n, (closes_before + CLOSES).to_string());
+    assert!(
+        !class.contains("nonzero") && inner.contains("no error"),
+        "{class} {inner}"
+    );
+}
+
 /// The Errors card covers the same window as the other cards (since the last reset) with
 /// the count since start beside it and the clients' share named; the time axes have
 /// distinct labels although the page's polls run back to back under virtual time (their
@@ -535,8 +618,12 @@ fn errors_cover_the_window_ticks_are_distinct_and_taps_keep_their_order() {
     assert!(zeta < alpha, "alpha is shown above zeta");
 
     let tap = &dom[zeta..alpha];
-    let card = Regex::new(r#"(?s)data-stat="errors"([^>]*)>([^<]*)<.*?class="hint"[^>]*>([^<]*)<"#)
-        .unwrap();
+    // The value's class comes before its data-stat (a pattern that looked after it
+    // captured nothing, and the check on the class below held whatever the class).
+    let card = Regex::new(
+        r#"(?s)<div class="([^"]*)" data-stat="errors">([^<]*)<.*?class="hint"[^>]*>([^<]*)<"#,
+    )
+    .unwrap();
     let c = card.captures(tap).expect("an errors card");
     assert_eq!(c[2].trim(), "2", "the window's errors: {}", &c[0]);
     assert!(

@@ -9,12 +9,12 @@ use std::sync::{Arc, Barrier};
 use metrics_support::{exchange, phases, promtool_check, tap, Exposition, Rng};
 use phasescope::config::{MetricsConfig, Protocol, RouteRule};
 use phasescope::metrics::exposition::{
-    BUILD_INFO, BYTES, CONNECTIONS, CONNECTIONS_TOTAL, CORRELATIONS, ERRORS, PHASE_DURATION,
-    PUSHED, REQUESTS,
+    BUILD_INFO, BYTES, CLIENT_CLOSES, CONNECTIONS, CONNECTIONS_TOTAL, CONNECT_FAILURES,
+    CORRELATIONS, ERRORS, PHASE_DURATION, PUSHED, REQUESTS,
 };
 use phasescope::metrics::{Registry, Snapshot, SIGNIFICANT_FIGURES};
 use phasescope::phase::Phase;
-use phasescope::recorder::{Direction, ErrorKind, Event, Recorder, Side};
+use phasescope::recorder::{ConnectFailure, Direction, ErrorKind, Event, Recorder, Side};
 use phasescope::routes::RouteTable;
 
 const DURATION_COUNT: &str = "phasescope_phase_duration_seconds_count";
@@ -308,6 +308,8 @@ fn exposition_passes_promtool_and_follows_the_contract() {
         phases(&[(Phase::Total, 5)]),
     ));
     h.event(Event::Error(ErrorKind::BadRequest));
+    h.event(Event::ClientClosed);
+    h.event(Event::ConnectFailed(ConnectFailure::Refused));
     h.event(Event::ConnectionOpened(Side::Upstream));
     r.event(Event::Bytes(Direction::Response, 99));
 
@@ -318,10 +320,12 @@ fn exposition_passes_promtool_and_follows_the_contract() {
         (PHASE_DURATION, "histogram"),
         (REQUESTS, "counter"),
         (ERRORS, "counter"),
+        (CONNECT_FAILURES, "counter"),
         (CONNECTIONS, "gauge"),
         (CONNECTIONS_TOTAL, "counter"),
         (BYTES, "counter"),
         (PUSHED, "counter"),
+        (CLIENT_CLOSES, "counter"),
         (CORRELATIONS, "counter"),
         (BUILD_INFO, "gauge"),
     ];
@@ -340,7 +344,8 @@ fn exposition_passes_promtool_and_follows_the_contract() {
             CONNECTIONS | CONNECTIONS_TOTAL => label_set(&["tap", "side"]),
             BYTES => label_set(&["tap", "direction"]),
             BUILD_INFO => label_set(&["version", "clock"]),
-            PUSHED => label_set(&["tap"]),
+            PUSHED | CLIENT_CLOSES => label_set(&["tap"]),
+            CONNECT_FAILURES => label_set(&["tap", "reason"]),
             CORRELATIONS => label_set(&["tap", "result"]),
             other => panic!("unexpected sample {other}"),
         };
@@ -374,6 +379,19 @@ fn exposition_passes_promtool_and_follows_the_contract() {
     assert_eq!(
         e.value(BYTES, &[("tap", "redis"), ("direction", "response")]),
         99.0
+    );
+    assert_eq!(e.value(CLIENT_CLOSES, &[("tap", "webdis")]), 1.0);
+    assert_eq!(
+        e.value(
+            CONNECT_FAILURES,
+            &[("tap", "webdis"), ("reason", "refused")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        e.value(CONNECT_FAILURES, &[("tap", "redis"), ("reason", "timeout")]),
+        0.0,
+        "every reason exists from the start"
     );
 
     let info = e.find(BUILD_INFO, &[]);
@@ -442,6 +460,70 @@ fn reset_empties_snapshots_but_not_prometheus_counters() {
     assert_eq!(s.histogram.iter().map(|p| p[1]).sum::<u64>(), 3);
     let e = Exposition::parse(&reg.encode_prometheus());
     assert_eq!(e.value(DURATION_COUNT, &with), 103.0);
+}
+
+#[test]
+fn failed_exchanges_are_kept_apart_from_the_answered_ones_and_reset_with_them() {
+    let reg = registry();
+    let cfg = tap("t", Protocol::Http, RouteRule::Webdis);
+    let routes = Arc::new(RouteTable::new(&cfg).unwrap());
+    let m = reg.tap(&cfg, Arc::clone(&routes)).unwrap();
+    let route = routes.resolve(b"GET", b"/GET/k");
+    let record = |status: u16, ns: u64, failure: Option<ErrorKind>| {
+        let mut e = exchange(route, "GET", status, phases(&[(Phase::Total, ns)]));
+        e.failure = failure;
+        m.exchange(&e);
+    };
+    record(200, 5_000_000, None);
+    record(200, 7_000_000, None);
+    for _ in 0..3 {
+        record(502, 80_000, Some(ErrorKind::UpstreamConnect));
+    }
+    record(504, 9_000, Some(ErrorKind::UpstreamTimeout));
+    let snap = reg.snapshot();
+    let t = &snap.taps["t"];
+    assert_eq!(t.phases["total"]["GET"].count, 2, "answered only");
+    assert_eq!(t.phases["total"]["GET"].min, 5e-3);
+    assert_eq!(t.failed["upstream_connect"]["total"]["GET"].count, 3);
+    assert_eq!(t.failed["upstream_connect"]["total"]["GET"].max, 8e-5);
+    assert_eq!(t.failed["upstream_timeout"]["total"]["GET"].count, 1);
+    assert_eq!(t.totals.requests, 6, "every exchange is a request");
+    let e = Exposition::parse(&reg.encode_prometheus());
+    let with = [("tap", "t"), ("phase", "total"), ("route", "GET")];
+    assert_eq!(
+        e.value(DURATION_COUNT, &with),
+        2.0,
+        "the histograms hold the answered exchanges"
+    );
+    assert_eq!(
+        e.value(REQUESTS, &[("tap", "t"), ("status_class", "5xx")]),
+        4.0
+    );
+    // The snapshot JSON round-trips, and one without the field (an older build's) loads.
+    let json = serde_json::to_string(&snap).unwrap();
+    assert_eq!(Snapshot::from_json(&json).unwrap(), snap);
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let tap_json = old["taps"]["t"].as_object_mut().unwrap();
+    for field in [
+        "failed",
+        "client_closes",
+        "connect_failures",
+        "upstream_address",
+    ] {
+        tap_json.remove(field);
+    }
+    let old = Snapshot::from_json(&old.to_string()).unwrap();
+    assert!(old.taps["t"].failed.is_empty());
+    assert_eq!(old.taps["t"].client_closes, 0);
+
+    reg.reset();
+    record(502, 70_000, Some(ErrorKind::UpstreamConnect));
+    let after = reg.snapshot();
+    assert_eq!(
+        after.taps["t"].failed["upstream_connect"]["total"]["GET"].count, 1,
+        "only what failed after the reset"
+    );
+    assert!(!after.taps["t"].failed.contains_key("upstream_timeout"));
 }
 
 #[test]

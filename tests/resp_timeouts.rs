@@ -301,7 +301,10 @@ async fn an_unreachable_upstream_gets_an_error_line_and_the_close() {
         .unwrap();
     let (got, closed) = read_until_close_within(&mut s, SHORT * 10).await;
     assert!(closed);
-    assert_eq!(got, b"-ERR phasescope: upstream unreachable\r\n");
+    assert_eq!(
+        got,
+        b"-ERR phasescope: upstream unreachable: connection refused (nothing listens on its address)\r\n"
+    );
     assert_eq!(
         p.capture.wait_errors(1).await,
         vec![ErrorKind::UpstreamConnect]
@@ -324,7 +327,10 @@ async fn an_upstream_that_never_accepts_times_out_at_connect() {
     let (got, closed) = read_until_close_within(&mut s, SHORT * 10).await;
     let took = started.elapsed();
     assert!(closed, "still open after {took:?}");
-    assert_eq!(got, b"-ERR phasescope: upstream unreachable\r\n");
+    assert_eq!(
+        got,
+        b"-ERR phasescope: upstream unreachable: the connect timed out\r\n"
+    );
     assert!(
         took >= SHORT,
         "gave up after {took:?}, before the connect timeout"

@@ -114,7 +114,7 @@ fn a_long_run_leaks_nothing_and_loses_nothing() {
     let recorded = t["requests"].as_u64().unwrap() - 1; // the SET above
                                                         // wrk stops mid-request on each connection at the end of a round: those exchanges
                                                         // are cut on the client's side, so they may be recorded (response written, not read)
-                                                        // or counted as client resets, but never both, never lost.
+                                                        // or counted as client aborts, but never both, never lost.
     let cut = u64::from(rounds * CONNECTIONS);
     assert!(
         recorded >= completed && recorded <= completed + cut,
@@ -124,7 +124,7 @@ fn a_long_run_leaks_nothing_and_loses_nothing() {
     for (kind, n) in errors.as_object().unwrap() {
         let n = n.as_u64().unwrap();
         match kind.as_str() {
-            "client_reset" => assert!(n <= cut, "{n} client resets for {cut} cut requests"),
+            "client_abort" => assert!(n <= cut, "{n} client aborts for {cut} cut requests"),
             // Webdis's late answers on reused descriptors, see docs/webdis.md.
             "unsolicited_response" => {}
             _ => assert_eq!(n, 0, "{kind} errors: {errors}"),

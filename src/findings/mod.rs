@@ -36,6 +36,7 @@ pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotP
     let mut hot = HotPaths::new();
     for (name, tap) in &snapshot.taps {
         let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix);
+        out.extend(rules::failures(&view));
         if view.requests >= MIN_REQUESTS {
             out.extend(rules::all(&view));
         }
@@ -149,6 +150,46 @@ mod tests {
         phases.pop();
         phases.push(("proxy_overhead", 9e-6));
         assert!(!ids(&snapshot(&phases, None)).contains(&"proxy_overhead".to_owned()));
+    }
+
+    #[test]
+    fn upstream_failures_past_one_percent_are_critical_and_lead_whatever_was_answered() {
+        let with_errors = |answered: &[(&str, f64)], kind: &str, n: u64| {
+            let mut s = snapshot(answered, None);
+            let tap = s.taps.get_mut("web").unwrap();
+            tap.errors.insert(kind.to_owned(), n);
+            tap.errors.insert("client_abort".to_owned(), 50);
+            tap.upstream_address = Some("127.0.0.1:27999".to_owned());
+            s
+        };
+        // 1000 answered, 11 reset: 1.09 % of 1011.
+        let found = diagnose(&with_errors(&QUICK, "upstream_reset", 11));
+        let f = &found[0];
+        assert_eq!(f.id, "upstream_errors", "the most severe comes first");
+        assert_eq!(f.severity, crate::metrics::Severity::Critical);
+        assert!(f.summary.contains("closed or reset"), "{}", f.summary);
+        // 10 of 1010 is under 1 %; clients' aborts are not the server's failures.
+        assert!(!ids(&with_errors(&QUICK, "upstream_reset", 10))
+            .contains(&"upstream_errors".to_owned()));
+        // Nothing answered at all (no `total`): still found, with the refusal's fix.
+        let mut refused = with_errors(&[], "upstream_connect", 200);
+        refused
+            .taps
+            .get_mut("web")
+            .unwrap()
+            .connect_failures
+            .insert("refused".to_owned(), 200);
+        let f = diagnose(&refused).into_iter().next().unwrap();
+        assert_eq!(f.id, "upstream_errors");
+        assert!(
+            f.summary
+                .contains("connection refused: nothing listens on 127.0.0.1:27999"),
+            "{}",
+            f.summary
+        );
+        assert!(f.fix.contains("127.0.0.1:27999"));
+        // Fewer than five failures say nothing.
+        assert!(ids(&with_errors(&[], "upstream_connect", 4)).is_empty());
     }
 
     #[test]

@@ -11,7 +11,17 @@ pub enum Answer {
     HeaderTooLarge,
     /// A transfer coding the proxy will not vouch for (RFC 9112 §6.1).
     NotImplemented,
-    BadGateway,
+    /// 502: the upstream's address refused the connection (nothing listens there).
+    UpstreamRefused,
+    /// 502: connecting to the upstream took longer than the connect timeout.
+    UpstreamConnectTimeout,
+    /// 502: connecting to the upstream failed otherwise (no route, a name that does not
+    /// resolve, …).
+    UpstreamConnectFailed,
+    /// 502: the upstream closed or reset the connection before its response began.
+    UpstreamClosed,
+    /// 502: what the upstream sent is not an HTTP/1.x response.
+    NotHttp,
     GatewayTimeout,
 }
 
@@ -22,7 +32,11 @@ impl Answer {
             Answer::RequestTimeout => 408,
             Answer::HeaderTooLarge => 431,
             Answer::NotImplemented => 501,
-            Answer::BadGateway => 502,
+            Answer::UpstreamRefused
+            | Answer::UpstreamConnectTimeout
+            | Answer::UpstreamConnectFailed
+            | Answer::UpstreamClosed
+            | Answer::NotHttp => 502,
             Answer::GatewayTimeout => 504,
         }
     }
@@ -33,7 +47,11 @@ impl Answer {
             Answer::RequestTimeout => "Request Timeout",
             Answer::HeaderTooLarge => "Request Header Fields Too Large",
             Answer::NotImplemented => "Not Implemented",
-            Answer::BadGateway => "Bad Gateway",
+            Answer::UpstreamRefused
+            | Answer::UpstreamConnectTimeout
+            | Answer::UpstreamConnectFailed
+            | Answer::UpstreamClosed
+            | Answer::NotHttp => "Bad Gateway",
             Answer::GatewayTimeout => "Gateway Timeout",
         }
     }
@@ -44,7 +62,15 @@ impl Answer {
             Answer::RequestTimeout => "phasescope: the request head took too long\n",
             Answer::HeaderTooLarge => "phasescope: the request head is too large\n",
             Answer::NotImplemented => "phasescope: unsupported transfer coding\n",
-            Answer::BadGateway => "phasescope: the upstream failed to answer\n",
+            Answer::UpstreamRefused => {
+                "phasescope: the upstream refused the connection (nothing listens on its address)\n"
+            }
+            Answer::UpstreamConnectTimeout => "phasescope: connecting to the upstream timed out\n",
+            Answer::UpstreamConnectFailed => "phasescope: could not connect to the upstream\n",
+            Answer::UpstreamClosed => {
+                "phasescope: the upstream closed the connection before it answered\n"
+            }
+            Answer::NotHttp => "phasescope: the upstream's answer is not HTTP/1.x\n",
             Answer::GatewayTimeout => "phasescope: the upstream did not answer in time\n",
         }
     }
@@ -72,12 +98,17 @@ impl Answer {
         &all[self as usize]
     }
 
-    pub const ALL: [Answer; 6] = [
+    /// Every answer, in declaration order (`bytes` indexes it by discriminant).
+    pub const ALL: [Answer; 10] = [
         Answer::BadRequest,
         Answer::RequestTimeout,
         Answer::HeaderTooLarge,
         Answer::NotImplemented,
-        Answer::BadGateway,
+        Answer::UpstreamRefused,
+        Answer::UpstreamConnectTimeout,
+        Answer::UpstreamConnectFailed,
+        Answer::UpstreamClosed,
+        Answer::NotHttp,
         Answer::GatewayTimeout,
     ];
 }
@@ -88,7 +119,8 @@ mod tests {
 
     #[test]
     fn answers_are_well_formed_and_lengths_match() {
-        for a in Answer::ALL {
+        for (i, a) in Answer::ALL.into_iter().enumerate() {
+            assert_eq!(a as usize, i, "ALL is in declaration order");
             let raw = a.bytes();
             let mut headers = [httparse::EMPTY_HEADER; 8];
             let mut res = httparse::Response::new(&mut headers);

@@ -10,7 +10,7 @@
 use prometheus::proto::MetricType;
 
 use crate::metrics::heads::HeadShapes;
-use crate::recorder::{Direction, ErrorKind, Event, Side};
+use crate::recorder::{ConnectFailure, Direction, ErrorKind, Event, Side};
 
 /// The counts of one tap: per thread in its shard, or added up over the threads. Plain
 /// integers, so counting an event is one addition on a line the thread already holds.
@@ -25,6 +25,10 @@ pub struct Counters {
     pub bytes: [u64; 2],
     /// Messages that answered no request (pub/sub, MONITOR, RESP3 pushes).
     pub pushed: u64,
+    /// Client connections the client ended between exchanges: normal ends, not errors.
+    pub client_closes: u64,
+    /// Failed upstream connects, indexed by [`ConnectFailure::ALL`] position.
+    pub connect_failures: [u64; ConnectFailure::ALL.len()],
     /// Correlated requests: [matched, unmatched].
     pub correlations: [u64; 2],
     pub heads: HeadShapes,
@@ -59,6 +63,15 @@ impl Counters {
     pub fn record(&mut self, event: Event) {
         match event {
             Event::Error(kind) => self.errors[error_index(kind)] += 1,
+            Event::ClientClosed => self.client_closes += 1,
+            Event::ConnectFailed(why) => {
+                // ALL lists every reason, so the fallback is never taken.
+                let i = ConnectFailure::ALL
+                    .iter()
+                    .position(|&w| w == why)
+                    .unwrap_or(0);
+                self.connect_failures[i] += 1;
+            }
             Event::ConnectionOpened(side) => self.opened[side_index(side)] += 1,
             Event::ConnectionClosed(side) => self.closed[side_index(side)] += 1,
             Event::Bytes(direction, n) => self.bytes[direction_index(direction)] += n,
@@ -76,6 +89,8 @@ impl Counters {
             closed,
             bytes,
             pushed,
+            client_closes,
+            connect_failures,
             correlations,
             heads,
         } = other;
@@ -84,6 +99,8 @@ impl Counters {
         add(&mut self.closed, closed);
         add(&mut self.bytes, bytes);
         self.pushed += pushed;
+        self.client_closes += client_closes;
+        add(&mut self.connect_failures, connect_failures);
         add(&mut self.correlations, correlations);
         self.heads.add(heads);
     }
@@ -96,6 +113,8 @@ impl Counters {
             closed,
             bytes,
             pushed,
+            client_closes,
+            connect_failures,
             correlations,
             heads,
         } = earlier;
@@ -105,6 +124,8 @@ impl Counters {
             closed: sub(&self.closed, closed),
             bytes: sub(&self.bytes, bytes),
             pushed: self.pushed.saturating_sub(*pushed),
+            client_closes: self.client_closes.saturating_sub(*client_closes),
+            connect_failures: sub(&self.connect_failures, connect_failures),
             correlations: sub(&self.correlations, correlations),
             heads: self.heads.since(heads),
         }
@@ -216,6 +237,28 @@ pub const PUSHED: Family = Family {
     samples: |c| vec![("", c.pushed)],
 };
 
+pub const CLIENT_CLOSES: Family = Family {
+    name: "phasescope_client_closes_total",
+    help: "Client connections the client ended between exchanges (a normal end, not an error; one that leaves mid-exchange is errors_total{kind=\"client_abort\"}).",
+    kind: MetricType::COUNTER,
+    label: None,
+    samples: |c| vec![("", c.client_closes)],
+};
+
+pub const CONNECT_FAILURES: Family = Family {
+    name: "phasescope_upstream_connect_failures_total",
+    help: "Failed connects to the upstream, by reason (refused: nothing listens; timeout; other).",
+    kind: MetricType::COUNTER,
+    label: Some("reason"),
+    samples: |c| {
+        ConnectFailure::ALL
+            .iter()
+            .zip(c.connect_failures)
+            .map(|(w, n)| (w.name(), n))
+            .collect()
+    },
+};
+
 pub const CORRELATIONS: Family = Family {
     name: "phasescope_correlations_total",
     help: "Correlated HTTP requests that found (matched) or did not find (unmatched) their backend command.",
@@ -231,12 +274,14 @@ pub const CORRELATIONS: Family = Family {
 
 /// The families of the exposition read from [`Counters`], in exposition order (after the
 /// phase histograms and the requests, before the build info).
-pub const FAMILIES: [Family; 6] = [
+pub const FAMILIES: [Family; 8] = [
     ERRORS,
+    CONNECT_FAILURES,
     CONNECTIONS,
     CONNECTIONS_TOTAL,
     BYTES,
     PUSHED,
+    CLIENT_CLOSES,
     CORRELATIONS,
 ];
 
@@ -249,7 +294,9 @@ mod tests {
     fn every_event_lands_in_its_field_and_adds_and_subtracts_whole() {
         let mut c = Counters::default();
         for event in [
-            Event::Error(ErrorKind::ClientReset),
+            Event::Error(ErrorKind::ClientAbort),
+            Event::ClientClosed,
+            Event::ConnectFailed(ConnectFailure::Refused),
             Event::ConnectionOpened(Side::Upstream),
             Event::ConnectionOpened(Side::Upstream),
             Event::ConnectionClosed(Side::Upstream),
@@ -263,7 +310,9 @@ mod tests {
         ] {
             c.record(event);
         }
-        assert_eq!(ERRORS.value(&c, "client_reset"), 1);
+        assert_eq!(ERRORS.value(&c, "client_abort"), 1);
+        assert_eq!(CLIENT_CLOSES.value(&c, ""), 1);
+        assert_eq!(CONNECT_FAILURES.value(&c, "refused"), 1);
         assert_eq!(CONNECTIONS.value(&c, "upstream"), 1);
         assert_eq!(CONNECTIONS_TOTAL.value(&c, "upstream"), 2);
         assert_eq!(BYTES.value(&c, "response"), 7);

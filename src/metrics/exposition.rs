@@ -31,6 +31,8 @@ pub const CONNECTIONS_TOTAL: &str = counters::CONNECTIONS_TOTAL.name;
 pub const BYTES: &str = counters::BYTES.name;
 pub const BUILD_INFO: &str = "phasescope_build_info";
 pub const PUSHED: &str = counters::PUSHED.name;
+pub const CLIENT_CLOSES: &str = counters::CLIENT_CLOSES.name;
+pub const CONNECT_FAILURES: &str = counters::CONNECT_FAILURES.name;
 pub const CORRELATIONS: &str = counters::CORRELATIONS.name;
 
 /// `Content-Type` of the text exposition.

@@ -24,6 +24,19 @@ pub enum Severity {
     Info,
     /// Explains a large part of a request's time, or caps throughput.
     Warn,
+    /// Requests fail: before any question of time (`report --fail-on critical`).
+    Critical,
+}
+
+impl Severity {
+    /// The name in the JSON and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warn => "warn",
+            Severity::Critical => "critical",
+        }
+    }
 }
 
 /// One diagnosis with the numbers behind it.

@@ -29,5 +29,5 @@ pub use buckets::Buckets;
 pub use finding::{Board, Evidence, Finding, Impact, Severity};
 pub use hdr::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
 pub use registry::Registry;
-pub use snapshot::{HdrLayout, SeriesSnapshot, Snapshot, TapSnapshot, TapTotals};
+pub use snapshot::{HdrLayout, PhaseSeries, SeriesSnapshot, Snapshot, TapSnapshot, TapTotals};
 pub use tap::TapMetrics;

@@ -252,11 +252,11 @@ impl Registry {
             .zip(counted)
             .enumerate()
             .map(|(registered, (t, counts))| {
-                let series = if cut {
+                let (series, failed) = if cut {
                     next_baseline.push((t.name().to_owned(), counts.counters));
                     t.cut_series(&counts)
                 } else {
-                    t.hdr_series(&counts)
+                    (t.hdr_series(&counts), t.failed_series(&counts))
                 };
                 let at_reset = baseline
                     .iter()
@@ -272,6 +272,7 @@ impl Registry {
                     position: u32::try_from(position).unwrap_or(u32::MAX),
                     window,
                     series,
+                    failed,
                     counts,
                     upstream: upstreams.iter().find(|u| u.tap() == t.name()).map(|u| {
                         if cut {

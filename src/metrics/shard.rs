@@ -14,7 +14,7 @@ use crate::metrics::exemplar::Exemplar;
 use crate::metrics::hdr::HdrCounts;
 use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::phase::Phase;
-use crate::recorder::RouteId;
+use crate::recorder::{ErrorKind, RouteId};
 
 /// Keeps each thread's shard on cache lines of its own (adjacent-line prefetch included),
 /// whatever the allocator puts next to it.
@@ -44,15 +44,41 @@ impl ThreadShard {
 pub struct RouteShard {
     /// `requests[method][status_class]`, indexes from `labels`.
     pub requests: [[u64; STATUS_CLASSES.len()]; METHODS.len()],
-    /// Indexed by `Phase::index`.
+    /// Indexed by `Phase::index`: the exchanges that were answered.
     pub phases: [Option<Box<SeriesShard>>; Phase::COUNT],
+    /// The failed exchanges' phases (`ExchangeRecord::failure`), by [`ErrorKind::ALL`]
+    /// position then `Phase::index`; allocated at the route's first failure on this
+    /// thread, so a route that never fails pays one pointer.
+    pub failed: Option<Box<FailedSeries>>,
 }
+
+/// A route's failed exchanges on one thread: per kind, per phase.
+pub type FailedSeries = [[Option<Box<SeriesShard>>; Phase::COUNT]; ErrorKind::ALL.len()];
 
 impl RouteShard {
     fn new() -> Self {
         Self {
             requests: [[0; STATUS_CLASSES.len()]; METHODS.len()],
             phases: Default::default(),
+            failed: None,
+        }
+    }
+
+    /// The phase series of the exchanges answered (`None`), or of those that failed with
+    /// `kind`.
+    #[inline]
+    pub fn series_of(
+        &mut self,
+        failure: Option<ErrorKind>,
+    ) -> &mut [Option<Box<SeriesShard>>; Phase::COUNT] {
+        match failure {
+            None => &mut self.phases,
+            Some(kind) => {
+                let failed = self.failed.get_or_insert_with(Default::default);
+                // ALL lists every kind, so the fallback is never taken.
+                let i = ErrorKind::ALL.iter().position(|&k| k == kind).unwrap_or(0);
+                &mut failed[i]
+            }
         }
     }
 }

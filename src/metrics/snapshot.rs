@@ -116,6 +116,9 @@ impl HdrLayout {
     }
 }
 
+/// phase name → route label → series.
+pub type PhaseSeries = BTreeMap<String, BTreeMap<String, SeriesSnapshot>>;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TapSnapshot {
     /// `http` or `resp`.
@@ -125,13 +128,32 @@ pub struct TapSnapshot {
     /// taps in this order. Absent in snapshots of older builds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<u32>,
-    /// phase name → route label → series. A series appears once it has an observation
-    /// since `since`.
-    pub phases: BTreeMap<String, BTreeMap<String, SeriesSnapshot>>,
+    /// The `host:port` the tap forwards to, as configured (the report names it when the
+    /// upstream fails). Absent in snapshots of older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_address: Option<String>,
+    /// phase name → route label → series, of the exchanges answered. A series appears
+    /// once it has an observation since `since`.
+    pub phases: PhaseSeries,
     /// `kind` label → errors since `since`, the window the series cover (`totals.errors`
     /// counts since the process started). Absent in snapshots of older builds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub errors: BTreeMap<String, u64>,
+    /// The exchanges that failed since `since` (the proxy answered them itself, a 502, a
+    /// 504, a 400, or cut them short): `kind` label → phase name → route label → series.
+    /// Their phases are kept out of `phases`, which holds the answered exchanges only.
+    /// Absent when none failed, and in snapshots of older builds (whose `phases` held
+    /// both).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed: BTreeMap<String, PhaseSeries>,
+    /// Client connections the client ended between exchanges since `since`: normal ends,
+    /// not errors. Absent in snapshots of older builds.
+    #[serde(default)]
+    pub client_closes: u64,
+    /// Failed upstream connects since `since` by reason (`refused`, `timeout`, `other`):
+    /// what `errors.upstream_connect` was. Absent in snapshots of older builds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub connect_failures: BTreeMap<String, u64>,
     /// HTTP taps: the shape of the request heads read since `since`, the probe's own
     /// requests left out. Absent for RESP taps and in snapshots of older builds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,6 +221,9 @@ pub struct TapTotals {
     /// Messages that answered no request (pub/sub, MONITOR, RESP3 pushes).
     #[serde(default)]
     pub pushed: u64,
+    /// Client connections the client ended between exchanges (normal ends).
+    #[serde(default)]
+    pub client_closes: u64,
     /// For a correlated HTTP tap: requests that found their backend command, and not.
     #[serde(default)]
     pub correlations: Correlations,
@@ -304,6 +329,7 @@ pub(crate) struct TapInput<'a> {
     pub window: Counters,
     pub counts: TapCounts,
     pub series: Vec<(crate::recorder::RouteId, crate::phase::Phase, HdrSeries)>,
+    pub failed: Vec<(crate::metrics::tap::FailedKey, HdrSeries)>,
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
@@ -323,6 +349,21 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                 SeriesSnapshot::from_series(series),
             );
         }
+        let mut failed: BTreeMap<String, PhaseSeries> = BTreeMap::new();
+        for ((route, kind, phase), series) in &input.failed {
+            if series.count() == 0 {
+                continue;
+            }
+            failed
+                .entry(kind.name().to_owned())
+                .or_default()
+                .entry(phase.name().to_owned())
+                .or_default()
+                .insert(
+                    routes.name(*route).to_owned(),
+                    SeriesSnapshot::from_series(series),
+                );
+        }
         let c = &input.counts.counters;
         let totals = TapTotals {
             requests: input.counts.requests.values().flatten().flatten().sum(),
@@ -331,6 +372,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             connections: by_label(&counters::CONNECTIONS_TOTAL, c),
             bytes: by_label(&counters::BYTES, c),
             pushed: counters::PUSHED.value(c, ""),
+            client_closes: counters::CLIENT_CLOSES.value(c, ""),
             correlations: Correlations {
                 matched: counters::CORRELATIONS.value(c, "matched"),
                 unmatched: counters::CORRELATIONS.value(c, "unmatched"),
@@ -342,7 +384,11 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             TapSnapshot {
                 protocol: protocol.as_str().to_owned(),
                 position: Some(input.position),
+                upstream_address: Some(input.tap.upstream_address().to_owned()),
                 errors: by_label(&counters::ERRORS, &input.window),
+                failed,
+                client_closes: counters::CLIENT_CLOSES.value(&input.window, ""),
+                connect_failures: by_label(&counters::CONNECT_FAILURES, &input.window),
                 request_heads: protocol
                     .has_request_heads()
                     .then(|| RequestHeads::from_shapes(&input.window.heads)),

@@ -14,7 +14,7 @@ use crate::metrics::hdr::{self, HdrSeries};
 use crate::metrics::labels::{method_index, status_class_index, METHODS, STATUS_CLASSES};
 use crate::metrics::shard::{CachePadded, SeriesShard, ThreadShard};
 use crate::phase::Phase;
-use crate::recorder::{Direction, Event, ExchangeRecord, HeadShape, Recorder, RouteId};
+use crate::recorder::{Direction, ErrorKind, Event, ExchangeRecord, HeadShape, Recorder, RouteId};
 use crate::routes::RouteTable;
 use crate::sync::lock;
 
@@ -24,6 +24,8 @@ use crate::sync::lock;
 pub struct TapMetrics {
     name: String,
     protocol: Protocol,
+    /// The `host:port` the tap forwards to, as configured.
+    upstream: String,
     routes: Arc<RouteTable>,
     buckets: Arc<Buckets>,
     shards: ThreadLocal<CachePadded<Mutex<ThreadShard>>>,
@@ -31,6 +33,8 @@ pub struct TapMetrics {
     hdr_template: Histogram<u64>,
     /// What the HDR copies held at the last reset, subtracted from every snapshot.
     baseline: Mutex<HashMap<(RouteId, Phase), Baseline>>,
+    /// The same for the failed exchanges' series.
+    failed_baseline: Mutex<HashMap<FailedKey, Baseline>>,
     /// A `total` at least this long is slow: it becomes its bucket's exemplar.
     exemplar_min_ns: u64,
 }
@@ -71,10 +75,22 @@ pub(crate) struct SeriesCounts {
     pub exemplars: Vec<Exemplar>,
 }
 
+/// A window's series: the answered exchanges', the failed ones'.
+pub(crate) type WindowSeries = (
+    Vec<(RouteId, Phase, HdrSeries)>,
+    Vec<(FailedKey, HdrSeries)>,
+);
+
+/// A failed exchanges' series: its route, why they failed, the phase.
+pub(crate) type FailedKey = (RouteId, ErrorKind, Phase);
+
 /// A tap's counts added up over all threads at one scrape.
 #[derive(Debug, Default)]
 pub(crate) struct TapCounts {
+    /// The answered exchanges' series: what the exposition's histograms hold.
     pub series: HashMap<(RouteId, Phase), SeriesCounts>,
+    /// The failed exchanges' series (the snapshot's `failed`), kept apart.
+    pub failed: HashMap<FailedKey, SeriesCounts>,
     pub requests: HashMap<RouteId, [[u64; STATUS_CLASSES.len()]; METHODS.len()]>,
     pub counters: Counters,
 }
@@ -89,11 +105,13 @@ impl TapMetrics {
         Ok(Self {
             name: tap.name.clone(),
             protocol: tap.protocol,
+            upstream: tap.upstream.clone(),
             routes,
             buckets,
             shards: ThreadLocal::new(),
             hdr_template: hdr::template()?,
             baseline: Mutex::new(HashMap::new()),
+            failed_baseline: Mutex::new(HashMap::new()),
             exemplar_min_ns,
         })
     }
@@ -105,6 +123,11 @@ impl TapMetrics {
 
     pub fn protocol(&self) -> Protocol {
         self.protocol
+    }
+
+    /// The `host:port` the tap forwards to, as configured.
+    pub fn upstream_address(&self) -> &str {
+        &self.upstream
     }
 
     /// The route table whose ids this tap's exchanges carry.
@@ -148,32 +171,18 @@ impl TapMetrics {
                         *a += n;
                     }
                 }
-                for (phase, series) in Phase::ALL.iter().zip(route.phases.iter_mut()) {
-                    let Some(series) = series else { continue };
-                    let s = acc
-                        .series
-                        .entry((id, *phase))
-                        .or_insert_with(|| SeriesCounts {
-                            buckets: vec![0; series.buckets.len()],
-                            sum_ns: 0,
-                            hdr: None,
-                            min_ns: u64::MAX,
-                            max_ns: 0,
-                            exemplars: Vec::new(),
-                        });
-                    for (a, n) in s.buckets.iter_mut().zip(series.buckets.iter()) {
-                        *a += n;
+                for (phase, series) in Phase::ALL.iter().zip(route.phases.iter()) {
+                    if let Some(series) = series {
+                        self.fold(acc.series.entry((id, *phase)), series, what);
                     }
-                    s.sum_ns += series.sum_ns;
-                    s.min_ns = s.min_ns.min(series.min_ns);
-                    s.max_ns = s.max_ns.max(series.max_ns);
-                    if let Some(slots) = &series.exemplars {
-                        exemplar::merge_latest(&mut s.exemplars, slots);
-                    }
-                    if what != Collect::Counts {
-                        match &mut s.hdr {
-                            None => s.hdr = Some(series.hdr.to_histogram(&self.hdr_template)),
-                            Some(h) => series.hdr.add_to(h),
+                }
+                for (kind, phases) in ErrorKind::ALL
+                    .iter()
+                    .zip(route.failed.iter().flat_map(|f| f.iter()))
+                {
+                    for (phase, series) in Phase::ALL.iter().zip(phases) {
+                        if let Some(series) = series {
+                            self.fold(acc.failed.entry((id, *kind, *phase)), series, what);
                         }
                     }
                 }
@@ -181,6 +190,7 @@ impl TapMetrics {
                     route
                         .phases
                         .iter_mut()
+                        .chain(route.failed.iter_mut().flat_map(|f| f.iter_mut().flatten()))
                         .flatten()
                         .for_each(|s| s.restart_extremes());
                 }
@@ -189,34 +199,50 @@ impl TapMetrics {
         acc
     }
 
+    /// Adds one thread's copy of a series to the sum over the threads.
+    fn fold<K>(
+        &self,
+        entry: std::collections::hash_map::Entry<'_, K, SeriesCounts>,
+        series: &SeriesShard,
+        what: Collect,
+    ) {
+        let s = entry.or_insert_with(|| SeriesCounts {
+            buckets: vec![0; series.buckets.len()],
+            sum_ns: 0,
+            hdr: None,
+            min_ns: u64::MAX,
+            max_ns: 0,
+            exemplars: Vec::new(),
+        });
+        for (a, n) in s.buckets.iter_mut().zip(series.buckets.iter()) {
+            *a += n;
+        }
+        s.sum_ns += series.sum_ns;
+        s.min_ns = s.min_ns.min(series.min_ns);
+        s.max_ns = s.max_ns.max(series.max_ns);
+        if let Some(slots) = &series.exemplars {
+            exemplar::merge_latest(&mut s.exemplars, slots);
+        }
+        if what != Collect::Counts {
+            match &mut s.hdr {
+                None => s.hdr = Some(series.hdr.to_histogram(&self.hdr_template)),
+                Some(h) => series.hdr.add_to(h),
+            }
+        }
+    }
+
     /// Every series since the last reset, from counts collected `WithHdr`: the merged HDR
     /// copies minus the baseline the reset took.
     pub(crate) fn hdr_series(&self, counts: &TapCounts) -> Vec<(RouteId, Phase, HdrSeries)> {
-        let baseline = lock(&self.baseline);
-        let mut out = Vec::with_capacity(counts.series.len());
-        for (&(route, phase), s) in &counts.series {
-            let Some(hist) = &s.hdr else { continue };
-            let mut hist = hist.clone();
-            let mut sum_ns = s.sum_ns;
-            if let Some(b) = baseline.get(&(route, phase)) {
-                if let Err(e) = hist.subtract(&b.hist) {
-                    // Copies only grow, so the baseline is always below them.
-                    tracing::error!(error = %e, "subtracting the reset baseline failed");
-                }
-                sum_ns = sum_ns.saturating_sub(b.sum_ns);
-            }
-            out.push((
-                route,
-                phase,
-                HdrSeries {
-                    hist,
-                    sum_ns,
-                    min_ns: s.min_ns,
-                    max_ns: s.max_ns,
-                },
-            ));
-        }
-        out
+        since_baseline(&counts.series, &lock(&self.baseline))
+            .into_iter()
+            .map(|((route, phase), s)| (route, phase, s))
+            .collect()
+    }
+
+    /// The failed exchanges' series since the last reset, as [`hdr_series`](Self::hdr_series).
+    pub(crate) fn failed_series(&self, counts: &TapCounts) -> Vec<(FailedKey, HdrSeries)> {
+        since_baseline(&counts.failed, &lock(&self.failed_baseline))
     }
 
     /// Starts a new snapshot window: what the HDR copies hold now becomes the baseline. An
@@ -234,26 +260,64 @@ impl TapMetrics {
         self.collect(Collect::Reset)
     }
 
-    /// The window that `counts` (from [`cut_counts`](Self::cut_counts)) closed, and the
-    /// next one begun from them.
-    pub(crate) fn cut_series(&self, counts: &TapCounts) -> Vec<(RouteId, Phase, HdrSeries)> {
-        let series = self.hdr_series(counts);
+    /// The window that `counts` (from [`cut_counts`](Self::cut_counts)) closed, answered
+    /// and failed, and the next one begun from them.
+    pub(crate) fn cut_series(&self, counts: &TapCounts) -> WindowSeries {
+        let series = (self.hdr_series(counts), self.failed_series(counts));
         self.rebaseline(counts);
         series
     }
 
     fn rebaseline(&self, counts: &TapCounts) {
-        let mut baseline = lock(&self.baseline);
-        for (&key, s) in &counts.series {
-            if let Some(hist) = &s.hdr {
-                baseline.insert(
-                    key,
-                    Baseline {
-                        hist: hist.clone(),
-                        sum_ns: s.sum_ns,
-                    },
-                );
+        rebaseline(&counts.series, &mut lock(&self.baseline));
+        rebaseline(&counts.failed, &mut lock(&self.failed_baseline));
+    }
+}
+
+/// Each series of `series` minus its baseline: the window since the last reset.
+fn since_baseline<K: Copy + Eq + std::hash::Hash>(
+    series: &HashMap<K, SeriesCounts>,
+    baseline: &HashMap<K, Baseline>,
+) -> Vec<(K, HdrSeries)> {
+    let mut out = Vec::with_capacity(series.len());
+    for (&key, s) in series {
+        let Some(hist) = &s.hdr else { continue };
+        let mut hist = hist.clone();
+        let mut sum_ns = s.sum_ns;
+        if let Some(b) = baseline.get(&key) {
+            if let Err(e) = hist.subtract(&b.hist) {
+                // Copies only grow, so the baseline is always below them.
+                tracing::error!(error = %e, "subtracting the reset baseline failed");
             }
+            sum_ns = sum_ns.saturating_sub(b.sum_ns);
+        }
+        out.push((
+            key,
+            HdrSeries {
+                hist,
+                sum_ns,
+                min_ns: s.min_ns,
+                max_ns: s.max_ns,
+            },
+        ));
+    }
+    out
+}
+
+/// Makes what `series` holds now the baseline of the next window.
+fn rebaseline<K: Copy + Eq + std::hash::Hash>(
+    series: &HashMap<K, SeriesCounts>,
+    baseline: &mut HashMap<K, Baseline>,
+) {
+    for (&key, s) in series {
+        if let Some(hist) = &s.hdr {
+            baseline.insert(
+                key,
+                Baseline {
+                    hist: hist.clone(),
+                    sum_ns: s.sum_ns,
+                },
+            );
         }
     }
 }
@@ -271,12 +335,13 @@ impl TapMetrics {
         };
         let rs = shard.route(route);
         rs.requests[method][status] += 1;
+        let phases = rs.series_of(record.failure);
         for (phase, ns) in record.phases.iter() {
-            let series = rs.phases[phase.index()].get_or_insert_with(|| {
+            let series = phases[phase.index()].get_or_insert_with(|| {
                 Box::new(SeriesShard::new(
                     self.buckets.slots(),
                     &self.hdr_template,
-                    phase == Phase::Total,
+                    phase == Phase::Total && record.failure.is_none(),
                 ))
             });
             // The HDR index is worked out once, for the HDR copy and to find the bucket.

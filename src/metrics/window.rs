@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::snapshot::{SeriesSnapshot, Snapshot, TapSnapshot};
+use super::snapshot::{PhaseSeries, SeriesSnapshot, Snapshot, TapSnapshot};
 
 impl Snapshot {
     /// The window from `older`'s `taken_at` to this one's. When a reset came between them
@@ -61,24 +61,25 @@ impl Snapshot {
 }
 
 fn tap_add(into: &mut TapSnapshot, tap: &TapSnapshot) {
-    for (phase, routes) in &tap.phases {
-        let mine = into.phases.entry(phase.clone()).or_default();
-        for (route, series) in routes {
-            match mine.get_mut(route) {
-                Some(s) => *s = series_add(s, series),
-                None => {
-                    mine.insert(route.clone(), series.clone());
-                }
-            }
-        }
+    phases_add(&mut into.phases, &tap.phases);
+    for (kind, phases) in &tap.failed {
+        phases_add(into.failed.entry(kind.clone()).or_default(), phases);
     }
     for (kind, n) in &tap.errors {
         *into.errors.entry(kind.clone()).or_default() += n;
+    }
+    into.client_closes += tap.client_closes;
+    for (why, n) in &tap.connect_failures {
+        *into.connect_failures.entry(why.clone()).or_default() += n;
+    }
+    if into.upstream_address.is_none() {
+        into.upstream_address.clone_from(&tap.upstream_address);
     }
     into.request_heads = None;
     let t = &mut into.totals;
     t.requests += tap.totals.requests;
     t.pushed += tap.totals.pushed;
+    t.client_closes += tap.totals.client_closes;
     t.correlations.matched += tap.totals.correlations.matched;
     t.correlations.unmatched += tap.totals.correlations.unmatched;
     for (into, from) in [
@@ -95,6 +96,20 @@ fn tap_add(into: &mut TapSnapshot, tap: &TapSnapshot) {
         (Some(a), Some(b)) => Some(crate::upstream::snapshot::merge(a, b)),
         (a, b) => a.or_else(|| b.clone()),
     };
+}
+
+fn phases_add(into: &mut PhaseSeries, from: &PhaseSeries) {
+    for (phase, routes) in from {
+        let mine = into.entry(phase.clone()).or_default();
+        for (route, series) in routes {
+            match mine.get_mut(route) {
+                Some(s) => *s = series_add(s, series),
+                None => {
+                    mine.insert(route.clone(), series.clone());
+                }
+            }
+        }
+    }
 }
 
 fn series_add(a: &SeriesSnapshot, b: &SeriesSnapshot) -> SeriesSnapshot {
@@ -127,23 +142,37 @@ fn read_off(histogram: Vec<[u64; 2]>, count: u64, sum: f64, min: f64, max: f64) 
 }
 
 fn tap_since(tap: &mut TapSnapshot, before: &TapSnapshot) {
-    for (phase, routes) in &mut tap.phases {
-        for (route, series) in routes.iter_mut() {
-            if let Some(b) = before.phases.get(phase).and_then(|r| r.get(route)) {
-                *series = series_since(series, b);
-            }
+    phases_since(&mut tap.phases, &before.phases);
+    for (kind, phases) in &mut tap.failed {
+        if let Some(b) = before.failed.get(kind) {
+            phases_since(phases, b);
         }
-        routes.retain(|_, s| s.count > 0);
     }
-    tap.phases.retain(|_, routes| !routes.is_empty());
+    tap.failed.retain(|_, phases| !phases.is_empty());
     for (kind, n) in &mut tap.errors {
         *n = n.saturating_sub(before.errors.get(kind).copied().unwrap_or(0));
+    }
+    tap.client_closes = tap.client_closes.saturating_sub(before.client_closes);
+    for (why, n) in &mut tap.connect_failures {
+        *n = n.saturating_sub(before.connect_failures.get(why).copied().unwrap_or(0));
     }
     // The heads' shapes are kept per window since the reset only.
     tap.request_heads = None;
     if let (Some(u), Some(b)) = (&mut tap.upstream, &before.upstream) {
         *u = crate::upstream::snapshot::since(u, b);
     }
+}
+
+fn phases_since(now: &mut PhaseSeries, before: &PhaseSeries) {
+    for (phase, routes) in now.iter_mut() {
+        for (route, series) in routes.iter_mut() {
+            if let Some(b) = before.get(phase).and_then(|r| r.get(route)) {
+                *series = series_since(series, b);
+            }
+        }
+        routes.retain(|_, s| s.count > 0);
+    }
+    now.retain(|_, routes| !routes.is_empty());
 }
 
 fn series_since(now: &SeriesSnapshot, before: &SeriesSnapshot) -> SeriesSnapshot {

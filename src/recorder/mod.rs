@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::phase::Phases;
 
-pub use event::{Direction, ErrorKind, Event, HeadShape, Side};
+pub use event::{ConnectFailure, Culprit, Direction, ErrorKind, Event, HeadShape, Side};
 
 /// A bounded route label, resolved once per request by the tap's route table while the
 /// request head is still in the read buffer. `RouteId(0)` is always the fallback route.
@@ -86,6 +86,10 @@ pub struct ExchangeRecord<'a> {
     pub request_bytes: u64,
     pub response_bytes: u64,
     pub phases: Phases,
+    /// Why the exchange failed, when it did: the proxy answered it itself (a 502, a 504,
+    /// a 400) or cut it short. Its phases are then kept apart from the answered
+    /// exchanges' (a 502's latency is not the server's).
+    pub failure: Option<ErrorKind>,
 }
 
 /// Receives what happens on one tap. Implementations must be cheap and must not block:

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::config::TapConfig;
 use crate::correlate::Correlator;
+pub(crate) use crate::recorder::ConnectFailure;
 use crate::recorder::{Event, Recorder};
 use crate::routes::RouteTable;
 
@@ -53,9 +54,9 @@ impl TapContext {
     }
 
     /// Opens the tap's upstream connection (with the connect timeout, TCP_NODELAY, logged
-    /// and counted). `None` when it cannot be reached: the caller answers as its protocol
-    /// does (502, or a RESP error) and counts `upstream_connect`.
-    pub(crate) async fn connect_upstream(&self) -> Option<tokio::net::TcpStream> {
+    /// and counted). When it cannot be reached, why: the caller answers as its protocol
+    /// does (a 502 naming the cause, or a RESP error) and counts `upstream_connect`.
+    pub(crate) async fn connect_upstream(&self) -> Result<tokio::net::TcpStream, ConnectFailure> {
         let cfg = &self.config;
         // Boxed: the connect future is large and only the first request of a connection
         // needs it, so it must not make every connection task bigger.
@@ -68,15 +69,23 @@ impl TapContext {
                 let _ = stream.set_nodelay(true);
                 self.recorder
                     .event(Event::ConnectionOpened(crate::recorder::Side::Upstream));
-                Some(stream)
+                Ok(stream)
             }
             Ok(Err(e)) => {
                 tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, error = %e, "upstream connect failed");
-                None
+                let why = match e.kind() {
+                    std::io::ErrorKind::ConnectionRefused => ConnectFailure::Refused,
+                    std::io::ErrorKind::TimedOut => ConnectFailure::TimedOut,
+                    _ => ConnectFailure::Other,
+                };
+                self.recorder.event(Event::ConnectFailed(why));
+                Err(why)
             }
             Err(_) => {
                 tracing::warn!(tap = %cfg.name, upstream = %cfg.upstream, "upstream connect timed out");
-                None
+                self.recorder
+                    .event(Event::ConnectFailed(ConnectFailure::TimedOut));
+                Err(ConnectFailure::TimedOut)
             }
         }
     }

@@ -68,6 +68,19 @@ pub struct ReportArgs {
     /// Hot functions shown per upstream with call stacks (text, markdown and JSON)
     #[arg(long, value_name = "N", default_value_t = super::inside::DEFAULT_TOP)]
     pub top: usize,
+
+    /// Exit 1 (after printing the report) when a finding of this severity or above holds:
+    /// `critical` fails a CI job whose requests failed (info, warn, critical)
+    #[arg(long, value_name = "SEVERITY", value_parser = parse_severity)]
+    pub fail_on: Option<crate::metrics::Severity>,
+}
+
+fn parse_severity(s: &str) -> Result<crate::metrics::Severity, String> {
+    use crate::metrics::Severity;
+    [Severity::Info, Severity::Warn, Severity::Critical]
+        .into_iter()
+        .find(|v| v.name() == s)
+        .ok_or_else(|| format!("{s:?}: expected info, warn or critical"))
 }
 
 fn parse_what_if(s: &str) -> Result<f64, String> {
@@ -232,7 +245,13 @@ mod tests {
         assert_eq!(r.by.as_deref(), Some("route"));
         assert_eq!(r.format, crate::report::Format::Csv);
         assert_eq!((r.tap.as_ref(), r.flamegraph.as_ref()), (None, None));
+        assert_eq!(r.fail_on, None, "no gate unless asked");
         assert!(refused(&["report", "--by", "method"]));
+        let Command::Report(r) = parse(&["report", "--fail-on", "critical"]) else {
+            panic!()
+        };
+        assert_eq!(r.fail_on, Some(crate::metrics::Severity::Critical));
+        assert!(refused(&["report", "--fail-on", "fatal"]));
     }
 
     #[test]

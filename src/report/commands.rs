@@ -14,8 +14,9 @@ use super::{CompareArgs, ReportArgs, SnapshotArgs};
 use crate::metrics::Snapshot;
 
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
-/// `--from` is given.
-pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
+/// `--from` is given. `Ok(false)` when `--fail-on` tripped: a finding of that severity or
+/// above holds (the report is printed all the same).
+pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
     super::http::set_timeout(args.timeout);
     // The start of the earliest window read, for the pprof profile's time.
     let mut since_unix = None;
@@ -58,7 +59,27 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
         super::file::write_output(path, picture.as_bytes())?;
     }
     export_stacks(args, &ds, since_unix)?;
-    print(&text)
+    print(&text)?;
+    let Some(gate) = args.fail_on else {
+        return Ok(true);
+    };
+    let tripped: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity >= gate)
+        .map(|f| format!("{} {} (tap {})", f.severity.name(), f.id, f.tap))
+        .collect();
+    if !tripped.is_empty() {
+        // A status line, not data: stderr, so stdout stays the report.
+        eprintln!(
+            "--fail-on {}: {} finding{} at or above it: {}",
+            gate.name(),
+            tripped.len(),
+            if tripped.len() == 1 { "" } else { "s" },
+            tripped.join(", ")
+        );
+    }
+    Ok(tripped.is_empty())
 }
 
 /// `--flamegraph`, `--folded`, `--pprof`: each tap's call stacks to its file, each file

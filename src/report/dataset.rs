@@ -37,8 +37,19 @@ pub struct TapData {
     pub protocol: Option<String>,
     /// Front to back (the snapshot's `position`), when the source says.
     pub position: Option<u32>,
-    /// phase name → route → series.
+    /// phase name → route → series, of the exchanges answered.
     pub phases: BTreeMap<String, BTreeMap<String, Series>>,
+    /// The exchanges that failed: error kind → phase name → route → series (snapshots of
+    /// older builds and Prometheus have none: their failures, if any, are in `phases`).
+    pub failed: BTreeMap<String, BTreeMap<String, BTreeMap<String, Series>>>,
+    /// Errors by kind over the window (snapshots only).
+    pub errors: BTreeMap<String, u64>,
+    /// Failed upstream connects by reason over the window (snapshots only).
+    pub connect_failures: BTreeMap<String, u64>,
+    /// Client connections the client ended between exchanges over the window.
+    pub client_closes: u64,
+    /// The `host:port` the tap forwards to, when the source says.
+    pub upstream_address: Option<String>,
     /// The upstream's process over the same window, when a snapshot had it (merged:
     /// times, counts and samples add up; the last snapshot names the process).
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
@@ -235,11 +246,12 @@ impl TapData {
         names
     }
 
-    /// Routes present in any phase, sorted.
+    /// Routes present in any phase, answered or failed, sorted.
     pub fn routes(&self) -> Vec<&str> {
         let mut routes: Vec<&str> = self
             .phases
             .values()
+            .chain(self.failed.values().flat_map(|phases| phases.values()))
             .flat_map(|r| r.keys().map(String::as_str))
             .collect();
         routes.sort_unstable();
@@ -247,23 +259,102 @@ impl TapData {
         routes
     }
 
-    /// One phase over all routes, or over one route.
+    /// One phase of the answered exchanges over all routes, or over one route.
     pub fn series(&self, phase: &str, route: Option<&str>) -> anyhow::Result<Option<Series>> {
-        let Some(routes) = self.phases.get(phase) else {
-            return Ok(None);
-        };
         let mut out: Option<Series> = None;
-        for (name, s) in routes {
-            if route.is_some_and(|r| r != name) {
-                continue;
-            }
-            match &mut out {
-                None => out = Some(s.clone()),
-                Some(acc) => acc.merge(s)?,
+        if let Some(routes) = self.phases.get(phase) {
+            merge_routes(&mut out, routes, route)?;
+        }
+        Ok(out)
+    }
+
+    /// One phase of the failed exchanges, every kind together, over all routes or one.
+    pub fn failed_series(
+        &self,
+        phase: &str,
+        route: Option<&str>,
+    ) -> anyhow::Result<Option<Series>> {
+        let mut out: Option<Series> = None;
+        for phases in self.failed.values() {
+            if let Some(routes) = phases.get(phase) {
+                merge_routes(&mut out, routes, route)?;
             }
         }
         Ok(out)
     }
+
+    /// Phase names of the failed exchanges, in timeline order.
+    pub fn failed_phase_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .failed
+            .values()
+            .flat_map(|phases| phases.keys().map(String::as_str))
+            .collect();
+        names.sort_by_key(|n| phase_order(n));
+        names.dedup();
+        names
+    }
+
+    /// The failed exchanges of one route (or all) by kind: the count of each kind's
+    /// `total` series.
+    pub fn failed_by_kind(&self, route: Option<&str>) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (kind, phases) in &self.failed {
+            let n: u64 = phases
+                .get(Phase::Total.name())
+                .into_iter()
+                .flatten()
+                .filter(|(name, _)| route.is_none_or(|r| r == name.as_str()))
+                .map(|(_, s)| s.count)
+                .sum();
+            if n > 0 {
+                out.insert(kind.clone(), n);
+            }
+        }
+        out
+    }
+}
+
+/// Merges the series of `routes` (or of the one route named) into `out`.
+fn merge_routes(
+    out: &mut Option<Series>,
+    routes: &BTreeMap<String, Series>,
+    route: Option<&str>,
+) -> anyhow::Result<()> {
+    for (name, s) in routes {
+        if route.is_some_and(|r| r != name) {
+            continue;
+        }
+        match out {
+            None => *out = Some(s.clone()),
+            Some(acc) => acc.merge(s)?,
+        }
+    }
+    Ok(())
+}
+
+/// Adds a snapshot's phase → route → series to `into`.
+fn merge_phases(
+    into: &mut BTreeMap<String, BTreeMap<String, Series>>,
+    phases: &crate::metrics::PhaseSeries,
+    layout: &HdrLayout,
+) -> anyhow::Result<()> {
+    for (phase, routes) in phases {
+        for (route, s) in routes {
+            let series =
+                Series::from_snapshot(s, layout).with_context(|| format!("{phase}/{route}"))?;
+            let slot = into.entry(phase.clone()).or_default();
+            match slot.get_mut(route) {
+                Some(acc) => acc
+                    .merge(&series)
+                    .with_context(|| format!("{phase}/{route}"))?,
+                None => {
+                    slot.insert(route.clone(), series);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Dataset {
@@ -302,27 +393,29 @@ impl Dataset {
                 if data.position.is_none() {
                     data.position = tap.position;
                 }
+                if data.upstream_address.is_none() {
+                    data.upstream_address.clone_from(&tap.upstream_address);
+                }
+                for (kind, n) in &tap.errors {
+                    *data.errors.entry(kind.clone()).or_default() += n;
+                }
+                for (why, n) in &tap.connect_failures {
+                    *data.connect_failures.entry(why.clone()).or_default() += n;
+                }
+                data.client_closes += tap.client_closes;
+                for (kind, phases) in &tap.failed {
+                    let into = data.failed.entry(kind.clone()).or_default();
+                    merge_phases(into, phases, &snap.hdr)
+                        .with_context(|| format!("{name}: {tap_name}, failed {kind}"))?;
+                }
                 if let Some(u) = &tap.upstream {
                     data.upstream = Some(match data.upstream.take() {
                         Some(acc) => crate::upstream::snapshot::merge(acc, u),
                         None => u.clone(),
                     });
                 }
-                for (phase, routes) in &tap.phases {
-                    for (route, s) in routes {
-                        let series = Series::from_snapshot(s, &snap.hdr)
-                            .with_context(|| format!("{name}: {tap_name}/{phase}/{route}"))?;
-                        let slot = data.phases.entry(phase.clone()).or_default();
-                        match slot.get_mut(route) {
-                            Some(acc) => acc
-                                .merge(&series)
-                                .with_context(|| format!("{name}: {tap_name}/{phase}/{route}"))?,
-                            None => {
-                                slot.insert(route.clone(), series);
-                            }
-                        }
-                    }
-                }
+                merge_phases(&mut data.phases, &tap.phases, &snap.hdr)
+                    .with_context(|| format!("{name}: {tap_name}"))?;
             }
         }
         if snapshots.len() > 1 {

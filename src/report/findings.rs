@@ -21,10 +21,7 @@ fn figure(e: &Evidence) -> String {
 
 /// The lines of one finding: what, evidence, impact, fix.
 pub fn lines(f: &Finding) -> Vec<String> {
-    let severity = match f.severity {
-        Severity::Warn => "warn",
-        Severity::Info => "info",
-    };
+    let severity = f.severity.name();
     let route = f
         .route
         .as_ref()
@@ -41,15 +38,19 @@ pub fn lines(f: &Finding) -> Vec<String> {
             units::duration(f.impact.seconds_per_request)
         ),
     };
-    vec![
+    let mut out = vec![
         format!("{severity} {}{route}: {}", f.id, f.summary),
         format!(
             "  evidence: {}",
             f.evidence.iter().map(figure).collect::<Vec<_>>().join("; ")
         ),
-        format!("  explains: {impact}"),
-        format!("  fix: {}", f.fix),
-    ]
+    ];
+    // Failures explain no share of the answered requests' time: they are failures.
+    if f.severity != Severity::Critical {
+        out.push(format!("  explains: {impact}"));
+    }
+    out.push(format!("  fix: {}", f.fix));
+    out
 }
 
 /// The findings of `tap`, in the report's order.

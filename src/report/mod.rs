@@ -18,6 +18,7 @@ pub mod compare_functions;
 pub mod compare_table;
 pub mod dataset;
 pub mod diff_stacks;
+pub mod failures;
 pub mod file;
 pub mod findings;
 pub mod flame_colours;

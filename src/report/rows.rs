@@ -33,9 +33,16 @@ pub struct TapReport {
     pub all: Section,
     /// One section per route, with `--by route`; empty otherwise.
     pub routes: Vec<Section>,
+    /// The `host:port` the tap forwards to, when the source says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_address: Option<String>,
     /// The upstream's process, when the tap watched one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inside: Option<super::inside::Inside>,
+    /// Why there is no inside section although the tap watches its upstream: no process
+    /// was found in the whole window (`no process listens on 127.0.0.1:27999`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_process: Option<String>,
 }
 
 /// One table: a tap, or one route of a tap.
@@ -43,8 +50,12 @@ pub struct TapReport {
 pub struct Section {
     /// A route label, or [`ALL_ROUTES`].
     pub route: String,
+    /// Failures first (when any), then where the answered exchanges' time goes.
     pub headline: String,
+    /// The answered exchanges' phases.
     pub rows: Vec<Row>,
+    /// The exchanges that failed, and their phases apart.
+    pub failures: super::failures::Failures,
 }
 
 /// One phase. Durations in seconds, as in the snapshot.
@@ -64,6 +75,37 @@ pub struct Row {
     /// exchanges (connects) thus weigh what they cost per request on average. `None`
     /// when the section has no `total`.
     pub share: Option<f64>,
+}
+
+impl Row {
+    /// A row of `phase` from its statistics, its share not yet known.
+    pub fn of(phase: &str, s: &super::dataset::Stats) -> Row {
+        Row {
+            phase: phase.to_owned(),
+            count: s.count,
+            sum: s.sum,
+            mean: s.mean,
+            p50: s.p50,
+            p90: s.p90,
+            p99: s.p99,
+            p999: s.p999,
+            max: s.max,
+            share: None,
+        }
+    }
+}
+
+/// Gives each row its share of the rows' `total`, when there is one above 0.
+pub fn share_of_total(rows: &mut [Row]) {
+    let total = rows
+        .iter()
+        .find(|r| r.phase == Phase::Total.name())
+        .map(|r| r.sum);
+    if let Some(total) = total.filter(|t| *t > 0.0) {
+        for r in rows {
+            r.share = Some(r.sum / total);
+        }
+    }
 }
 
 impl Report {
@@ -96,23 +138,36 @@ impl Report {
             } else {
                 Vec::new()
             };
-            let inside = tap.upstream.as_ref().map(|u| {
-                let total = all.rows.iter().find(|r| r.phase == Phase::Total.name());
-                let mut inside = super::inside::Inside::new(
-                    u,
-                    total.map_or(0, |r| r.count),
-                    total.map(|r| r.mean),
-                    what_if,
-                );
-                inside.hot.truncate(top);
-                inside
-            });
+            // A watcher that found no process in the whole window has nothing to say
+            // inside it: say why instead of a line of zeros.
+            let no_process = tap
+                .upstream
+                .as_ref()
+                .filter(|u| u.pid.is_none() && u.watched_seconds == 0.0)
+                .map(|_| no_process(tap, &all.failures));
+            let inside = tap
+                .upstream
+                .as_ref()
+                .filter(|_| no_process.is_none())
+                .map(|u| {
+                    let total = all.rows.iter().find(|r| r.phase == Phase::Total.name());
+                    let mut inside = super::inside::Inside::new(
+                        u,
+                        total.map_or(0, |r| r.count),
+                        total.map(|r| r.mean),
+                        what_if,
+                    );
+                    inside.hot.truncate(top);
+                    inside
+                });
             taps.push(TapReport {
                 tap: name.clone(),
                 protocol: tap.protocol.clone(),
                 all,
                 routes,
+                upstream_address: tap.upstream_address.clone(),
                 inside,
+                no_process,
             });
         }
         Ok(Report {
@@ -128,38 +183,40 @@ impl Report {
     }
 }
 
+/// `no process listens on ADDR` when connects there were refused, else that none was
+/// found.
+fn no_process(tap: &TapData, failures: &super::failures::Failures) -> String {
+    let addr = tap.upstream_address.as_deref().unwrap_or("its address");
+    if failures.connect.get("refused").is_some_and(|&n| n > 0) {
+        format!("no process listens on {addr} (connects there were refused)")
+    } else {
+        format!("no process was found for the upstream {addr} in this window")
+    }
+}
+
 fn section(tap: &TapData, route: Option<&str>) -> anyhow::Result<Section> {
     let mut rows = Vec::new();
     for phase in tap.phase_names() {
         let Some(series) = tap.series(phase, route)? else {
             continue;
         };
-        let s = series.stats();
-        rows.push(Row {
-            phase: phase.to_owned(),
-            count: s.count,
-            sum: s.sum,
-            mean: s.mean,
-            p50: s.p50,
-            p90: s.p90,
-            p99: s.p99,
-            p999: s.p999,
-            max: s.max,
-            share: None,
-        });
+        rows.push(Row::of(phase, &series.stats()));
     }
-    let total = rows
+    share_of_total(&mut rows);
+    let answered = rows
         .iter()
         .find(|r| r.phase == Phase::Total.name())
-        .map(|r| r.sum);
-    if let Some(total) = total.filter(|t| *t > 0.0) {
-        for r in &mut rows {
-            r.share = Some(r.sum / total);
-        }
-    }
+        .map_or(0, |r| r.count);
+    let failures = super::failures::Failures::of(tap, route, answered)?;
+    let headline = match failures.clause(answered, tap.protocol.as_deref()) {
+        None => headline::headline(&rows),
+        Some(clause) if answered == 0 => format!("{clause}; none answered"),
+        Some(clause) => format!("{clause}; answered: {}", headline::headline(&rows)),
+    };
     Ok(Section {
         route: route.unwrap_or(ALL_ROUTES).to_owned(),
-        headline: headline::headline(&rows),
+        headline,
         rows,
+        failures,
     })
 }

@@ -72,12 +72,13 @@ fn inside_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
     if s.route != ALL_ROUTES {
         return Vec::new();
     }
-    report
-        .taps
-        .iter()
-        .find(|t| t.tap == tap)
-        .and_then(|t| t.inside.as_ref())
-        .map_or_else(Vec::new, |i| i.lines())
+    let Some(t) = report.taps.iter().find(|t| t.tap == tap) else {
+        return Vec::new();
+    };
+    if let Some(why) = &t.no_process {
+        return vec![format!("inside the upstream: {why}")];
+    }
+    t.inside.as_ref().map_or_else(Vec::new, |i| i.lines())
 }
 
 /// The findings of `tap`, printed under its all-routes headline.
@@ -151,38 +152,57 @@ fn text(report: &Report, colour: bool) -> String {
         for l in finding_lines(report, tap, s) {
             let _ = writeln!(out, "  {l}");
         }
-        let _ = writeln!(out);
-        let table: Vec<[String; 9]> = s.rows.iter().map(cells).collect();
-        let mut widths = HEADERS.map(str::len);
-        for r in &table {
-            for (w, c) in widths.iter_mut().zip(r) {
-                *w = (*w).max(c.chars().count());
-            }
+        if !s.rows.is_empty() {
+            let _ = writeln!(out);
+            text_table(&mut out, &s.rows, dominant(s), &paint);
         }
-        let line = |cells: &[String; 9]| {
-            let mut l = String::from(" ");
-            for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-                let pad = w - c.chars().count();
-                if i == 0 {
-                    let _ = write!(l, " {c}{}", " ".repeat(pad));
-                } else {
-                    let _ = write!(l, "  {}{c}", " ".repeat(pad));
-                }
-            }
-            l
-        };
-        let _ = writeln!(out, "{}", paint("1", &line(&HEADERS.map(str::to_owned))));
-        let top = dominant(s);
-        for (i, r) in table.iter().enumerate() {
-            let l = line(r);
-            let l = if Some(i) == top { paint("33", &l) } else { l };
-            let _ = writeln!(out, "{l}");
+        if !s.failures.rows.is_empty() {
+            let _ = writeln!(out, "\n  {FAILED_TITLE}\n");
+            text_table(&mut out, &s.failures.rows, None, &paint);
         }
     }
     for n in &report.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
     out
+}
+
+/// The title of a section's second table, the failed exchanges' phases.
+pub const FAILED_TITLE: &str =
+    "failed exchanges (the proxy's own answers and the exchanges cut short: not the server's latency):";
+
+/// Aligned rows under their header; `top` is painted as the dominant phase.
+fn text_table(
+    out: &mut String,
+    rows: &[Row],
+    top: Option<usize>,
+    paint: &dyn Fn(&str, &str) -> String,
+) {
+    let table: Vec<[String; 9]> = rows.iter().map(cells).collect();
+    let mut widths = HEADERS.map(str::len);
+    for r in &table {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String; 9]| {
+        let mut l = String::from(" ");
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            let pad = w - c.chars().count();
+            if i == 0 {
+                let _ = write!(l, " {c}{}", " ".repeat(pad));
+            } else {
+                let _ = write!(l, "  {}{c}", " ".repeat(pad));
+            }
+        }
+        l
+    };
+    let _ = writeln!(out, "{}", paint("1", &line(&HEADERS.map(str::to_owned))));
+    for (i, r) in table.iter().enumerate() {
+        let l = line(r);
+        let l = if Some(i) == top { paint("33", &l) } else { l };
+        let _ = writeln!(out, "{l}");
+    }
 }
 
 fn md_escape(s: &str) -> String {
@@ -218,17 +238,35 @@ fn markdown(report: &Report) -> String {
             }
             let _ = writeln!(out);
         }
-        let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
-        let _ = writeln!(out, "|---|{}", "---:|".repeat(HEADERS.len() - 1));
-        for r in &s.rows {
-            let c = cells(r).map(|c| md_escape(&c));
-            let _ = writeln!(out, "| {} |", c.join(" | "));
+        if !s.rows.is_empty() {
+            md_table(&mut out, &s.rows);
+        }
+        if !s.failures.rows.is_empty() {
+            let _ = writeln!(out, "\n{}\n", md_escape(&upper_first(FAILED_TITLE)));
+            md_table(&mut out, &s.failures.rows);
         }
     }
     for n in &report.notes {
         let _ = writeln!(out, "\n> note: {}", md_escape(n));
     }
     out
+}
+
+fn md_table(out: &mut String, rows: &[Row]) {
+    let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(HEADERS.len() - 1));
+    for r in rows {
+        let c = cells(r).map(|c| md_escape(&c));
+        let _ = writeln!(out, "| {} |", c.join(" | "));
+    }
+}
+
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// One field of a CSV record, quoted when it must be (RFC 4180).
@@ -247,6 +285,10 @@ pub const CSV_HEADER: &str =
 /// The `phase` of the CSV records that carry a tap's inside-the-upstream section. The
 /// dot keeps them apart from every phase name (phases are `snake_case`).
 pub const CSV_UPSTREAM_PREFIX: &str = "upstream.";
+
+/// The `phase` prefix of the CSV records of the failed exchanges' phases
+/// (`failed.total`), after the answered exchanges' rows of the same section.
+pub const CSV_FAILED_PREFIX: &str = "failed.";
 
 /// The inside-the-upstream section as records of the same table, so that one CSV stays
 /// one table: `upstream.cpu_user`, `upstream.cpu_system` and `upstream.runqueue` with the
@@ -323,13 +365,19 @@ fn csv(report: &Report) -> String {
     for t in &report.taps {
         let tap = t.tap.as_str();
         for s in std::iter::once(&t.all).chain(&t.routes) {
-            for r in &s.rows {
+            let answered = s.rows.iter().map(|r| (r, r.phase.clone()));
+            let failed = s
+                .failures
+                .rows
+                .iter()
+                .map(|r| (r, format!("{CSV_FAILED_PREFIX}{}", r.phase)));
+            for (r, phase) in answered.chain(failed) {
                 let _ = writeln!(
                     out,
                     "{},{},{},{},{},{},{},{},{},{},{},{}",
                     csv_field(tap),
                     csv_field(&s.route),
-                    csv_field(&r.phase),
+                    csv_field(&phase),
                     r.count,
                     r.sum,
                     r.mean,

@@ -88,7 +88,9 @@ impl Recorder for Counting {
             Event::ConnectionClosed(side) => {
                 self.closed[idx(side)].fetch_add(1, Ordering::SeqCst);
             }
-            Event::Bytes(..)
+            Event::ClientClosed
+            | Event::ConnectFailed(_)
+            | Event::Bytes(..)
             | Event::Pushed(_)
             | Event::Correlated { .. }
             | Event::RequestHead(_) => {}

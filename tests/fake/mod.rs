@@ -73,7 +73,9 @@ impl Recorder for Capture {
     fn event(&self, event: Event) {
         match event {
             Event::Error(kind) => self.errors.lock().unwrap().push(kind),
-            Event::ConnectionOpened(_)
+            Event::ClientClosed
+            | Event::ConnectFailed(_)
+            | Event::ConnectionOpened(_)
             | Event::ConnectionClosed(_)
             | Event::Bytes(..)
             | Event::Pushed(_)

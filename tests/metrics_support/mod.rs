@@ -167,6 +167,7 @@ pub fn exchange(
         request_bytes: 0,
         response_bytes: 0,
         phases,
+        failure: None,
     }
 }
 

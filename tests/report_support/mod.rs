@@ -118,6 +118,7 @@ pub fn synthetic(seed: u64, taps: &[TapSpec<'_>]) -> Snapshot {
                     request_bytes: 40,
                     response_bytes: 80,
                     phases: p,
+                    failure: None,
                 });
             }
         }

@@ -48,10 +48,13 @@
   const SPLIT = "upstream_wait";
   let DECOMPOSITION = [];
 
-  /* Error kinds that are the clients' doing (docs/metrics.md): a load generator closing its
-   * connections at the end of a run leaves client_reset, which says nothing about the
-   * server. The Errors card keeps them apart from the rest. */
-  const CLIENT_ERRORS = new Set(["bad_request", "header_too_large", "client_timeout", "client_reset"]);
+  /* Error kinds that are the clients' doing (docs/metrics.md): what they sent, or that they
+   * left with an exchange in flight (client_abort; client_reset in snapshots of older
+   * builds, which also counted a load generator's end-of-run closes). They say nothing
+   * about the server: the Errors card keeps them apart from the server's failures, and
+   * the clients' closes between exchanges (client_closes) are no error at all. */
+  const CLIENT_ERRORS = new Set(["bad_request", "header_too_large", "client_timeout", "client_abort", "client_reset"]);
+  const CLIENT_ABORTS = new Set(["client_abort", "client_reset"]);
 
   /* Takes in the snapshot's table of phases. */
   function takeStyles(snap) {
@@ -701,14 +704,19 @@
       c.p99.hint.textContent = total ? `p50 ${fmtDur(total.p50)} · max ${fmtDur(total.max)}` : "\u00a0";
       // The window's errors, as every other card covers the window; since start beside.
       const inWindow = tap.errors || tap.totals.errors || {};
-      let byClients = 0, byOthers = 0;
+      let byServer = 0, byClients = 0, aborts = 0;
       for (const [k, v] of Object.entries(inWindow)) {
-        if (CLIENT_ERRORS.has(k)) byClients += v; else byOthers += v;
+        if (CLIENT_ABORTS.has(k)) aborts += v;
+        else if (CLIENT_ERRORS.has(k)) byClients += v;
+        else byServer += v;
       }
-      c.errors.value.textContent = fmtInt(byClients + byOthers);
-      c.errors.value.classList.toggle("bad", byOthers > 0);
+      c.errors.value.textContent = fmtInt(byServer + byClients + aborts);
+      c.errors.value.classList.toggle("bad", byServer > 0);
       const parts = [];
+      if (byServer > 0) parts.push(`${fmtInt(byServer)} by the server`);
       if (byClients > 0) parts.push(`${fmtInt(byClients)} by clients`);
+      if (aborts > 0) parts.push(`${fmtInt(aborts)} aborted by clients`);
+      if (tap.client_closes !== undefined) parts.push(`${fmtInt(tap.client_closes)} closes (no error)`);
       parts.push(`${fmtInt(errors)} since start`);
       if (errRate !== null) parts.push(`${fmtRate(errRate)} / s now`);
       c.errors.hint.textContent = parts.join(" · ");
@@ -890,15 +898,28 @@
       const inWindow = tap.errors || total;
       const kinds = Object.keys(total).map((k) => [k, inWindow[k] || 0, total[k]]);
       kinds.sort((a, b) => b[1] - a[1] || b[2] - a[2] || a[0].localeCompare(b[0]));
-      this.errors.replaceChildren(...kinds.map(([k, v, all]) => {
+      const chips = kinds.map(([k, v, all]) => {
         const client = CLIENT_ERRORS.has(k);
+        const abort = CLIENT_ABORTS.has(k);
         const cls = ["err", v > 0 ? "nonzero" : null, client ? "client" : null].filter(Boolean).join(" ");
+        const whose = abort ? " — a client left with an exchange in flight" : client ? " — the client's doing" : " — the server's failure";
         return h("span", {
           class: cls, "data-error": k, "data-window": String(v), "data-since-start": String(all),
-          title: `${k}: ${fmtInt(v)} in this window, ${fmtInt(all)} since start${client ? " — the client's doing" : ""}`,
-        }, k, client ? h("i", { text: "client" }) : null, h("b", { text: fmtInt(v) }),
-        h("small", { text: `/ ${fmtInt(all)}` }));
-      }));
+          title: `${k}: ${fmtInt(v)} in this window, ${fmtInt(all)} since start${whose}`,
+        }, k, client ? h("i", { text: abort ? "client left" : "client" }) : h("i", { text: "server" }),
+        h("b", { text: fmtInt(v) }), h("small", { text: `/ ${fmtInt(all)}` }));
+      });
+      // Clients ending their connections between exchanges: counted, and no error.
+      if (tap.client_closes !== undefined) {
+        const all = (tap.totals || {}).client_closes || 0;
+        chips.push(h("span", {
+          class: "err client close", "data-error": "client_closes", "data-window": String(tap.client_closes),
+          "data-since-start": String(all),
+          title: `client closes: ${fmtInt(tap.client_closes)} in this window, ${fmtInt(all)} since start — clients ending their connections between exchanges, as load generators do at the end of a run: no error`,
+        }, "client closes", h("i", { text: "no error" }), h("b", { text: fmtInt(tap.client_closes) }),
+        h("small", { text: `/ ${fmtInt(all)}` })));
+      }
+      this.errors.replaceChildren(...chips);
     }
 
     renderTraffic(tap, bytesRate) {

@@ -5,6 +5,7 @@ mod backend_queue;
 mod churn;
 mod client;
 mod cpu;
+mod errors;
 mod hot;
 mod nagle;
 mod parser;
@@ -17,7 +18,13 @@ use crate::upstream::summary::{Component, Inside};
 /// A share of a request's time at or above which a finding is a warning.
 const WARN_SHARE: f64 = 0.2;
 
-/// Every rule's findings for one tap.
+/// The rules that look at a tap whatever its number of answered requests: its
+/// failures (a tap whose every request failed has none answered).
+pub fn failures(v: &TapView<'_>) -> Vec<Finding> {
+    errors::check(v).into_iter().collect()
+}
+
+/// Every rule's findings for one tap that answered enough requests.
 pub fn all(v: &TapView<'_>) -> Vec<Finding> {
     let mut out = nagle::check(v);
     out.extend(backend_queue::check(v));

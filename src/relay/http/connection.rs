@@ -50,7 +50,7 @@ use crate::relay::failure::ANSWER_WRITE;
 use crate::relay::io::{pending_bytes, read_some};
 use crate::relay::stop::{self, Stop};
 use crate::relay::timer::Timer;
-use crate::relay::TapContext;
+use crate::relay::{ConnectFailure, TapContext};
 
 /// Whether the connection carries on after an exchange.
 enum Then {
@@ -217,7 +217,7 @@ impl HttpConnection {
             &ex,
             route,
             &head,
-            relayed.status,
+            (relayed.status, None),
             relayed.request_bytes,
             relayed.response_bytes,
         );
@@ -325,9 +325,10 @@ impl HttpConnection {
             // end, unless it stopped inside a head (that request can never complete).
             if self.client_finished {
                 return if idle {
+                    self.tap.recorder.event(Event::ClientClosed);
                     Ok(HeadReady::Closed)
                 } else {
-                    Err(Failure::Abort(ErrorKind::ClientReset))
+                    Err(Failure::Abort(ErrorKind::ClientAbort))
                 };
             }
             let first = !self.prev_end.is_set();
@@ -409,11 +410,23 @@ impl HttpConnection {
         ready: io::Result<()>,
         idle: bool,
     ) -> Result<Option<HeadReady>, Failure> {
-        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        // Between exchanges, a client's FIN or reset is how a connection ends (a load
+        // generator's last act, a browser's idle close): counted as a close, not an
+        // error. Inside a head it abandons that request.
+        let gone = || {
+            if idle {
+                self.tap.recorder.event(Event::ClientClosed);
+                Ok(Some(HeadReady::Closed))
+            } else {
+                Err(Failure::Abort(ErrorKind::ClientAbort))
+            }
+        };
+        if ready.is_err() {
+            return gone();
+        }
         let max_head = self.tap.config.limits.max_head_bytes;
         match read_some(&self.client, self.cbuf.spare(max_head)) {
-            Ok(0) if idle => Ok(Some(HeadReady::Closed)),
-            Ok(0) => Err(Failure::Abort(ErrorKind::ClientReset)),
+            Ok(0) => gone(),
             Ok(n) => {
                 let t = clock::now();
                 self.cbuf.commit(n);
@@ -421,8 +434,7 @@ impl HttpConnection {
                 Ok(None)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(_) if idle => Ok(Some(HeadReady::Closed)),
-            Err(_) => Err(Failure::Abort(ErrorKind::ClientReset)),
+            Err(_) => gone(),
         }
     }
 
@@ -471,11 +483,16 @@ impl HttpConnection {
     /// finished has queued behind it.
     async fn upstream_ready(&mut self, ex: &mut Exchange) -> Result<(), Failure> {
         if self.upstream.is_none() {
-            let Some(stream) = self.tap.connect_upstream().await else {
-                return Err(Failure::Answer(
-                    Answer::BadGateway,
-                    ErrorKind::UpstreamConnect,
-                ));
+            let stream = match self.tap.connect_upstream().await {
+                Ok(stream) => stream,
+                Err(why) => {
+                    let answer = match why {
+                        ConnectFailure::Refused => Answer::UpstreamRefused,
+                        ConnectFailure::TimedOut => Answer::UpstreamConnectTimeout,
+                        ConnectFailure::Other => Answer::UpstreamConnectFailed,
+                    };
+                    return Err(Failure::Answer(answer, ErrorKind::UpstreamConnect));
+                }
             };
             self.upstream = Some(stream);
             ex.wait = Wait::Connect;
@@ -528,7 +545,7 @@ impl HttpConnection {
     ) -> Result<Relay<'c>, Failure> {
         let Some(up) = self.upstream.as_ref() else {
             return Err(Failure::Answer(
-                Answer::BadGateway,
+                Answer::UpstreamConnectFailed,
                 ErrorKind::UpstreamConnect,
             ));
         };
@@ -583,7 +600,7 @@ impl HttpConnection {
         ex: &Exchange,
         route: RouteId,
         head: &RequestHead,
-        status: u16,
+        (status, failure): (u16, Option<ErrorKind>),
         request_bytes: u64,
         response_bytes: u64,
     ) {
@@ -605,6 +622,7 @@ impl HttpConnection {
             request_bytes,
             response_bytes,
             phases,
+            failure,
         };
         // The probe's requests stay out of the head shapes the probe reads back
         // (docs/probe.md). The byte counts travel with the record.
@@ -639,15 +657,22 @@ impl HttpConnection {
             self.head_unrecorded(head);
         }
         if let Failure::Cut {
+            kind,
             status,
             request_bytes,
             response_bytes,
-            ..
         } = failure
         {
-            self.record(ex, route, head, status, request_bytes, response_bytes);
+            self.record(
+                ex,
+                route,
+                head,
+                (status, Some(kind)),
+                request_bytes,
+                response_bytes,
+            );
         }
-        if let Failure::Answer(answer, _) = failure {
+        if let Failure::Answer(answer, kind) = failure {
             let t = clock::now();
             ex.t_write_first = At::tick(t);
             ex.t_write_last = At::tick(t);
@@ -655,7 +680,7 @@ impl HttpConnection {
                 ex,
                 route,
                 head,
-                answer.status(),
+                (answer.status(), Some(kind)),
                 // The upstream took none of it, but the client sent the whole head.
                 head.len as u64,
                 answer.bytes().len() as u64,

@@ -87,7 +87,7 @@ impl Relay<'_> {
                 Step::Continue | Step::Done { .. }
                     if self.sides.draining() && self.sides.resp.head_done() =>
                 {
-                    return Err(Failure::Abort(ErrorKind::ClientReset))
+                    return Err(Failure::Abort(ErrorKind::ClientAbort))
                 }
                 Step::Continue => {}
                 Step::Done { early_end } => {
@@ -115,7 +115,7 @@ impl Relay<'_> {
             // the client's doing.
             step = next.map_err(|f| {
                 if self.sides.draining() {
-                    Failure::Abort(ErrorKind::ClientReset)
+                    Failure::Abort(ErrorKind::ClientAbort)
                 } else {
                     f
                 }
@@ -241,7 +241,7 @@ impl Relay<'_> {
     #[inline]
     fn client_left(&mut self) -> Result<Step, Failure> {
         if !self.sides.client_gone() {
-            return Err(Failure::Abort(ErrorKind::ClientReset));
+            return Err(Failure::Abort(ErrorKind::ClientAbort));
         }
         self.drop_pending();
         Ok(self.step())

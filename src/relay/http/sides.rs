@@ -397,7 +397,7 @@ impl Sides {
     /// The upstream connection failed or closed before the response was complete.
     #[inline]
     pub(super) fn upstream_lost(&self) -> Failure {
-        self.answer_or_abort(Answer::BadGateway, ErrorKind::UpstreamReset)
+        self.answer_or_abort(Answer::UpstreamClosed, ErrorKind::UpstreamReset)
     }
 
     /// A proxy-made answer is only possible while the client has seen no byte of the
@@ -478,7 +478,7 @@ impl Sides {
         let before = self.resp.pending;
         let framed = match self.resp.framing.frame(fresh, t, ex) {
             Ok(n) => n,
-            Err(kind) => return Err(self.answer_or_abort(Answer::BadGateway, kind)),
+            Err(kind) => return Err(self.answer_or_abort(Answer::NotHttp, kind)),
         };
         self.resp.pending += framed;
         let mut read = ResponseRead::default();
@@ -840,7 +840,7 @@ mod tests {
             let failure = s.response_read(SWITCH, 3_000, &mut ex).unwrap_err();
             assert_eq!(
                 failure,
-                Failure::Answer(Answer::BadGateway, ErrorKind::BadResponse)
+                Failure::Answer(Answer::NotHttp, ErrorKind::BadResponse)
             );
         }
     }
@@ -898,7 +898,7 @@ mod tests {
         assert_eq!(
             s.upstream_closed(3_000, &mut ex),
             Err(Failure::Answer(
-                Answer::BadGateway,
+                Answer::UpstreamClosed,
                 ErrorKind::UpstreamReset
             ))
         );
@@ -920,7 +920,7 @@ mod tests {
         assert_eq!(
             s.up_write_failed(),
             Err(Failure::Answer(
-                Answer::BadGateway,
+                Answer::UpstreamClosed,
                 ErrorKind::UpstreamReset
             ))
         );

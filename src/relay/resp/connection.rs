@@ -289,12 +289,12 @@ impl RespConnection {
 
     async fn connect(&mut self) -> Result<(), Failure> {
         match self.tap.connect_upstream().await {
-            Some(stream) => {
+            Ok(stream) => {
                 self.upstream = Some(stream);
                 Ok(())
             }
-            None => Err(Failure::Answer(
-                RespAnswer::UpstreamUnreachable,
+            Err(why) => Err(Failure::Answer(
+                RespAnswer::UpstreamUnreachable(why),
                 ErrorKind::UpstreamConnect,
             )),
         }
@@ -302,12 +302,26 @@ impl RespConnection {
 
     /// The client sent bytes: frames the commands they complete.
     fn client_readable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
-        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        // With nothing in flight, a client's FIN or reset is how a connection ends: a
+        // close, not an error. A reset with a command in flight abandons it.
+        let in_flight = !self.pending.is_empty() || self.cmd_first != 0;
+        let gone = |reset: bool| {
+            if reset && in_flight {
+                return Err(Failure::Abort(ErrorKind::ClientAbort));
+            }
+            if !in_flight {
+                self.tap.recorder.event(recorder::Event::ClientClosed);
+            }
+            Ok(Step::Close)
+        };
+        if ready.is_err() {
+            return gone(true);
+        }
         let n = match read_some(&self.client, self.cbuf.spare(COMMAND_BUFFER)) {
-            Ok(0) => return Ok(Step::Close),
+            Ok(0) => return gone(false),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
-            Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+            Err(_) => return gone(true),
         };
         let t = clock::now();
         self.last_moved = t;
@@ -372,11 +386,11 @@ impl RespConnection {
         ready: io::Result<()>,
         to_client: usize,
     ) -> Result<Step, Failure> {
-        ready.map_err(|_| Failure::Abort(ErrorKind::ClientReset))?;
+        ready.map_err(|_| Failure::Abort(ErrorKind::ClientAbort))?;
         let n = match self.client.try_write(&self.ubuf.filled()[..to_client]) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
-            Err(_) => return Err(Failure::Abort(ErrorKind::ClientReset)),
+            Err(_) => return Err(Failure::Abort(ErrorKind::ClientAbort)),
         };
         let t = clock::now();
         self.last_moved = t;

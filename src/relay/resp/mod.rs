@@ -68,8 +68,8 @@ type Failure = failure::Failure<RespAnswer>;
 enum RespAnswer {
     /// The oldest command's reply did not begin within `timeouts.response`.
     UpstreamTimeout,
-    /// The upstream could not be connected.
-    UpstreamUnreachable,
+    /// The upstream could not be connected, and why.
+    UpstreamUnreachable(super::ConnectFailure),
     /// A command the framer refused; Redis answers the same way and closes.
     ProtocolError(RespError),
 }
@@ -78,7 +78,16 @@ impl RespAnswer {
     fn line(self) -> Cow<'static, str> {
         match self {
             RespAnswer::UpstreamTimeout => "-ERR phasescope: upstream timed out\r\n".into(),
-            RespAnswer::UpstreamUnreachable => "-ERR phasescope: upstream unreachable\r\n".into(),
+            RespAnswer::UpstreamUnreachable(why) => match why {
+                super::ConnectFailure::Refused => {
+                    "-ERR phasescope: upstream unreachable: connection refused (nothing listens on its address)\r\n"
+                }
+                super::ConnectFailure::TimedOut => {
+                    "-ERR phasescope: upstream unreachable: the connect timed out\r\n"
+                }
+                super::ConnectFailure::Other => "-ERR phasescope: upstream unreachable\r\n",
+            }
+            .into(),
             RespAnswer::ProtocolError(e) => format!("-ERR Protocol error: {e}\r\n").into(),
         }
     }

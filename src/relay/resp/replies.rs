@@ -180,6 +180,7 @@ impl RespConnection {
             request_bytes: 0,
             response_bytes: r.bytes,
             phases,
+            failure: None,
         });
     }
 }
