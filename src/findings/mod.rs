@@ -157,6 +157,14 @@ mod tests {
         let found = diagnose(&s);
         let f = found.iter().find(|f| f.id == "upstream_runqueue").unwrap();
         assert!((f.impact.seconds_per_request - 2e-3).abs() < 1e-9);
+        // Each threshold is written in its figure's unit: a ratio printed as a percentage
+        // has its bound as one (it read `0.071 % (< 0.05)` before).
+        let thresholds: Vec<&str> = f
+            .evidence
+            .iter()
+            .filter_map(|e| e.threshold.as_deref())
+            .collect();
+        assert_eq!(thresholds, ["≥ 100 %", "≥ 5 %"], "{:?}", f.evidence);
         // Less waiting than running: none.
         let s = snapshot(&QUICK, Some(upstream(2.0, 1.0, &[])));
         assert!(!ids(&s).contains(&"upstream_runqueue".to_owned()));

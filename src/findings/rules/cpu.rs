@@ -1,7 +1,7 @@
 //! `upstream_cpu_bound` and `upstream_runqueue`: the server's threads are busy all the
 //! time, or wait for a CPU longer than they run.
 
-use super::{met, per_request, shown, Draft};
+use super::{met, met_as, per_request, shown, Draft};
 use crate::findings::TapView;
 use crate::metrics::{Finding, Severity};
 use crate::units::{duration, share, three_digits};
@@ -61,14 +61,14 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
             summary,
             evidence: vec![
                 if one_thread {
-                    met("busiest thread running or waiting to run", busiest, "ratio", format!("≥ {BUSY}"))
+                    met("busiest thread running or waiting to run", busiest, "ratio", "≥", BUSY)
                 } else {
                     shown("busiest thread running or waiting to run", busiest, "ratio")
                 },
                 if one_thread {
                     shown("CPUs wanted (running or waiting)", demand, "cpus")
                 } else {
-                    met("CPUs wanted (running or waiting)", demand, "cpus", format!("≥ {BUSY} × min(threads, CPUs)"))
+                    met_as("CPUs wanted (running or waiting)", demand, "cpus", format!("≥ {} ({BUSY} × min(threads, CPUs))", three_digits(BUSY * capacity)))
                 },
                 shown("threads", i.threads as f64, "count"),
                 shown("CPUs of this machine", cpus as f64, "count"),
@@ -109,13 +109,15 @@ pub fn runqueue(v: &TapView<'_>) -> Option<Finding> {
                     "waiting for a CPU over CPU time",
                     if cpu > 0.0 { u.runqueue_seconds / cpu } else { f64::INFINITY },
                     "ratio",
-                    "≥ 1".to_owned(),
+                    "≥",
+                    1.0,
                 ),
                 met(
                     "waiting for a CPU per request, over the mean total",
                     of_total,
                     "ratio",
-                    format!("≥ {MIN_RUNQUEUE_OF_TOTAL}"),
+                    "≥",
+                    MIN_RUNQUEUE_OF_TOTAL,
                 ),
                 shown("waiting for a CPU per request", waited, "seconds"),
                 shown("CPU per request", i.cpu_user + i.cpu_system, "seconds"),
