@@ -44,7 +44,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<()> {
         anyhow::ensure!(
             ds.taps.contains_key(tap),
             "no tap {tap:?} in {} (its taps: {})",
-            ds.sources.join(", "),
+            super::rows::sources_line(&ds.sources),
             ds.taps.keys().cloned().collect::<Vec<_>>().join(", ")
         );
         ds.taps.retain(|name, _| name == tap);

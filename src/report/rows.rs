@@ -128,6 +128,40 @@ impl Report {
     }
 }
 
+/// More sources than this are condensed in the text (the JSON keeps every one).
+const SOURCES_SHOWN: usize = 4;
+
+/// The sources as the text and markdown reports name them: all of them when few, else
+/// how many, where and the first and last (`100 files in runs/ (w001.json … w100.json)`),
+/// so that a report over a bench's hundred kept windows does not open with a screen of
+/// file names.
+pub fn sources_line(sources: &[String]) -> String {
+    if sources.len() <= SOURCES_SHOWN {
+        return sources.join(", ");
+    }
+    let (first, last) = (&sources[0], &sources[sources.len() - 1]);
+    let dir = |s: &str| std::path::Path::new(s).parent().map(|p| p.to_owned());
+    let name = |s: &str| {
+        std::path::Path::new(s)
+            .file_name()
+            .map_or_else(|| s.to_owned(), |n| n.to_string_lossy().into_owned())
+    };
+    let one_dir = dir(first).filter(|d| sources.iter().all(|s| dir(s).as_ref() == Some(d)));
+    match one_dir {
+        Some(d) => {
+            let d = d.display().to_string();
+            let d = if d.is_empty() { ".".to_owned() } else { d };
+            format!(
+                "{} files in {d} ({} … {})",
+                sources.len(),
+                name(first),
+                name(last)
+            )
+        }
+        None => format!("{} sources ({first} … {last})", sources.len()),
+    }
+}
+
 fn section(tap: &TapData, route: Option<&str>) -> anyhow::Result<Section> {
     let mut rows = Vec::new();
     for phase in tap.phase_names() {
@@ -162,4 +196,32 @@ fn section(tap: &TapData, route: Option<&str>) -> anyhow::Result<Section> {
         headline: headline::headline(&rows),
         rows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_sources_are_condensed_and_few_are_named() {
+        let few: Vec<String> = ["a.json", "b.json"].map(str::to_owned).to_vec();
+        assert_eq!(sources_line(&few), "a.json, b.json");
+        let kept: Vec<String> = (1..=100)
+            .map(|i| format!("/tmp/runs/w{i:03}.json"))
+            .collect();
+        assert_eq!(
+            sources_line(&kept),
+            "100 files in /tmp/runs (w001.json … w100.json)"
+        );
+        let here: Vec<String> = (1..=5).map(|i| format!("w{i}.json")).collect();
+        assert_eq!(sources_line(&here), "5 files in . (w1.json … w5.json)");
+        let mixed: Vec<String> = (1..=5)
+            .map(|i| format!("/d{i}/w.json"))
+            .chain(["http://127.0.0.1:9464".to_owned()])
+            .collect();
+        assert_eq!(
+            sources_line(&mixed),
+            "6 sources (/d1/w.json … http://127.0.0.1:9464)"
+        );
+    }
 }

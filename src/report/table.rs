@@ -136,7 +136,11 @@ fn text(report: &Report, colour: bool) -> String {
         }
     };
     let mut out = String::new();
-    let _ = writeln!(out, "sources: {}", report.sources.join(", "));
+    let _ = writeln!(
+        out,
+        "sources: {}",
+        super::rows::sources_line(&report.sources)
+    );
     let _ = writeln!(out, "{}", precision_line(report));
     if report.taps.is_empty() {
         let _ = writeln!(out, "\nno tap has recorded anything yet");
@@ -192,7 +196,11 @@ fn md_escape(s: &str) -> String {
 fn markdown(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## phasescope report\n");
-    let _ = writeln!(out, "Sources: {}.\n", md_escape(&report.sources.join(", ")));
+    let _ = writeln!(
+        out,
+        "Sources: {}.\n",
+        md_escape(&super::rows::sources_line(&report.sources))
+    );
     let _ = writeln!(out, "{}.", precision_line(report));
     for (tap, protocol, s) in sections(report) {
         let _ = writeln!(out, "\n### {}\n", md_escape(&title(tap, protocol, s)));
