@@ -957,7 +957,8 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
         .unwrap();
     for (component, n) in &samples {
         let label = if component == own {
-            format!("{component} (own code)")
+            // Named by what the process runs (its comm), as the report names it.
+            format!("{} (own code)", upstream["comm"].as_str().unwrap())
         } else {
             component.replace('_', " ")
         };

@@ -174,6 +174,16 @@
    * 1 / ((1 − p) + p/2) − 1 in throughput (Amdahl). A stripped server's own code stands
    * in for its parser, an upper bound. Empty when nothing names a parser. */
   const WHAT_IF_FACTOR = 2;
+
+  /* What the process runs, as the report names it (upstream::summary::runs_as): its comm,
+   * or the binary's file name when the kernel cut comm at 15 bytes and the name goes on
+   * from it; not the file name alone (Debian's redis-server is a symlink to
+   * redis-check-rdb). */
+  function runsAs(u) {
+    const file = u.exe ? u.exe.split("/").pop() : null;
+    if (!u.comm) return file || "the upstream";
+    return file && u.comm.length === 15 && file.length > 15 && file.startsWith(u.comm) ? file : u.comm;
+  }
   function whatIf(u, n, samples, total, inclusive, own, meanTotal) {
     if (!total || !n) return "";
     let comp = samples.http_parser !== undefined ? "http_parser" : null;
@@ -188,7 +198,7 @@
     const saved = cpu * p * (1 - 1 / f);
     const gain = 1 / (1 - p + p / f) - 1;
     const which = upper
-      ? `its parser is inside ${comp} (own code), ${fmtPct(p)} of its CPU: an upper bound`
+      ? `its parser is inside ${runsAs(u)} (own code), ${fmtPct(p)} of its CPU: an upper bound`
       : `HTTP parser is ${fmtPct(p)} of its CPU${incl == null ? "" : " with all it calls"}`;
     // As the report: the saving beside what a request takes in all, the mean total.
     const ofTotal = meanTotal > 0 ? `, ${fmtPct(saved / meanTotal)} of mean total` : "";
@@ -744,7 +754,7 @@
         const parts = Object.entries(samples).sort((a, b) => b[1] - a[1]).slice(0, 8)
           .map(([k, v]) => {
             const incl = inclusive && inclusive[k] !== undefined ? ` (${fmtPct(inclusive[k] / total)} incl.)` : "";
-            return `${k === own ? `${k} (own code)` : k.replace(/_/g, " ")} ${fmtPct(v / total)}${incl}`;
+            return `${k === own ? `${runsAs(u)} (own code)` : k.replace(/_/g, " ")} ${fmtPct(v / total)}${incl}`;
           });
         line += `; its CPU${inclusive ? ", self (inclusive)" : ""}: ${parts.join(", ")}`;
       }
