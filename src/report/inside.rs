@@ -365,6 +365,8 @@ mod tests {
             cpu_system_seconds: 1.22,
             runqueue_seconds: 1.4,
             busiest_thread_seconds: 0.9,
+            active_seconds: None,
+            active_busiest_thread_seconds: None,
             cpu_seconds: None,
             context_switches_voluntary: 1,
             context_switches_involuntary: 1,
