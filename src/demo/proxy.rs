@@ -55,6 +55,12 @@ impl Proxy {
     ) -> anyhow::Result<Proxy> {
         let config = demo_config(upstream, pid)?;
         let registry = Registry::new(&config.metrics)?;
+        if let Err(e) = registry.watch_own() {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "the proxy's own CPU will not be reported"
+            );
+        }
         let (admin_server, admin_note) = bind_admin(admin, &registry)?;
         let admin = admin_server.local_addr();
         let taps = crate::app::start(&config, &registry).await?;

@@ -35,7 +35,8 @@ pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotP
     let mut out = Vec::new();
     let mut hot = HotPaths::new();
     for (name, tap) in &snapshot.taps {
-        let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix);
+        let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix)
+            .with_proxy(snapshot.proxy.as_ref());
         if view.requests >= MIN_REQUESTS {
             out.extend(rules::all(&view));
         }

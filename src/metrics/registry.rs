@@ -16,7 +16,7 @@ use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, Recorder};
 use crate::routes::RouteTable;
 use crate::sync::lock;
-use crate::upstream::Upstream;
+use crate::upstream::{Own, Upstream};
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
 /// server reads through [`encode_prometheus`](Self::encode_prometheus),
@@ -34,6 +34,8 @@ pub struct Registry {
     counter_baseline: Mutex<Vec<(String, Counters)>>,
     /// Taps that watch their upstream's process.
     upstreams: RwLock<Vec<Arc<Upstream>>>,
+    /// The proxy's own process, once [`watch_own`](Self::watch_own) started reading it.
+    own: RwLock<Option<Arc<Own>>>,
     /// The findings active now, for the `phasescope_finding` gauge.
     findings: Board,
     /// A `total` at least this long (ns) is an exemplar: `[log] slow_threshold`.
@@ -53,6 +55,7 @@ impl Registry {
             front_to_back: RwLock::new(Vec::new()),
             counter_baseline: Mutex::new(Vec::new()),
             upstreams: RwLock::new(Vec::new()),
+            own: RwLock::new(None),
             findings: Board::default(),
             exemplar_min_ns: AtomicU64::new(duration_ns(
                 crate::config::LogConfig::default().slow_threshold,
@@ -135,6 +138,9 @@ impl Registry {
         let mut out = exposition::encode(&collect(&taps, Collect::Counts), &self.buckets);
         if self.enabled {
             out.push_str(&super::upstream::encode(&self.upstreams()));
+            out.push_str(&super::upstream::text(&super::own::families(
+                self.own().as_deref(),
+            )));
             out.push_str(&super::upstream::text(&self.findings.families()));
         }
         out
@@ -172,6 +178,7 @@ impl Registry {
             return Vec::new();
         }
         let mut families = super::upstream::families(&self.upstreams());
+        families.extend(super::own::families(self.own().as_deref()));
         families.extend(self.findings.families());
         families
     }
@@ -193,6 +200,24 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
             .push(Arc::clone(&u));
         u
+    }
+
+    /// Starts reading the proxy's own process and the machine's CPUs, for `/metrics` and
+    /// the snapshot's `proxy` (nothing under `--no-metrics`).
+    pub fn watch_own(&self) -> anyhow::Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let own = Own::start()?;
+        *self.own.write().unwrap_or_else(PoisonError::into_inner) = Some(own);
+        Ok(())
+    }
+
+    fn own(&self) -> Option<Arc<Own>> {
+        self.own
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn upstreams(&self) -> Vec<Arc<Upstream>> {
@@ -283,13 +308,14 @@ impl Registry {
                 }
             })
             .collect();
+        let proxy = self.own().map(|o| if cut { o.cut() } else { o.snapshot() });
         let at = *since;
         if cut {
             *lock(&self.counter_baseline) = next_baseline;
             *since = SystemTime::now();
         }
         drop(since);
-        snapshot::build(inputs, at, self.enabled)
+        snapshot::build(inputs, at, self.enabled, proxy)
     }
 
     /// Empties the HDR copies behind [`snapshot`](Self::snapshot). The Prometheus counters
@@ -305,6 +331,9 @@ impl Registry {
         *lock(&self.counter_baseline) = baseline;
         for u in self.upstreams() {
             u.reset();
+        }
+        if let Some(o) = self.own() {
+            o.reset();
         }
         *since = SystemTime::now();
         *since

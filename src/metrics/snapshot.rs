@@ -56,6 +56,10 @@ pub struct Snapshot {
     /// (readers diagnose the snapshot again rather than trust it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<super::finding::Finding>,
+    /// The proxy's own process and the machine over the same window (docs/metrics.md);
+    /// absent under `--no-metrics` and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<crate::upstream::ProxySnapshot>,
 }
 
 /// One phase's entry of [`Snapshot::phase_styles`].
@@ -307,7 +311,12 @@ pub(crate) struct TapInput<'a> {
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
-pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -> Snapshot {
+pub(crate) fn build(
+    taps: Vec<TapInput<'_>>,
+    since: SystemTime,
+    enabled: bool,
+    proxy: Option<crate::upstream::ProxySnapshot>,
+) -> Snapshot {
     let now = SystemTime::now();
     let mut out = BTreeMap::new();
     for mut input in taps {
@@ -373,6 +382,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             .collect(),
         taps: out,
         findings: Vec::new(),
+        proxy,
     }
 }
 

@@ -29,6 +29,9 @@ pub struct Dataset {
     pub notes: Vec<String>,
     /// Keyed by tap name.
     pub taps: BTreeMap<String, TapData>,
+    /// The proxy's own process over the same window, when the snapshots had it (merged:
+    /// times add up).
+    pub proxy: Option<crate::upstream::ProxySnapshot>,
 }
 
 #[derive(Debug, Default)]
@@ -289,7 +292,14 @@ impl Dataset {
         ensure!(!snapshots.is_empty(), "no snapshot to report on");
         let mut taps: BTreeMap<String, TapData> = BTreeMap::new();
         let mut notes = Vec::new();
+        let mut proxy: Option<crate::upstream::ProxySnapshot> = None;
         for (i, snap) in snapshots.iter().enumerate() {
+            if let Some(p) = &snap.proxy {
+                proxy = Some(match proxy.take() {
+                    Some(acc) => crate::upstream::own::merge(acc, p),
+                    None => p.clone(),
+                });
+            }
             let name = sources.get(i).map_or("a snapshot", String::as_str);
             if !snap.metrics_enabled {
                 notes.push(format!(
@@ -347,6 +357,7 @@ impl Dataset {
             sources,
             notes,
             taps,
+            proxy,
         })
     }
 }

@@ -367,6 +367,7 @@ mod tests {
             busiest_thread_seconds: 0.9,
             active_seconds: None,
             active_busiest_thread_seconds: None,
+            cpus_allowed: None,
             cpu_seconds: None,
             context_switches_voluntary: 1,
             context_switches_involuntary: 1,

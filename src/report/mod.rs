@@ -23,6 +23,7 @@ pub mod headline;
 pub mod http;
 pub mod inside;
 pub mod multiplicity;
+pub mod own;
 mod paired;
 pub mod pprof;
 mod pprof_proto;

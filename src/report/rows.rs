@@ -36,6 +36,9 @@ pub struct TapReport {
     /// The upstream's process, when the tap watched one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inside: Option<super::inside::Inside>,
+    /// phasescope's own process per request of this tap, when the snapshots had it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<super::own::ProxyCost>,
 }
 
 /// One table: a tap, or one route of a tap.
@@ -107,12 +110,21 @@ impl Report {
                 inside.hot.truncate(top);
                 inside
             });
+            let proxy = ds.proxy.as_ref().map(|p| {
+                let requests = all
+                    .rows
+                    .iter()
+                    .find(|r| r.phase == Phase::Total.name())
+                    .map_or(0, |r| r.count);
+                super::own::ProxyCost::new(p, requests, tap.upstream.as_ref(), ds.taps.len())
+            });
             taps.push(TapReport {
                 tap: name.clone(),
                 protocol: tap.protocol.clone(),
                 all,
                 routes,
                 inside,
+                proxy,
             });
         }
         Ok(Report {

@@ -80,6 +80,19 @@ fn inside_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
         .map_or_else(Vec::new, |i| i.lines())
 }
 
+/// The proxy's own cost per request of `tap`, under its all-routes headline.
+fn proxy_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
+    if s.route != ALL_ROUTES {
+        return Vec::new();
+    }
+    report
+        .taps
+        .iter()
+        .find(|t| t.tap == tap)
+        .and_then(|t| t.proxy.as_ref())
+        .map_or_else(Vec::new, |p| vec![p.line()])
+}
+
 /// The findings of `tap`, printed under its all-routes headline.
 fn finding_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
     if s.route != ALL_ROUTES {
@@ -149,6 +162,9 @@ fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", paint("1", &title(tap, protocol, s)));
         let _ = writeln!(out, "  {}", s.headline);
+        for l in proxy_lines(report, tap, s) {
+            let _ = writeln!(out, "  {l}");
+        }
         for l in inside_lines(report, tap, s) {
             let _ = writeln!(out, "  {l}");
         }
@@ -205,6 +221,9 @@ fn markdown(report: &Report) -> String {
     for (tap, protocol, s) in sections(report) {
         let _ = writeln!(out, "\n### {}\n", md_escape(&title(tap, protocol, s)));
         let _ = writeln!(out, "{}\n", md_escape(&s.headline));
+        for l in proxy_lines(report, tap, s) {
+            let _ = writeln!(out, "{}\n", md_escape(&l));
+        }
         for l in inside_lines(report, tap, s) {
             let _ = writeln!(out, "{}\n", md_escape(&l));
         }

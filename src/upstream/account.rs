@@ -80,6 +80,8 @@ pub struct ProcessInfo {
     /// The main binary, when /proc/PID/exe is readable.
     pub exe: Option<PathBuf>,
     pub threads: u64,
+    /// The CPUs it may run on (its main thread's affinity), when readable.
+    pub cpus_allowed: Option<Vec<u32>>,
 }
 
 /// One thread's values at the last read.
@@ -175,6 +177,7 @@ impl Accountant {
                 comm: stat.comm.clone(),
                 exe,
                 threads: stat.num_threads.max(0) as u64,
+                cpus_allowed: super::own::cpus_allowed(pid),
             },
             user_ticks: stat.utime,
             system_ticks: stat.stime,
@@ -230,6 +233,10 @@ impl Accountant {
         w.read_at = now;
         w.info.threads = stat.num_threads.max(0) as u64;
         w.info.comm = stat.comm;
+        // Pinned after it started (taskset -p, bench --cpus): read again each time.
+        if let Some(cpus) = super::own::cpus_allowed(w.info.pid) {
+            w.info.cpus_allowed = Some(cpus);
+        }
         let mut threads = read_threads(&w.process);
         if !threads.listed {
             // Keep every thread's last values for the next read that can list them.

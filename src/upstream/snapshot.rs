@@ -19,6 +19,9 @@ pub struct UpstreamSnapshot {
     pub comm: Option<String>,
     pub exe: Option<String>,
     pub threads: u64,
+    /// The CPUs it may run on (its affinity), when readable. Absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_allowed: Option<Vec<u32>>,
     /// How often the process is read.
     pub interval_seconds: f64,
     /// Wall time, within the window, during which a process was watched.
@@ -110,6 +113,7 @@ impl UpstreamSnapshot {
             comm: process.map(|p| p.comm.clone()),
             exe: process.and_then(|p| p.exe.as_ref().map(|e| e.display().to_string())),
             threads: process.map_or(0, |p| p.threads),
+            cpus_allowed: process.and_then(|p| p.cpus_allowed.clone()),
             interval_seconds: interval.as_secs_f64(),
             watched_seconds: s(window.watched_ns),
             cpu_user_seconds: s(window.user_ns),
@@ -172,6 +176,7 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
         comm: b.comm.clone().or(a.comm),
         exe: b.exe.clone().or(a.exe),
         threads: b.threads.max(a.threads),
+        cpus_allowed: b.cpus_allowed.clone().or(a.cpus_allowed),
         interval_seconds: b.interval_seconds,
         watched_seconds: a.watched_seconds + b.watched_seconds,
         cpu_user_seconds: a.cpu_user_seconds + b.cpu_user_seconds,

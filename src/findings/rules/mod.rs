@@ -4,6 +4,7 @@
 mod backend_queue;
 mod churn;
 mod client;
+mod competes;
 mod cpu;
 mod hot;
 mod nagle;
@@ -26,6 +27,7 @@ pub fn all(v: &TapView<'_>) -> Vec<Finding> {
     out.extend(churn::check(v));
     out.extend(client::check(v));
     out.extend(proxy::check(v));
+    out.extend(competes::check(v));
     out.extend(parser::check(v));
     out.extend(hot::check(v));
     out
