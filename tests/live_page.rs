@@ -457,6 +457,18 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         inside.starts_with("per request ") && inside.contains("waiting for a CPU"),
         "{inside}"
     );
+    // phasescope's own cost, under the headline, as the report gives it.
+    let own = Regex::new(r#"class="proxy-line note"[^>]*>([^<]*)<"#).unwrap();
+    let own = own
+        .captures(tap)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no line of the proxy's own cost in\n{tap}"));
+    assert!(
+        own.starts_with("phasescope itself: per request ")
+            && own.contains("µs on CPU (user ")
+            && own.contains(" cores"),
+        "{own}"
+    );
 
     let png = fs::read(&screenshot).expect("chromium saved a screenshot");
     assert!(

@@ -485,6 +485,9 @@
       this.cards = {};
       this.protocol = h("span", { class: "badge" });
       this.headline = h("span", { class: "headline" });
+      // phasescope's own cost, as the report's line under the headline (docs/report.md,
+      // "The proxy's own cost").
+      this.proxyLine = h("div", { class: "proxy-line note", hidden: true });
       this.stack = h("div", { class: "stack", role: "img" });
       this.legend = h("div", { class: "legend" });
       this.breakdownSub = h("span", { class: "sub" });
@@ -527,6 +530,7 @@
 
       this.root = h("section", { class: "tap", "data-tap": this.name },
         h("div", { class: "tap-head" }, h("h2", { text: this.name }), this.protocol, this.headline),
+        this.proxyLine,
         h("div", { class: "cards" },
           card("rate", "Requests / s", `over the last ${RATE_WINDOW_S} s`),
           card("requests", "Requests", ""),
@@ -654,6 +658,7 @@
       this.renderHead(tap, snap, merged, segs, n);
       this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
       this.renderBreakdown(segs, n, sums.total || 0, snap);
+      this.renderProxy(snap.proxy, tap.upstream, n, Object.keys(snap.taps || {}).length);
       this.renderInside(tap.upstream, n, snap, total ? total.mean : 0);
       this.renderHot((snap.hot || {})[this.name] || []);
       this.renderPhases(merged, sums.total || 0, snap);
@@ -729,6 +734,29 @@
 
     // The upstream's process (docs/report.md, "Inside the upstream"): thread-time per
     // request over the window, and where its CPU goes when it is sampled.
+    /* The proxy's own CPU per request of this tap, the cores it kept busy and its share
+     * of what the machine's cores did; whether it shares them with the upstream. */
+    renderProxy(p, u, n, taps) {
+      this.proxyLine.hidden = !p;
+      if (!p) return;
+      if (!n) {
+        this.proxyLine.textContent = "phasescope itself: no requests in this window yet";
+        return;
+      }
+      const us = (s) => `${num3((s * 1e6) / n)} µs`;
+      const cpu = p.cpu_user_seconds + p.cpu_system_seconds;
+      const cores = p.watched_seconds > 0 ? cpu / p.watched_seconds : 0;
+      let line = `phasescope itself: per request ${us(cpu)} on CPU (user ${us(p.cpu_user_seconds)}, system ${us(p.cpu_system_seconds)}), ${us(p.runqueue_seconds)} waiting for a CPU; ${num3(cores)} of the ${p.cpus} cores`;
+      if (p.machine_busy_seconds > 0) line += `, ${fmtPct(Math.min(1, cpu / p.machine_busy_seconds))} of the CPU the machine did`;
+      const theirs = u && u.cpus_allowed;
+      const mine = p.cpus_allowed || [];
+      if (theirs && mine.length) {
+        line += theirs.some((c) => mine.includes(c)) ? "; it shares cores with the upstream" : "; on cores of its own";
+      }
+      if (taps > 1) line += ` (the whole proxy's CPU over this tap's requests: its workers serve all ${taps} taps)`;
+      this.proxyLine.textContent = line;
+    }
+
     renderInside(u, n, snap, meanTotal) {
       this.inside.hidden = !u;
       if (!u) return;
