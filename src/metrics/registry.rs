@@ -29,6 +29,8 @@ pub struct Registry {
     /// Tap names front to back (`Config::taps_front_to_back`), for the snapshot's
     /// `position`; taps not named here follow in the order they were registered.
     front_to_back: RwLock<Vec<String>>,
+    /// Each correlated HTTP tap and the RESP tap behind it, for the snapshot's `backend`.
+    backends: RwLock<Vec<(String, String)>>,
     /// Each tap's counters at the last reset, so that the snapshot can give its window's
     /// errors and head shapes beside the counters since start. Taken under `since`'s lock.
     counter_baseline: Mutex<Vec<(String, Counters)>>,
@@ -53,6 +55,7 @@ impl Registry {
             buckets: Arc::new(buckets),
             taps: RwLock::new(Vec::new()),
             front_to_back: RwLock::new(Vec::new()),
+            backends: RwLock::new(Vec::new()),
             counter_baseline: Mutex::new(Vec::new()),
             upstreams: RwLock::new(Vec::new()),
             own: RwLock::new(None),
@@ -82,6 +85,15 @@ impl Registry {
     }
 
     /// The order readers show the taps in, front to back.
+    /// The `[[correlate]]` pairs, HTTP tap then RESP tap: the snapshot names each HTTP
+    /// tap's `backend`.
+    pub fn set_backends(&self, pairs: Vec<(String, String)>) {
+        *self
+            .backends
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = pairs;
+    }
+
     pub fn set_front_to_back(&self, names: Vec<String>) {
         *self
             .front_to_back
@@ -315,7 +327,20 @@ impl Registry {
             *since = SystemTime::now();
         }
         drop(since);
-        snapshot::build(inputs, at, self.enabled, proxy)
+        let mut out = snapshot::build(inputs, at, self.enabled, proxy);
+        for (http, resp) in self
+            .backends
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            if out.taps.contains_key(resp) {
+                if let Some(t) = out.taps.get_mut(http) {
+                    t.backend = Some(resp.clone());
+                }
+            }
+        }
+        out
     }
 
     /// Empties the HDR copies behind [`snapshot`](Self::snapshot). The Prometheus counters

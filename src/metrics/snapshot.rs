@@ -145,6 +145,12 @@ pub struct TapSnapshot {
     /// The upstream's process, when the tap watches one: CPU and scheduling since `since`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
+    /// An HTTP tap of a `[[correlate]]`: the RESP tap between its upstream and Redis, whose
+    /// watched process (Redis) splits the `backend` part of the Webdis split into Redis's
+    /// CPU, its wait for one and the rest (docs/webdis.md). Absent otherwise and in older
+    /// snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 /// The request heads of a window: their number, mean size and field count, and both
@@ -358,6 +364,7 @@ pub(crate) fn build(
                 phases,
                 totals,
                 upstream,
+                backend: None,
             },
         );
     }

@@ -45,6 +45,8 @@ pub struct TapData {
     /// The upstream's process over the same window, when a snapshot had it (merged:
     /// times, counts and samples add up; the last snapshot names the process).
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
+    /// An HTTP tap of a `[[correlate]]`: its RESP tap, when the source says.
+    pub backend: Option<String>,
 }
 
 /// One (tap, phase, route) series, all durations in seconds.
@@ -311,6 +313,9 @@ impl Dataset {
                 data.protocol.get_or_insert_with(|| tap.protocol.clone());
                 if data.position.is_none() {
                     data.position = tap.position;
+                }
+                if data.backend.is_none() {
+                    data.backend.clone_from(&tap.backend);
                 }
                 if let Some(u) = &tap.upstream {
                     data.upstream = Some(match data.upstream.take() {

@@ -9,6 +9,7 @@
 //! from A by more than the noise; docs/compare.md states the method.
 
 mod args;
+pub mod backend_split;
 pub mod bootstrap;
 pub mod commands;
 pub mod compare;

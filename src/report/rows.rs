@@ -36,6 +36,10 @@ pub struct TapReport {
     /// The upstream's process, when the tap watched one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inside: Option<super::inside::Inside>,
+    /// The Webdis split of `upstream_wait` (a correlated HTTP tap), with Redis's own CPU
+    /// and wait for a CPU when the RESP tap behind watches Redis.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_split: Option<super::backend_split::BackendSplit>,
     /// phasescope's own process per request of this tap, when the snapshots had it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy: Option<super::own::ProxyCost>,
@@ -90,7 +94,12 @@ impl Report {
     ) -> anyhow::Result<Report> {
         let mut taps = Vec::new();
         for (name, tap) in ds.taps_front_to_back() {
-            let all = section(tap, None)?;
+            let mut all = section(tap, None)?;
+            let redis = redis_work(ds, name, tap);
+            if redis.is_some() {
+                all.headline = headline::headline_with(&all.rows, redis);
+            }
+            let backend_split = super::backend_split::BackendSplit::new(&all.rows, redis);
             let routes = if by_route {
                 tap.routes()
                     .into_iter()
@@ -124,6 +133,7 @@ impl Report {
                 all,
                 routes,
                 inside,
+                backend_split,
                 proxy,
             });
         }
@@ -138,6 +148,35 @@ impl Report {
             taps,
         })
     }
+}
+
+/// Redis's process per command, for the Webdis split of `tap` (an HTTP tap with the
+/// backend phases): from the RESP tap the snapshot names as its `backend`, else (older
+/// snapshots) the one RESP tap that watches a process.
+fn redis_work(ds: &Dataset, name: &str, tap: &TapData) -> Option<super::backend_split::RedisWork> {
+    if !tap.phases.contains_key(Phase::Backend.name()) {
+        return None;
+    }
+    let resp = match &tap.backend {
+        Some(b) => ds.taps.get(b)?,
+        None => {
+            let mut watched = ds.taps.iter().filter(|(n, t)| {
+                n.as_str() != name && t.protocol.as_deref() == Some("resp") && t.upstream.is_some()
+            });
+            let (_, only) = watched.next()?;
+            if watched.next().is_some() {
+                return None;
+            }
+            only
+        }
+    };
+    let commands = resp
+        .phases
+        .get(Phase::Total.name())?
+        .values()
+        .map(|s| s.count)
+        .sum();
+    super::backend_split::RedisWork::new(resp.upstream.as_ref()?, commands)
 }
 
 /// More sources than this are condensed in the text (the JSON keeps every one).
