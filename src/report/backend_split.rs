@@ -39,9 +39,9 @@ impl RedisWork {
 }
 
 /// The split, each part as a share of the mean `total` (the headline's unit), and per
-/// paired request in seconds for Redis's parts. The parts add up: `redis_queue + redis
-/// + webdis + unpaired = upstream_wait`, and `redis_cpu + redis_runqueue + redis_rest =
-/// redis`.
+/// paired request in seconds for Redis's parts. The parts add up: `redis_queue`,
+/// `redis`, `webdis` and `unpaired` to `upstream_wait`, and Redis's CPU, its wait for a
+/// CPU and the rest to `redis`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BackendSplit {
     pub upstream_wait: f64,
