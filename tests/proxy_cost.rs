@@ -132,6 +132,21 @@ fn the_proxys_cpu_per_request_is_what_proc_gives_over_the_same_window() {
     let text = phasescope(&["report", "--from", file.to_str().unwrap()]);
     assert!(text.contains("phasescope itself (pid "), "{text}");
     assert!(text.contains("µs on CPU (user "), "{text}");
+    let csv = phasescope(&[
+        "report",
+        "--from",
+        file.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    let row = |what: &str| -> f64 {
+        csv.lines()
+            .find(|l| l.starts_with(&format!("{TAP},*,proxy.{what},")))
+            .and_then(|l| l.split(',').nth(5))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no proxy.{what} row in\n{csv}"))
+    };
+    assert!(((row("cpu_user") + row("cpu_system")) - reported).abs() <= 1e-9 * reported);
 
     // /metrics has it, as counters that only grow.
     let metrics = proxy.admin_get("/metrics").body_text();

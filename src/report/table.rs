@@ -344,6 +344,28 @@ fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
     }
 }
 
+/// The `phase` of the CSV records that carry the proxy's own cost per request of a tap.
+pub const CSV_PROXY_PREFIX: &str = "proxy.";
+
+/// The proxy's own cost as records: `proxy.cpu_user`, `proxy.cpu_system` and
+/// `proxy.runqueue` with the tap's requests as `count`, the proxy's thread-time of the
+/// window as `sum_s` and the per-request figure as `mean_s`, as the upstream's rows.
+fn csv_proxy(out: &mut String, tap: &str, p: &super::own::ProxyCost) {
+    for (what, per_request) in [
+        ("cpu_user", p.cpu_user),
+        ("cpu_system", p.cpu_system),
+        ("runqueue", p.runqueue),
+    ] {
+        let _ = writeln!(
+            out,
+            "{},{ALL_ROUTES},{CSV_PROXY_PREFIX}{what},{},{},{per_request},,,,,,",
+            csv_field(tap),
+            p.requests,
+            per_request * p.requests as f64,
+        );
+    }
+}
+
 fn csv(report: &Report) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
@@ -369,8 +391,13 @@ fn csv(report: &Report) -> String {
                 );
             }
             // After the tap's own rows, before its routes: where the text report puts it.
-            if let (ALL_ROUTES, Some(i)) = (s.route.as_str(), &t.inside) {
-                csv_inside(&mut out, tap, i);
+            if s.route == ALL_ROUTES {
+                if let Some(p) = &t.proxy {
+                    csv_proxy(&mut out, tap, p);
+                }
+                if let Some(i) = &t.inside {
+                    csv_inside(&mut out, tap, i);
+                }
             }
         }
     }
