@@ -54,13 +54,9 @@ impl Proxy {
         stop: &watch::Receiver<bool>,
     ) -> anyhow::Result<Proxy> {
         let config = demo_config(upstream, pid)?;
+        // Not `watch_own`: this process also drives the demo's load, so its CPU is not
+        // the proxy's alone.
         let registry = Registry::new(&config.metrics)?;
-        if let Err(e) = registry.watch_own() {
-            tracing::warn!(
-                error = format!("{e:#}"),
-                "the proxy's own CPU will not be reported"
-            );
-        }
         let (admin_server, admin_note) = bind_admin(admin, &registry)?;
         let admin = admin_server.local_addr();
         let taps = crate::app::start(&config, &registry).await?;
