@@ -671,14 +671,20 @@ fn the_headline_names_the_redis_queue_of_a_correlated_webdis_chain() {
         .map(|c| text(&c[1]))
         .unwrap_or_else(|| panic!("no headline in\n{tap}"));
     let split = Regex::new(
-        r"upstream_wait ([\d.]+) % \(Redis queue ([\d.]+) %, Redis ([\d.]+) %, Webdis ([\d.]+) %",
+        r"upstream_wait ([\d.]+) % \(Redis queue ([\d.]+) %, Redis ([\d.]+) % \[its CPU ([\d.]+) %, waiting for a CPU ([\d.]+) %, rest ([\d.]+) %\], Webdis ([\d.]+) %",
     )
     .unwrap();
+    // The RESP tap watches Redis (found by `auto`): "Redis" reads as its CPU, its wait
+    // for a CPU and the rest, which add up to it (each shown rounded).
     let c = split
         .captures(&headline)
         .unwrap_or_else(|| panic!("the headline does not name the split: {headline:?}"));
     let pct = |i: usize| c[i].parse::<f64>().unwrap() / 100.0;
-    let (wait, queue, redis_rest, webdis) = (pct(1), pct(2), pct(3), pct(4));
+    let (wait, queue, redis_rest, webdis) = (pct(1), pct(2), pct(3), pct(7));
+    assert!(
+        (pct(4) + pct(5) + pct(6) - redis_rest).abs() <= 0.011,
+        "Redis's parts do not add up to it: {headline:?}"
+    );
 
     // The same figures as the phase table, rendered from the same snapshot; each shown
     // share is rounded (whole percents from 10 %, a decimal below), hence the margin.

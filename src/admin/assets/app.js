@@ -304,8 +304,11 @@
    * headline"): `upstream_wait 91 % (Redis queue 21 %, Redis 2 %, Webdis 68 %)`. "Redis
    * queue" is backend_queue (the command waiting behind earlier replies on Webdis's pooled
    * connection), "Redis" the rest of backend, Webdis backend_in + backend_out; what the
-   * correlator could not pair is "unpaired". Null without the split. */
-  function webdisSplit(merged, totalSum) {
+   * correlator could not pair is "unpaired". With Redis's process watched by the RESP tap
+   * behind (`redis`: its CPU and run-queue wait per command), "Redis" reads in brackets as
+   * its CPU, its wait for a CPU and the rest (report::backend_split). Null without the
+   * split. */
+  function webdisSplit(merged, totalSum, redisWork) {
     const share = (p) => (merged[p] && totalSum ? merged[p].sum / totalSum : null);
     const redis = share("backend");
     const into = share("backend_in"), out = share("backend_out");
@@ -313,13 +316,39 @@
     const webdis = (into || 0) + (out || 0);
     const wait = share("upstream_wait");
     const queue = share("backend_queue");
+    let own = "";
+    if (redisWork && merged.backend.count > 0) {
+      const paired = merged.backend.count;
+      const per = Math.max(0, merged.backend.sum - (merged.backend_queue ? merged.backend_queue.sum : 0)) / paired;
+      const cpu = Math.min(redisWork.cpu, per);
+      const rq = Math.min(redisWork.runqueue, per - cpu);
+      const of = (s) => fmtPct((s * paired) / totalSum);
+      own = ` [its CPU ${of(cpu)}, waiting for a CPU ${of(rq)}, rest ${of(per - cpu - rq)}]`;
+    }
     const parts = queue === null
-      ? [`Redis ${fmtPct(redis)}`]
-      : [`Redis queue ${fmtPct(queue)}`, `Redis ${fmtPct(Math.max(0, redis - queue))}`];
+      ? [`Redis ${fmtPct(redis)}${own}`]
+      : [`Redis queue ${fmtPct(queue)}`, `Redis ${fmtPct(Math.max(0, redis - queue))}${own}`];
     parts.push(`Webdis ${fmtPct(webdis)}`);
     const unpaired = wait - redis - webdis;
     if (unpaired >= 0.005) parts.push(`unpaired ${fmtPct(unpaired)}`);
     return `upstream_wait ${fmtPct(wait)} (${parts.join(", ")})`;
+  }
+
+  /* Redis's CPU and wait for a CPU per command, from the RESP tap the snapshot names as
+   * this tap's backend (or, in older snapshots, the one RESP tap watching a process). */
+  function redisWork(tap, snap) {
+    const taps = snap.taps || {};
+    let resp = tap.backend ? taps[tap.backend] : null;
+    if (!tap.backend) {
+      const watched = Object.values(taps).filter((t) => t !== tap && t.protocol === "resp" && t.upstream);
+      resp = watched.length === 1 ? watched[0] : null;
+    }
+    const u = resp && resp.upstream;
+    if (!u || !u.watched_seconds) return null;
+    let n = 0;
+    for (const s of Object.values(resp.phases.total || {})) n += s.count;
+    if (!n) return null;
+    return { cpu: (u.cpu_user_seconds + u.cpu_system_seconds) / n, runqueue: u.runqueue_seconds / n };
   }
 
   function phaseSums(tap, route) {
@@ -693,7 +722,7 @@
       }
       // The biggest shares, and parse always: it is the figure people come for.
       const hasDecomposition = segs.some(([k]) => DECOMPOSITION.includes(k));
-      const split = webdisSplit(merged, totalSum);
+      const split = webdisSplit(merged, totalSum, redisWork(tap, snap));
       // With the Webdis split, upstream_wait is one entry that names its parts, as the
       // report's headline does, instead of its segments competing for the four places.
       const listed = split
