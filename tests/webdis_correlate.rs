@@ -311,6 +311,23 @@ fn redis_working_is_told_from_its_queue_and_scheduling() {
 
     let text = report("table");
     assert!(text.contains(" [its CPU "), "{text}");
+    // With `--tap webdis` too: the split reads the RESP tap's process all the same.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            file.to_str().unwrap(),
+            "--tap",
+            "webdis",
+        ])
+        .output()
+        .unwrap();
+    let only = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        only.contains(" [its CPU ") && !only.contains("tap redis"),
+        "{only}"
+    );
+    assert!(only.contains("its workers serve all 2 taps"), "{only}");
     assert!(text.contains("inside redis-server (pid "), "{text}");
     assert!(!text.contains("redis-check-rdb (own code)"), "{text}");
     let sampled = snap["taps"]["redis"]["upstream"]["samples"]
