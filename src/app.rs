@@ -94,7 +94,22 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
     let (stop_tx, stop_rx) = watch::channel(false);
     let registry = Registry::new(&config.metrics)?;
     registry.set_front_to_back(config.taps_front_to_back());
+    registry.set_backends(
+        config
+            .correlate
+            .iter()
+            .map(|c| (c.http.clone(), c.resp.clone()))
+            .collect(),
+    );
     registry.set_exemplar_threshold(config.log.slow_threshold);
+    // The proxy's own cost, as the upstream's: without /proc it is left out, and the
+    // proxy runs all the same.
+    if let Err(e) = registry.watch_own() {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "the proxy's own CPU will not be reported"
+        );
+    }
     let admin = crate::admin::bind(config.admin.listen, Arc::clone(&registry))?
         .with_token(config.admin.token.as_deref())
         .with_limits(crate::admin::AdminLimits {

@@ -61,6 +61,19 @@ pub fn share(fraction: f64) -> String {
     }
 }
 
+/// A figure in its unit as the findings' evidence gives it (`seconds`, `ratio`, `count`,
+/// `per_second`, else a plain number): `4.21 µs`, `85 %`, `12`, `3818/s`. A threshold is
+/// printed the same way, so that `85 % (≥ 85 %)` compares like with like.
+pub fn figure(value: f64, unit: &str) -> String {
+    match unit {
+        "seconds" => duration(value),
+        "ratio" => share(value),
+        "count" => format!("{value:.0}"),
+        "per_second" => format!("{}/s", three_digits(value)),
+        _ => three_digits(value),
+    }
+}
+
 /// A signed relative change (0.201 → `+20.1 %`), one decimal, for compare tables.
 pub fn change(fraction: f64) -> String {
     let pct = fraction * 100.0;

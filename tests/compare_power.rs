@@ -98,6 +98,7 @@ fn tap(rng: &mut Rng, n: usize, wait_us: f64, factor: f64) -> (TapSnapshot, f64)
         request_heads: None,
         totals,
         upstream: None,
+        backend: None,
     };
     (tap, window)
 }
@@ -118,6 +119,7 @@ fn snapshot(taps: BTreeMap<String, TapSnapshot>, window: f64) -> Snapshot {
         phase_styles: Default::default(),
         taps,
         findings: Vec::new(),
+        proxy: None,
     }
 }
 

@@ -47,8 +47,11 @@ const NEED_CORRELATED_SETUP: [&str; 5] = [
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 19] = [
+const METRICS: [&str; 22] = [
     "phasescope_finding",
+    "phasescope_proxy_cpu_seconds_total",
+    "phasescope_machine_cpu_busy_seconds_total",
+    "phasescope_machine_cpus",
     "phasescope_upstream_samples_total",
     "phasescope_upstream_inclusive_samples_total",
     "phasescope_upstream_cpu_seconds_total",

@@ -457,6 +457,18 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         inside.starts_with("per request ") && inside.contains("waiting for a CPU"),
         "{inside}"
     );
+    // phasescope's own cost, under the headline, as the report gives it.
+    let own = Regex::new(r#"class="proxy-line note"[^>]*>([^<]*)<"#).unwrap();
+    let own = own
+        .captures(tap)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no line of the proxy's own cost in\n{tap}"));
+    assert!(
+        own.starts_with("phasescope itself: per request ")
+            && own.contains("µs on CPU (user ")
+            && own.contains(" cores"),
+        "{own}"
+    );
 
     let png = fs::read(&screenshot).expect("chromium saved a screenshot");
     assert!(
@@ -746,14 +758,20 @@ fn the_headline_names_the_redis_queue_of_a_correlated_webdis_chain() {
         .map(|c| text(&c[1]))
         .unwrap_or_else(|| panic!("no headline in\n{tap}"));
     let split = Regex::new(
-        r"upstream_wait ([\d.]+) % \(Redis queue ([\d.]+) %, Redis ([\d.]+) %, Webdis ([\d.]+) %",
+        r"upstream_wait ([\d.]+) % \(Redis queue ([\d.]+) %, Redis ([\d.]+) % \[its CPU ([\d.]+) %, waiting for a CPU ([\d.]+) %, rest ([\d.]+) %\], Webdis ([\d.]+) %",
     )
     .unwrap();
+    // The RESP tap watches Redis (found by `auto`): "Redis" reads as its CPU, its wait
+    // for a CPU and the rest, which add up to it (each shown rounded).
     let c = split
         .captures(&headline)
         .unwrap_or_else(|| panic!("the headline does not name the split: {headline:?}"));
     let pct = |i: usize| c[i].parse::<f64>().unwrap() / 100.0;
-    let (wait, queue, redis_rest, webdis) = (pct(1), pct(2), pct(3), pct(4));
+    let (wait, queue, redis_rest, webdis) = (pct(1), pct(2), pct(3), pct(7));
+    assert!(
+        (pct(4) + pct(5) + pct(6) - redis_rest).abs() <= 0.011,
+        "Redis's parts do not add up to it: {headline:?}"
+    );
 
     // The same figures as the phase table, rendered from the same snapshot; each shown
     // share is rounded (whole percents from 10 %, a decimal below), hence the margin.
@@ -1044,7 +1062,8 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
         .unwrap();
     for (component, n) in &samples {
         let label = if component == own {
-            format!("{component} (own code)")
+            // Named by what the process runs (its comm), as the report names it.
+            format!("{} (own code)", upstream["comm"].as_str().unwrap())
         } else {
             component.replace('_', " ")
         };

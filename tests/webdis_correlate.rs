@@ -183,3 +183,177 @@ fn identical_concurrent_commands_keep_exact_sums() {
         "backend mean {backend} s, RESP tap's wait mean {resp} s"
     );
 }
+
+/// utime + stime of `pid` from /proc/PID/stat, seconds.
+fn proc_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis: state is field 3, utime 14.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+/// Redis's own time (docs/webdis.md): with the RESP tap watching Redis, the report's
+/// Redis CPU per command is within 15 % of what /proc/PID/stat gives over the same
+/// window; the Webdis split's parts add up (Redis queue, Redis, Webdis and unpaired to
+/// `upstream_wait`; Redis's CPU, its wait for a CPU and the rest to "Redis"); and Redis
+/// is named by what it runs, `redis-server`, not by the file its binary links to.
+#[test]
+fn redis_working_is_told_from_its_queue_and_scheduling() {
+    let mut c = WebdisChain::start_with(
+        serde_json::json!({}),
+        "[tap.process]\ninterval = \"250ms\"\nprofile = true\n",
+    );
+    let redis_pid = c.redis.process().pid();
+    assert!(
+        support::wait_for(std::time::Duration::from_secs(10), || {
+            snapshot(&c.proxy)["taps"]["redis"]["upstream"]["pid"].as_u64()
+                == Some(u64::from(redis_pid))
+        }),
+        "Redis was never watched\n{}",
+        c.proxy.log_tail()
+    );
+    let raw = support::http_exchange(
+        c.proxy.admin_addr(),
+        b"POST /api/reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+    );
+    assert_eq!(support::parse_response(&raw).status, 200);
+    let before = proc_cpu(redis_pid);
+    let wrk = run_wrk(&c.proxy.url("/GET/k"), 5, 50, 2);
+    assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
+    let after = proc_cpu(redis_pid);
+    let text = c.proxy.admin_get("/api/snapshot").body_text();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("chain.json");
+    std::fs::write(&file, &text).unwrap();
+    let snap: Value = serde_json::from_str(&text).unwrap();
+    let commands: u64 = snap["taps"]["redis"]["phases"]["total"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    let theirs = (after - before) / commands as f64;
+
+    let report = |format: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_phasescope"))
+            .args([
+                "report",
+                "--from",
+                file.to_str().unwrap(),
+                "--format",
+                format,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: Value = serde_json::from_str(&report("json")).unwrap();
+    let webdis = json["taps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tap"] == "webdis")
+        .unwrap();
+    let split = &webdis["backend_split"];
+    let parts = &split["redis_parts"];
+    let ours = parts["per_command"]["cpu"].as_f64().unwrap();
+    eprintln!(
+        "{commands} commands: Redis {:.2} µs of CPU per command, /proc {:.2} µs ({:.3} s); split {split}",
+        ours * 1e6,
+        theirs * 1e6,
+        after - before
+    );
+    assert!(
+        after - before >= 0.1,
+        "too little CPU to compare: {}",
+        after - before
+    );
+    assert!(
+        (ours - theirs).abs() <= 0.15 * theirs,
+        "Redis's CPU per command {ours} s, /proc/{redis_pid}/stat {theirs} s"
+    );
+    let f = |v: &Value| v.as_f64().unwrap();
+    // The parts add up: to upstream_wait's share, and to Redis's.
+    let wait_row = webdis["all"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["phase"] == "upstream_wait")
+        .unwrap();
+    assert!((f(&split["upstream_wait"]) - f(&wait_row["share"])).abs() < 1e-9);
+    let sum =
+        f(&split["redis_queue"]) + f(&split["redis"]) + f(&split["webdis"]) + f(&split["unpaired"]);
+    assert!((sum - f(&split["upstream_wait"])).abs() < 1e-9, "{split}");
+    let redis = f(&parts["cpu"]) + f(&parts["runqueue"]) + f(&parts["rest"]);
+    assert!((redis - f(&split["redis"])).abs() < 1e-9, "{split}");
+    let seconds =
+        f(&parts["cpu_seconds"]) + f(&parts["runqueue_seconds"]) + f(&parts["rest_seconds"]);
+    assert!(
+        (seconds - f(&parts["redis_seconds"])).abs() < 1e-12,
+        "{split}"
+    );
+    // "Redis" per paired request is backend − backend_queue, from the snapshot itself.
+    let per = (sum_all(&snap, "webdis", "backend") - sum_all(&snap, "webdis", "backend_queue"))
+        / count_all(&snap, "webdis", "backend") as f64;
+    assert!(
+        (f(&parts["redis_seconds"]) - per).abs() <= 1e-9 + 1e-9 * per,
+        "{per} {split}"
+    );
+
+    let text = report("table");
+    assert!(text.contains(" [its CPU "), "{text}");
+    // With `--tap webdis` too: the split reads the RESP tap's process all the same.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            file.to_str().unwrap(),
+            "--tap",
+            "webdis",
+        ])
+        .output()
+        .unwrap();
+    let only = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        only.contains(" [its CPU ") && !only.contains("tap redis"),
+        "{only}"
+    );
+    assert!(only.contains("its workers serve all 2 taps"), "{only}");
+    assert!(text.contains("inside redis-server (pid "), "{text}");
+    assert!(!text.contains("redis-check-rdb (own code)"), "{text}");
+    let sampled = snap["taps"]["redis"]["upstream"]["samples"]
+        .as_object()
+        .is_some_and(|s| !s.is_empty());
+    if sampled && std::fs::read_link("/usr/bin/redis-server").is_ok() {
+        assert!(text.contains("redis-server (own code)"), "{text}");
+    }
+}
+
+/// `phase`'s sum over every route of `tap`.
+fn sum_all(snap: &Value, tap: &str, phase: &str) -> f64 {
+    snap["taps"][tap]["phases"][phase]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, s)| s["sum"].as_f64().unwrap())
+        .sum()
+}
+
+/// `phase`'s count over every route of `tap`.
+fn count_all(snap: &Value, tap: &str, phase: &str) -> u64 {
+    snap["taps"][tap]["phases"][phase]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, s)| s["count"].as_u64().unwrap())
+        .sum()
+}

@@ -54,6 +54,8 @@ impl Proxy {
         stop: &watch::Receiver<bool>,
     ) -> anyhow::Result<Proxy> {
         let config = demo_config(upstream, pid)?;
+        // Not `watch_own`: this process also drives the demo's load, so its CPU is not
+        // the proxy's alone.
         let registry = Registry::new(&config.metrics)?;
         let (admin_server, admin_note) = bind_admin(admin, &registry)?;
         let admin = admin_server.local_addr();

@@ -35,7 +35,8 @@ pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotP
     let mut out = Vec::new();
     let mut hot = HotPaths::new();
     for (name, tap) in &snapshot.taps {
-        let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix);
+        let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix)
+            .with_proxy(snapshot.proxy.as_ref());
         out.extend(rules::failures(&view));
         if view.requests >= MIN_REQUESTS {
             out.extend(rules::all(&view));
@@ -199,6 +200,14 @@ mod tests {
         let found = diagnose(&s);
         let f = found.iter().find(|f| f.id == "upstream_runqueue").unwrap();
         assert!((f.impact.seconds_per_request - 2e-3).abs() < 1e-9);
+        // Each threshold is written in its figure's unit: a ratio printed as a percentage
+        // has its bound as one (it read `0.071 % (< 0.05)` before).
+        let thresholds: Vec<&str> = f
+            .evidence
+            .iter()
+            .filter_map(|e| e.threshold.as_deref())
+            .collect();
+        assert_eq!(thresholds, ["≥ 100 %", "≥ 5 %"], "{:?}", f.evidence);
         // Less waiting than running: none.
         let s = snapshot(&QUICK, Some(upstream(2.0, 1.0, &[])));
         assert!(!ids(&s).contains(&"upstream_runqueue".to_owned()));

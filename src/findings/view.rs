@@ -3,6 +3,7 @@
 
 use crate::metrics::{SeriesSnapshot, TapSnapshot};
 use crate::upstream::summary::{Inside, DEFAULT_WHAT_IF};
+use crate::upstream::ProxySnapshot;
 
 /// The count and sum of one phase, over some routes.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -36,6 +37,8 @@ pub struct TapView<'a> {
     pub mean_total: Option<f64>,
     /// The upstream's process over the window, when the tap watches one.
     pub inside: Option<Inside>,
+    /// phasescope's own process over the same window, when the snapshot has it.
+    pub proxy: Option<&'a ProxySnapshot>,
 }
 
 impl<'a> TapView<'a> {
@@ -52,7 +55,14 @@ impl<'a> TapView<'a> {
             requests: total.count,
             mean_total: total.mean(),
             inside,
+            proxy: None,
         }
+    }
+
+    /// With the proxy's own process over the same window.
+    pub fn with_proxy(mut self, proxy: Option<&'a ProxySnapshot>) -> Self {
+        self.proxy = proxy;
+        self
     }
 
     /// `phase` over every route.

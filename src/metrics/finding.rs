@@ -66,8 +66,8 @@ pub struct Evidence {
     pub value: f64,
     /// `seconds`, `ratio` (0–1), `count`, `cpus`, `per_second`.
     pub unit: String,
-    /// The rule's bound this value met, as written in docs/findings.md (`≥ 0.1`), or null
-    /// for a figure shown for context.
+    /// The rule's bound this value met, in the value's unit as the report prints it
+    /// (`≥ 10 %` for a ratio, docs/findings.md), or null for a figure shown for context.
     pub threshold: Option<String>,
 }
 

@@ -17,6 +17,7 @@ mod heads;
 pub mod labels;
 pub mod native;
 pub mod openmetrics;
+mod own;
 mod proto;
 mod registry;
 mod shard;

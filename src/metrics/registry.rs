@@ -16,7 +16,7 @@ use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, Recorder};
 use crate::routes::RouteTable;
 use crate::sync::lock;
-use crate::upstream::Upstream;
+use crate::upstream::{Own, Upstream};
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
 /// server reads through [`encode_prometheus`](Self::encode_prometheus),
@@ -29,11 +29,15 @@ pub struct Registry {
     /// Tap names front to back (`Config::taps_front_to_back`), for the snapshot's
     /// `position`; taps not named here follow in the order they were registered.
     front_to_back: RwLock<Vec<String>>,
+    /// Each correlated HTTP tap and the RESP tap behind it, for the snapshot's `backend`.
+    backends: RwLock<Vec<(String, String)>>,
     /// Each tap's counters at the last reset, so that the snapshot can give its window's
     /// errors and head shapes beside the counters since start. Taken under `since`'s lock.
     counter_baseline: Mutex<Vec<(String, Counters)>>,
     /// Taps that watch their upstream's process.
     upstreams: RwLock<Vec<Arc<Upstream>>>,
+    /// The proxy's own process, once [`watch_own`](Self::watch_own) started reading it.
+    own: RwLock<Option<Arc<Own>>>,
     /// The findings active now, for the `phasescope_finding` gauge.
     findings: Board,
     /// A `total` at least this long (ns) is an exemplar: `[log] slow_threshold`.
@@ -51,8 +55,10 @@ impl Registry {
             buckets: Arc::new(buckets),
             taps: RwLock::new(Vec::new()),
             front_to_back: RwLock::new(Vec::new()),
+            backends: RwLock::new(Vec::new()),
             counter_baseline: Mutex::new(Vec::new()),
             upstreams: RwLock::new(Vec::new()),
+            own: RwLock::new(None),
             findings: Board::default(),
             exemplar_min_ns: AtomicU64::new(duration_ns(
                 crate::config::LogConfig::default().slow_threshold,
@@ -79,6 +85,15 @@ impl Registry {
     }
 
     /// The order readers show the taps in, front to back.
+    /// The `[[correlate]]` pairs, HTTP tap then RESP tap: the snapshot names each HTTP
+    /// tap's `backend`.
+    pub fn set_backends(&self, pairs: Vec<(String, String)>) {
+        *self
+            .backends
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = pairs;
+    }
+
     pub fn set_front_to_back(&self, names: Vec<String>) {
         *self
             .front_to_back
@@ -135,6 +150,9 @@ impl Registry {
         let mut out = exposition::encode(&collect(&taps, Collect::Counts), &self.buckets);
         if self.enabled {
             out.push_str(&super::upstream::encode(&self.upstreams()));
+            out.push_str(&super::upstream::text(&super::own::families(
+                self.own().as_deref(),
+            )));
             out.push_str(&super::upstream::text(&self.findings.families()));
         }
         out
@@ -172,6 +190,7 @@ impl Registry {
             return Vec::new();
         }
         let mut families = super::upstream::families(&self.upstreams());
+        families.extend(super::own::families(self.own().as_deref()));
         families.extend(self.findings.families());
         families
     }
@@ -193,6 +212,24 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
             .push(Arc::clone(&u));
         u
+    }
+
+    /// Starts reading the proxy's own process and the machine's CPUs, for `/metrics` and
+    /// the snapshot's `proxy` (nothing under `--no-metrics`).
+    pub fn watch_own(&self) -> anyhow::Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let own = Own::start()?;
+        *self.own.write().unwrap_or_else(PoisonError::into_inner) = Some(own);
+        Ok(())
+    }
+
+    fn own(&self) -> Option<Arc<Own>> {
+        self.own
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn upstreams(&self) -> Vec<Arc<Upstream>> {
@@ -284,13 +321,27 @@ impl Registry {
                 }
             })
             .collect();
+        let proxy = self.own().map(|o| if cut { o.cut() } else { o.snapshot() });
         let at = *since;
         if cut {
             *lock(&self.counter_baseline) = next_baseline;
             *since = SystemTime::now();
         }
         drop(since);
-        snapshot::build(inputs, at, self.enabled)
+        let mut out = snapshot::build(inputs, at, self.enabled, proxy);
+        for (http, resp) in self
+            .backends
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            if out.taps.contains_key(resp) {
+                if let Some(t) = out.taps.get_mut(http) {
+                    t.backend = Some(resp.clone());
+                }
+            }
+        }
+        out
     }
 
     /// Empties the HDR copies behind [`snapshot`](Self::snapshot). The Prometheus counters
@@ -306,6 +357,9 @@ impl Registry {
         *lock(&self.counter_baseline) = baseline;
         for u in self.upstreams() {
             u.reset();
+        }
+        if let Some(o) = self.own() {
+            o.reset();
         }
         *since = SystemTime::now();
         *since

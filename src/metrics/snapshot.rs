@@ -56,6 +56,10 @@ pub struct Snapshot {
     /// (readers diagnose the snapshot again rather than trust it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<super::finding::Finding>,
+    /// The proxy's own process and the machine over the same window (docs/metrics.md);
+    /// absent under `--no-metrics` and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<crate::upstream::ProxySnapshot>,
 }
 
 /// One phase's entry of [`Snapshot::phase_styles`].
@@ -163,6 +167,12 @@ pub struct TapSnapshot {
     /// The upstream's process, when the tap watches one: CPU and scheduling since `since`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
+    /// An HTTP tap of a `[[correlate]]`: the RESP tap between its upstream and Redis, whose
+    /// watched process (Redis) splits the `backend` part of the Webdis split into Redis's
+    /// CPU, its wait for one and the rest (docs/webdis.md). Absent otherwise and in older
+    /// snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 /// The request heads of a window: their number, mean size and field count, and both
@@ -333,7 +343,12 @@ pub(crate) struct TapInput<'a> {
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
 }
 
-pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -> Snapshot {
+pub(crate) fn build(
+    taps: Vec<TapInput<'_>>,
+    since: SystemTime,
+    enabled: bool,
+    proxy: Option<crate::upstream::ProxySnapshot>,
+) -> Snapshot {
     let now = SystemTime::now();
     let mut out = BTreeMap::new();
     for mut input in taps {
@@ -395,6 +410,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
                 phases,
                 totals,
                 upstream,
+                backend: None,
             },
         );
     }
@@ -419,6 +435,7 @@ pub(crate) fn build(taps: Vec<TapInput<'_>>, since: SystemTime, enabled: bool) -
             .collect(),
         taps: out,
         findings: Vec::new(),
+        proxy,
     }
 }
 

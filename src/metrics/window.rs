@@ -21,6 +21,9 @@ impl Snapshot {
         out.since = older.taken_at.clone();
         out.since_unix = older.taken_at_unix;
         out.findings = Vec::new();
+        if let (Some(p), Some(b)) = (&mut out.proxy, &older.proxy) {
+            *p = crate::upstream::own::since(p, b);
+        }
         for (name, tap) in &mut out.taps {
             if let Some(before) = older.taps.get(name) {
                 tap_since(tap, before);
@@ -47,6 +50,10 @@ impl Snapshot {
                 out.taken_at.clone_from(&s.taken_at);
                 out.taken_at_unix = s.taken_at_unix;
             }
+            out.proxy = match (out.proxy.take(), &s.proxy) {
+                (Some(a), Some(b)) => Some(crate::upstream::own::merge(a, b)),
+                (a, b) => a.or_else(|| b.clone()),
+            };
             for (name, tap) in &s.taps {
                 match out.taps.get_mut(name) {
                     Some(into) => tap_add(into, tap),

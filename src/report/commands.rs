@@ -45,13 +45,19 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
         anyhow::ensure!(
             ds.taps.contains_key(tap),
             "no tap {tap:?} in {} (its taps: {})",
-            ds.sources.join(", "),
+            super::rows::sources_line(&ds.sources),
             ds.taps.keys().cloned().collect::<Vec<_>>().join(", ")
         );
+    }
+    // Built over every tap, then cut to `--tap`: a tap's figures read the others' (the
+    // Webdis split reads Redis's process from the RESP tap behind; the proxy's own CPU
+    // says how many taps share it).
+    let mut report = Report::build_with(&ds, args.by.is_some(), args.what_if, args.top)?;
+    if let Some(tap) = &args.tap {
         ds.taps.retain(|name, _| name == tap);
+        report.taps.retain(|t| &t.tap == tap);
         findings.retain(|f| &f.tap == tap);
     }
-    let mut report = Report::build_with(&ds, args.by.is_some(), args.what_if, args.top)?;
     report.findings = findings;
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {

@@ -29,6 +29,9 @@ pub struct Dataset {
     pub notes: Vec<String>,
     /// Keyed by tap name.
     pub taps: BTreeMap<String, TapData>,
+    /// The proxy's own process over the same window, when the snapshots had it (merged:
+    /// times add up).
+    pub proxy: Option<crate::upstream::ProxySnapshot>,
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +56,8 @@ pub struct TapData {
     /// The upstream's process over the same window, when a snapshot had it (merged:
     /// times, counts and samples add up; the last snapshot names the process).
     pub upstream: Option<crate::upstream::UpstreamSnapshot>,
+    /// An HTTP tap of a `[[correlate]]`: its RESP tap, when the source says.
+    pub backend: Option<String>,
 }
 
 /// One (tap, phase, route) series, all durations in seconds.
@@ -380,7 +385,14 @@ impl Dataset {
         ensure!(!snapshots.is_empty(), "no snapshot to report on");
         let mut taps: BTreeMap<String, TapData> = BTreeMap::new();
         let mut notes = Vec::new();
+        let mut proxy: Option<crate::upstream::ProxySnapshot> = None;
         for (i, snap) in snapshots.iter().enumerate() {
+            if let Some(p) = &snap.proxy {
+                proxy = Some(match proxy.take() {
+                    Some(acc) => crate::upstream::own::merge(acc, p),
+                    None => p.clone(),
+                });
+            }
             let name = sources.get(i).map_or("a snapshot", String::as_str);
             if !snap.metrics_enabled {
                 notes.push(format!(
@@ -407,6 +419,9 @@ impl Dataset {
                     let into = data.failed.entry(kind.clone()).or_default();
                     merge_phases(into, phases, &snap.hdr)
                         .with_context(|| format!("{name}: {tap_name}, failed {kind}"))?;
+                }
+                if data.backend.is_none() {
+                    data.backend.clone_from(&tap.backend);
                 }
                 if let Some(u) = &tap.upstream {
                     data.upstream = Some(match data.upstream.take() {
@@ -440,6 +455,7 @@ impl Dataset {
             sources,
             notes,
             taps,
+            proxy,
         })
     }
 }

@@ -6,13 +6,7 @@ use crate::metrics::{Evidence, Finding, Severity};
 
 /// A figure of the evidence in its unit, with the threshold it met.
 fn figure(e: &Evidence) -> String {
-    let value = match e.unit.as_str() {
-        "seconds" => units::duration(e.value),
-        "ratio" => units::share(e.value),
-        "count" => format!("{:.0}", e.value),
-        "per_second" => format!("{}/s", units::three_digits(e.value)),
-        _ => units::three_digits(e.value),
-    };
+    let value = units::figure(e.value, &e.unit);
     match &e.threshold {
         Some(t) => format!("{} {value} ({t})", e.name),
         None => format!("{} {value}", e.name),

@@ -25,13 +25,15 @@ const NOT_LISTED: [Phase; 5] = [
 /// (Redis 23 %, Webdis 68 %), write 2 %`. Rows must carry shares (a section with a
 /// `total`); without one the headline says so.
 pub fn headline(rows: &[Row]) -> String {
+    headline_with(rows, None)
+}
+
+/// [`headline`], with Redis's process per command (the RESP tap behind watches it): the
+/// "Redis" part then reads as its CPU, its wait for a CPU and the rest
+/// ([`super::backend_split`]).
+pub fn headline_with(rows: &[Row], redis: Option<super::backend_split::RedisWork>) -> String {
     let Some(total) = rows.iter().find(|r| r.phase == Phase::Total.name()) else {
         return "no total phase recorded: shares cannot be computed".to_owned();
-    };
-    let share = |phase: Phase| {
-        rows.iter()
-            .find(|r| r.phase == phase.name())
-            .and_then(|r| r.share)
     };
     let mut parts = Vec::new();
     for row in rows {
@@ -42,29 +44,10 @@ pub fn headline(rows: &[Row]) -> String {
         let Some(s) = row.share else { continue };
         let mut part = format!("{} {}", row.phase, units::share(s));
         if known == Some(Phase::UpstreamWait) {
-            let redis = share(Phase::Backend);
-            let webdis = match (share(Phase::BackendIn), share(Phase::BackendOut)) {
-                (None, None) => None,
-                (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-            };
-            if let (Some(redis), Some(webdis)) = (redis, webdis) {
-                part.push_str(" (");
-                match share(Phase::BackendQueue) {
-                    // Snapshots from before backend_queue existed have backend alone.
-                    Some(queue) => part.push_str(&format!(
-                        "Redis queue {}, Redis {}",
-                        units::share(queue),
-                        units::share((redis - queue).max(0.0))
-                    )),
-                    None => part.push_str(&format!("Redis {}", units::share(redis))),
-                }
-                part.push_str(&format!(", Webdis {}", units::share(webdis)));
-                // Requests the correlator could not pair keep their wait undivided.
-                let unpaired = s - redis - webdis;
-                if unpaired >= 0.005 {
-                    part.push_str(&format!(", unpaired {}", units::share(unpaired)));
-                }
-                part.push(')');
+            // Snapshots from before backend_queue existed have backend alone; requests
+            // the correlator could not pair keep their wait undivided.
+            if let Some(split) = super::backend_split::BackendSplit::new(rows, redis) {
+                part.push_str(&format!(" ({})", split.shown()));
             }
         }
         parts.push(part);

@@ -9,6 +9,7 @@
 //! from A by more than the noise; docs/compare.md states the method.
 
 mod args;
+pub mod backend_split;
 pub mod bootstrap;
 pub mod commands;
 pub mod compare;
@@ -26,6 +27,7 @@ pub mod headline;
 pub mod http;
 pub mod inside;
 pub mod multiplicity;
+pub mod own;
 mod paired;
 pub mod pprof;
 mod pprof_proto;

@@ -338,6 +338,7 @@ pub fn build(
                 .to_owned(),
         ],
         taps,
+        proxy: None,
     })
 }
 

@@ -43,6 +43,13 @@ pub struct TapReport {
     /// was found in the whole window (`no process listens on 127.0.0.1:27999`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_process: Option<String>,
+    /// The Webdis split of `upstream_wait` (a correlated HTTP tap), with Redis's own CPU
+    /// and wait for a CPU when the RESP tap behind watches Redis.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_split: Option<super::backend_split::BackendSplit>,
+    /// phasescope's own process per request of this tap, when the snapshots had it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<super::own::ProxyCost>,
 }
 
 /// One table: a tap, or one route of a tap.
@@ -129,7 +136,12 @@ impl Report {
     ) -> anyhow::Result<Report> {
         let mut taps = Vec::new();
         for (name, tap) in ds.taps_front_to_back() {
-            let all = section(tap, None)?;
+            let mut all = section(tap, None)?;
+            let redis = redis_work(ds, name, tap);
+            if redis.is_some() {
+                all.headline = headline::headline_with(&all.rows, redis);
+            }
+            let backend_split = super::backend_split::BackendSplit::new(&all.rows, redis);
             let routes = if by_route {
                 tap.routes()
                     .into_iter()
@@ -160,6 +172,17 @@ impl Report {
                     inside.hot.truncate(top);
                     inside
                 });
+            // The proxy spends its CPU on every exchange, failed ones too; with none in
+            // the window there is no figure per request to give.
+            let exchanges = all
+                .rows
+                .iter()
+                .find(|r| r.phase == Phase::Total.name())
+                .map_or(0, |r| r.count)
+                + all.failures.failed;
+            let proxy = ds.proxy.as_ref().filter(|_| exchanges > 0).map(|p| {
+                super::own::ProxyCost::new(p, exchanges, tap.upstream.as_ref(), ds.taps.len())
+            });
             taps.push(TapReport {
                 tap: name.clone(),
                 protocol: tap.protocol.clone(),
@@ -168,6 +191,8 @@ impl Report {
                 upstream_address: tap.upstream_address.clone(),
                 inside,
                 no_process,
+                backend_split,
+                proxy,
             });
         }
         Ok(Report {
@@ -191,6 +216,69 @@ fn no_process(tap: &TapData, failures: &super::failures::Failures) -> String {
         format!("no process listens on {addr} (connects there were refused)")
     } else {
         format!("no process was found for the upstream {addr} in this window")
+    }
+}
+
+/// Redis's process per command, for the Webdis split of `tap` (an HTTP tap with the
+/// backend phases): from the RESP tap the snapshot names as its `backend`, else (older
+/// snapshots) the one RESP tap that watches a process.
+fn redis_work(ds: &Dataset, name: &str, tap: &TapData) -> Option<super::backend_split::RedisWork> {
+    if !tap.phases.contains_key(Phase::Backend.name()) {
+        return None;
+    }
+    let resp = match &tap.backend {
+        Some(b) => ds.taps.get(b)?,
+        None => {
+            let mut watched = ds.taps.iter().filter(|(n, t)| {
+                n.as_str() != name && t.protocol.as_deref() == Some("resp") && t.upstream.is_some()
+            });
+            let (_, only) = watched.next()?;
+            if watched.next().is_some() {
+                return None;
+            }
+            only
+        }
+    };
+    let commands = resp
+        .phases
+        .get(Phase::Total.name())?
+        .values()
+        .map(|s| s.count)
+        .sum();
+    super::backend_split::RedisWork::new(resp.upstream.as_ref()?, commands)
+}
+
+/// More sources than this are condensed in the text (the JSON keeps every one).
+const SOURCES_SHOWN: usize = 4;
+
+/// The sources as the text and markdown reports name them: all of them when few, else
+/// how many, where and the first and last (`100 files in runs/ (w001.json … w100.json)`),
+/// so that a report over a bench's hundred kept windows does not open with a screen of
+/// file names.
+pub fn sources_line(sources: &[String]) -> String {
+    if sources.len() <= SOURCES_SHOWN {
+        return sources.join(", ");
+    }
+    let (first, last) = (&sources[0], &sources[sources.len() - 1]);
+    let dir = |s: &str| std::path::Path::new(s).parent().map(|p| p.to_owned());
+    let name = |s: &str| {
+        std::path::Path::new(s)
+            .file_name()
+            .map_or_else(|| s.to_owned(), |n| n.to_string_lossy().into_owned())
+    };
+    let one_dir = dir(first).filter(|d| sources.iter().all(|s| dir(s).as_ref() == Some(d)));
+    match one_dir {
+        Some(d) => {
+            let d = d.display().to_string();
+            let d = if d.is_empty() { ".".to_owned() } else { d };
+            format!(
+                "{} files in {d} ({} … {})",
+                sources.len(),
+                name(first),
+                name(last)
+            )
+        }
+        None => format!("{} sources ({first} … {last})", sources.len()),
     }
 }
 
@@ -219,4 +307,32 @@ fn section(tap: &TapData, route: Option<&str>) -> anyhow::Result<Section> {
         rows,
         failures,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_sources_are_condensed_and_few_are_named() {
+        let few: Vec<String> = ["a.json", "b.json"].map(str::to_owned).to_vec();
+        assert_eq!(sources_line(&few), "a.json, b.json");
+        let kept: Vec<String> = (1..=100)
+            .map(|i| format!("/tmp/runs/w{i:03}.json"))
+            .collect();
+        assert_eq!(
+            sources_line(&kept),
+            "100 files in /tmp/runs (w001.json … w100.json)"
+        );
+        let here: Vec<String> = (1..=5).map(|i| format!("w{i}.json")).collect();
+        assert_eq!(sources_line(&here), "5 files in . (w1.json … w5.json)");
+        let mixed: Vec<String> = (1..=5)
+            .map(|i| format!("/d{i}/w.json"))
+            .chain(["http://127.0.0.1:9464".to_owned()])
+            .collect();
+        assert_eq!(
+            sources_line(&mixed),
+            "6 sources (/d1/w.json … http://127.0.0.1:9464)"
+        );
+    }
 }

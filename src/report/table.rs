@@ -81,6 +81,19 @@ fn inside_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
     t.inside.as_ref().map_or_else(Vec::new, |i| i.lines())
 }
 
+/// The proxy's own cost per request of `tap`, under its all-routes headline.
+fn proxy_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
+    if s.route != ALL_ROUTES {
+        return Vec::new();
+    }
+    report
+        .taps
+        .iter()
+        .find(|t| t.tap == tap)
+        .and_then(|t| t.proxy.as_ref())
+        .map_or_else(Vec::new, |p| vec![p.line()])
+}
+
 /// The findings of `tap`, printed under its all-routes headline.
 fn finding_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
     if s.route != ALL_ROUTES {
@@ -137,7 +150,11 @@ fn text(report: &Report, colour: bool) -> String {
         }
     };
     let mut out = String::new();
-    let _ = writeln!(out, "sources: {}", report.sources.join(", "));
+    let _ = writeln!(
+        out,
+        "sources: {}",
+        super::rows::sources_line(&report.sources)
+    );
     let _ = writeln!(out, "{}", precision_line(report));
     if report.taps.is_empty() {
         let _ = writeln!(out, "\nno tap has recorded anything yet");
@@ -146,6 +163,9 @@ fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", paint("1", &title(tap, protocol, s)));
         let _ = writeln!(out, "  {}", s.headline);
+        for l in proxy_lines(report, tap, s) {
+            let _ = writeln!(out, "  {l}");
+        }
         for l in inside_lines(report, tap, s) {
             let _ = writeln!(out, "  {l}");
         }
@@ -212,11 +232,18 @@ fn md_escape(s: &str) -> String {
 fn markdown(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "## phasescope report\n");
-    let _ = writeln!(out, "Sources: {}.\n", md_escape(&report.sources.join(", ")));
+    let _ = writeln!(
+        out,
+        "Sources: {}.\n",
+        md_escape(&super::rows::sources_line(&report.sources))
+    );
     let _ = writeln!(out, "{}.", precision_line(report));
     for (tap, protocol, s) in sections(report) {
         let _ = writeln!(out, "\n### {}\n", md_escape(&title(tap, protocol, s)));
         let _ = writeln!(out, "{}\n", md_escape(&s.headline));
+        for l in proxy_lines(report, tap, s) {
+            let _ = writeln!(out, "{}\n", md_escape(&l));
+        }
         for l in inside_lines(report, tap, s) {
             let _ = writeln!(out, "{}\n", md_escape(&l));
         }
@@ -359,6 +386,28 @@ fn csv_inside(out: &mut String, tap: &str, i: &Inside) {
     }
 }
 
+/// The `phase` of the CSV records that carry the proxy's own cost per request of a tap.
+pub const CSV_PROXY_PREFIX: &str = "proxy.";
+
+/// The proxy's own cost as records: `proxy.cpu_user`, `proxy.cpu_system` and
+/// `proxy.runqueue` with the tap's requests as `count`, the proxy's thread-time of the
+/// window as `sum_s` and the per-request figure as `mean_s`, as the upstream's rows.
+fn csv_proxy(out: &mut String, tap: &str, p: &super::own::ProxyCost) {
+    for (what, per_request) in [
+        ("cpu_user", p.cpu_user),
+        ("cpu_system", p.cpu_system),
+        ("runqueue", p.runqueue),
+    ] {
+        let _ = writeln!(
+            out,
+            "{},{ALL_ROUTES},{CSV_PROXY_PREFIX}{what},{},{},{per_request},,,,,,",
+            csv_field(tap),
+            p.requests,
+            per_request * p.requests as f64,
+        );
+    }
+}
+
 fn csv(report: &Report) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
@@ -390,8 +439,13 @@ fn csv(report: &Report) -> String {
                 );
             }
             // After the tap's own rows, before its routes: where the text report puts it.
-            if let (ALL_ROUTES, Some(i)) = (s.route.as_str(), &t.inside) {
-                csv_inside(&mut out, tap, i);
+            if s.route == ALL_ROUTES {
+                if let Some(p) = &t.proxy {
+                    csv_proxy(&mut out, tap, p);
+                }
+                if let Some(i) = &t.inside {
+                    csv_inside(&mut out, tap, i);
+                }
             }
         }
     }

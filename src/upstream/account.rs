@@ -31,6 +31,13 @@ pub struct Totals {
     /// of the time its busiest thread wanted a CPU. A saturated event loop reads near 1
     /// even while other threads idle.
     pub busiest_ns: u64,
+    /// Of `watched_ns`, the reads in which its threads together wanted a CPU at least
+    /// [`ACTIVE`] of the time: the process was at work, not idle between two loads. A
+    /// window that holds idle seconds would otherwise read as a server busy a fraction of
+    /// the time, though it was saturated while it had requests.
+    pub active_ns: u64,
+    /// `busiest_ns` over the reads of `active_ns` only.
+    pub active_busiest_ns: u64,
     /// Time on a CPU from each thread's scheduler statistics (schedstat): to the
     /// nanosecond, where user and system time come in clock ticks the kernel charges to
     /// whichever thread a tick finds running (over 223 windows of 250 ms of a busy
@@ -51,10 +58,19 @@ impl Totals {
             restarts: self.restarts.saturating_sub(earlier.restarts),
             watched_ns: self.watched_ns.saturating_sub(earlier.watched_ns),
             busiest_ns: self.busiest_ns.saturating_sub(earlier.busiest_ns),
+            active_ns: self.active_ns.saturating_sub(earlier.active_ns),
+            active_busiest_ns: self
+                .active_busiest_ns
+                .saturating_sub(earlier.active_busiest_ns),
             cpu_ns: self.cpu_ns.saturating_sub(earlier.cpu_ns),
         }
     }
 }
+
+/// The share of one CPU its threads together must want (running or waiting) over a read
+/// for that read to count as active ([`Totals::active_ns`]): an idle server's timers and
+/// housekeeping stay well under it.
+pub const ACTIVE: f64 = 0.1;
 
 /// Who is being watched now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +80,8 @@ pub struct ProcessInfo {
     /// The main binary, when /proc/PID/exe is readable.
     pub exe: Option<PathBuf>,
     pub threads: u64,
+    /// The CPUs it may run on (its main thread's affinity), when readable.
+    pub cpus_allowed: Option<Vec<u32>>,
 }
 
 /// One thread's values at the last read.
@@ -159,6 +177,7 @@ impl Accountant {
                 comm: stat.comm.clone(),
                 exe,
                 threads: stat.num_threads.max(0) as u64,
+                cpus_allowed: super::own::cpus_allowed(pid),
             },
             user_ticks: stat.utime,
             system_ticks: stat.stime,
@@ -214,6 +233,10 @@ impl Accountant {
         w.read_at = now;
         w.info.threads = stat.num_threads.max(0) as u64;
         w.info.comm = stat.comm;
+        // Pinned after it started (taskset -p, bench --cpus): read again each time.
+        if let Some(cpus) = super::own::cpus_allowed(w.info.pid) {
+            w.info.cpus_allowed = Some(cpus);
+        }
         let mut threads = read_threads(&w.process);
         if !threads.listed {
             // Keep every thread's last values for the next read that can list them.
@@ -229,6 +252,7 @@ impl Accountant {
         }
         let threads = threads.ok;
         let mut busiest = 0;
+        let mut demand_all = 0u64;
         for (tid, now) in &threads {
             // A thread first seen now started since the last read: all of its values
             // happened while watched. A tid whose values went down is a new thread that
@@ -243,8 +267,13 @@ impl Accountant {
             // interval of it is this read's.
             let demand = delta(now.cpu_ns, last.cpu_ns) + delta(now.runqueue_ns, last.runqueue_ns);
             busiest = busiest.max(demand.min(interval));
+            demand_all += demand;
         }
         t.busiest_ns += busiest;
+        if demand_all as f64 >= ACTIVE * interval as f64 {
+            t.active_ns += interval;
+            t.active_busiest_ns += busiest;
+        }
         w.threads = threads;
         w.threads_readable = readable;
         Read::Alive

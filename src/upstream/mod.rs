@@ -10,6 +10,7 @@
 pub mod account;
 pub mod find;
 pub mod hot;
+pub mod own;
 pub mod profile;
 pub mod snapshot;
 mod stacks;
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use own::{Own, ProxySnapshot};
 pub use snapshot::{
     Frame, FrameKind, FunctionSnapshot, Stack, Stacks, SymbolSnapshot, UpstreamSnapshot,
 };

@@ -19,6 +19,9 @@ pub struct UpstreamSnapshot {
     pub comm: Option<String>,
     pub exe: Option<String>,
     pub threads: u64,
+    /// The CPUs it may run on (its affinity), when readable. Absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_allowed: Option<Vec<u32>>,
     /// How often the process is read.
     pub interval_seconds: f64,
     /// Wall time, within the window, during which a process was watched.
@@ -38,6 +41,13 @@ pub struct UpstreamSnapshot {
     /// thread is saturated. Absent in older snapshots.
     #[serde(default)]
     pub busiest_thread_seconds: f64,
+    /// Of `watched_seconds`, the reads in which its threads together wanted at least a
+    /// tenth of a CPU: the time it was at work. Absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_seconds: Option<f64>,
+    /// `busiest_thread_seconds` over the reads of `active_seconds` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_busiest_thread_seconds: Option<f64>,
     pub context_switches_voluntary: u64,
     pub context_switches_involuntary: u64,
     /// Times the process went away and another took its place.
@@ -103,6 +113,7 @@ impl UpstreamSnapshot {
             comm: process.map(|p| p.comm.clone()),
             exe: process.and_then(|p| p.exe.as_ref().map(|e| e.display().to_string())),
             threads: process.map_or(0, |p| p.threads),
+            cpus_allowed: process.and_then(|p| p.cpus_allowed.clone()),
             interval_seconds: interval.as_secs_f64(),
             watched_seconds: s(window.watched_ns),
             cpu_user_seconds: s(window.user_ns),
@@ -110,6 +121,8 @@ impl UpstreamSnapshot {
             cpu_seconds: Some(s(window.cpu_ns)),
             runqueue_seconds: s(window.runqueue_ns),
             busiest_thread_seconds: s(window.busiest_ns),
+            active_seconds: Some(s(window.active_ns)),
+            active_busiest_thread_seconds: Some(s(window.active_busiest_ns)),
             context_switches_voluntary: window.voluntary,
             context_switches_involuntary: window.involuntary,
             restarts: window.restarts,
@@ -163,6 +176,7 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
         comm: b.comm.clone().or(a.comm),
         exe: b.exe.clone().or(a.exe),
         threads: b.threads.max(a.threads),
+        cpus_allowed: b.cpus_allowed.clone().or(a.cpus_allowed),
         interval_seconds: b.interval_seconds,
         watched_seconds: a.watched_seconds + b.watched_seconds,
         cpu_user_seconds: a.cpu_user_seconds + b.cpu_user_seconds,
@@ -171,6 +185,11 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
         cpu_seconds: a.cpu_seconds.zip(b.cpu_seconds).map(|(x, y)| x + y),
         runqueue_seconds: a.runqueue_seconds + b.runqueue_seconds,
         busiest_thread_seconds: a.busiest_thread_seconds + b.busiest_thread_seconds,
+        active_seconds: a.active_seconds.zip(b.active_seconds).map(|(x, y)| x + y),
+        active_busiest_thread_seconds: a
+            .active_busiest_thread_seconds
+            .zip(b.active_busiest_thread_seconds)
+            .map(|(x, y)| x + y),
         context_switches_voluntary: a.context_switches_voluntary + b.context_switches_voluntary,
         context_switches_involuntary: a.context_switches_involuntary
             + b.context_switches_involuntary,
@@ -227,6 +246,19 @@ pub fn since(now: &UpstreamSnapshot, before: &UpstreamSnapshot) -> UpstreamSnaps
         cpu_system_seconds: sub(now.cpu_system_seconds, before.cpu_system_seconds),
         runqueue_seconds: sub(now.runqueue_seconds, before.runqueue_seconds),
         busiest_thread_seconds: sub(now.busiest_thread_seconds, before.busiest_thread_seconds),
+        // Kept whole before: the difference of two windows had the later one's CPU.
+        cpu_seconds: now
+            .cpu_seconds
+            .zip(before.cpu_seconds)
+            .map(|(a, b)| sub(a, b)),
+        active_seconds: now
+            .active_seconds
+            .zip(before.active_seconds)
+            .map(|(a, b)| sub(a, b)),
+        active_busiest_thread_seconds: now
+            .active_busiest_thread_seconds
+            .zip(before.active_busiest_thread_seconds)
+            .map(|(a, b)| sub(a, b)),
         context_switches_voluntary: now
             .context_switches_voluntary
             .saturating_sub(before.context_switches_voluntary),

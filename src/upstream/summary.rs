@@ -118,9 +118,14 @@ impl Inside {
                 s / requests as f64
             }
         };
-        let comm = u.comm.clone().unwrap_or_else(|| "the upstream".to_owned());
+        let comm = runs_as(u).unwrap_or_else(|| "the upstream".to_owned());
         let own = own_component(u);
-        let mut components = components(u.samples.as_ref(), own.as_deref());
+        let own_label = own.as_ref().map(|_| format!("{comm} (own code)"));
+        let own = own.zip(own_label);
+        let own = own
+            .as_ref()
+            .map(|(name, label)| (name.as_str(), label.as_str()));
+        let mut components = components(u.samples.as_ref(), own);
         let total: u64 = components.iter().map(|c| c.samples).sum();
         if let (Some(inclusive), true) = (&u.inclusive, total > 0) {
             for c in &mut components {
@@ -132,7 +137,7 @@ impl Inside {
             for (name, &n) in inclusive {
                 if n > 0 && !components.iter().any(|c| &c.name == name) {
                     components.push(Component {
-                        label: label(name, own.as_deref()),
+                        label: label(name, own),
                         name: name.clone(),
                         samples: 0,
                         share: 0.0,
@@ -176,7 +181,7 @@ impl Inside {
             .unwrap_or_default();
         let what_if = what_if(
             &components,
-            own.as_deref(),
+            own.map(|(name, _)| name),
             stripped,
             cpu,
             mean_total,
@@ -204,7 +209,28 @@ impl Inside {
     }
 }
 
-/// The component that stands for the binary's own code: the one named after its file.
+/// What the process runs, as its users name it: its `comm` (the name it was started by,
+/// `redis-server`), or the main binary's file name when the kernel cut `comm` short (15
+/// bytes) and the file's name goes on from it. Not the file name alone: Debian's
+/// `/usr/bin/redis-server` is a symlink to `redis-check-rdb`, and the report read
+/// `redis-server's parser is inside redis-check-rdb (own code)`.
+pub fn runs_as(u: &UpstreamSnapshot) -> Option<String> {
+    let comm = u.comm.as_deref()?;
+    const COMM_MAX: usize = 15;
+    let file = u
+        .exe
+        .as_deref()
+        .and_then(|e| std::path::Path::new(e).file_name())
+        .map(|f| f.to_string_lossy().into_owned());
+    Some(match file {
+        Some(f) if comm.len() == COMM_MAX && f.len() > COMM_MAX && f.starts_with(comm) => f,
+        _ => comm.to_owned(),
+    })
+}
+
+/// The component that stands for the binary's own code: the one named after its file
+/// (the samples' objects are files; the report labels it after what the process runs,
+/// [`runs_as`]).
 fn own_component(u: &UpstreamSnapshot) -> Option<String> {
     let exe = u.exe.as_deref()?;
     std::path::Path::new(exe)
@@ -212,7 +238,10 @@ fn own_component(u: &UpstreamSnapshot) -> Option<String> {
         .map(|f| f.to_string_lossy().into_owned())
 }
 
-fn components(samples: Option<&BTreeMap<String, u64>>, own: Option<&str>) -> Vec<Component> {
+/// The own code's component and its label.
+type Own<'a> = Option<(&'a str, &'a str)>;
+
+fn components(samples: Option<&BTreeMap<String, u64>>, own: Own<'_>) -> Vec<Component> {
     let Some(samples) = samples else {
         return Vec::new();
     };
@@ -323,9 +352,9 @@ fn group_inclusive(parts: &[Component], u: &UpstreamSnapshot, total: u64) -> Opt
     Some(((held + beyond) as f64 / total as f64).min(1.0))
 }
 
-fn label(name: &str, own: Option<&str>) -> String {
-    if Some(name) == own {
-        return format!("{name} (own code)");
+fn label(name: &str, own: Own<'_>) -> String {
+    if let Some((_, label)) = own.filter(|(own, _)| *own == name) {
+        return label.to_owned();
     }
     super::profile::component_label(name).to_owned()
 }
@@ -362,4 +391,41 @@ fn what_if(
         saved_of_total: mean_total.filter(|t| *t > 0.0).map(|t| saved / t),
         throughput_gain: super::hot::throughput_gain(p, factor),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(comm: &str, exe: &str) -> UpstreamSnapshot {
+        serde_json::from_value(serde_json::json!({
+            "pid": 7, "comm": comm, "exe": exe, "threads": 1,
+            "interval_seconds": 1.0, "watched_seconds": 10.0,
+            "cpu_user_seconds": 1.0, "cpu_system_seconds": 0.0, "runqueue_seconds": 0.0,
+            "context_switches_voluntary": 0, "context_switches_involuntary": 0, "restarts": 0,
+            "samples": { exe.rsplit('/').next().unwrap(): 90, "kernel": 10 },
+            "stripped": true
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_process_is_named_by_what_it_runs_not_by_its_binarys_file() {
+        // Debian: /usr/bin/redis-server → redis-check-rdb, started as redis-server.
+        let u = snapshot("redis-server", "/usr/bin/redis-check-rdb");
+        let i = Inside::new(&u, 100, Some(1e-3), DEFAULT_WHAT_IF);
+        assert_eq!(i.comm, "redis-server");
+        let own = i.components.iter().find(|c| c.name == "redis-check-rdb");
+        assert_eq!(
+            own.map(|c| c.label.as_str()),
+            Some("redis-server (own code)")
+        );
+        assert_eq!(
+            i.what_if.map(|w| w.component),
+            Some("redis-server (own code)".to_owned())
+        );
+        // A comm the kernel cut at 15 bytes reads as the file's whole name.
+        let u = snapshot("a-long-server-n", "/opt/a-long-server-name");
+        assert_eq!(runs_as(&u).as_deref(), Some("a-long-server-name"));
+    }
 }

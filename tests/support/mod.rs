@@ -983,7 +983,7 @@ impl Webdis {
 pub struct WebdisChain {
     pub proxy: Proxy,
     _webdis: Webdis,
-    _redis: RedisServer,
+    pub redis: RedisServer,
     _dir: TempDir,
 }
 
@@ -995,6 +995,12 @@ impl WebdisChain {
     /// Like [`WebdisChain::start`], with Webdis config keys overridden (e.g.
     /// `{"threads": 1, "pool_size": 1}`).
     pub fn start_configured(webdis: serde_json::Value) -> WebdisChain {
+        WebdisChain::start_with(webdis, "")
+    }
+
+    /// Like [`WebdisChain::start_configured`], with `redis_process` (TOML: a
+    /// `[tap.process]` table) after the RESP tap, e.g. to sample Redis.
+    pub fn start_with(webdis: serde_json::Value, redis_process: &str) -> WebdisChain {
         let redis = RedisServer::start();
         let resp_port = free_port();
         let webdis_port = free_port();
@@ -1016,6 +1022,7 @@ name = "redis"
 protocol = "resp"
 listen = "127.0.0.1:{resp_port}"
 upstream = "127.0.0.1:{redis_port}"
+{redis_process}
 
 [[correlate]]
 kind = "webdis"
@@ -1032,7 +1039,7 @@ resp = "redis"
         WebdisChain {
             proxy,
             _webdis: webdis,
-            _redis: redis,
+            redis,
             _dir: dir,
         }
     }

@@ -177,6 +177,16 @@
    * 1 / ((1 − p) + p/2) − 1 in throughput (Amdahl). A stripped server's own code stands
    * in for its parser, an upper bound. Empty when nothing names a parser. */
   const WHAT_IF_FACTOR = 2;
+
+  /* What the process runs, as the report names it (upstream::summary::runs_as): its comm,
+   * or the binary's file name when the kernel cut comm at 15 bytes and the name goes on
+   * from it; not the file name alone (Debian's redis-server is a symlink to
+   * redis-check-rdb). */
+  function runsAs(u) {
+    const file = u.exe ? u.exe.split("/").pop() : null;
+    if (!u.comm) return file || "the upstream";
+    return file && u.comm.length === 15 && file.length > 15 && file.startsWith(u.comm) ? file : u.comm;
+  }
   function whatIf(u, n, samples, total, inclusive, own, meanTotal) {
     if (!total || !n) return "";
     let comp = samples.http_parser !== undefined ? "http_parser" : null;
@@ -191,7 +201,7 @@
     const saved = cpu * p * (1 - 1 / f);
     const gain = 1 / (1 - p + p / f) - 1;
     const which = upper
-      ? `its parser is inside ${comp} (own code), ${fmtPct(p)} of its CPU: an upper bound`
+      ? `its parser is inside ${runsAs(u)} (own code), ${fmtPct(p)} of its CPU: an upper bound`
       : `HTTP parser is ${fmtPct(p)} of its CPU${incl == null ? "" : " with all it calls"}`;
     // As the report: the saving beside what a request takes in all, the mean total.
     const ofTotal = meanTotal > 0 ? `, ${fmtPct(saved / meanTotal)} of mean total` : "";
@@ -297,8 +307,11 @@
    * headline"): `upstream_wait 91 % (Redis queue 21 %, Redis 2 %, Webdis 68 %)`. "Redis
    * queue" is backend_queue (the command waiting behind earlier replies on Webdis's pooled
    * connection), "Redis" the rest of backend, Webdis backend_in + backend_out; what the
-   * correlator could not pair is "unpaired". Null without the split. */
-  function webdisSplit(merged, totalSum) {
+   * correlator could not pair is "unpaired". With Redis's process watched by the RESP tap
+   * behind (`redis`: its CPU and run-queue wait per command), "Redis" reads in brackets as
+   * its CPU, its wait for a CPU and the rest (report::backend_split). Null without the
+   * split. */
+  function webdisSplit(merged, totalSum, redisWork) {
     const share = (p) => (merged[p] && totalSum ? merged[p].sum / totalSum : null);
     const redis = share("backend");
     const into = share("backend_in"), out = share("backend_out");
@@ -306,13 +319,39 @@
     const webdis = (into || 0) + (out || 0);
     const wait = share("upstream_wait");
     const queue = share("backend_queue");
+    let own = "";
+    if (redisWork && merged.backend.count > 0) {
+      const paired = merged.backend.count;
+      const per = Math.max(0, merged.backend.sum - (merged.backend_queue ? merged.backend_queue.sum : 0)) / paired;
+      const cpu = Math.min(redisWork.cpu, per);
+      const rq = Math.min(redisWork.runqueue, per - cpu);
+      const of = (s) => fmtPct((s * paired) / totalSum);
+      own = ` [its CPU ${of(cpu)}, waiting for a CPU ${of(rq)}, rest ${of(per - cpu - rq)}]`;
+    }
     const parts = queue === null
-      ? [`Redis ${fmtPct(redis)}`]
-      : [`Redis queue ${fmtPct(queue)}`, `Redis ${fmtPct(Math.max(0, redis - queue))}`];
+      ? [`Redis ${fmtPct(redis)}${own}`]
+      : [`Redis queue ${fmtPct(queue)}`, `Redis ${fmtPct(Math.max(0, redis - queue))}${own}`];
     parts.push(`Webdis ${fmtPct(webdis)}`);
     const unpaired = wait - redis - webdis;
     if (unpaired >= 0.005) parts.push(`unpaired ${fmtPct(unpaired)}`);
     return `upstream_wait ${fmtPct(wait)} (${parts.join(", ")})`;
+  }
+
+  /* Redis's CPU and wait for a CPU per command, from the RESP tap the snapshot names as
+   * this tap's backend (or, in older snapshots, the one RESP tap watching a process). */
+  function redisWork(tap, snap) {
+    const taps = snap.taps || {};
+    let resp = tap.backend ? taps[tap.backend] : null;
+    if (!tap.backend) {
+      const watched = Object.values(taps).filter((t) => t !== tap && t.protocol === "resp" && t.upstream);
+      resp = watched.length === 1 ? watched[0] : null;
+    }
+    const u = resp && resp.upstream;
+    if (!u || !u.watched_seconds) return null;
+    let n = 0;
+    for (const s of Object.values(resp.phases.total || {})) n += s.count;
+    if (!n) return null;
+    return { cpu: (u.cpu_user_seconds + u.cpu_system_seconds) / n, runqueue: u.runqueue_seconds / n };
   }
 
   function phaseSums(tap, route) {
@@ -478,6 +517,9 @@
       this.cards = {};
       this.protocol = h("span", { class: "badge" });
       this.headline = h("span", { class: "headline" });
+      // phasescope's own cost, as the report's line under the headline (docs/report.md,
+      // "The proxy's own cost").
+      this.proxyLine = h("div", { class: "proxy-line note", hidden: true });
       this.stack = h("div", { class: "stack", role: "img" });
       this.legend = h("div", { class: "legend" });
       this.breakdownSub = h("span", { class: "sub" });
@@ -520,6 +562,7 @@
 
       this.root = h("section", { class: "tap", "data-tap": this.name },
         h("div", { class: "tap-head" }, h("h2", { text: this.name }), this.protocol, this.headline),
+        this.proxyLine,
         h("div", { class: "cards" },
           card("rate", "Requests / s", `over the last ${RATE_WINDOW_S} s`),
           card("requests", "Requests", ""),
@@ -647,6 +690,7 @@
       this.renderHead(tap, snap, merged, segs, n);
       this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
       this.renderBreakdown(segs, n, sums.total || 0, snap);
+      this.renderProxy(snap.proxy, tap.upstream, n, Object.keys(snap.taps || {}).length);
       this.renderInside(tap.upstream, n, snap, total ? total.mean : 0);
       this.renderHot((snap.hot || {})[this.name] || []);
       this.renderPhases(merged, sums.total || 0, snap);
@@ -681,7 +725,7 @@
       }
       // The biggest shares, and parse always: it is the figure people come for.
       const hasDecomposition = segs.some(([k]) => DECOMPOSITION.includes(k));
-      const split = webdisSplit(merged, totalSum);
+      const split = webdisSplit(merged, totalSum, redisWork(tap, snap));
       // With the Webdis split, upstream_wait is one entry that names its parts, as the
       // report's headline does, instead of its segments competing for the four places.
       const listed = split
@@ -727,6 +771,29 @@
 
     // The upstream's process (docs/report.md, "Inside the upstream"): thread-time per
     // request over the window, and where its CPU goes when it is sampled.
+    /* The proxy's own CPU per request of this tap, the cores it kept busy and its share
+     * of what the machine's cores did; whether it shares them with the upstream. */
+    renderProxy(p, u, n, taps) {
+      this.proxyLine.hidden = !p;
+      if (!p) return;
+      if (!n) {
+        this.proxyLine.textContent = "phasescope itself: no requests in this window yet";
+        return;
+      }
+      const us = (s) => `${num3((s * 1e6) / n)} µs`;
+      const cpu = p.cpu_user_seconds + p.cpu_system_seconds;
+      const cores = p.watched_seconds > 0 ? cpu / p.watched_seconds : 0;
+      let line = `phasescope itself: per request ${us(cpu)} on CPU (user ${us(p.cpu_user_seconds)}, system ${us(p.cpu_system_seconds)}), ${us(p.runqueue_seconds)} waiting for a CPU; ${num3(cores)} of the ${p.cpus} cores`;
+      if (p.machine_busy_seconds > 0) line += `, ${fmtPct(Math.min(1, cpu / p.machine_busy_seconds))} of the CPU the machine did`;
+      const theirs = u && u.cpus_allowed;
+      const mine = p.cpus_allowed || [];
+      if (theirs && mine.length) {
+        line += theirs.some((c) => mine.includes(c)) ? "; it shares cores with the upstream" : "; on cores of its own";
+      }
+      if (taps > 1) line += ` (the whole proxy's CPU over this tap's requests: its workers serve all ${taps} taps)`;
+      this.proxyLine.textContent = line;
+    }
+
     renderInside(u, n, snap, meanTotal) {
       this.inside.hidden = !u;
       if (!u) return;
@@ -752,7 +819,7 @@
         const parts = Object.entries(samples).sort((a, b) => b[1] - a[1]).slice(0, 8)
           .map(([k, v]) => {
             const incl = inclusive && inclusive[k] !== undefined ? ` (${fmtPct(inclusive[k] / total)} incl.)` : "";
-            return `${k === own ? `${k} (own code)` : k.replace(/_/g, " ")} ${fmtPct(v / total)}${incl}`;
+            return `${k === own ? `${runsAs(u)} (own code)` : k.replace(/_/g, " ")} ${fmtPct(v / total)}${incl}`;
           });
         line += `; its CPU${inclusive ? ", self (inclusive)" : ""}: ${parts.join(", ")}`;
       }

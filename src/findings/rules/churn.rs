@@ -1,7 +1,7 @@
 //! `connection_churn`: most requests open an upstream connection; a side does not keep
 //! its connections alive.
 
-use super::{met, per_request, shown, Draft};
+use super::{met, met_as, per_request, shown, Draft};
 use crate::findings::TapView;
 use crate::metrics::Finding;
 use crate::units::{duration, share};
@@ -51,18 +51,32 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
                     "requests that opened an upstream connection",
                     opened,
                     "ratio",
-                    format!("≥ {MIN_SHARE}"),
+                    "≥",
+                    MIN_SHARE,
                 ),
                 shown(
                     "upstream_connect mean",
                     connect.mean().unwrap_or(0.0),
                     "seconds",
                 ),
-                met(
+                met_as(
                     "client connections per request (since start)",
                     per_client,
                     "ratio",
-                    format!("≥ {CLIENT_CHURN}: the clients"),
+                    format!(
+                        "{} {}: {}",
+                        if per_client >= CLIENT_CHURN {
+                            "≥"
+                        } else {
+                            "<"
+                        },
+                        share(CLIENT_CHURN),
+                        if per_client >= CLIENT_CHURN {
+                            "the clients"
+                        } else {
+                            "the upstream"
+                        }
+                    ),
                 ),
             ],
             seconds,

@@ -88,13 +88,15 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         "exchanges failed by the upstream, over all exchanges",
         of_all,
         "ratio",
-        format!("≥ {MIN_SHARE}"),
+        "≥",
+        MIN_SHARE,
     )];
     evidence.push(met(
         "failures",
         failed as f64,
         "count",
-        format!("≥ {MIN_FAILURES}"),
+        "≥",
+        MIN_FAILURES as f64,
     ));
     for (k, n) in &failures {
         evidence.push(shown(k.name(), *n as f64, "count"));

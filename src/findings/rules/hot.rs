@@ -87,7 +87,8 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         ),
         saved_of_total,
         "ratio",
-        format!("{} {WORTH}", if worth { "≥" } else { "<" }),
+        if worth { "≥" } else { "<" },
+        WORTH,
     ));
     evidence.push(shown(
         "throughput gain if CPU-bound",

@@ -4,6 +4,7 @@
 mod backend_queue;
 mod churn;
 mod client;
+mod competes;
 mod cpu;
 mod errors;
 mod hot;
@@ -33,6 +34,7 @@ pub fn all(v: &TapView<'_>) -> Vec<Finding> {
     out.extend(churn::check(v));
     out.extend(client::check(v));
     out.extend(proxy::check(v));
+    out.extend(competes::check(v));
     out.extend(parser::check(v));
     out.extend(hot::check(v));
     out
@@ -80,8 +82,20 @@ impl Draft {
     }
 }
 
-/// A figure that met a threshold (`threshold`, as docs/findings.md writes it).
-fn met(name: &str, value: f64, unit: &str, threshold: String) -> Evidence {
+/// A figure that met a threshold: `op` (`≥`, `<`) and the threshold `at`, written in the
+/// figure's own unit (`85 % (≥ 85 %)`, not `85 % (≥ 0.85)`).
+fn met(name: &str, value: f64, unit: &str, op: &str, at: f64) -> Evidence {
+    met_as(
+        name,
+        value,
+        unit,
+        format!("{op} {}", crate::units::figure(at, unit)),
+    )
+}
+
+/// A figure that met a threshold written out (`< 21.4 ms (0.5 × mean pause)`): one that
+/// depends on other figures, given in the figure's unit with how it was made.
+fn met_as(name: &str, value: f64, unit: &str, threshold: String) -> Evidence {
     Evidence {
         name: name.to_owned(),
         value,

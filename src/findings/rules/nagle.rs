@@ -4,7 +4,7 @@
 //! (40 ms on Linux, up to 200 ms elsewhere): the response's reads are then separated by a
 //! pause near that timer, on nearly every request, while the server's CPU is idle.
 
-use super::{met, shown, Draft};
+use super::{met, met_as, shown, Draft};
 use crate::findings::{TapView, MIN_REQUESTS};
 use crate::metrics::Finding;
 use crate::units::{duration, share};
@@ -48,14 +48,16 @@ fn route_check(v: &TapView<'_>, route: &str, requests: u64) -> Option<Finding> {
             "responses with a pause of 30–500 ms between two reads",
             stalled,
             "ratio",
-            format!("≥ {MIN_SHARE}"),
+            "≥",
+            MIN_SHARE,
         ),
         shown("mean pause", pause, "seconds"),
         met(
             "write_blocked over the pauses",
             blocked / pauses.sum,
             "ratio",
-            format!("< {MAX_BLOCKED_OF_PAUSES}"),
+            "<",
+            MAX_BLOCKED_OF_PAUSES,
         ),
     ];
     if let Some(recv) = v.route_phase("upstream_recv", route).mean() {
@@ -66,11 +68,14 @@ fn route_check(v: &TapView<'_>, route: &str, requests: u64) -> Option<Finding> {
         if cpu >= MAX_CPU_OF_PAUSE * pause {
             return None;
         }
-        evidence.push(met(
+        evidence.push(met_as(
             "upstream CPU per request",
             cpu,
             "seconds",
-            format!("< {MAX_CPU_OF_PAUSE} × mean pause"),
+            format!(
+                "< {} ({MAX_CPU_OF_PAUSE} × mean pause)",
+                duration(MAX_CPU_OF_PAUSE * pause)
+            ),
         ));
     }
     let seconds = pauses.sum / requests as f64;

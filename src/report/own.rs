@@ -1,0 +1,100 @@
+//! The proxy's own cost under each tap's headline: phasescope's CPU per request of the
+//! tap (user, system), its wait for a CPU, the cores it kept busy and its share of what
+//! the machine's cores did, measured from /proc as the upstream's are (docs/report.md,
+//! "The proxy's own cost").
+
+use serde::Serialize;
+
+use crate::upstream::{ProxySnapshot, UpstreamSnapshot};
+
+/// phasescope's own process over the report's window, per request of one tap.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProxyCost {
+    pub pid: u32,
+    pub threads: u64,
+    pub watched_seconds: f64,
+    pub requests: u64,
+    /// Per exchange of the tap (answered and failed), seconds: the proxy's thread-time over them.
+    pub cpu_user: f64,
+    pub cpu_system: f64,
+    pub runqueue: f64,
+    /// Cores it kept busy on average.
+    pub cores_used: f64,
+    /// CPUs the machine has online.
+    pub cpus: u64,
+    /// Its share of the CPU time the machine's cores did; `None` when /proc/stat said
+    /// nothing.
+    pub share_of_machine: Option<f64>,
+    /// Whether it may run on a CPU the tap's upstream may run on; `None` without a
+    /// watched upstream or an affinity to compare.
+    pub shares_cores_with_upstream: Option<bool>,
+    /// Taps whose exchanges this CPU served: its workers serve every tap, so with more
+    /// than one the figure is the whole proxy's, per request of this tap.
+    pub taps: usize,
+}
+
+impl ProxyCost {
+    pub fn new(
+        p: &ProxySnapshot,
+        requests: u64,
+        upstream: Option<&UpstreamSnapshot>,
+        taps: usize,
+    ) -> Self {
+        let per = |s: f64| {
+            if requests == 0 {
+                0.0
+            } else {
+                s / requests as f64
+            }
+        };
+        Self {
+            pid: p.pid,
+            threads: p.threads,
+            watched_seconds: p.watched_seconds,
+            requests,
+            cpu_user: per(p.cpu_user_seconds),
+            cpu_system: per(p.cpu_system_seconds),
+            runqueue: per(p.runqueue_seconds),
+            cores_used: p.cores_used(),
+            cpus: p.cpus,
+            share_of_machine: p.share_of_machine(),
+            shares_cores_with_upstream: upstream.and_then(|u| p.shares_cores_with(u)),
+            taps,
+        }
+    }
+
+    /// The line under the headline.
+    pub fn line(&self) -> String {
+        let us = |s: f64| format!("{:.1}", s * 1e6);
+        let mut l = format!(
+            "phasescope itself (pid {}, {} threads, {:.0} s): per request {} µs on CPU (user {}, system {}), {} µs waiting for a CPU; {} of the {} cores",
+            self.pid,
+            self.threads,
+            self.watched_seconds,
+            us(self.cpu_user + self.cpu_system),
+            us(self.cpu_user),
+            us(self.cpu_system),
+            us(self.runqueue),
+            crate::units::three_digits(self.cores_used),
+            self.cpus
+        );
+        if let Some(s) = self.share_of_machine {
+            l.push_str(&format!(
+                ", {} of the CPU the machine did",
+                crate::units::share(s)
+            ));
+        }
+        match self.shares_cores_with_upstream {
+            Some(true) => l.push_str("; it shares cores with the upstream"),
+            Some(false) => l.push_str("; on cores of its own"),
+            None => {}
+        }
+        if self.taps > 1 {
+            l.push_str(&format!(
+                " (the whole proxy's CPU over this tap's requests: its workers serve all {} taps)",
+                self.taps
+            ));
+        }
+        l
+    }
+}

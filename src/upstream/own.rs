@@ -1,0 +1,332 @@
+//! The proxy's own cost, measured as the upstream's is: phasescope's process read from
+//! /proc by the same [`Accountant`](super::account::Accountant) (user and system time, time
+//! on a CPU, run-queue wait), and the machine's CPUs — how many, which ones each process
+//! may run on, and how busy they all were — so that a report can say what the proxy costs
+//! per request and how much of the cores it shares with the upstream it takes
+//! (docs/report.md, "The proxy's own cost").
+//!
+//! A thread of its own reads every [`INTERVAL`]; a snapshot reads once more. Nothing here
+//! runs on the data path.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use super::Upstream;
+use crate::sync::lock;
+
+/// How often the proxy's own process and /proc/stat are read.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// The snapshot's top-level `proxy` object (docs/metrics.md): what phasescope's own
+/// process did since the snapshot's `since`, and the machine it ran on. Seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProxySnapshot {
+    pub pid: u32,
+    pub threads: u64,
+    /// Wall time, within the window, during which it was read.
+    pub watched_seconds: f64,
+    pub cpu_user_seconds: f64,
+    pub cpu_system_seconds: f64,
+    /// Time on a CPU from its threads' schedstat, to the nanosecond; null when they could
+    /// not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
+    /// Time its threads were runnable but waiting for a CPU.
+    pub runqueue_seconds: f64,
+    /// CPUs the machine has online.
+    pub cpus: u64,
+    /// The CPUs the proxy may run on (its affinity); empty when unknown.
+    #[serde(default)]
+    pub cpus_allowed: Vec<u32>,
+    /// The machine's CPU time not idle over the window (/proc/stat: user, nice, system,
+    /// irq, softirq, steal of every CPU): what all its cores did, the proxy and the
+    /// upstream included.
+    pub machine_busy_seconds: f64,
+}
+
+impl ProxySnapshot {
+    /// User + system.
+    pub fn cpu(&self) -> f64 {
+        self.cpu_user_seconds + self.cpu_system_seconds
+    }
+
+    /// Cores it kept busy on average over the time watched.
+    pub fn cores_used(&self) -> f64 {
+        if self.watched_seconds > 0.0 {
+            self.cpu() / self.watched_seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether it may run on a CPU the upstream may run on; `None` when either affinity
+    /// is unknown.
+    pub fn shares_cores_with(&self, u: &super::UpstreamSnapshot) -> Option<bool> {
+        let theirs = u.cpus_allowed.as_ref()?;
+        if self.cpus_allowed.is_empty() {
+            return None;
+        }
+        Some(
+            theirs
+                .iter()
+                .any(|c| self.cpus_allowed.binary_search(c).is_ok()),
+        )
+    }
+
+    /// Its share of the CPU time the machine's cores did.
+    pub fn share_of_machine(&self) -> Option<f64> {
+        (self.machine_busy_seconds > 0.0).then(|| (self.cpu() / self.machine_busy_seconds).min(1.0))
+    }
+}
+
+/// Two windows (snapshots of several runs) as one: times add; the later names the process.
+pub fn merge(a: ProxySnapshot, b: &ProxySnapshot) -> ProxySnapshot {
+    ProxySnapshot {
+        pid: b.pid,
+        threads: b.threads.max(a.threads),
+        watched_seconds: a.watched_seconds + b.watched_seconds,
+        cpu_user_seconds: a.cpu_user_seconds + b.cpu_user_seconds,
+        cpu_system_seconds: a.cpu_system_seconds + b.cpu_system_seconds,
+        cpu_seconds: a.cpu_seconds.zip(b.cpu_seconds).map(|(x, y)| x + y),
+        runqueue_seconds: a.runqueue_seconds + b.runqueue_seconds,
+        cpus: b.cpus.max(a.cpus),
+        cpus_allowed: if b.cpus_allowed.is_empty() {
+            a.cpus_allowed
+        } else {
+            b.cpus_allowed.clone()
+        },
+        machine_busy_seconds: a.machine_busy_seconds + b.machine_busy_seconds,
+    }
+}
+
+/// The part of `now`'s window after `before` was taken (no reset between).
+pub fn since(now: &ProxySnapshot, before: &ProxySnapshot) -> ProxySnapshot {
+    let sub = |a: f64, b: f64| (a - b).max(0.0);
+    ProxySnapshot {
+        watched_seconds: sub(now.watched_seconds, before.watched_seconds),
+        cpu_user_seconds: sub(now.cpu_user_seconds, before.cpu_user_seconds),
+        cpu_system_seconds: sub(now.cpu_system_seconds, before.cpu_system_seconds),
+        cpu_seconds: now
+            .cpu_seconds
+            .zip(before.cpu_seconds)
+            .map(|(a, b)| sub(a, b)),
+        runqueue_seconds: sub(now.runqueue_seconds, before.runqueue_seconds),
+        machine_busy_seconds: sub(now.machine_busy_seconds, before.machine_busy_seconds),
+        ..now.clone()
+    }
+}
+
+/// The proxy's own process and the machine, shared by the reading thread, `/metrics` and
+/// snapshots.
+pub struct Own {
+    process: Arc<Upstream>,
+    machine: Mutex<Machine>,
+    cpus: u64,
+}
+
+/// The machine's busy CPU time: since start (`/metrics`) and at the last reset.
+#[derive(Default)]
+struct Machine {
+    /// Busy nanoseconds counted since the proxy started.
+    busy_ns: u64,
+    /// /proc/stat's busy ticks at the last read.
+    last_ticks: Option<u64>,
+    baseline_ns: u64,
+}
+
+/// What `/metrics` reads: counters since start.
+pub struct OwnTotals {
+    pub user_ns: u64,
+    pub system_ns: u64,
+    pub runqueue_ns: u64,
+    pub threads: u64,
+    pub cpus: u64,
+    pub machine_busy_ns: u64,
+}
+
+impl Own {
+    /// Starts reading this process: now (its baseline), then every [`INTERVAL`] on a
+    /// thread of its own, which ends when the last handle is dropped.
+    pub fn start() -> anyhow::Result<Arc<Own>> {
+        let process = Upstream::new("phasescope", INTERVAL);
+        let pid = std::process::id();
+        process
+            .attach(pid)
+            .with_context(|| format!("reading phasescope's own process (/proc/{pid})"))?;
+        let own = Arc::new(Own {
+            process,
+            machine: Mutex::new(Machine::default()),
+            cpus: online_cpus(),
+        });
+        own.read_machine();
+        let weak = Arc::downgrade(&own);
+        std::thread::Builder::new()
+            .name("phasescope-own".to_owned())
+            .spawn(move || loop {
+                std::thread::sleep(INTERVAL);
+                let Some(own) = weak.upgrade() else { break };
+                own.refresh();
+            })
+            .context("cannot start the thread that reads phasescope's own CPU")?;
+        Ok(own)
+    }
+
+    /// Reads the process and /proc/stat now.
+    pub fn refresh(&self) {
+        self.process.refresh();
+        self.read_machine();
+    }
+
+    /// Counters since start, read now.
+    pub fn totals(&self) -> OwnTotals {
+        self.refresh();
+        let (t, info) = self.process.totals();
+        OwnTotals {
+            user_ns: t.user_ns,
+            system_ns: t.system_ns,
+            runqueue_ns: t.runqueue_ns,
+            threads: info.map_or(0, |p| p.threads),
+            cpus: self.cpus,
+            machine_busy_ns: lock(&self.machine).busy_ns,
+        }
+    }
+
+    /// The window since the last reset.
+    pub fn snapshot(&self) -> ProxySnapshot {
+        self.read_machine();
+        let u = self.process.snapshot();
+        let busy = {
+            let m = lock(&self.machine);
+            m.busy_ns.saturating_sub(m.baseline_ns)
+        };
+        self.window(&u, busy)
+    }
+
+    /// The window since the last reset, and a new window from the same read.
+    pub fn cut(&self) -> ProxySnapshot {
+        self.read_machine();
+        let u = self.process.cut();
+        let busy = {
+            let mut m = lock(&self.machine);
+            let busy = m.busy_ns.saturating_sub(m.baseline_ns);
+            m.baseline_ns = m.busy_ns;
+            busy
+        };
+        self.window(&u, busy)
+    }
+
+    /// Starts a new window (`POST /api/reset`).
+    pub fn reset(&self) {
+        self.read_machine();
+        self.process.reset();
+        let mut m = lock(&self.machine);
+        m.baseline_ns = m.busy_ns;
+    }
+
+    fn window(&self, u: &super::UpstreamSnapshot, busy_ns: u64) -> ProxySnapshot {
+        ProxySnapshot {
+            pid: std::process::id(),
+            threads: u.threads,
+            watched_seconds: u.watched_seconds,
+            cpu_user_seconds: u.cpu_user_seconds,
+            cpu_system_seconds: u.cpu_system_seconds,
+            cpu_seconds: u.cpu_seconds,
+            runqueue_seconds: u.runqueue_seconds,
+            cpus: self.cpus,
+            // Read each time: it may be pinned after it started (taskset -p).
+            cpus_allowed: cpus_allowed(std::process::id()).unwrap_or_default(),
+            machine_busy_seconds: busy_ns as f64 / 1e9,
+        }
+    }
+
+    fn read_machine(&self) {
+        let Some(ticks) = busy_ticks() else {
+            return;
+        };
+        let per_second = procfs::ticks_per_second().max(1);
+        let mut m = lock(&self.machine);
+        if let Some(last) = m.last_ticks {
+            let delta = ticks.saturating_sub(last);
+            m.busy_ns += (u128::from(delta) * 1_000_000_000 / u128::from(per_second)) as u64;
+        }
+        m.last_ticks = Some(ticks.max(m.last_ticks.unwrap_or(0)));
+    }
+}
+
+/// The machine's busy CPU time so far, in clock ticks: the first line of /proc/stat, all
+/// but idle and iowait (guest time is inside user already).
+fn busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    busy_of(stat.lines().next()?)
+}
+
+fn busy_of(line: &str) -> Option<u64> {
+    let mut fields = line.split_ascii_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = fields
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal
+    let &[user, nice, system, _idle, _iowait, irq, softirq, steal] = v.as_slice() else {
+        return None;
+    };
+    Some(user + nice + system + irq + softirq + steal)
+}
+
+/// CPUs online (not those this process may use: the cores the machine shares).
+fn online_cpus() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
+/// The CPUs `pid` may run on (`Cpus_allowed_list` of /proc/PID/status), ascending.
+pub fn cpus_allowed(pid: u32) -> Option<Vec<u32>> {
+    let status = procfs::process::Process::new(pid as i32)
+        .ok()?
+        .status()
+        .ok()?;
+    let ranges = status.cpus_allowed_list?;
+    let mut out: Vec<u32> = ranges.into_iter().flat_map(|(a, b)| a..=b).collect();
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busy_time_is_all_but_idle_and_iowait() {
+        assert_eq!(
+            busy_of("cpu  10 1 5 100 7 2 3 4 9 0"),
+            Some(10 + 1 + 5 + 2 + 3 + 4)
+        );
+        assert_eq!(busy_of("cpu0 10 1 5 100 7 2 3 4 9 0"), None);
+        assert_eq!(busy_of("cpu 1 2"), None);
+    }
+
+    #[test]
+    fn its_own_cpu_is_counted_and_a_reset_starts_a_window() {
+        let own = Own::start().unwrap();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let s = own.snapshot();
+        assert!(s.cpu() >= 0.1, "{s:?}");
+        assert!(s.cpus >= 1 && s.machine_busy_seconds >= 0.1, "{s:?}");
+        assert!(!s.cpus_allowed.is_empty(), "{s:?}");
+        own.reset();
+        let after = own.snapshot();
+        assert!(after.cpu() < s.cpu(), "{after:?} after {s:?}");
+    }
+}
