@@ -105,6 +105,9 @@ impl Registry {
             .with_context(|| format!("tap {:?}", tap.name))?,
         );
         taps.push(Arc::clone(&metrics));
+        for u in self.upstreams().iter().filter(|u| u.tap() == tap.name) {
+            u.count_routes(metrics.clone());
+        }
         Ok(metrics)
     }
 
@@ -188,6 +191,10 @@ impl Registry {
     /// Registers the accounting of `tap`'s upstream process, for `/metrics` and snapshots.
     pub fn upstream(&self, tap: &TapConfig) -> Arc<Upstream> {
         let u = Upstream::new(&tap.name, tap.process.interval);
+        // The slices of CPU per route count the tap's exchanges.
+        if let Some(t) = self.taps().into_iter().find(|t| t.name() == tap.name) {
+            u.count_routes(t);
+        }
         self.upstreams
             .write()
             .unwrap_or_else(PoisonError::into_inner)

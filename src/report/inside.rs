@@ -380,6 +380,7 @@ mod tests {
             functions: None,
             stacks: None,
             frequency_hz: None,
+            slices: None,
         }
     }
 
