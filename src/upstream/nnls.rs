@@ -160,10 +160,7 @@ mod tests {
 
     fn fit(rows: &[Vec<f64>], b: &[f64]) -> Vec<f64> {
         let k = rows[0].len();
-        let (g, h) = normal_equations(
-            rows.iter().zip(b).map(|(r, &t)| (r.as_slice(), t, 1.0)),
-            k,
-        );
+        let (g, h) = normal_equations(rows.iter().zip(b).map(|(r, &t)| (r.as_slice(), t, 1.0)), k);
         nnls(&g, &h)
     }
 

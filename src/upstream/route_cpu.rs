@@ -8,7 +8,7 @@
 //! fit ([`super::nnls`]) over the slices (the regression of Zhang, Cherkasova and Smirni's
 //! service-demand estimation). The interval is a bootstrap over slices: the slices drawn
 //! again with replacement, the fit made again, the 2.5th and 97.5th percentiles of each
-//! route's estimates.
+//! route's estimates (blocks of neighbouring slices drawn together: neighbours are alike).
 //!
 //! The fit separates routes only where the slices differ in mix: a route whose count is
 //! (nearly) a combination of the others' in every slice, a window of too few slices, or a
@@ -82,11 +82,8 @@ impl RouteCpuEstimate {
 
 /// The estimate over `slices`; `None` when they hold no exchange at all.
 pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
-    let rows: Vec<&super::slices::Slice> = slices
-        .slices
-        .iter()
-        .filter(|s| s.seconds > 0.0)
-        .collect();
+    let rows: Vec<&super::slices::Slice> =
+        slices.slices.iter().filter(|s| s.seconds > 0.0).collect();
     let width = slices.routes.len();
     let totals: Vec<u64> = (0..width)
         .map(|r| {
@@ -125,7 +122,8 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
     }
     let seed = crate::rng::hash(&slices.routes.iter().map(String::as_str).collect::<Vec<_>>());
     if order.len() == 1 {
-        out.routes.push(one_route(&rows, order[0], &slices.routes, seed));
+        out.routes
+            .push(one_route(&rows, order[0], &slices.routes, seed));
         return Some(out);
     }
     // The routes estimated on their own; the rest share one column.
@@ -195,10 +193,7 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
     let mut rng = Rng::new(seed);
     let mut weights = vec![0.0; rows.len()];
     for _ in 0..REPLICATES {
-        weights.iter_mut().for_each(|w| *w = 0.0);
-        for _ in 0..rows.len() {
-            weights[rng.below(rows.len())] += 1.0;
-        }
+        resample(&mut rng, &mut weights);
         let (g, h) = normal_equations(
             matrix
                 .iter()
@@ -261,7 +256,8 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
             reason: None,
         });
     }
-    out.routes.extend(rest.iter().map(|&r| unknown(r, rest_reason(r))));
+    out.routes
+        .extend(rest.iter().map(|&r| unknown(r, rest_reason(r))));
     out.routes
         .sort_by(|a, b| b.requests.cmp(&a.requests).then(a.route.cmp(&b.route)));
     Some(out)
@@ -271,10 +267,9 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
 fn one_route(rows: &[&super::slices::Slice], r: usize, routes: &[String], seed: u64) -> RouteCpu {
     let n = |s: &super::slices::Slice| s.exchanges.get(r).copied().unwrap_or(0) as f64;
     let ratio = |w: &[f64]| {
-        let (cpu, req) = rows
-            .iter()
-            .zip(w)
-            .fold((0.0, 0.0), |(c, q), (s, &w)| (c + w * s.cpu_seconds, q + w * n(s)));
+        let (cpu, req) = rows.iter().zip(w).fold((0.0, 0.0), |(c, q), (s, &w)| {
+            (c + w * s.cpu_seconds, q + w * n(s))
+        });
         (req > 0.0).then(|| cpu / req)
     };
     let ones = vec![1.0; rows.len()];
@@ -292,10 +287,7 @@ fn one_route(rows: &[&super::slices::Slice], r: usize, routes: &[String], seed: 
     let mut w = vec![0.0; rows.len()];
     let mut v = Vec::with_capacity(REPLICATES);
     for _ in 0..REPLICATES {
-        w.iter_mut().for_each(|x| *x = 0.0);
-        for _ in 0..rows.len() {
-            w[rng.below(rows.len())] += 1.0;
-        }
+        resample(&mut rng, &mut w);
         if let Some(x) = ratio(&w) {
             v.push(x);
         }
@@ -312,6 +304,29 @@ fn one_route(rows: &[&super::slices::Slice], r: usize, routes: &[String], seed: 
         }),
         share: Some(1.0),
         reason: None,
+    }
+}
+
+/// One bootstrap replicate as weights (how often each slice is drawn): a moving-block
+/// bootstrap, blocks of ⌈√n⌉ consecutive slices from random starts (wrapping round)
+/// until n slices are drawn. Slices next to each other are alike (a mix that drifts, a
+/// machine busy for a while), and resampling them one by one took them for independent:
+/// against the burn upstream its intervals missed the truth by a few µs in two runs of
+/// three.
+fn resample(rng: &mut Rng, weights: &mut [f64]) {
+    let n = weights.len();
+    weights.iter_mut().for_each(|w| *w = 0.0);
+    if n == 0 {
+        return;
+    }
+    let block = ((n as f64).sqrt().ceil() as usize).clamp(1, n);
+    let mut drawn = 0;
+    while drawn < n {
+        let start = rng.below(n);
+        for i in 0..block.min(n - drawn) {
+            weights[(start + i) % n] += 1.0;
+        }
+        drawn += block;
     }
 }
 
@@ -464,7 +479,11 @@ mod tests {
         let costs = [20e-6, 70e-6, 170e-6];
         let w = window(&costs, 0.01, 120, 0.0005, |_, rng| varying(rng, 3));
         let e = estimate(&w).unwrap();
-        for (r, c) in e.routes.iter().map(|r| (r, costs[r.route[2..].parse::<usize>().unwrap()])) {
+        for (r, c) in e
+            .routes
+            .iter()
+            .map(|r| (r, costs[r.route[2..].parse::<usize>().unwrap()]))
+        {
             let iv = r.cpu_per_request.unwrap();
             assert!((iv.estimate - c).abs() < 0.1 * c, "{r:?} against {c}");
             assert!(iv.low <= c && c <= iv.high, "{r:?} against {c}");
@@ -495,7 +514,11 @@ mod tests {
     fn too_few_slices_and_saturation_are_unknown() {
         let w = window(&[20e-6, 120e-6], 0.0, 5, 0.0, |_, rng| varying(rng, 2));
         let e = estimate(&w).unwrap();
-        assert!(e.routes[0].reason.as_deref().unwrap().contains("too few slices"));
+        assert!(e.routes[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("too few slices"));
         // A saturated server: one full CPU every slice, the requests whatever fits.
         let mut sat = window(&[20e-6, 120e-6], 0.0, 60, 0.0, |_, rng| varying(rng, 2));
         for s in &mut sat.slices {
@@ -503,7 +526,11 @@ mod tests {
         }
         let e = estimate(&sat).unwrap();
         assert!(
-            e.routes[0].reason.as_deref().unwrap().starts_with("saturated"),
+            e.routes[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .starts_with("saturated"),
             "{e:?}"
         );
     }

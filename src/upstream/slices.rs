@@ -153,9 +153,12 @@ impl SliceWindow {
         let at = Instant::now();
         if let Some(start) = &self.start {
             let window = totals.since(&start.totals);
-            // Schedstat's CPU time is to the nanosecond; without it (the threads' files
-            // unreadable), the clock ticks of user and system time.
-            let cpu_ns = if threads_readable && start.threads_readable {
+            // The process's CPU clock, to the nanosecond and current to the read; else
+            // schedstat's (which lags a tick for a running thread); else the clock ticks
+            // of user and system time.
+            let cpu_ns = if window.process_cpu_ns > 0 {
+                window.process_cpu_ns
+            } else if threads_readable && start.threads_readable {
                 window.cpu_ns
             } else {
                 window.user_ns + window.system_ns
@@ -238,7 +241,10 @@ impl SliceWindow {
         let all: Vec<&Slice> = self.done.iter().chain(self.pending.as_ref()).collect();
         let width = all.iter().map(|s| s.exchanges.len()).max().unwrap_or(0);
         let used: Vec<usize> = (0..width)
-            .filter(|&i| all.iter().any(|s| s.exchanges.get(i).is_some_and(|&n| n > 0)))
+            .filter(|&i| {
+                all.iter()
+                    .any(|s| s.exchanges.get(i).is_some_and(|&n| n > 0))
+            })
             .collect();
         Some(RouteSlices {
             routes: used.iter().map(|&i| routes.route_name(i)).collect(),
@@ -300,9 +306,16 @@ mod tests {
         assert_eq!(snap.routes, vec!["/r0", "/r2"]);
         let cpu: f64 = snap.slices.iter().map(|s| s.cpu_seconds).sum();
         let n0: u64 = snap.slices.iter().map(|s| s.exchanges[0]).sum();
-        assert!((cpu - (MAX_SLICES as f64 + 10.0) * 1e-3).abs() < 1e-9, "{cpu}");
+        assert!(
+            (cpu - (MAX_SLICES as f64 + 10.0) * 1e-3).abs() < 1e-9,
+            "{cpu}"
+        );
         assert_eq!(n0, MAX_SLICES as u64 + 10);
-        assert!(snap.slices.len() <= MAX_SLICES / 2 + 10, "{}", snap.slices.len());
+        assert!(
+            snap.slices.len() <= MAX_SLICES / 2 + 10,
+            "{}",
+            snap.slices.len()
+        );
         w.restart();
         assert!(w.snapshot().unwrap().slices.is_empty());
     }

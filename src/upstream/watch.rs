@@ -10,10 +10,10 @@ use crate::sync::Background;
 
 use super::account::Read;
 use super::find::Target;
-use super::slices::SLICE;
 use super::profile::{
     self, ComponentRules, PhpProfiler, ProfileDelta, ProfileError, Profiler, UserComponentRule,
 };
+use super::slices::SLICE;
 use super::Upstream;
 
 /// What `profile = true` asks for: the rate and the user's component rules.
