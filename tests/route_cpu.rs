@@ -310,6 +310,24 @@ fn routes_that_burn_known_cpu_are_told_apart() {
         );
         estimates.push((burn, e, truth));
     }
+    // The gauge the scrapes refresh, over the same minute: the same estimates.
+    let metrics = proxy.admin_get("/metrics").body_text();
+    for (&burn, &(_, e, _)) in BURNS.iter().zip(&estimates) {
+        let series = format!(
+            "phasescope_upstream_route_cpu_seconds{{tap=\"webdis\",route=\"CPU{burn}\",bound=\"estimate\"}} "
+        );
+        let value: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            (value * 1e6 - e).abs() <= 0.05 * e.max(10.0),
+            "{series}{value}, the report {e:.1} µs"
+        );
+    }
     // The differences between routes, against the truths' differences.
     for (i, j) in [(0, 1), (1, 2), (0, 2)] {
         let ((b0, e0, t0), (b1, e1, t1)) = (estimates[i], estimates[j]);

@@ -19,6 +19,7 @@ pub mod native;
 pub mod openmetrics;
 mod proto;
 mod registry;
+pub mod route_cpu;
 mod shard;
 pub mod snapshot;
 mod tap;

@@ -36,6 +36,8 @@ pub struct Registry {
     upstreams: RwLock<Vec<Arc<Upstream>>>,
     /// The findings active now, for the `phasescope_finding` gauge.
     findings: Board,
+    /// Each route's CPU per request at the last evaluation, for its gauges.
+    route_cpu: super::route_cpu::Board,
     /// A `total` at least this long (ns) is an exemplar: `[log] slow_threshold`.
     exemplar_min_ns: AtomicU64,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
@@ -54,6 +56,7 @@ impl Registry {
             counter_baseline: Mutex::new(Vec::new()),
             upstreams: RwLock::new(Vec::new()),
             findings: Board::default(),
+            route_cpu: super::route_cpu::Board::default(),
             exemplar_min_ns: AtomicU64::new(duration_ns(
                 crate::config::LogConfig::default().slow_threshold,
             )),
@@ -139,6 +142,7 @@ impl Registry {
         if self.enabled {
             out.push_str(&super::upstream::encode(&self.upstreams()));
             out.push_str(&super::upstream::text(&self.findings.families()));
+            out.push_str(&super::upstream::text(&self.route_cpu.families()));
         }
         out
     }
@@ -146,6 +150,11 @@ impl Registry {
     /// The findings board the `phasescope_finding` gauge is read from.
     pub fn findings(&self) -> &Board {
         &self.findings
+    }
+
+    /// The board the CPU per route gauges are read from.
+    pub fn route_cpu(&self) -> &super::route_cpu::Board {
+        &self.route_cpu
     }
 
     /// The exposition in `format`: text as [`encode_prometheus`](Self::encode_prometheus),
@@ -176,6 +185,7 @@ impl Registry {
         }
         let mut families = super::upstream::families(&self.upstreams());
         families.extend(self.findings.families());
+        families.extend(self.route_cpu.families());
         families
     }
 
