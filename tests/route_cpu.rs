@@ -159,16 +159,22 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) {
 
 /// `report --by route --format json` of a saved snapshot: route → its section.
 fn report_routes(snap: &Value) -> Vec<Value> {
+    report_routes_of(std::slice::from_ref(snap))
+}
+
+/// The same of several snapshots read as one (`--from` each: their slices appended).
+fn report_routes_of(snaps: &[Value]) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("run.json");
-    std::fs::write(&file, serde_json::to_vec(snap).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args([
-            "report", "--by", "route", "--format", "json", "--tap", "webdis", "--from",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let mut report = Command::new(env!("CARGO_BIN_EXE_phasescope"));
+    report.args([
+        "report", "--by", "route", "--format", "json", "--tap", "webdis",
+    ]);
+    for (i, snap) in snaps.iter().enumerate() {
+        let file = dir.path().join(format!("run{i}.json"));
+        std::fs::write(&file, serde_json::to_vec(snap).unwrap()).unwrap();
+        report.arg("--from").arg(&file);
+    }
+    let out = report.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -367,14 +373,12 @@ fn a_mix_that_never_varies_is_unknown_with_its_reason() {
     );
 }
 
-/// Ignored: on this shared 2-core machine the reference itself moves between its windows
-/// (GET alone read 47.8, 56.4, 65.4 and 72.4 µs a request in four runs, as other work came
-/// and went), so a reference taken minutes before the mix is no reference; three runs of
-/// four were within 20 % nonetheless. To be rewritten with the routes alone and the mix
-/// interleaved in short windows, the mix's snapshots merged (`report --from` appends
-/// their slices). `cargo test --test route_cpu -- --ignored` runs it.
+/// Webdis's routes in a mix, each against its CPU per request loaded alone. On a shared
+/// machine what a request costs moves as other work comes and goes (GET alone read 47.8
+/// to 72.4 µs a request in four runs minutes apart), so the references and the mix are
+/// taken in turns, three rounds of each route alone for 2 s then the mix for 8 s, and the
+/// mix's windows read as one (`report --from` each: their slices appended).
 #[test]
-#[ignore = "the alone reference moves between windows on a shared machine; see the comment"]
 fn webdis_routes_against_each_route_alone() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start();
@@ -383,36 +387,27 @@ fn webdis_routes_against_each_route_alone() {
     await_watched(&proxy, webdis.process().pid());
     let paths: Vec<String> = vec!["/GET/k".into(), "/SET/k/v".into(), "/PING".into()];
     load(proxy.addr(), &paths, 0.5, 2, Mix::Varying);
-    // Each route alone: the CPU per request the estimate is held to.
-    let mut alone = Vec::new();
-    for path in &paths {
+    // Per route: CPU seconds and requests alone, over the rounds.
+    let mut alone = vec![(0.0, 0u64); paths.len()];
+    let mut mixed = Vec::new();
+    let window = |seconds: f64, which: &[String]| {
         thread::sleep(Duration::from_millis(300));
         reset(&proxy);
-        load(
-            proxy.addr(),
-            std::slice::from_ref(path),
-            4.0,
-            2,
-            Mix::Varying,
-        );
+        load(proxy.addr(), which, seconds, 2, Mix::Varying);
         thread::sleep(Duration::from_millis(600));
-        let (cpu, counts, _) = slice_totals(&snapshot(&proxy));
-        let requests: u64 = counts.iter().map(|(_, n)| n).sum();
-        alone.push(cpu / requests as f64 * 1e6);
+        snapshot(&proxy)
+    };
+    for _round in 0..3 {
+        for (path, sum) in paths.iter().zip(alone.iter_mut()) {
+            let (cpu, counts, _) = slice_totals(&window(2.0, std::slice::from_ref(path)));
+            sum.0 += cpu;
+            sum.1 += counts.iter().map(|(_, n)| n).sum::<u64>();
+        }
+        mixed.push(window(8.0, &paths));
     }
-    thread::sleep(Duration::from_millis(300));
-    reset(&proxy);
-    let started = Instant::now();
-    load(proxy.addr(), &paths, 30.0, 2, Mix::Varying);
-    thread::sleep(Duration::from_millis(600));
-    let snap = snapshot(&proxy);
-    let sections = report_routes(&snap);
-    eprintln!(
-        "mixed for {:.1} s\n{}",
-        started.elapsed().as_secs_f64(),
-        text_report(&snap)
-    );
-    for (route, truth) in ["GET", "SET", "PING"].iter().zip(&alone) {
+    let sections = report_routes_of(&mixed);
+    for (route, (cpu, requests)) in ["GET", "SET", "PING"].iter().zip(&alone) {
+        let truth = cpu / *requests as f64 * 1e6;
         let section = sections
             .iter()
             .find(|s| s["route"] == *route)
@@ -420,7 +415,7 @@ fn webdis_routes_against_each_route_alone() {
         let (e, lo, hi) = interval(section)
             .unwrap_or_else(|| panic!("{route}: no estimate: {}", section["cpu_reason"]));
         let (e, lo, hi) = (e * 1e6, lo * 1e6, hi * 1e6);
-        eprintln!("{route}: alone {truth:.1} µs a request, estimate in the mix {e:.1} µs ({lo:.1}–{hi:.1})");
+        eprintln!("{route}: alone {truth:.1} µs a request ({requests} requests), estimate in the mix {e:.1} µs ({lo:.1}–{hi:.1})");
         assert!(
             (e - truth).abs() <= 0.2 * truth,
             "{route}: estimate {e:.1} µs, alone {truth:.1} µs ± 20 %"
