@@ -376,7 +376,7 @@ fn a_mix_that_never_varies_is_unknown_with_its_reason() {
 /// Webdis's routes in a mix, each against its CPU per request loaded alone. On a shared
 /// machine what a request costs moves as other work comes and goes (GET alone read 47.8
 /// to 72.4 µs a request in four runs minutes apart), so the references and the mix are
-/// taken in turns, three rounds of each route alone for 2 s then the mix for 8 s, and the
+/// taken in turns, four rounds of each route alone for 2 s then the mix for 10 s, and the
 /// mix's windows read as one (`report --from` each: their slices appended).
 #[test]
 fn webdis_routes_against_each_route_alone() {
@@ -397,13 +397,13 @@ fn webdis_routes_against_each_route_alone() {
         thread::sleep(Duration::from_millis(600));
         snapshot(&proxy)
     };
-    for _round in 0..3 {
+    for _round in 0..4 {
         for (path, sum) in paths.iter().zip(alone.iter_mut()) {
             let (cpu, counts, _) = slice_totals(&window(2.0, std::slice::from_ref(path)));
             sum.0 += cpu;
             sum.1 += counts.iter().map(|(_, n)| n).sum::<u64>();
         }
-        mixed.push(window(8.0, &paths));
+        mixed.push(window(10.0, &paths));
     }
     let sections = report_routes_of(&mixed);
     for (route, (cpu, requests)) in ["GET", "SET", "PING"].iter().zip(&alone) {
@@ -419,6 +419,71 @@ fn webdis_routes_against_each_route_alone() {
         assert!(
             (e - truth).abs() <= 0.2 * truth,
             "{route}: estimate {e:.1} µs, alone {truth:.1} µs ± 20 %"
+        );
+    }
+}
+
+/// A snapshot of tests/fixtures/snapshots/stacks.json whose webdis upstream has 40
+/// slices made with GET costing 40 µs a request and SET `set_cost`, in a varying mix.
+fn with_slices(set_cost: f64) -> Value {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/snapshots/stacks.json");
+    let mut snap: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let slices: Vec<Value> = (0..40u64)
+        .map(|i| {
+            let (get, set) = (100 + (i * 37) % 200, 50 + (i * 53) % 150);
+            serde_json::json!({
+                "end_unix": 1000.0 + i as f64 * 0.25,
+                "seconds": 0.25,
+                "cpu_seconds": get as f64 * 40e-6 + set as f64 * set_cost,
+                "exchanges": [get, set],
+            })
+        })
+        .collect();
+    snap["taps"]["webdis"]["upstream"]["slices"] =
+        serde_json::json!({ "routes": ["GET", "SET"], "slices": slices });
+    snap
+}
+
+/// `compare` has a `cpu` row per route estimated on both sides, each side's estimate as
+/// its value and both intervals in its note.
+#[test]
+fn compare_has_a_cpu_row_per_route_where_both_sides_have_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    std::fs::write(&a, serde_json::to_vec(&with_slices(120e-6)).unwrap()).unwrap();
+    std::fs::write(&b, serde_json::to_vec(&with_slices(200e-6)).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["compare", "--format", "json"])
+        .arg(&a)
+        .arg("--vs")
+        .arg(&b)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let row = |route: &str| {
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["tap"] == "webdis" && r["phase"] == "cpu" && r["route"] == route)
+            .unwrap_or_else(|| panic!("no cpu row of route {route} in {}", v["rows"]))
+            .clone()
+    };
+    for (route, a_cost, b_cost) in [("GET", 40e-6, 40e-6), ("SET", 120e-6, 200e-6)] {
+        let r = row(route);
+        let (got_a, got_b) = (r["a"].as_f64().unwrap(), r["b"].as_f64().unwrap());
+        assert!(
+            (got_a - a_cost).abs() < 0.01 * a_cost && (got_b - b_cost).abs() < 0.01 * b_cost,
+            "{route}: {r}"
+        );
+        assert!(
+            r["note"]
+                .as_str()
+                .unwrap()
+                .contains("CPU per route, estimated from the slices"),
+            "{r}"
         );
     }
 }

@@ -14,6 +14,7 @@ pub mod commands;
 pub mod compare;
 mod compare_cpu;
 pub mod compare_findings;
+mod compare_route_cpu;
 pub mod compare_table;
 pub mod dataset;
 pub mod file;
