@@ -47,8 +47,8 @@ fn await_watched(proxy: &Proxy, pid: u32) {
 /// How the load picks each request's route.
 #[derive(Clone, Copy)]
 enum Mix {
-    /// Weights drawn anew every second (the square of a uniform draw, so that one route
-    /// often dominates): the mix varies from slice to slice.
+    /// Weights drawn anew every second, one route at random taking most of the requests:
+    /// the mix varies from slice to slice.
     Varying,
     /// Each connection strictly alternates the routes: every slice has the same mix.
     Alternating,
@@ -65,12 +65,22 @@ fn load(addr: SocketAddr, paths: &[String], seconds: f64, connections: usize, mi
         thread::spawn(move || {
             let mut x = 0x9e37_79b9_7f4a_7c15u64;
             while !stop.load(Ordering::Relaxed) {
-                for w in weights.iter() {
+                // One route, drawn at random, takes most of the requests of the next
+                // second; the others share the rest at random.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let major = (x % weights.len() as u64) as usize;
+                for (i, w) in weights.iter().enumerate() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let u = x % 100;
-                    w.store(1 + u * u, Ordering::Relaxed);
+                    let weight = if i == major {
+                        400 + x % 400
+                    } else {
+                        1 + x % 100
+                    };
+                    w.store(weight, Ordering::Relaxed);
                 }
                 let until = Instant::now() + Duration::from_secs(1);
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
@@ -250,7 +260,7 @@ fn interval(section: &Value) -> Option<(f64, f64, f64)> {
 #[test]
 fn routes_that_burn_known_cpu_are_told_apart() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    const BURNS: [u32; 3] = [0, 50, 150];
+    const BURNS: [u32; 3] = [0, 100, 300];
     let mut up = BurnUpstream::start(0, 0);
     let proxy = Proxy::in_front_of(up.addr(), &[]);
     await_watched(&proxy, up.process().pid());
@@ -260,7 +270,7 @@ fn routes_that_burn_known_cpu_are_told_apart() {
     thread::sleep(Duration::from_millis(300));
     reset(&proxy);
     let before = route_truth(&up);
-    let served = load(proxy.addr(), &paths, 30.0, 2, Mix::Varying);
+    let served = load(proxy.addr(), &paths, 40.0, 2, Mix::Varying);
     // Let a slice close after the last request.
     thread::sleep(Duration::from_millis(600));
     let after = route_truth(&up);
@@ -287,7 +297,8 @@ fn routes_that_burn_known_cpu_are_told_apart() {
     let common_us = (cpu * 1e9 - inside_ns as f64) / requests as f64 / 1e3;
     let sections = report_routes(&snap);
     eprintln!(
-        "{slices} slices, {requests} requests, {cpu:.3} s of CPU; common cost {common_us:.1} µs a request"
+        "{slices} slices, {requests} requests, {cpu:.3} s of CPU; common cost {common_us:.1} µs a request; background {}",
+        snap["route_cpu"]["webdis"]["background"]
     );
     eprintln!("{}", text_report(&snap));
     let mut estimates = Vec::new();
