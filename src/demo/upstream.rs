@@ -284,9 +284,9 @@ impl Connection {
 /// The backend's CPU burns per request of each route (the static file calls none), so
 /// that the routes cost the server visibly different CPU and the demo's first report has
 /// a CPU per route to show: a report five times a user's, an order twice.
-const USERS_CALLS: u32 = 1;
-const ORDERS_CALLS: u32 = 2;
-const REPORT_CALLS: u32 = 5;
+pub(super) const USERS_CALLS: u32 = 1;
+pub(super) const ORDERS_CALLS: u32 = 2;
+pub(super) const REPORT_CALLS: u32 = 5;
 
 impl Backend {
     /// The simulated backend call: the application's CPU around it (`calls` times the
