@@ -7,8 +7,9 @@
 //! seconds per second, whatever it serves), all at least 0: a non-negative least-squares
 //! fit ([`super::nnls`]) over the slices (the regression of Zhang, Cherkasova and Smirni's
 //! service-demand estimation). The interval is a bootstrap over slices: the slices drawn
-//! again with replacement, the fit made again, the 2.5th and 97.5th percentiles of each
-//! route's estimates (blocks of neighbouring slices drawn together: neighbours are alike).
+//! again with replacement, the fit made again, and the estimate ± the larger of its distances to the
+//! 2.5th and 97.5th percentiles of the replicates (blocks of neighbouring slices drawn
+//! together: neighbours are alike).
 //!
 //! The fit separates routes only where the slices differ in mix: a route whose count is
 //! (nearly) a combination of the others' in every slice, a window of too few slices, or a
@@ -220,11 +221,7 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
                 v[((p * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)]
             }
         };
-        Interval {
-            estimate: fit[j],
-            low: q(0.025).min(fit[j]),
-            high: q(0.975).max(fit[j]),
-        }
+        symmetric(fit[j], q(0.025), q(0.975))
     };
     out.background = Some(interval(0));
     for (i, &r) in own.iter().enumerate() {
@@ -297,13 +294,25 @@ fn one_route(rows: &[&super::slices::Slice], r: usize, routes: &[String], seed: 
     RouteCpu {
         route: routes[r].clone(),
         requests,
-        cpu_per_request: Some(Interval {
-            estimate,
-            low: q(0.025).min(estimate),
-            high: q(0.975).max(estimate),
-        }),
+        cpu_per_request: Some(symmetric(estimate, q(0.025), q(0.975))),
         share: Some(1.0),
         reason: None,
+    }
+}
+
+/// The interval around `estimate` from the bootstrap's 2.5th and 97.5th percentiles: the
+/// estimate ± the larger of its distances to them, never below 0. The percentiles alone
+/// are lopsided where the fit meets its bound: replicates that give the background a
+/// little CPU take it from the routes, and none can give it less than none, so the
+/// replicates fall below the estimate more than above it. Against the burn upstream the
+/// 97.5th percentile lay 1 to 6 µs above the estimate of a 300 µs route and missed its
+/// truth by 2 µs in one run of four.
+fn symmetric(estimate: f64, low: f64, high: f64) -> Interval {
+    let half = (estimate - low).max(high - estimate).max(0.0);
+    Interval {
+        estimate,
+        low: (estimate - half).max(0.0),
+        high: estimate + half,
     }
 }
 
