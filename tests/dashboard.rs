@@ -36,7 +36,7 @@ const RATE_INTERVAL: &str = "30s";
 /// Webdis and Redis (the backend_in/backend/backend_out phases), or with the upstream
 /// sampled (tests/upstream.rs checks the samples). Here their queries must parse and
 /// evaluate, and may be empty.
-const NEED_CORRELATED_SETUP: [&str; 5] = [
+const NEED_CORRELATED_SETUP: [&str; 6] = [
     "Webdis decomposition: mean per request",
     "Webdis decomposition: share of upstream_wait",
     // Needs `profile = true` and the permission to sample.
@@ -44,14 +44,18 @@ const NEED_CORRELATED_SETUP: [&str; 5] = [
     "Upstream CPU by component, with all it calls ($tap)",
     // Needs a cause to find (tests/findings.rs checks the gauge).
     "Findings ($tap)",
+    // Needs a minute of slices whose mix varies (tests/route_cpu.rs checks the gauge).
+    "Upstream CPU per request by route ($tap)",
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 22] = [
+const METRICS: [&str; 24] = [
     "phasescope_finding",
     "phasescope_proxy_cpu_seconds_total",
     "phasescope_machine_cpu_busy_seconds_total",
     "phasescope_machine_cpus",
+    "phasescope_upstream_route_cpu_seconds",
+    "phasescope_upstream_route_cpu_share",
     "phasescope_upstream_samples_total",
     "phasescope_upstream_inclusive_samples_total",
     "phasescope_upstream_cpu_seconds_total",

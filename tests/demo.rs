@@ -75,6 +75,27 @@ fn line_starting<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
         .find(|l| l.starts_with(prefix))
 }
 
+/// A route section's CPU per request in µs (`upstream CPU per request 312 µs (…`), `None`
+/// when it says `unknown`; panics when the section has no such line.
+fn route_cpu_us(text: &str, route: &str) -> Option<f64> {
+    let title = format!("tap demo (http), route {route}");
+    let start = text
+        .find(&title)
+        .unwrap_or_else(|| panic!("no section {title:?} in\n{text}"));
+    let section = &text[start..];
+    let line = line_starting(section, "upstream CPU per request ")
+        .unwrap_or_else(|| panic!("no CPU per request under {title:?} in\n{section}"));
+    let rest = line.strip_prefix("upstream CPU per request ")?;
+    let (number, rest) = rest.split_once(' ')?;
+    let scale = match rest.split_whitespace().next()? {
+        "ns" => 1e-3,
+        "µs" => 1.0,
+        "ms" => 1e3,
+        _ => return None,
+    };
+    Some(number.parse::<f64>().ok()? * scale)
+}
+
 fn is_root() -> bool {
     // SAFETY: getuid has no preconditions.
     unsafe { libc::getuid() == 0 }
@@ -264,6 +285,20 @@ fn runs_to_completion_and_reports_every_phase_inside_findings_and_flame_graph() 
         "/static/app.js",
     ] {
         assert!(text.contains(route), "no route {route} in\n{text}");
+    }
+    // Each route's CPU per request (docs/report.md, "CPU per route"): the report route
+    // burns the backend five times a user's, so it reads well above it.
+    let users = route_cpu_us(&text, "/api/users");
+    let report = route_cpu_us(&text, "/api/report");
+    for route in ["/api/orders", "/api/legacy", "/static/app.js"] {
+        route_cpu_us(&text, route);
+    }
+    match (users, report) {
+        (Some(u), Some(r)) => assert!(
+            r > 1.5 * u,
+            "/api/report {r} µs a request, /api/users {u} µs: not told apart\n{text}"
+        ),
+        _ => panic!("no CPU per request of /api/users or /api/report in\n{text}"),
     }
     assert!(text.contains(", 0 client errors"), "{text}");
     assert!(

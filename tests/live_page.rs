@@ -1250,3 +1250,75 @@ fn the_findings_card_shows_a_nagle_stall_with_its_fix() {
     let at = dom.find(r#"id="findings""#).unwrap();
     assert!(dom.find(r#"data-tap=""#).is_none_or(|tap| at < tap));
 }
+
+/// The route table's CPU per request: each route's estimate from `/api/snapshot`'s
+/// `route_cpu` (docs/report.md, "CPU per route"), its interval and share in the cell's
+/// title, from a snapshot whose slices were made with known costs (GET 40 µs, SET 120 µs
+/// a request, a mix that varies from slice to slice).
+#[test]
+fn the_route_table_shows_each_routes_cpu_per_request() {
+    let chromium = require_tool("chromium");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json");
+    let mut snap = Snapshot::from_json(&fs::read_to_string(&fixture).unwrap()).unwrap();
+    let upstream = snap
+        .taps
+        .get_mut("webdis")
+        .and_then(|t| t.upstream.as_mut())
+        .expect("the fixture's webdis tap watches its process");
+    let slices: Vec<serde_json::Value> = (0..40u64)
+        .map(|i| {
+            let (get, set) = (100 + (i * 37) % 200, 50 + (i * 53) % 150);
+            serde_json::json!({
+                "end_unix": 1000.0 + i as f64 * 0.25,
+                "seconds": 0.25,
+                "cpu_seconds": get as f64 * 40e-6 + set as f64 * 120e-6,
+                "exchanges": [get, set],
+            })
+        })
+        .collect();
+    upstream.slices = Some(
+        serde_json::from_value(serde_json::json!({ "routes": ["GET", "SET"], "slices": slices }))
+            .unwrap(),
+    );
+    let snapshot = phasescope::admin::served(snap).unwrap();
+    let estimates = snapshot["route_cpu"]["webdis"]["routes"].clone();
+    let admin = ScriptedAdmin::start(snapshot);
+    let screenshot = artifacts().join("live-page-route-cpu.png");
+    let page = load_page(&chromium, &format!("http://{}/", admin.addr), &screenshot);
+    let dom = &page.dom;
+    let start = dom
+        .find(r#"data-tap="webdis""#)
+        .unwrap_or_else(|| panic!("no section for the webdis tap in\n{dom}"));
+    let end = dom[start..]
+        .find("</section>")
+        .map_or(dom.len(), |i| start + i);
+    let tap = &dom[start..end];
+    let routes = rows(tap, "route");
+    for (route, cost) in [("GET", 40e-6), ("SET", 120e-6)] {
+        let row = routes
+            .get(route)
+            .unwrap_or_else(|| panic!("no row for route {route}: {routes:#?}"));
+        let shown = seconds(&row["cpu"]);
+        let estimate = estimates
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["route"] == route)
+            .map(|r| r["cpu_per_request"]["estimate"].as_f64().unwrap())
+            .unwrap();
+        assert!(
+            (shown - estimate).abs() <= 0.01 * estimate && (estimate - cost).abs() < 0.01 * cost,
+            "{route}: the page shows {shown}, the estimate is {estimate}, the cost {cost}"
+        );
+    }
+    let title = Regex::new(r#"data-col="cpu"[^>]*title="([^"]*)""#).unwrap();
+    let title = title
+        .captures(tap)
+        .map(|c| c[1].to_owned())
+        .unwrap_or_else(|| panic!("no title on a CPU cell in\n{tap}"));
+    assert!(
+        title.contains("95 % interval") && title.contains("of the server's CPU"),
+        "{title}"
+    );
+}

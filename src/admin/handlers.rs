@@ -64,8 +64,11 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
         }
         "/healthz" if read => reply(StatusCode::OK, TEXT, "ok"),
         "/api/snapshot" if read => {
+            let page = Arc::clone(&shared);
             blocking(&shared, move || {
-                match served(registry.snapshot()).and_then(|v| serde_json::to_vec(&v)) {
+                let snapshot = registry.snapshot();
+                let route_cpu = page.route_cpu.of(&snapshot);
+                match served_with(snapshot, &route_cpu).and_then(|v| serde_json::to_vec(&v)) {
                     Ok(body) => reply(StatusCode::OK, JSON, body),
                     Err(e) => internal_error(&e),
                 }
@@ -105,15 +108,28 @@ const LIVE_HOT: usize = 5;
 
 /// What `/api/snapshot` answers: the snapshot with what the rules of docs/findings.md
 /// find in its window, and beside them `hot`,
-/// each sampled tap's hot path (docs/metrics.md). The hot path is computed here, as the
-/// findings are, not kept in the snapshot: a report recomputes it from the stacks.
-pub fn served(mut snapshot: crate::metrics::Snapshot) -> serde_json::Result<serde_json::Value> {
+/// each sampled tap's hot path, and `route_cpu`, each tap's CPU per route (docs/metrics.md).
+/// They are computed here, as the findings are, not kept in the snapshot: a report
+/// recomputes them from the stacks and the slices.
+pub fn served(snapshot: crate::metrics::Snapshot) -> serde_json::Result<serde_json::Value> {
+    let route_cpu = crate::findings::route_cpu::estimates(&snapshot);
+    served_with(snapshot, &route_cpu)
+}
+
+/// [`served`] with the CPU per route already estimated (the live page's, at most every
+/// few seconds).
+pub fn served_with(
+    mut snapshot: crate::metrics::Snapshot,
+    route_cpu: &crate::findings::route_cpu::Estimates,
+) -> serde_json::Result<serde_json::Value> {
     let (findings, hot) = crate::findings::diagnose_with_hot(&snapshot, LIVE_HOT);
     snapshot.findings = findings;
     let hot = serde_json::to_value(hot)?;
+    let route_cpu = serde_json::to_value(route_cpu)?;
     let mut value = serde_json::to_value(&snapshot)?;
     if let Some(map) = value.as_object_mut() {
         map.insert("hot".to_owned(), hot);
+        map.insert("route_cpu".to_owned(), route_cpu);
     }
     Ok(value)
 }

@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     scrapes: Semaphore,
     /// The last minute's snapshots, for the findings gauge (refreshed by scrapes).
     recent: crate::findings::Recent,
+    /// The CPU per route `/api/snapshot` serves, estimated at most every few seconds.
+    route_cpu: crate::findings::route_cpu::Cached,
 }
 
 /// The admin server's limits (`[admin]` in docs/config.md).
@@ -147,6 +149,7 @@ impl AdminServer {
             allowed_hosts: self.limits.allowed_hosts,
             scrapes: Semaphore::new(self.limits.max_scrapes.max(1)),
             recent: crate::findings::Recent::default(),
+            route_cpu: crate::findings::route_cpu::Cached::default(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();

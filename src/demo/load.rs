@@ -52,7 +52,8 @@ pub async fn drive(
     counters: Arc<LoadCounters>,
     stop: watch::Receiver<bool>,
 ) {
-    let deadline = Instant::now() + plan.duration;
+    let start = Instant::now();
+    let deadline = start + plan.duration;
     let mut workers = tokio::task::JoinSet::new();
     for id in 0..plan.connections.max(1) {
         let counters = Arc::clone(&counters);
@@ -61,7 +62,7 @@ pub async fn drive(
         workers.spawn(async move {
             let pipelining = id == 0 && plan.connections > 1;
             tokio::select! {
-                () = worker(target, pipelining, plan.pace, rng, &counters, deadline) => {}
+                () = worker(target, pipelining, plan.pace, rng, &counters, start, deadline) => {}
                 () = super::upstream::stopped(&mut stop) => {}
             }
         });
@@ -75,6 +76,7 @@ async fn worker(
     pace: Option<Duration>,
     mut rng: Rng,
     counters: &LoadCounters,
+    start: Instant,
     deadline: Instant,
 ) {
     while Instant::now() < deadline {
@@ -93,7 +95,8 @@ async fn worker(
                 let both = [users(&mut rng, false), users(&mut rng, last)].concat();
                 client.send_and_read(&both, 2).await
             } else {
-                client.send_and_read(&pick(&mut rng, last), 1).await
+                let t = start.elapsed().as_secs_f64();
+                client.send_and_read(&pick(&mut rng, last, t), 1).await
             };
             match result {
                 Ok(n) => {
@@ -114,14 +117,29 @@ async fn worker(
 
 /// One request of the mix, as bytes; `close` asks for the connection to end after it.
 /// The legacy route is 2 % of it: a finding needs 20 requests of a route, and on a
-/// machine loaded enough to halve the demo's rate 1 % gave about 20 in its 5 s.
-fn pick(rng: &mut Rng, close: bool) -> Vec<u8> {
-    match rng.below(1000) {
-        0..=579 => users(rng, close),
-        580..=599 => get(&format!("/api/legacy/{}", 1 + rng.below(5000)), close),
-        600..=749 => order(rng, close),
-        750..=849 => get("/api/report", close),
-        _ => get("/static/app.js", close),
+/// machine loaded enough to halve the demo's rate 1 % gave about 20 in its 5 s. The
+/// others drift in waves of a few seconds (`t`, seconds since the load began), as real
+/// traffic's mix drifts over a day: the CPU per route is told apart by how the server's
+/// CPU follows the mix from one slice to the next, which a mix that never varies
+/// cannot show (docs/report.md, "CPU per route").
+fn pick(rng: &mut Rng, close: bool, t: f64) -> Vec<u8> {
+    let wave =
+        |period: f64, phase: f64| 0.5 + 0.5 * (std::f64::consts::TAU * (t / period + phase)).sin();
+    // Per mille: the report 2–20 %, orders 5–30 %, the static file 5–20 %.
+    let report = 20 + (180.0 * wave(2.3, 0.0)) as usize;
+    let orders = 50 + (250.0 * wave(3.1, 0.25)) as usize;
+    let statics = 50 + (150.0 * wave(1.7, 0.5)) as usize;
+    let x = rng.below(1000);
+    if x < 20 {
+        get(&format!("/api/legacy/{}", 1 + rng.below(5000)), close)
+    } else if x < 20 + report {
+        get("/api/report", close)
+    } else if x < 20 + report + orders {
+        order(rng, close)
+    } else if x < 20 + report + orders + statics {
+        get("/static/app.js", close)
+    } else {
+        users(rng, close)
     }
 }
 

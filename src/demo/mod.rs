@@ -213,12 +213,16 @@ async fn last_samples_collected(upstream: &crate::upstream::Upstream, before: u6
 fn introduce(options: &DemoOptions, child: &UpstreamChild, proxy: &Proxy) {
     println!("phasescope demo");
     println!(
-        "  upstream  http://{}  (process {}, pid {}: per request a simulated parser's {} of CPU and a backend's {},\n            backend latency {})",
+        "  upstream  http://{}  (process {}, pid {}: per request a simulated parser's {} of CPU and a backend's {} a call,\n            {} call{} for /api/users, {} for /api/orders, {} for /api/report, none for the static file; backend latency {})",
         child.addr(),
         serve::PROCESS_NAME,
         child.pid(),
         crate::units::duration(PARSER_CPU.as_secs_f64()),
         crate::units::duration(BACKEND_CPU.as_secs_f64()),
+        upstream::USERS_CALLS,
+        if upstream::USERS_CALLS == 1 { "" } else { "s" },
+        upstream::ORDERS_CALLS,
+        upstream::REPORT_CALLS,
         options.latency
     );
     println!(

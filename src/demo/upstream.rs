@@ -204,7 +204,7 @@ impl Connection {
         let p = r.path.as_str();
         match r.method.as_slice() {
             b"GET" if p.starts_with("/api/users/") => {
-                backend.wait(&mut self.rng).await;
+                backend.wait(&mut self.rng, USERS_CALLS).await;
                 let id = &p["/api/users/".len()..];
                 let body =
                     format!("{{\"id\":\"{id}\",\"name\":\"user {id}\",\"plan\":\"free\"}}\n");
@@ -212,20 +212,20 @@ impl Connection {
                     .await
             }
             b"GET" if p.starts_with("/api/legacy/") => {
-                backend.wait(&mut self.rng).await;
+                backend.wait(&mut self.rng, USERS_CALLS).await;
                 let id = &p["/api/legacy/".len()..];
                 let body = format!("{{\"id\":\"{id}\",\"status\":\"active\"}}\n");
                 self.respond_in_two_sends("200 OK", "application/json", body.as_bytes(), close)
                     .await
             }
             b"POST" if p == "/api/orders" => {
-                backend.wait(&mut self.rng).await;
+                backend.wait(&mut self.rng, ORDERS_CALLS).await;
                 let body = format!("{{\"accepted\":true,\"bytes\":{}}}\n", r.body_len);
                 self.respond("200 OK", "application/json", body.as_bytes(), close)
                     .await
             }
             b"GET" if p == "/api/report" => {
-                backend.wait(&mut self.rng).await;
+                backend.wait(&mut self.rng, REPORT_CALLS).await;
                 self.set_nodelay(true)?;
                 stream_report(&mut self.stream, close).await
             }
@@ -281,16 +281,26 @@ impl Connection {
     }
 }
 
+/// The backend's CPU burns per request of each route (the static file calls none), so
+/// that the routes cost the server visibly different CPU and the demo's first report has
+/// a CPU per route to show: a report five times a user's, an order twice.
+pub(super) const USERS_CALLS: u32 = 1;
+pub(super) const ORDERS_CALLS: u32 = 2;
+pub(super) const REPORT_CALLS: u32 = 5;
+
 impl Backend {
-    /// The simulated backend call: the application's CPU around it, then the wait. On
+    /// The simulated backend call: the application's CPU around it (`calls` times the
+    /// backend's burn), then the wait. On
     /// the blocking pool rather than a timer: tokio's timer rounds up to whole
     /// milliseconds, which would quantize a latency distribution of a few milliseconds
     /// into a few bars.
-    async fn wait(&self, rng: &mut Rng) {
+    async fn wait(&self, rng: &mut Rng, calls: u32) {
         let d = self.latency.sample(rng);
         let (burn, key) = (self.burn, rng.below(1 << 20) as u64);
         let _ = tokio::task::spawn_blocking(move || {
-            std::hint::black_box(burn.backend(key));
+            for call in 0..u64::from(calls) {
+                std::hint::black_box(burn.backend(key ^ call));
+            }
             if !d.is_zero() {
                 std::thread::sleep(d);
             }

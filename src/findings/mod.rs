@@ -8,6 +8,7 @@
 //! page, `compare` and the gauge all say the same of the same window.
 
 mod monitor;
+pub mod route_cpu;
 mod rules;
 mod view;
 

@@ -3,7 +3,8 @@
 //! the snapshots of the last [`WINDOW`], the window between the newest and the oldest is
 //! diagnosed, and the result is left on the registry's board for the exposition. A
 //! finding therefore shows at the first scrape after a minute's requests have it, and
-//! goes within a [`WINDOW`] of its cause going away. Nothing is evaluated while nobody
+//! goes within a [`WINDOW`] of its cause going away. The CPU per route gauges are
+//! estimated over the same window at the same moment. Nothing is evaluated while nobody
 //! scrapes: a proxy nobody watches does no work for it.
 
 use std::collections::VecDeque;
@@ -50,6 +51,9 @@ impl Recent {
             None => snapshot.clone(),
         };
         registry.findings().set(&super::diagnose(&window));
+        registry
+            .route_cpu()
+            .set(super::route_cpu::estimates(&window));
         ring.push_back(trimmed(snapshot));
     }
 }

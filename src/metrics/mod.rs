@@ -20,6 +20,7 @@ pub mod openmetrics;
 mod own;
 mod proto;
 mod registry;
+pub mod route_cpu;
 mod shard;
 pub mod snapshot;
 mod tap;

@@ -40,6 +40,8 @@ pub struct Registry {
     own: RwLock<Option<Arc<Own>>>,
     /// The findings active now, for the `phasescope_finding` gauge.
     findings: Board,
+    /// Each route's CPU per request at the last evaluation, for its gauges.
+    route_cpu: super::route_cpu::Board,
     /// A `total` at least this long (ns) is an exemplar: `[log] slow_threshold`.
     exemplar_min_ns: AtomicU64,
     /// Start of the window the HDR copies cover. Also serializes snapshot and reset, so
@@ -60,6 +62,7 @@ impl Registry {
             upstreams: RwLock::new(Vec::new()),
             own: RwLock::new(None),
             findings: Board::default(),
+            route_cpu: super::route_cpu::Board::default(),
             exemplar_min_ns: AtomicU64::new(duration_ns(
                 crate::config::LogConfig::default().slow_threshold,
             )),
@@ -120,6 +123,9 @@ impl Registry {
             .with_context(|| format!("tap {:?}", tap.name))?,
         );
         taps.push(Arc::clone(&metrics));
+        for u in self.upstreams().iter().filter(|u| u.tap() == tap.name) {
+            u.count_routes(metrics.clone());
+        }
         Ok(metrics)
     }
 
@@ -154,6 +160,7 @@ impl Registry {
                 self.own().as_deref(),
             )));
             out.push_str(&super::upstream::text(&self.findings.families()));
+            out.push_str(&super::upstream::text(&self.route_cpu.families()));
         }
         out
     }
@@ -161,6 +168,11 @@ impl Registry {
     /// The findings board the `phasescope_finding` gauge is read from.
     pub fn findings(&self) -> &Board {
         &self.findings
+    }
+
+    /// The board the CPU per route gauges are read from.
+    pub fn route_cpu(&self) -> &super::route_cpu::Board {
+        &self.route_cpu
     }
 
     /// The exposition in `format`: text as [`encode_prometheus`](Self::encode_prometheus),
@@ -192,6 +204,7 @@ impl Registry {
         let mut families = super::upstream::families(&self.upstreams());
         families.extend(super::own::families(self.own().as_deref()));
         families.extend(self.findings.families());
+        families.extend(self.route_cpu.families());
         families
     }
 
@@ -207,6 +220,10 @@ impl Registry {
     /// Registers the accounting of `tap`'s upstream process, for `/metrics` and snapshots.
     pub fn upstream(&self, tap: &TapConfig) -> Arc<Upstream> {
         let u = Upstream::new(&tap.name, tap.process.interval);
+        // The slices of CPU per route count the tap's exchanges.
+        if let Some(t) = self.taps().into_iter().find(|t| t.name() == tap.name) {
+            u.count_routes(t);
+        }
         self.upstreams
             .write()
             .unwrap_or_else(PoisonError::into_inner)

@@ -384,6 +384,32 @@ impl Recorder for TapMetrics {
     }
 }
 
+/// What the upstream's slices read at each cut: every route's exchanges, one shard lock
+/// per thread for a few additions (off the data path, four times a second).
+impl crate::upstream::slices::RouteCounts for TapMetrics {
+    fn exchanges(&self, into: &mut Vec<u64>) {
+        into.clear();
+        for shard in self.shards.iter() {
+            let shard = lock(&shard.0);
+            if into.len() < shard.routes.len() {
+                into.resize(shard.routes.len(), 0);
+            }
+            for (n, route) in into.iter_mut().zip(&shard.routes) {
+                if let Some(route) = route {
+                    *n += route.requests.iter().flatten().sum::<u64>();
+                }
+            }
+        }
+    }
+
+    fn route_name(&self, index: usize) -> String {
+        // Route ids are u16, so an index of theirs fits.
+        self.routes
+            .name(RouteId(u16::try_from(index).unwrap_or(u16::MAX)))
+            .to_owned()
+    }
+}
+
 impl std::fmt::Debug for TapMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TapMetrics")

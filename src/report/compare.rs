@@ -527,6 +527,7 @@ fn draft_all(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> anyhow::Result<V
         drafts.extend(series.drafts(a, b, opts)?);
     }
     drafts.extend(super::compare_cpu::drafts(a, b, opts));
+    drafts.extend(super::compare_route_cpu::drafts(a, b, opts));
     Ok(drafts)
 }
 

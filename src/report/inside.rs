@@ -384,6 +384,7 @@ mod tests {
             functions: None,
             stacks: None,
             frequency_hz: None,
+            slices: None,
         }
     }
 

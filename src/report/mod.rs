@@ -16,6 +16,7 @@ pub mod compare;
 mod compare_cpu;
 pub mod compare_findings;
 pub mod compare_functions;
+mod compare_route_cpu;
 pub mod compare_table;
 pub mod dataset;
 pub mod diff_stacks;

@@ -63,6 +63,55 @@ pub struct Section {
     pub rows: Vec<Row>,
     /// The exchanges that failed, and their phases apart.
     pub failures: super::failures::Failures,
+    /// What a request of the route costs the upstream's CPU (route sections of a tap
+    /// whose snapshot has slices; docs/report.md, "CPU per route").
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<RouteCpuFigures>,
+}
+
+/// A route's CPU per request, as the JSON gives it: `cpu_per_request` with `estimate`,
+/// `low` and `high` in seconds, or null with `cpu_reason`; `cpu_share` the fraction of
+/// the server's CPU its requests took.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteCpuFigures {
+    pub cpu_per_request: Option<crate::upstream::route_cpu::Interval>,
+    pub cpu_share: Option<f64>,
+    pub cpu_reason: Option<String>,
+}
+
+impl RouteCpuFigures {
+    fn of(e: &crate::upstream::route_cpu::RouteCpuEstimate, route: &str) -> RouteCpuFigures {
+        match e.route(route) {
+            Some(r) => RouteCpuFigures {
+                cpu_per_request: r.cpu_per_request,
+                cpu_share: r.share,
+                cpu_reason: r.reason.clone(),
+            },
+            None => RouteCpuFigures {
+                cpu_per_request: None,
+                cpu_share: None,
+                cpu_reason: Some("no exchange of the route in the slices".to_owned()),
+            },
+        }
+    }
+
+    /// The line a route's section prints under its headline.
+    pub fn line(&self) -> String {
+        let us = |s: f64| crate::units::duration(s);
+        match (&self.cpu_per_request, &self.cpu_reason) {
+            (Some(iv), _) => format!(
+                "upstream CPU per request {} (95 % interval {}–{}){}",
+                us(iv.estimate),
+                us(iv.low),
+                us(iv.high),
+                self.cpu_share
+                    .map(|s| format!(", {} of the server's CPU", crate::units::share(s)))
+                    .unwrap_or_default()
+            ),
+            (None, Some(why)) => format!("upstream CPU per request unknown: {why}"),
+            (None, None) => "upstream CPU per request unknown".to_owned(),
+        }
+    }
 }
 
 /// One phase. Durations in seconds, as in the snapshot.
@@ -142,10 +191,22 @@ impl Report {
                 all.headline = headline::headline_with(&all.rows, redis);
             }
             let backend_split = super::backend_split::BackendSplit::new(&all.rows, redis);
+            let estimate = if by_route {
+                tap.upstream
+                    .as_ref()
+                    .and_then(|u| u.slices.as_ref())
+                    .and_then(crate::upstream::route_cpu::estimate)
+            } else {
+                None
+            };
             let routes = if by_route {
                 tap.routes()
                     .into_iter()
-                    .map(|r| section(tap, Some(r)))
+                    .map(|r| {
+                        let mut s = section(tap, Some(r))?;
+                        s.cpu = estimate.as_ref().map(|e| RouteCpuFigures::of(e, r));
+                        Ok(s)
+                    })
                     .collect::<anyhow::Result<_>>()?
             } else {
                 Vec::new()
@@ -306,6 +367,7 @@ fn section(tap: &TapData, route: Option<&str>) -> anyhow::Result<Section> {
         headline,
         rows,
         failures,
+        cpu: None,
     })
 }
 

@@ -70,7 +70,7 @@ fn sections(report: &Report) -> impl Iterator<Item = (&str, Option<&str>, &Secti
 /// The inside-the-upstream lines of `tap`, printed under its all-routes headline.
 fn inside_lines(report: &Report, tap: &str, s: &Section) -> Vec<String> {
     if s.route != ALL_ROUTES {
-        return Vec::new();
+        return s.cpu.iter().map(|c| c.line()).collect();
     }
     let Some(t) = report.taps.iter().find(|t| t.tap == tap) else {
         return Vec::new();

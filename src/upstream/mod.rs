@@ -10,8 +10,11 @@
 pub mod account;
 pub mod find;
 pub mod hot;
+mod nnls;
 pub mod own;
 pub mod profile;
+pub mod route_cpu;
+pub mod slices;
 pub mod snapshot;
 mod stacks;
 pub mod summary;
@@ -29,6 +32,7 @@ pub use watch::{ProfileSettings, Watcher};
 
 use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
+use slices::{RouteCounts, SliceWindow};
 use stacks::StackWindow;
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.
@@ -49,6 +53,9 @@ struct State {
     /// Collects of samples so far: one who needs the samples of a stretch of time waits
     /// for a collect that began after it ([`Upstream::collects`]).
     collects: u64,
+    /// The window cut into slices of CPU and exchanges per route, when the tap's routes
+    /// are counted.
+    slices: SliceWindow,
 }
 
 /// Samples folded into components: since start (the exposition) and since the last reset
@@ -86,6 +93,7 @@ impl Upstream {
                 samples: None,
                 sampling_off: None,
                 collects: 0,
+                slices: SliceWindow::default(),
             }),
         })
     }
@@ -105,18 +113,47 @@ impl Upstream {
         let _ = s.accountant.read();
     }
 
+    /// The watcher's read: the process now, and the slice in progress closed there.
     pub(crate) fn read(&self) -> Read {
-        lock(&self.state).accountant.read()
+        let mut s = lock(&self.state);
+        let read = s.accountant.read();
+        Self::close_slice(&mut s, &read);
+        read
+    }
+
+    fn close_slice(s: &mut State, read: &Read) {
+        match read {
+            Read::Alive => {
+                let (totals, readable) = (s.accountant.totals(), s.accountant.threads_readable());
+                s.slices.close(totals, readable);
+            }
+            Read::Skipped => {}
+            Read::Gone | Read::Detached => s.slices.lose_track(),
+        }
+    }
+
+    /// The tap's exchanges per route, which the slices count (the metrics registry
+    /// hands them over when it has both the tap and its upstream).
+    pub fn count_routes(&self, routes: Arc<dyn RouteCounts>) {
+        lock(&self.state).slices.set_routes(routes);
+    }
+
+    /// Whether slices are cut: the watcher then reads at least every [`slices::SLICE`].
+    pub(crate) fn slicing(&self) -> bool {
+        lock(&self.state).slices.counting()
     }
 
     pub(crate) fn attach(&self, pid: u32) -> anyhow::Result<(ProcessInfo, bool)> {
         let mut s = lock(&self.state);
+        s.slices.lose_track();
         let info = s.accountant.attach(pid)?.clone();
         Ok((info, s.accountant.threads_readable()))
     }
 
     pub(crate) fn detach(&self) {
-        lock(&self.state).accountant.detach();
+        let mut s = lock(&self.state);
+        s.accountant.detach();
+        s.slices.lose_track();
     }
 
     /// Counters since phasescope started watching, and the process now (if any).
@@ -137,7 +174,8 @@ impl Upstream {
     /// twice, and what ran between the reads fell in neither).
     pub fn cut(&self) -> UpstreamSnapshot {
         let mut s = lock(&self.state);
-        let _ = s.accountant.read();
+        let read = s.accountant.read();
+        Self::close_slice(&mut s, &read);
         let snap = self.window_snapshot(&s);
         Self::restart_window(&mut s);
         snap
@@ -145,6 +183,7 @@ impl Upstream {
 
     fn restart_window(s: &mut State) {
         s.baseline = s.accountant.totals();
+        s.slices.restart();
         if let Some(samples) = &mut s.samples {
             samples.window.clear();
             samples.window_symbols.clear();
@@ -253,6 +292,7 @@ impl Upstream {
         if !s.accountant.threads_readable() {
             snap.cpu_seconds = None;
         }
+        snap.slices = s.slices.snapshot();
         if let Some(samples) = &s.samples {
             snap.samples = Some(samples.window.clone());
             let mut top: Vec<SymbolSnapshot> = samples

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::account::{ProcessInfo, Totals};
+pub use super::slices::{RouteSlices, Slice};
 pub use super::stacks::{
     keep_top_functions, sort_functions, Frame, FrameKind, FunctionSnapshot, Stack, Stacks,
     MAX_STACKS, OTHER_STACKS, THREAD_ROOTS, TOP_FUNCTIONS, TRUNCATED,
@@ -95,6 +96,11 @@ pub struct UpstreamSnapshot {
     /// 1/frequency seconds of CPU). Absent in older snapshots: the default, 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frequency_hz: Option<u32>,
+    /// The window in short slices: per slice its CPU and each route's exchanges, what
+    /// the CPU per route is estimated from ([`super::route_cpu`]). Absent when the tap's
+    /// routes are not counted, and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slices: Option<RouteSlices>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +143,7 @@ impl UpstreamSnapshot {
             functions: None,
             stacks: None,
             frequency_hz: None,
+            slices: None,
         }
     }
 }
@@ -222,6 +229,16 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
         // Windows sampled at different rates weigh their samples differently; the later
         // rate is kept, as for the process's name.
         frequency_hz: b.frequency_hz.or(a.frequency_hz),
+        slices: match (a.slices, &b.slices) {
+            (None, None) => None,
+            (x, y) => {
+                let mut slices = x.unwrap_or_default();
+                if let Some(y) = y {
+                    slices.append(y);
+                }
+                Some(slices)
+            }
+        },
     }
 }
 
@@ -277,6 +294,13 @@ pub fn since(now: &UpstreamSnapshot, before: &UpstreamSnapshot) -> UpstreamSnaps
         top_symbols: None,
         functions: None,
         stacks: None,
+        // Each slice says when it ended: those of the later part are kept whole.
+        slices: now.slices.as_ref().map(|s| {
+            match before.slices.as_ref().and_then(|b| b.slices.last()) {
+                Some(last) => s.after(last.end_unix),
+                None => s.clone(),
+            }
+        }),
         ..now.clone()
     }
 }

@@ -11,6 +11,7 @@ use crate::sync::Background;
 use super::account::Read;
 use super::find::Target;
 use super::profile::{self, ComponentRules, PhpProfiler, Profiler, Sampler, UserComponentRule};
+use super::slices::SLICE;
 use super::Upstream;
 
 /// What `profile = true` asks for: the rate and the user's component rules.
@@ -102,9 +103,24 @@ fn run(
             Turn::Again => continue,
             Turn::Stop => return,
         }
-        match stopped.recv_timeout(w.wait()) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        // Between turns, a slice every `SLICE` when the routes are counted: the reads
+        // that close them add to the accounting as any read does.
+        let until = std::time::Instant::now() + w.wait();
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let slicing = w.attached.is_some() && upstream.slicing();
+            let step = if slicing { left.min(SLICE) } else { left };
+            match stopped.recv_timeout(step) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if slicing && step < left {
+                // A process gone is the next turn's to notice.
+                let _ = upstream.read();
+            }
         }
     }
 }

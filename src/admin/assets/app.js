@@ -588,7 +588,7 @@
           h("div", { class: "panel" },
             h("h3", null, "Routes", h("span", { class: "sub", text: "total per route, since the window started" })),
             h("table", { class: "routes" },
-              h("thead", null, th("route", "requests", "req/s", "mean", "p50", "p99", "where the time goes")),
+              h("thead", null, th("route", "requests", "req/s", "mean", "p50", "p99", "CPU / req", "where the time goes")),
               this.routeBody)),
           h("div", { class: "side" },
             h("div", { class: "panel" }, h("h3", null, "Errors", h("span", { class: "sub", text: "in the window / since start, by kind" })), this.errors),
@@ -694,7 +694,7 @@
       this.renderInside(tap.upstream, n, snap, total ? total.mean : 0);
       this.renderHot((snap.hot || {})[this.name] || []);
       this.renderPhases(merged, sums.total || 0, snap);
-      this.renderRoutes(tap, routeRates);
+      this.renderRoutes(tap, routeRates, (snap.route_cpu || {})[this.name]);
       this.renderErrors(tap);
       this.renderTraffic(tap, bytesRate);
       this.renderCharts();
@@ -935,13 +935,27 @@
       }));
     }
 
-    renderRoutes(tap, routeRates) {
+    /* routeCpu: the tap's CPU per route from `/api/snapshot`'s `route_cpu` (docs/report.md,
+     * "CPU per route"): each route's CPU per request with its 95 % interval and its share
+     * of the server's CPU in the cell's title, or "?" with the reason it cannot be told. */
+    renderRoutes(tap, routeRates, routeCpu) {
       const totals = tap.phases.total || {};
       const routes = Object.keys(totals).sort((a, b) => totals[b].count - totals[a].count || a.localeCompare(b));
       if (!routes.length) {
-        this.routeBody.replaceChildren(h("tr", { class: "empty-row" }, h("td", { colspan: "7", text: "no requests in this window yet" })));
+        this.routeBody.replaceChildren(h("tr", { class: "empty-row" }, h("td", { colspan: "8", text: "no requests in this window yet" })));
         return;
       }
+      const cpuOf = {};
+      for (const r of (routeCpu && routeCpu.routes) || []) cpuOf[r.route] = r;
+      const cpuCell = (route) => {
+        const c = cpuOf[route];
+        if (!c) return h("td", { "data-col": "cpu", text: "–", title: routeCpu ? "no exchange of the route in the slices" : "the upstream's process is not watched" });
+        if (!c.cpu_per_request) return h("td", { "data-col": "cpu", class: "unknown", text: "?", title: `unknown: ${c.reason || ""}` });
+        const iv = c.cpu_per_request;
+        const share = c.share === null || c.share === undefined ? "" : `, ${fmtPct(c.share)} of the server's CPU`;
+        return h("td", { "data-col": "cpu", "data-estimate": String(iv.estimate), text: fmtDur(iv.estimate),
+          title: `95 % interval ${fmtDur(iv.low)}–${fmtDur(iv.high)}${share}` });
+      };
       this.routeBody.replaceChildren(...routes.map((r) => {
         const s = totals[r];
         const segs = segments(phaseSums(tap, r));
@@ -956,6 +970,7 @@
           h("td", { "data-col": "mean", text: fmtDur(s.mean) }),
           h("td", { "data-col": "p50", text: fmtDur(s.p50) }),
           h("td", { "data-col": "p99", text: fmtDur(s.p99) }),
+          cpuCell(r),
           h("td", null, mini));
       }));
     }
