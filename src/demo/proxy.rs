@@ -24,9 +24,11 @@ use crate::upstream::{Upstream, Watcher};
 const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 9464);
 /// How long exchanges in flight may finish after the load stops.
 const GRACE: Duration = Duration::from_secs(2);
-/// How often the upstream process is read and its samples collected: a few times in the
-/// demo's seconds of load, so that the report has nearly all of them.
-pub const PROCESS_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the upstream process is read and its samples collected, and so how long
+/// its CPU-per-route slices are: the demo's five seconds of load make about 60 slices,
+/// enough for its five routes and the background at 8 slices a figure (at 250 ms they
+/// were 20, and rare routes took whatever CPU their few slices had).
+pub const PROCESS_INTERVAL: Duration = Duration::from_millis(80);
 /// The user component rule that names the simulated application's work.
 const BACKEND_COMPONENT: &str = "backend";
 const BACKEND_SYMBOL: &str = "^demo_backend_";

@@ -25,6 +25,11 @@ use crate::rng::Rng;
 
 /// Slices a window needs before anything is estimated.
 pub const MIN_SLICES: usize = 12;
+/// Slices the fit needs for each figure it estimates (the background and each route):
+/// with fewer, a route that is rare in the window took whatever CPU the slices it
+/// happened to fall in had (the demo's static file, 0 µs of backend, read 216 µs with
+/// an interval of 56–377 µs over 20 slices for six figures).
+pub const SLICES_PER_FIGURE: usize = 8;
 /// Exchanges a route needs in the window to be estimated on its own.
 pub const MIN_REQUESTS: u64 = 30;
 /// Routes estimated at most, the busiest; the others' exchanges stay in the fit as one
@@ -137,6 +142,17 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
     let rest: Vec<usize> = order.iter().copied().filter(|r| !own.contains(r)).collect();
     // Columns: the slice's seconds (background), each own route, the rest if any.
     let k = 1 + own.len() + usize::from(!rest.is_empty());
+    if rows.len() < SLICES_PER_FIGURE * k {
+        let why = format!(
+            "too few slices: {} for {} routes and the background; the fit needs {} ({SLICES_PER_FIGURE} a figure, a window of at least {} s under load)",
+            rows.len(),
+            k - 1,
+            SLICES_PER_FIGURE * k,
+            (SLICES_PER_FIGURE as f64 * k as f64 * super::slices::SLICE.as_secs_f64()).ceil()
+        );
+        out.routes = order.iter().map(|&r| unknown(r, why.clone())).collect();
+        return Some(out);
+    }
     let matrix: Vec<Vec<f64>> = rows
         .iter()
         .map(|s| {
