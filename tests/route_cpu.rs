@@ -364,7 +364,9 @@ fn a_mix_that_never_varies_is_unknown_with_its_reason() {
     await_watched(&proxy, up.process().pid());
     let paths: Vec<String> = vec!["/cpu0".into(), "/cpu100".into()];
     reset(&proxy);
-    load(proxy.addr(), &paths, 6.0, 1, Mix::Alternating);
+    // 8 s: about 32 slices, past the 24 that two routes and the background need before
+    // the fit looks at the mix at all.
+    load(proxy.addr(), &paths, 8.0, 1, Mix::Alternating);
     thread::sleep(Duration::from_millis(600));
     let snap = snapshot(&proxy);
     let sections = report_routes(&snap);
