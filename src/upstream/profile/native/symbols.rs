@@ -17,7 +17,11 @@
 //! asked for debug symbols, and then names an address from the debug file's DWARF or full
 //! symbol table; without a debug file it names what `.dynsym` covers, and the rest reads
 //! `libc.so.6+0x9a1c0`, the start of its function in the file ([`super::unnamed`]),
-//! grouped under the library's file name. Source lines and inlined
+//! grouped under the library's file name. A file with a full symbol table (`.symtab`) is
+//! named from it, the debug files only for what it leaves unnamed: a table names a
+//! function by its whole path, as perf does, where the DWARF of a binary built with
+//! limited debug info (Rust's release profile with `debug = 1`) names it without
+//! (`run_worker` for `tokio::runtime::blocking::pool::LockedImpl::run_worker`). Source lines and inlined
 //! frames are not asked for: a component needs the function only. Its
 //! `Symbolizer` keeps per-file caches that are not `Send`; it lives on a thread of its own
 //! so that the `Profiler` can move between threads (a tokio blocking task, a watcher
@@ -314,8 +318,14 @@ impl Worker {
                     .enable_inlined_fns(false)
                     .build();
                 let mut debug_syms = true;
+                // Whether each file named in a response has a full symbol table.
+                let mut stripped: HashMap<std::ffi::OsString, bool> = HashMap::new();
                 while let Ok(request) = request_rx.recv() {
-                    let mut response = symbolize(&symbolizer, &request, debug_syms);
+                    let mut response = if debug_syms {
+                        tables_then_debug_files(&symbolizer, &request, &mut stripped)
+                    } else {
+                        symbolize(&symbolizer, &request, false)
+                    };
                     // A debug file blazesym cannot read (a compression it was built
                     // without, a checksum that does not match) fails the whole batch: name
                     // from the symbol tables alone from then on.
@@ -374,7 +384,81 @@ fn public_name(name: &str) -> &str {
     name.strip_prefix("__GI_").unwrap_or(name)
 }
 
+/// Names from the symbol tables where the file has a full one (`.symtab`), else from the
+/// debug files: a table names a function by its whole path, as perf does, where the DWARF
+/// of a binary built with limited debug info names it without (`run_worker` for
+/// `tokio::runtime::blocking::pool::LockedImpl::run_worker`); a stripped library's
+/// `.dynsym` covers its exported functions only, under another alias than perf's
+/// (`write` for `__libc_write`), and its debug file names them all. A kernel request is
+/// named from kallsyms alone.
+fn tables_then_debug_files(
+    symbolizer: &Symbolizer,
+    request: &Request,
+    stripped: &mut HashMap<std::ffi::OsString, bool>,
+) -> Response {
+    let Request::User {
+        pid,
+        map_files,
+        addrs,
+    } = request
+    else {
+        return symbolize(symbolizer, request, false);
+    };
+    let mut names: Vec<Option<String>> = Vec::with_capacity(addrs.len());
+    let mut again: Vec<usize> = Vec::new();
+    for (i, named) in symbolize_in(symbolizer, request, false)?
+        .into_iter()
+        .enumerate()
+    {
+        match named {
+            Some((name, module)) => {
+                let from_full_table = module.is_some_and(|m| {
+                    !*stripped
+                        .entry(m.clone())
+                        .or_insert_with(|| super::is_stripped(Path::new(&m)))
+                });
+                if !from_full_table {
+                    again.push(i);
+                }
+                names.push(Some(name));
+            }
+            None => {
+                again.push(i);
+                names.push(None);
+            }
+        }
+    }
+    if again.is_empty() {
+        return Ok(names);
+    }
+    let debug = Request::User {
+        pid: *pid,
+        map_files: *map_files,
+        addrs: again.iter().map(|&i| addrs[i]).collect(),
+    };
+    for (i, named) in again.into_iter().zip(symbolize(symbolizer, &debug, true)?) {
+        if named.is_some() {
+            names[i] = named;
+        }
+    }
+    Ok(names)
+}
+
 fn symbolize(symbolizer: &Symbolizer, request: &Request, debug_syms: bool) -> Response {
+    Ok(symbolize_in(symbolizer, request, debug_syms)?
+        .into_iter()
+        .map(|named| named.map(|(name, _)| name))
+        .collect())
+}
+
+/// Each address's name and the file it was found in, as blazesym gives them.
+type Named = Option<(String, Option<std::ffi::OsString>)>;
+
+fn symbolize_in(
+    symbolizer: &Symbolizer,
+    request: &Request,
+    debug_syms: bool,
+) -> Result<Vec<Named>, String> {
     let (source, addrs) = match request {
         Request::User {
             pid,
@@ -403,7 +487,10 @@ fn symbolize(symbolizer: &Symbolizer, request: &Request, debug_syms: bool) -> Re
     Ok(symbolized
         .into_iter()
         .map(|symbolized| match symbolized {
-            Symbolized::Sym(sym) => Some(public_name(&sym.name).to_owned()),
+            Symbolized::Sym(sym) => Some((
+                public_name(&sym.name).to_owned(),
+                sym.module.map(std::borrow::Cow::into_owned),
+            )),
             Symbolized::Unknown(_) => None,
         })
         .collect())
