@@ -141,7 +141,12 @@ pub fn runs_needed(cv_a: f64, cv_b: f64, detect: f64, confidence: f64) -> Option
         let z = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) + t_quantile(POWER, df);
         z * (var / n as f64).sqrt() <= target
     };
-    // Monotone in n: a binary search over 2..=MAX_RUNS.
+    fewest(fits)
+}
+
+/// The fewest runs or windows in 2..=[`MAX_RUNS`] for which `fits` holds, `fits` being
+/// monotone (more never fits less): a binary search. `None` when even the most do not.
+fn fewest(fits: impl Fn(u64) -> bool) -> Option<u64> {
     if !fits(MAX_RUNS) {
         return None;
     }
@@ -184,22 +189,7 @@ pub fn windows_needed(
         let z = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) + t_quantile(POWER, df);
         z * se * (n as f64 / m as f64).sqrt() <= target
     };
-    if !fits(MAX_RUNS) {
-        return None;
-    }
-    let (mut lo, mut hi) = (2u64, MAX_RUNS);
-    if fits(lo) {
-        return Some(lo);
-    }
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if fits(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    Some(hi)
+    fewest(fits)
 }
 
 #[cfg(test)]
