@@ -7,34 +7,43 @@
 //! the command until the deadline).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A server that reads the request, then either says nothing or sends one byte of a
-/// never-ending head every 50 ms, on every connection.
-fn stalling_server(trickle: bool) -> SocketAddr {
+/// A server that reads each connection's request and hands the connection to `then`, on
+/// a thread of its own.
+fn serve_each(then: impl Fn(TcpStream) + Send + Sync + Clone + 'static) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
+            let then = then.clone();
             thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 let _ = conn.read(&mut buf);
-                let started = Instant::now();
-                // Bounded: the test's clients give up long before.
-                while started.elapsed() < Duration::from_secs(60) {
-                    if trickle && conn.write_all(b"X").is_err() {
-                        return;
-                    }
-                    thread::sleep(Duration::from_millis(50));
-                }
+                then(conn);
             });
         }
     });
     addr
+}
+
+/// A server that reads the request, then either says nothing or sends one byte of a
+/// never-ending head every 50 ms, on every connection.
+fn stalling_server(trickle: bool) -> SocketAddr {
+    serve_each(move |mut conn| {
+        let started = Instant::now();
+        // Bounded: the test's clients give up long before.
+        while started.elapsed() < Duration::from_secs(60) {
+            if trickle && conn.write_all(b"X").is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    })
 }
 
 /// Runs the command to its end, at most 30 s; its exit code and standard error.
@@ -121,32 +130,21 @@ fn nothing_listening_says_no_phasescope_runs_there_and_how_to_point_at_one() {
 /// A server that answers every connection with `body` in chunks of 1000 bytes, then keeps
 /// the connection open for a minute, as a server that ignores `Connection: close` would.
 fn chunked_server_that_stays_open(body: Vec<u8>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let body = body.clone();
-            thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
-                let mut answer =
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                        .to_vec();
-                for piece in body.chunks(1000) {
-                    answer.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                    answer.extend_from_slice(piece);
-                    answer.extend_from_slice(b"\r\n");
-                }
-                answer.extend_from_slice(b"0\r\n\r\n");
-                if conn.write_all(&answer).is_err() {
-                    return;
-                }
-                thread::sleep(Duration::from_secs(60));
-            });
+    let mut answer =
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    for piece in body.chunks(1000) {
+        answer.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        answer.extend_from_slice(piece);
+        answer.extend_from_slice(b"\r\n");
+    }
+    answer.extend_from_slice(b"0\r\n\r\n");
+    let answer = std::sync::Arc::new(answer);
+    serve_each(move |mut conn| {
+        if conn.write_all(&answer).is_ok() {
+            thread::sleep(Duration::from_secs(60));
         }
-    });
-    addr
+    })
 }
 
 #[test]
