@@ -149,18 +149,7 @@ mod tests {
     use super::*;
 
     fn row(phase: &str, count: u64, sum: f64, total: f64) -> Row {
-        Row {
-            phase: phase.to_owned(),
-            count,
-            sum,
-            mean: sum / count as f64,
-            p50: 0.0,
-            p90: 0.0,
-            p99: 0.0,
-            p999: 0.0,
-            max: 0.0,
-            share: Some(sum / total),
-        }
+        Row::of_sum(phase, count, sum, total)
     }
 
     #[test]

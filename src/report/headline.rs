@@ -70,18 +70,7 @@ mod tests {
     use super::*;
 
     fn row(phase: &str, sum: f64, total: f64) -> Row {
-        Row {
-            phase: phase.to_owned(),
-            count: 100,
-            sum,
-            mean: sum / 100.0,
-            p50: 0.0,
-            p90: 0.0,
-            p99: 0.0,
-            p999: 0.0,
-            max: 0.0,
-            share: Some(sum / total),
-        }
+        Row::of_sum(phase, 100, sum, total)
     }
 
     #[test]

@@ -133,6 +133,26 @@ pub struct Row {
     pub share: Option<f64>,
 }
 
+#[cfg(test)]
+impl Row {
+    /// A row of `count` exchanges whose phase sums to `sum` seconds, of a section whose
+    /// `total` sums to `total`: what the headline and the Webdis split read.
+    pub(crate) fn of_sum(phase: &str, count: u64, sum: f64, total: f64) -> Row {
+        Row {
+            phase: phase.to_owned(),
+            count,
+            sum,
+            mean: sum / count as f64,
+            p50: 0.0,
+            p90: 0.0,
+            p99: 0.0,
+            p999: 0.0,
+            max: 0.0,
+            share: Some(sum / total),
+        }
+    }
+}
+
 impl Row {
     /// A row of `phase` from its statistics, its share not yet known.
     pub fn of(phase: &str, s: &super::dataset::Stats) -> Row {
