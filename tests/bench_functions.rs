@@ -253,9 +253,15 @@ fn a_dearer_parser_is_the_function_that_changed() {
     for r in functions(&v).iter().filter(|r| r["verdict"] == "different") {
         let name = r["name"].as_str().unwrap_or("");
         match r["view"].as_str() {
+            // The kernel's scheduler is not the server's code: beside load that comes
+            // and goes, a request that runs longer is preempted more often, and B's
+            // `finish_task_switch` per request rose with its parser (8.9 → 11.0 µs).
             Some("self") => assert!(
-                name == "http_parser_execute" || name == "http_parser",
-                "only the parser runs dearer: {}",
+                name == "http_parser_execute"
+                    || name == "http_parser"
+                    || r["object"] == "[kernel]"
+                    || r["component"] == "kernel",
+                "only the parser runs dearer in the server's own code: {}",
                 line(r)
             ),
             // With what it calls: the parser, or a caller of it (as dear at least).
