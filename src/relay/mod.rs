@@ -60,7 +60,7 @@ impl TapContext {
         let cfg = &self.config;
         // Boxed: the connect future is large and only the first request of a connection
         // needs it, so it must not make every connection task bigger.
-        let connect = Box::pin(tokio::time::timeout(
+        let connect = Box::pin(timer::timeout(
             cfg.timeouts.connect,
             tokio::net::TcpStream::connect(&cfg.upstream),
         ));

@@ -49,9 +49,12 @@ impl Workers {
         let (done, done_rx) = watch::channel(false);
         let mut workers = Vec::new();
         let mut threads = Vec::new();
+        super::timer::start_keeper()?;
         for i in 0..n.max(1) {
+            // I/O only: every timer a connection needs is on the time keeper's thread
+            // (`relay::timer`), so that parking here costs no clock reads or wheel walks.
             let runtime = Builder::new_current_thread()
-                .enable_all()
+                .enable_io()
                 .build()
                 .context("cannot start a worker runtime")?;
             workers.push(Worker {
@@ -128,7 +131,7 @@ impl Workers {
 /// Gives this worker's unused pooled buffers back, once a second, so that the memory a
 /// burst took returns when it is over (`buffer::trim`).
 async fn trim_buffers() {
-    let mut tick = tokio::time::interval(super::buffer::TRIM_EVERY);
+    let mut tick = super::timer::interval(super::buffer::TRIM_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

@@ -30,7 +30,6 @@ use std::task::{Context, Poll};
 
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::timeout;
 
 use super::http_relay::{BackendCommand, Outcome, Relay};
 use super::next::NextRequest;
@@ -49,7 +48,7 @@ use crate::relay::exchange::{Exchange, Wait};
 use crate::relay::failure::ANSWER_WRITE;
 use crate::relay::io::{pending_bytes, read_some};
 use crate::relay::stop::{self, Stop};
-use crate::relay::timer::Timer;
+use crate::relay::timer::{timeout, Timer};
 use crate::relay::{ConnectFailure, TapContext};
 
 /// Whether the connection carries on after an exchange.

@@ -10,7 +10,6 @@ use std::task::Poll;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::timeout;
 
 use super::{
     Failure, Mode, RespAnswer, RespConnection, COMMAND_BUFFER, MAX_IN_FLIGHT, REPLY_BUFFER,
@@ -21,7 +20,7 @@ use crate::relay::buffer::Buf;
 use crate::relay::failure::ANSWER_WRITE;
 use crate::relay::io::read_some;
 use crate::relay::stop::{self, Stop};
-use crate::relay::timer::Timer;
+use crate::relay::timer::{timeout, Timer};
 use crate::relay::TapContext;
 use crate::resp::{Blocking, Scanner};
 
