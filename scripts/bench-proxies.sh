@@ -48,4 +48,10 @@ fi
 echo "==> building (release)" >&2
 cargo build --release --quiet --bins
 
+# The tail at one connection is a script of its own (it reuses the proxies' setup).
+for arg in "$@"; do
+    if [ "$arg" = "--tail-only" ]; then
+        exec python3 scripts/bench_tail.py "$@"
+    fi
+done
 exec python3 scripts/bench_proxies.py "$@"

@@ -1,0 +1,233 @@
+"""The latency tail one connection sees through each proxy, in enough alternated rounds to
+give an interval: `scripts/bench-proxies.sh --tail-only`.
+
+At -c1 every request waits for the one before, so the 99th percentile is where a proxy's
+occasional stall shows: a periodic task on the data path's threads, a lock a worker waits
+for, a thread of the proxy's own that takes the worker's core. One wrk run's p99 moves by
+a factor of three from run to run on a shared machine, so a single figure decides nothing.
+Here every round runs every target once for the same time, in an order rotated per round,
+and each proxy's *added* p99 is its p99 less the direct connection's in the same round:
+what the machine did in that round cancels. The interval of the median over rounds is
+distribution-free (order statistics of the sign test), since a tail's rounds are not
+normal.
+
+The targets separate the proxy's parts: phasescope with metrics (the watcher of the
+upstream process found by its port, the own-process accountant, the shards), without
+its upstream watcher (`find = "none"`), and with `--no-metrics` (nothing recorded, no
+watcher), beside HAProxy (tcp and http) and nginx.
+"""
+
+import math
+import statistics
+from pathlib import Path
+
+import bench_proxies as bp
+
+TAIL_BEGIN = "<!-- tail -->"
+TAIL_END = "<!-- /tail -->"
+
+# The targets of the tail section, in the order of its table.
+TAIL_TARGETS = [
+    ("phasescope", "phasescope"),
+    ("phasescope-no-watch", "phasescope, upstream not watched (`find = \"none\"`)"),
+    ("phasescope-no-metrics", "phasescope --no-metrics"),
+    ("haproxy-tcp", "HAProxy mode tcp"),
+    ("haproxy-http", "HAProxy mode http"),
+    ("nginx", "nginx proxy_pass"),
+]
+
+NO_WATCH_CONFIG = """# The tail benchmark's phasescope without its upstream watcher.
+[[tap]]
+name = "default"
+listen = "127.0.0.1:1"
+upstream = "127.0.0.1:2"
+
+[tap.process]
+find = "none"
+"""
+
+
+def start(name, upstream_port, workdir, threads, maxconn):
+    if name != "phasescope-no-watch":
+        return bp.start_target(name, upstream_port, workdir, threads, maxconn)
+    cfg = Path(workdir) / "no-watch.toml"
+    cfg.write_text(NO_WATCH_CONFIG)
+    port = bp.free_port()
+    argv = [bp.PHASESCOPE, "run", "--config", cfg, "--listen", f"127.0.0.1:{port}",
+            "--upstream", f"127.0.0.1:{upstream_port}", "--admin", f"127.0.0.1:{bp.free_port()}"]
+    return bp.Server(name, argv, Path(workdir), env={"PHASESCOPE_WORKERS": str(threads)}, port=port)
+
+
+def median_interval(xs, confidence=0.95):
+    """The median of `xs` and a distribution-free interval for it: the order statistics
+    x(k) and x(n+1-k) with the largest k whose coverage, from the binomial(n, 1/2), is at
+    least `confidence`; (min, max) when n is too small for it (under 6 rounds: the tail
+    section needs at least that many to claim its 95 %)."""
+    xs = sorted(xs)
+    n = len(xs)
+    if n == 0:
+        return None, None, None
+    # With X ~ Binomial(n, 1/2), the order statistics (x(k), x(n+1-k)), counted from 1,
+    # cover the median with probability 1 - 2 P(X <= k-1): the largest k that keeps it
+    # at `confidence` or more.
+    cdf, k = 0.0, 0
+    for j in range(n):
+        cdf += math.comb(n, j) / 2 ** n
+        if 1 - 2 * cdf < confidence:
+            break
+        k = j + 1
+    lo, hi = (xs[k - 1], xs[n - k]) if k >= 1 else (xs[0], xs[-1])
+    return statistics.median(xs), lo, hi
+
+
+def run_tail(workdir, upstream_port, threads, maxconn, rounds, seconds):
+    """Every round runs direct and every target for `seconds` at one connection; returns
+    the runs, each with its round and its p50/p99."""
+    names = ["direct"] + [n for n, _ in TAIL_TARGETS]
+    servers = {n: start(n, upstream_port, workdir, threads, maxconn) for n in names if n != "direct"}
+    runs = []
+    try:
+        for srv in servers.values():
+            bp.wrk(srv.port, "/", 1, 1)  # warm: connections, pools, the watcher's first pass
+        for rnd in range(rounds):
+            k = rnd % len(names)
+            for name in names[k:] + names[:k]:
+                port = servers[name].port if name in servers else upstream_port
+                r = bp.wrk(port, "/", 1, seconds)
+                r.update(target=name, round=rnd)
+                runs.append(r)
+                bp.log(f"  tail round {rnd + 1}/{rounds} {name:22} p50 {bp.fmt_ms(r['p50_ms'])}  "
+                       f"p99 {bp.fmt_ms(r['p99_ms'])}  {r['rps']:>8.0f} req/s  errors {r['errors']}")
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    return runs
+
+
+def added(runs, target, key):
+    """Per round, `target`'s `key` (ms) less the direct connection's, in µs."""
+    by = {}
+    for r in runs:
+        by.setdefault(r["round"], {})[r["target"]] = r
+    out = []
+    for v in by.values():
+        a, b = v.get("direct"), v.get(target)
+        if a and b and a.get(key) is not None and b.get(key) is not None:
+            out.append((b[key] - a[key]) * 1e3)
+    return out
+
+
+def ratios(runs, num, den, key):
+    """Per round, `num`'s added `key` over `den`'s."""
+    a, b = added(runs, num, key), added(runs, den, key)
+    return [x / y for x, y in zip(a, b) if y > 0]
+
+
+def tail_section(tail):
+    """The tail section of BENCHMARKS.md from `run_tail`'s runs and the run's facts."""
+    runs = tail["runs"]
+    m = tail["machine"]
+    rounds = len({r["round"] for r in runs})
+
+    def cell(xs, digits=0):
+        m, lo, hi = median_interval(xs)
+        if m is None:
+            return "-"
+        return f"{m:,.{digits}f} ({lo:,.{digits}f} to {hi:,.{digits}f})"
+
+    direct99 = [r["p99_ms"] * 1e3 for r in runs if r["target"] == "direct" and r["p99_ms"]]
+    direct50 = [r["p50_ms"] * 1e3 for r in runs if r["target"] == "direct" and r["p50_ms"]]
+    lines = [
+        TAIL_BEGIN,
+        "## The tail at one connection",
+        "",
+        f"`wrk -t1 -c1 --latency` for {tail['seconds']} s against each target in turn, {rounds} rounds, "
+        "the order rotated every round, in front of the fixed-response upstream; each proxy's "
+        "added latency is its percentile less the direct connection's in the same round. "
+        "Medians over the rounds with a 95 % distribution-free interval (order statistics). "
+        f"Measured {tail['date']} on {m['nproc']} CPUs ({m['cpu']}), HAProxy {m['haproxy']}, "
+        f"nginx {m['nginx']}, wrk {m['wrk']} (load average {' '.join(tail['loadavg_start'])} "
+        f"at the start, {' '.join(tail['loadavg_end'])} at the end), with `{tail['command']}`. "
+        f"The direct connection: p50 {cell(direct50)} µs, p99 {cell(direct99)} µs.",
+        "",
+        "| target | added p50, µs | added p99, µs | added p99 ÷ `--no-metrics`'s |",
+        "|---|---|---|---|",
+    ]
+    for name, label in TAIL_TARGETS:
+        ratio = cell(ratios(runs, name, "phasescope-no-metrics", "p99_ms"), 2) \
+            if name.startswith("phasescope") and name != "phasescope-no-metrics" else ""
+        lines.append(f"| {label} | {cell(added(runs, name, 'p50_ms'))} | "
+                     f"{cell(added(runs, name, 'p99_ms'))} | {ratio} |")
+    m, lo, hi = median_interval(ratios(runs, "phasescope", "phasescope-no-metrics", "p99_ms"))
+    d, dlo, dhi = median_interval([a - b for a, b in zip(added(runs, "phasescope", "p99_ms"),
+                                                         added(runs, "phasescope-no-metrics", "p99_ms"))])
+    if m is not None and d is not None:
+        met = m <= 1.2 or d <= 10
+        lines += [
+            "",
+            f"With metrics, phasescope's added p99 is {m:.2f}× its `--no-metrics` figure "
+            f"({lo:.2f} to {hi:.2f}), {d:+.0f} µs ({dlo:+.0f} to {dhi:+.0f}): the goal, within "
+            f"1.2× or +10 µs, is {'met' if met else 'missed'}.",
+        ]
+    lines.append(TAIL_END)
+    return "\n".join(lines) + "\n"
+
+
+def replace_tail_section(text, section):
+    """`text` (a BENCHMARKS.md) with its tail section replaced, or the section put before
+    the sampler's (or the reproducing notes) when it has none."""
+    if TAIL_BEGIN in text and TAIL_END in text:
+        head, rest = text.split(TAIL_BEGIN, 1)
+        return head + section.rstrip("\n") + rest.split(TAIL_END, 1)[1]
+    for anchor in ("## What metrics cost", "## Reproducing"):
+        if anchor in text:
+            head, tail = text.split(anchor, 1)
+            return head + section + "\n" + anchor + tail
+    return text.rstrip("\n") + "\n\n" + section
+
+
+def main():
+    import argparse
+    import datetime
+    import json
+    import os
+    import sys
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tail-only", action="store_true", help="(how bench-proxies.sh hands over)")
+    ap.add_argument("--rounds", type=int, default=10, help="rounds of alternated runs [10]")
+    ap.add_argument("--duration", type=int, default=3, help="seconds per wrk run [3]")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    args = ap.parse_args()
+    threads = os.cpu_count() or 1
+    tail = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": bp.machine(),
+        "loadavg_start": bp.loadavg(),
+        "seconds": args.duration,
+        "command": "scripts/bench-proxies.sh " + " ".join(sys.argv[1:]),
+    }
+    bp.log(f"the tail at one connection: {args.rounds} rounds x {len(TAIL_TARGETS) + 1} runs "
+           f"of {args.duration} s; load average {' '.join(tail['loadavg_start'])}")
+    with tempfile.TemporaryDirectory(prefix="bench-tail-") as workdir:
+        up_port = bp.free_port()
+        fixed = bp.Server("fixed-upstream", [bp.FIXED_UPSTREAM, "--listen", f"127.0.0.1:{up_port}",
+                                             "--threads", "1"], workdir, port=up_port)
+        try:
+            tail["runs"] = run_tail(workdir, up_port, threads, 1024, args.rounds, args.duration)
+        finally:
+            fixed.stop()
+    tail["loadavg_end"] = bp.loadavg()
+    section = tail_section(tail)
+    print(section)
+    if not args.no_write:
+        docs = bp.ROOT / "docs"
+        md = docs / "BENCHMARKS.md"
+        md.write_text(replace_tail_section(md.read_text(), section))
+        (docs / "benchmarks-tail.json").write_text(json.dumps(tail, indent=1) + "\n")
+        bp.log(f"wrote the tail section into {md} and its runs into {docs / 'benchmarks-tail.json'}")
+
+
+if __name__ == "__main__":
+    main()
