@@ -167,9 +167,9 @@ pub(super) struct ResponseSide {
     sent: u64,
     /// Where the final response starts in the bytes sent, once its head is in.
     final_from: Option<u64>,
-    /// The tick the response deadline runs from: the request is all sent, the head not
-    /// in (0: not owed).
-    owed_since: Tick,
+    /// The instant the response deadline runs from: the request is all sent, the head not
+    /// in (unset: not owed).
+    owed_since: At,
 }
 
 impl ResponseSide {
@@ -264,7 +264,7 @@ impl Sides {
                 pending: 0,
                 sent: 0,
                 final_from: None,
-                owed_since: 0,
+                owed_since: At::UNSET,
             },
             client_keep_alive: head.keep_alive,
             http10: head.version == Version::Http10,
@@ -346,9 +346,9 @@ impl Sides {
                 kind: ErrorKind::UpstreamTimeout,
             };
         }
-        if self.resp.owed_since != 0 && !self.resp.head_done() {
+        if let (Some(since), false) = (self.resp.owed_since.get(), self.resp.head_done()) {
             return Deadline {
-                since: self.resp.owed_since,
+                since,
                 after: timeouts.response,
                 answer: Answer::GatewayTimeout,
                 kind: ErrorKind::UpstreamTimeout,
@@ -420,7 +420,7 @@ impl Sides {
         self.req.sent += n as u64;
         if self.req.is_sent() {
             ex.t_sent = At::tick(t);
-            self.resp.owed_since = t;
+            self.resp.owed_since = At::tick(t);
         }
     }
 
@@ -502,7 +502,7 @@ impl Sides {
             }
         }
         if framing.head_done() {
-            self.resp.owed_since = 0;
+            self.resp.owed_since = At::UNSET;
         }
         if self.resp.is_flushed() {
             ex.t_write_last = At::tick(t);

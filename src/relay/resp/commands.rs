@@ -20,9 +20,7 @@ impl RespConnection {
             if rest.is_empty() {
                 return Ok(());
             }
-            if self.cmd_first == 0 {
-                self.cmd_first = t;
-            }
+            self.cmd_first.set_once(t);
             let t0 = clock::now();
             let scanned = if self.cmd_streaming.is_some() {
                 self.commands.feed(rest)
@@ -67,7 +65,7 @@ impl RespConnection {
     /// A command ends at stream offset `end`; `cmd` awaits its reply, if one will come.
     fn command_done(&mut self, end: u64, cmd: Option<Pending>) {
         self.up_forwardable = end;
-        self.cmd_first = 0;
+        self.cmd_first = At::UNSET;
         self.cmd_parse_ns = 0;
         if let Some(cmd) = cmd {
             self.expect_reply(cmd);
@@ -87,7 +85,7 @@ impl RespConnection {
                 .and_then(resp::known_command)
                 .unwrap_or("other");
             self.cmd_streaming = Some(Pending {
-                ex: command_timeline(self.cmd_first, 0, 0),
+                ex: command_timeline(self.cmd_first, At::UNSET, 0),
                 end: u64::MAX,
                 name,
                 route: self.tap.routes.resolve_command(name),
@@ -140,7 +138,7 @@ impl RespConnection {
             return None;
         }
         Some(Pending {
-            ex: command_timeline(self.cmd_first, t_head, self.cmd_parse_ns),
+            ex: command_timeline(self.cmd_first, At::tick(t_head), self.cmd_parse_ns),
             end,
             name,
             route: self.tap.routes.resolve_command(name),
@@ -160,11 +158,11 @@ impl RespConnection {
 /// `upstream_connect` and no wait before the send. Its first byte's write is not timed
 /// apart from its last byte's (`t_up_write` is never taken: no `upstream_send`), and a reply
 /// has no head to parse.
-fn command_timeline(t_first: Tick, t_head: Tick, parse_ns: u64) -> Exchange {
+fn command_timeline(t_first: At, t_head: At, parse_ns: u64) -> Exchange {
     Exchange {
-        t_first: At::tick(t_first),
-        t_head: At::tick(t_head),
-        t_up_ready: At::tick(t_head),
+        t_first,
+        t_head,
+        t_up_ready: t_head,
         parse_ns,
         headless: true,
         ..Exchange::default()

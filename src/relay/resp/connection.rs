@@ -83,7 +83,7 @@ impl RespConnection {
             up_read: 0,
             up_written: 0,
             up_forwardable: 0,
-            cmd_first: 0,
+            cmd_first: At::UNSET,
             cmd_parse_ns: 0,
             cmd_streaming: None,
             pending: VecDeque::new(),
@@ -121,8 +121,8 @@ impl RespConnection {
         if to_up > 0 || to_client > 0 || self.cmd_streaming.is_some() {
             consider(self.last_moved, t.transfer, Due::Transfer);
         }
-        if self.cmd_first != 0 && self.cmd_streaming.is_none() {
-            consider(self.cmd_first, t.head, Due::Command);
+        if let (Some(cmd_first), None) = (self.cmd_first.get(), &self.cmd_streaming) {
+            consider(cmd_first, t.head, Due::Command);
         }
         if self.mode == Mode::Paired {
             match self.pending.front().map(|p| (p, p.ex.t_sent.get())) {
@@ -141,7 +141,7 @@ impl RespConnection {
                 Some((_, None)) => {}
                 None if to_up == 0
                     && to_client == 0
-                    && self.cmd_first == 0
+                    && !self.cmd_first.is_set()
                     && !self.subscriptions.any() =>
                 {
                     consider(self.last_moved, t.idle, Due::Idle)
@@ -303,7 +303,7 @@ impl RespConnection {
     fn client_readable(&mut self, ready: io::Result<()>) -> Result<Step, Failure> {
         // With nothing in flight, a client's FIN or reset is how a connection ends: a
         // close, not an error. A reset with a command in flight abandons it.
-        let in_flight = !self.pending.is_empty() || self.cmd_first != 0;
+        let in_flight = !self.pending.is_empty() || self.cmd_first.is_set();
         let gone = |reset: bool| {
             if reset && in_flight {
                 return Err(Failure::Abort(ErrorKind::ClientAbort));

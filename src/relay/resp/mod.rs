@@ -155,8 +155,9 @@ pub(in crate::relay) struct RespConnection {
     up_read: u64,
     up_written: u64,
     up_forwardable: u64,
-    /// The current command's first byte arrived with the read at this tick.
-    cmd_first: Tick,
+    /// The current command's first byte arrived with the read at this instant; unset
+    /// between commands.
+    cmd_first: At,
     cmd_parse_ns: u64,
     /// The current command is larger than the buffer and is being streamed through.
     cmd_streaming: Option<Pending>,
