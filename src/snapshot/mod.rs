@@ -19,7 +19,8 @@
 //! - [`slices`]: the window in slices of CPU and exchanges per route;
 //! - [`proxy`]: the proxy's own process and the machine ([`ProxySnapshot`]);
 //! - [`finding`]: a finding as the snapshot carries it;
-//! - [`window`]: the window between two snapshots, and several merged into one;
+//! - `window`: the window between two snapshots ([`Snapshot::since`]), and several
+//!   merged into one ([`Snapshot::merged`]);
 //! - [`components`]: how readers label and group the components samples fall in;
 //! - [`summary`], [`hot`], [`route_cpu`]: the per-request analysis readers share (CPU per
 //!   request and the what-if, the hot path, CPU per route by a non-negative least-squares

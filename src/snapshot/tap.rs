@@ -3,7 +3,7 @@
 //! upstream's part when it watches a process.
 //!
 //! The shapes only: the metrics fill them from their shards (`metrics::snapshot`), the
-//! window arithmetic ([`super::window`]) adds and subtracts them, and every reader reads
+//! window arithmetic (`snapshot::window`) adds and subtracts them, and every reader reads
 //! them.
 
 use std::collections::BTreeMap;

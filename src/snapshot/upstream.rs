@@ -27,7 +27,7 @@ pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
 /// The profile is a group of its own ([`Self::profile`]) whose fields the JSON keeps in
 /// place, between `restarts` and `slices`: `#[serde(flatten)]` writes them there, byte
 /// for byte as when they were fields of this struct. Reading goes through the flat form
-/// ([`UpstreamWire`]) instead of `flatten`, because serde reads a flattened `Option` by
+/// (`UpstreamWire`) instead of `flatten`, because serde reads a flattened `Option` by
 /// trying the group and taking any error as `None`: a damaged profile would load as no
 /// profile at all instead of failing, and a group whose fields all have defaults would
 /// load as `Some` from a snapshot without any. The flat form keeps every error and makes
