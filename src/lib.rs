@@ -26,6 +26,7 @@ pub mod report;
 pub mod resp;
 pub mod rng;
 pub mod routes;
+pub mod snapshot;
 mod sync;
 pub mod units;
 pub mod upstream;

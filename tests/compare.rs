@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use phasescope::config::Protocol;
-use phasescope::metrics::Snapshot;
 use phasescope::phase::Phase;
 use phasescope::report::{compare, CompareOptions, Outcome, Statistic};
+use phasescope::snapshot::Snapshot;
 use report_support::{
     phasescope, phasescope_ok, synthetic, write_snapshot, PhaseSpec, SlowUpstream, TapSpec,
 };

@@ -7,12 +7,12 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use phasescope::metrics::snapshot::{
-    HdrLayout, SeriesSnapshot, Snapshot, TapSnapshot, TapTotals, FORMAT, FORMAT_VERSION,
-};
 use phasescope::report::compare::Method;
 use phasescope::report::{compare, CompareOptions, Outcome, Statistic};
 use phasescope::rng::Rng;
+use phasescope::snapshot::{
+    HdrLayout, SeriesSnapshot, Snapshot, TapSnapshot, TapTotals, FORMAT, FORMAT_VERSION,
+};
 
 /// Per-run drift: each run's values (and its duration) are multiplied by exp(N(0, DRIFT)),
 /// about ±3 % a run, what back-to-back runs on a quiet machine show.

@@ -15,8 +15,10 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use phasescope::metrics::{Buckets, Snapshot};
+use phasescope::metrics::Buckets;
+
 use phasescope::phase::Phase;
+use phasescope::snapshot::Snapshot;
 use regex::Regex;
 use serde_json::Value;
 use support::{require_tool, Prometheus, Proxy};

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use amp::AmpServer;
-use phasescope::metrics::{Finding, Snapshot};
+use phasescope::snapshot::{Finding, Snapshot};
 use support::{require_tool, wait_for, BurnUpstream, HttpConn, Proxy, WebdisChain};
 
 /// The snapshot with the findings the admin server adds to it.

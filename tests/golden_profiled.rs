@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use phasescope::metrics::Snapshot;
+use phasescope::snapshot::Snapshot;
 use report_support::phasescope_ok;
 
 fn profiled() -> PathBuf {

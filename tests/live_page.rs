@@ -19,8 +19,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use phasescope::metrics::Snapshot;
 use phasescope::phase::Phase;
+use phasescope::snapshot::Snapshot;
 use regex::Regex;
 use serde_json::Value;
 use support::{require_tool, wait_for, Proxy, WebdisChain};

@@ -12,10 +12,11 @@ use phasescope::metrics::exposition::{
     BUILD_INFO, BYTES, CLIENT_CLOSES, CONNECTIONS, CONNECTIONS_TOTAL, CONNECT_FAILURES,
     CORRELATIONS, ERRORS, PHASE_DURATION, PUSHED, REQUESTS,
 };
-use phasescope::metrics::{Registry, Snapshot, SIGNIFICANT_FIGURES};
+use phasescope::metrics::{Registry, SIGNIFICANT_FIGURES};
 use phasescope::phase::Phase;
 use phasescope::recorder::{ConnectFailure, Direction, ErrorKind, Event, Recorder, Side};
 use phasescope::routes::RouteTable;
+use phasescope::snapshot::Snapshot;
 
 const DURATION_COUNT: &str = "phasescope_phase_duration_seconds_count";
 const DURATION_SUM: &str = "phasescope_phase_duration_seconds_sum";

@@ -17,7 +17,7 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use phasescope::metrics::native::MAX_RELATIVE_ERROR;
-use phasescope::metrics::Snapshot;
+use phasescope::snapshot::Snapshot;
 use serde_json::Value;
 use support::{http_exchange, parse_response, require_tool, Prometheus, Proxy};
 use traffic::{Load, Upstream};

@@ -8,7 +8,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use phasescope::metrics::Snapshot;
+use phasescope::snapshot::Snapshot;
 use support::{require_tool, wait_for, BurnUpstream, Proxy};
 
 const TAP: &str = "webdis";

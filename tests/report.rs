@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use phasescope::metrics::{SeriesSnapshot, Snapshot};
+use phasescope::snapshot::{SeriesSnapshot, Snapshot};
 use report_support::{fixture_snapshot, phasescope, phasescope_ok, SlowUpstream};
 use serde_json::Value;
 use support::{wait_for, HttpConn, Proxy};

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use phasescope::metrics::Snapshot;
-use phasescope::upstream::{FunctionSnapshot, UpstreamSnapshot};
+use phasescope::snapshot::Snapshot;
+use phasescope::snapshot::{FunctionSnapshot, UpstreamSnapshot};
 use report_support::{phasescope, phasescope_ok};
 use serde_json::Value;
 use support::{require_tool, wait_for, BurnUpstream, Proxy, STARTUP_DEADLINE};
@@ -144,8 +144,8 @@ fn go_tool_pprof_reads_the_profile_with_the_snapshots_top_functions_and_shares()
     let rows = parse_top(&text);
 
     let u = fixture_upstream();
-    let total = u.stacks.as_ref().unwrap().total() as f64;
-    let functions: &[FunctionSnapshot] = u.functions.as_deref().unwrap();
+    let total = u.stacks().unwrap().total() as f64;
+    let functions: &[FunctionSnapshot] = u.functions().unwrap();
     // Names are unique in the fixture, so pprof's grouping by name is the snapshot's.
     let by_name: BTreeMap<&str, &FunctionSnapshot> =
         functions.iter().map(|f| (f.name.as_str(), f)).collect();
@@ -250,7 +250,7 @@ fn flame_graph_and_folded_stacks_of_one_and_of_two_merged_snapshots() {
         0,
     );
     let u = fixture_upstream();
-    let total = u.stacks.as_ref().unwrap().total();
+    let total = u.stacks().unwrap().total();
     // A frame per call path: a function's frames together hold its inclusive samples
     // (no function of the fixture calls itself). inferno writes `name (1,000 samples, P%)`.
     let titles = svg_titles(&std::fs::read_to_string(&svg).unwrap());
@@ -263,7 +263,7 @@ fn flame_graph_and_folded_stacks_of_one_and_of_two_merged_snapshots() {
         })
         .collect();
     assert!(frames.contains(&("all", total)), "{titles:?}");
-    for f in u.functions.as_deref().unwrap() {
+    for f in u.functions().unwrap() {
         let drawn: u64 = frames
             .iter()
             .filter(|(n, _)| *n == f.name)
@@ -279,7 +279,7 @@ fn flame_graph_and_folded_stacks_of_one_and_of_two_merged_snapshots() {
     };
     let one = std::fs::read_to_string(&folded).unwrap();
     assert_eq!(sum(&one), total);
-    assert_eq!(one.lines().count(), u.stacks.as_ref().unwrap().stacks.len());
+    assert_eq!(one.lines().count(), u.stacks().unwrap().stacks.len());
 
     phasescope_ok(
         &[
@@ -420,7 +420,7 @@ fn a_tap_without_stacks_is_refused_by_name_and_nothing_is_written() {
 /// them (a name once per sample for the inclusive count), and the names that more than
 /// one object has (pprof may or may not keep those apart).
 fn shares_by_name(u: &UpstreamSnapshot) -> (BTreeMap<String, (u64, u64)>, Vec<String>) {
-    let stacks = u.stacks.as_ref().unwrap();
+    let stacks = u.stacks().unwrap();
     let mut by: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for s in &stacks.stacks {
         let frames: Vec<_> = stacks.frames_of(s).collect();
@@ -490,7 +490,7 @@ fn a_sampled_upstream_through_the_proxy_reads_the_same_in_go_tool_pprof() {
     let (tap, t) = snap
         .taps
         .iter()
-        .find(|(_, t)| t.upstream.as_ref().is_some_and(|u| u.stacks.is_some()))
+        .find(|(_, t)| t.upstream.as_ref().is_some_and(|u| u.stacks().is_some()))
         .unwrap_or_else(|| {
             panic!(
                 "no tap with stacks in {}",
@@ -498,7 +498,7 @@ fn a_sampled_upstream_through_the_proxy_reads_the_same_in_go_tool_pprof() {
             )
         });
     let u = t.upstream.clone().unwrap();
-    let total = u.stacks.as_ref().unwrap().total();
+    let total = u.stacks().unwrap().total();
     assert!(total > 1000, "too few samples: {total}");
 
     let profile = dir.path().join("cpu.pb.gz");

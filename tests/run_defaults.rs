@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
-use phasescope::metrics::Snapshot;
+use phasescope::snapshot::Snapshot;
 use support::{accepts, free_port, http_get, loopback, wait_for, Managed};
 use traffic::Upstream;
 

@@ -308,7 +308,7 @@ impl ParserStacks {
             let n = stack.samples;
             self.total += n;
             let Some(leaf) = frames.last() else { continue };
-            if frames[0].name == phasescope::upstream::snapshot::TRUNCATED {
+            if frames[0].name == phasescope::snapshot::TRUNCATED {
                 self.truncated += n;
             }
             if leaf.object != object {

@@ -34,8 +34,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use phasescope::snapshot::{Stacks, THREAD_ROOTS};
 use phasescope::upstream::profile::{ComponentRules, Profiler, DEFAULT_STACK_BYTES};
-use phasescope::upstream::snapshot::{Stacks, THREAD_ROOTS};
 use support::{
     burn_upstream_variant, go_upstream_binary, loopback, require_tool, run_wrk, BurnUpstream,
     HttpConn, Managed, STARTUP_DEADLINE,

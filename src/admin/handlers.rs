@@ -111,7 +111,7 @@ const LIVE_HOT: usize = 5;
 /// each sampled tap's hot path, and `route_cpu`, each tap's CPU per route (docs/metrics.md).
 /// They are computed here, as the findings are, not kept in the snapshot: a report
 /// recomputes them from the stacks and the slices.
-pub fn served(snapshot: crate::metrics::Snapshot) -> serde_json::Result<serde_json::Value> {
+pub fn served(snapshot: crate::snapshot::Snapshot) -> serde_json::Result<serde_json::Value> {
     let route_cpu = crate::findings::route_cpu::estimates(&snapshot);
     served_with(snapshot, &route_cpu)
 }
@@ -119,7 +119,7 @@ pub fn served(snapshot: crate::metrics::Snapshot) -> serde_json::Result<serde_js
 /// [`served`] with the CPU per route already estimated (the live page's, at most every
 /// few seconds).
 pub fn served_with(
-    mut snapshot: crate::metrics::Snapshot,
+    mut snapshot: crate::snapshot::Snapshot,
     route_cpu: &crate::findings::route_cpu::Estimates,
 ) -> serde_json::Result<serde_json::Value> {
     let (findings, hot) = crate::findings::diagnose_with_hot(&snapshot, LIVE_HOT);

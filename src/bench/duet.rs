@@ -26,8 +26,8 @@ use tokio::sync::watch;
 
 use super::order::{self, Side};
 use super::{load, progress, validity, Bench, Measured, RunRecord};
-use crate::metrics::Snapshot;
 use crate::report::{compare, CompareOptions, Comparison};
+use crate::snapshot::Snapshot;
 
 /// With `--until-mde`, how often the windows so far are compared: often enough that the
 /// duet stops soon after the target is reached, rarely enough that the comparison (a

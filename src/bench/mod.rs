@@ -27,8 +27,9 @@ use anyhow::{ensure, Context};
 use tokio::sync::watch;
 
 use crate::config::{Config, Protocol, RouteRule, TapConfig};
-use crate::metrics::{Registry, Snapshot};
+use crate::metrics::Registry;
 use crate::report::{compare, CompareOptions};
+use crate::snapshot::Snapshot;
 
 pub use args::{BenchArgs, Design};
 pub use duet::UntilMde;

@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::load::Outcome;
 use super::order::Side;
 use super::Design;
-use crate::metrics::Snapshot;
 use crate::report::{compare_table, Comparison, Format};
+use crate::snapshot::Snapshot;
 
 /// One run.
 #[derive(Debug, Clone, Serialize)]

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::TAP;
-use crate::metrics::Snapshot;
 use crate::report::{self, stacks, Dataset};
+use crate::snapshot::Snapshot;
 use crate::upstream::Upstream;
 
 /// Prints the report of `snapshot` and writes the flame graph to `flamegraph`.
@@ -71,7 +71,7 @@ fn totals(snapshot: &Snapshot) -> Option<String> {
 fn not_sampled(snapshot: &Snapshot, upstream: Option<&Upstream>) -> Option<String> {
     let tap = snapshot.taps.get(TAP)?;
     match (&tap.upstream, upstream) {
-        (Some(u), _) if u.samples.is_some() => None,
+        (Some(u), _) if u.samples().is_some() => None,
         (_, None) => Some(
             "the upstream process could not be watched (see the log: RUST_LOG=info)".to_owned(),
         ),

@@ -15,7 +15,7 @@ mod view;
 pub use monitor::Recent;
 pub use view::{Agg, TapView};
 
-use crate::metrics::{Finding, Snapshot};
+use crate::snapshot::{Finding, Snapshot};
 
 /// Fewer requests than this in a tap's window say nothing: no rule looks at it.
 pub const MIN_REQUESTS: u64 = 20;
@@ -26,7 +26,7 @@ pub fn diagnose(snapshot: &Snapshot) -> Vec<Finding> {
 }
 
 /// Each sampled tap's hot path, at most `top` functions (docs/report.md, "Call stacks").
-pub type HotPaths = std::collections::BTreeMap<String, Vec<crate::upstream::hot::HotFunction>>;
+pub type HotPaths = std::collections::BTreeMap<String, Vec<crate::snapshot::hot::HotFunction>>;
 
 /// [`diagnose`], and per tap whose upstream was sampled with call stacks its hot path over
 /// the same window, at most `top` functions: what the live page shows beside the
@@ -69,9 +69,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::metrics::{SeriesSnapshot, TapSnapshot};
-    use crate::upstream::FrameKind;
-    use crate::upstream::UpstreamSnapshot;
+    use crate::snapshot::FrameKind;
+    use crate::snapshot::UpstreamSnapshot;
+    use crate::snapshot::{SeriesSnapshot, TapSnapshot};
 
     /// A series of `count` observations of `mean` seconds each.
     fn series(count: u64, mean: f64) -> SeriesSnapshot {
@@ -148,7 +148,7 @@ mod tests {
         let found = diagnose(&snapshot(&phases, None));
         let f = found.iter().find(|f| f.id == "proxy_overhead").unwrap();
         assert!((f.impact.share_of_total.unwrap() - 0.25).abs() < 1e-9);
-        assert_eq!(f.severity, crate::metrics::Severity::Warn);
+        assert_eq!(f.severity, crate::snapshot::Severity::Warn);
         phases.pop();
         phases.push(("proxy_overhead", 9e-6));
         assert!(!ids(&snapshot(&phases, None)).contains(&"proxy_overhead".to_owned()));
@@ -168,7 +168,7 @@ mod tests {
         let found = diagnose(&with_errors(&QUICK, "upstream_reset", 11));
         let f = &found[0];
         assert_eq!(f.id, "upstream_errors", "the most severe comes first");
-        assert_eq!(f.severity, crate::metrics::Severity::Critical);
+        assert_eq!(f.severity, crate::snapshot::Severity::Critical);
         assert!(f.summary.contains("closed or reset"), "{}", f.summary);
         // 10 of 1010 is under 1 %; clients' aborts are not the server's failures.
         assert!(!ids(&with_errors(&QUICK, "upstream_reset", 10))
@@ -239,7 +239,7 @@ mod tests {
             .find(|f| f.id.starts_with("parser_"))
             .unwrap();
         assert_eq!(f.id, "parser_not_the_problem");
-        assert_eq!(f.severity, crate::metrics::Severity::Info);
+        assert_eq!(f.severity, crate::snapshot::Severity::Info);
         // Too few samples to say: nothing.
         let s = snapshot(
             &total,
@@ -251,14 +251,14 @@ mod tests {
     /// 1000 samples of a server whose CPU goes through `main` and a loop into a URI
     /// builder (50 %), `write` (30 %, the kernel below it) and the parser (20 %).
     fn with_stacks(mut u: UpstreamSnapshot) -> UpstreamSnapshot {
-        let frame = |name: &str, object: &str, component: &str| crate::upstream::Frame {
+        let frame = |name: &str, object: &str, component: &str| crate::snapshot::Frame {
             name: name.into(),
             object: object.into(),
             component: component.into(),
             line: None,
         };
-        u.frames = Some(FrameKind::Native);
-        u.stacks = Some(crate::upstream::Stacks {
+        u.profile_mut().frames = Some(FrameKind::Native);
+        u.profile_mut().stacks = Some(crate::snapshot::Stacks {
             frames: vec![
                 frame("main", "server", "server"),
                 frame("serve_loop", "server", "server"),
@@ -273,7 +273,7 @@ mod tests {
                 (vec![0, 1, 5], 200),
             ]
             .into_iter()
-            .map(|(frames, samples)| crate::upstream::Stack { frames, samples })
+            .map(|(frames, samples)| crate::snapshot::Stack { frames, samples })
             .collect(),
             truncated_samples: 0,
             unmapped_samples: 0,
@@ -297,7 +297,7 @@ mod tests {
             (f.impact.seconds_per_request - 250e-6).abs() < 1e-9,
             "{f:?}"
         );
-        assert_eq!(f.severity, crate::metrics::Severity::Warn);
+        assert_eq!(f.severity, crate::snapshot::Severity::Warn);
         assert!(
             f.summary.starts_with("server's CPU goes to build_uri 50 % (500 µs per request, from serve_loop), write 30 % (300 µs per request, from serve_loop), http_parser_execute 20 %"),
             "{}",

@@ -11,7 +11,9 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::metrics::{Registry, Snapshot};
+use crate::metrics::Registry;
+
+use crate::snapshot::Snapshot;
 use crate::sync::lock;
 
 /// The shortest time between two evaluations.
@@ -72,10 +74,14 @@ fn trimmed(mut s: Snapshot) -> Snapshot {
             }
         }
     }
-    for u in s.taps.values_mut().filter_map(|t| t.upstream.as_mut()) {
-        u.stacks = None;
-        u.functions = None;
-        u.top_symbols = None;
+    for p in s
+        .taps
+        .values_mut()
+        .filter_map(|t| t.upstream.as_mut()?.profile.as_mut())
+    {
+        p.stacks = None;
+        p.functions = None;
+        p.top_symbols = None;
     }
     s
 }

@@ -1,15 +1,15 @@
 //! Each tap's CPU per route over a snapshot's window, for what `/api/snapshot` serves
 //! beside the findings (the live page's route table) and for the gauges the scrapes
-//! refresh ([`super::Recent`]). The estimate is `upstream::route_cpu`'s; this module
+//! refresh ([`super::Recent`]). The estimate is `snapshot::route_cpu`'s; this module
 //! only runs it per tap, and no more often than [`EVERY`] for the page, which asks once
 //! a second (a bootstrap of a long window takes milliseconds).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::metrics::Snapshot;
+use crate::snapshot::route_cpu::{estimate, RouteCpuEstimate};
+use crate::snapshot::Snapshot;
 use crate::sync::lock;
-use crate::upstream::route_cpu::{estimate, RouteCpuEstimate};
 
 /// Tap → its CPU per route.
 pub type Estimates = BTreeMap<String, RouteCpuEstimate>;

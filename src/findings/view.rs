@@ -1,9 +1,9 @@
 //! One tap's window as the rules read it: phase counts and sums over its routes, the
 //! request count, and what its upstream process did per request.
 
-use crate::metrics::{SeriesSnapshot, TapSnapshot};
-use crate::upstream::summary::{Inside, DEFAULT_WHAT_IF};
-use crate::upstream::ProxySnapshot;
+use crate::snapshot::summary::{Inside, DEFAULT_WHAT_IF};
+use crate::snapshot::ProxySnapshot;
+use crate::snapshot::{SeriesSnapshot, TapSnapshot};
 
 /// The count and sum of one phase, over some routes.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

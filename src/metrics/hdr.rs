@@ -14,13 +14,9 @@
 use anyhow::Context;
 use hdrhistogram::Histogram;
 
-/// Values are kept to two significant figures: a reported percentile is at most 1/128
-/// (0.79 %) above the exact one.
-pub const SIGNIFICANT_FIGURES: u8 = 2;
-/// The smallest distinguishable value, in nanoseconds.
-pub const LOWEST_NS: u64 = 1;
-/// Longer values are recorded as this (one hour, in ns); `max` stays exact.
-pub const HIGHEST_NS: u64 = 3_600_000_000_000;
+/// The layout is the snapshot's (`hdr`, [`crate::snapshot::HdrLayout::CURRENT`]): readers
+/// merge the histogram pairs in it, so the copies here are made with its bounds.
+pub use crate::snapshot::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
 
 /// An empty histogram of the layout above, to clone per series.
 pub fn template() -> anyhow::Result<Histogram<u64>> {

@@ -5,7 +5,8 @@
 //! completed exchange to the tap's [`TapMetrics`] (a [`Recorder`](crate::recorder::Recorder)).
 //! Recording touches only the calling thread's shard; the [`Registry`] adds the shards up
 //! when the admin server asks for `/metrics` or `/api/snapshot`. docs/metrics.md has the
-//! metric contract, the bucket layout and its error bound, and the snapshot schema.
+//! metric contract, the bucket layout and its error bound, and the snapshot schema, whose
+//! types are [`crate::snapshot`]'s: this module builds them from its shards.
 
 pub mod buckets;
 mod counters;
@@ -22,14 +23,12 @@ mod proto;
 mod registry;
 pub mod route_cpu;
 mod shard;
-pub mod snapshot;
+mod snapshot;
 mod tap;
 mod upstream;
-mod window;
 
 pub use buckets::Buckets;
-pub use finding::{Board, Evidence, Finding, Impact, Severity};
+pub use finding::Board;
 pub use hdr::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
 pub use registry::Registry;
-pub use snapshot::{HdrLayout, PhaseSeries, SeriesSnapshot, Snapshot, TapSnapshot, TapTotals};
 pub use tap::TapMetrics;

@@ -11,10 +11,11 @@ use crate::metrics::buckets::Buckets;
 use crate::metrics::counters::Counters;
 use crate::metrics::exposition;
 use crate::metrics::finding::Board;
-use crate::metrics::snapshot::{self, Snapshot, TapInput};
+use crate::metrics::snapshot::{self, TapInput};
 use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
 use crate::recorder::{Discard, Recorder};
 use crate::routes::RouteTable;
+use crate::snapshot::Snapshot;
 use crate::sync::lock;
 use crate::upstream::{Own, Upstream};
 

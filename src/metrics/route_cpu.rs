@@ -1,6 +1,6 @@
 //! The `phasescope_upstream_route_cpu_seconds` and `phasescope_upstream_route_cpu_share`
 //! gauges: the CPU per request of each route of the last evaluation (docs/metrics.md), as
-//! the scrapes' refresh of the last minute leaves them ([`crate::upstream::route_cpu`]
+//! the scrapes' refresh of the last minute leaves them ([`crate::snapshot::route_cpu`]
 //! estimates them; the findings' monitor refreshes them with the findings).
 
 use std::collections::BTreeMap;
@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::exposition::{family, sample};
+use crate::snapshot::route_cpu::RouteCpuEstimate;
 use crate::sync::lock;
-use crate::upstream::route_cpu::RouteCpuEstimate;
 
 pub const SECONDS: &str = "phasescope_upstream_route_cpu_seconds";
 pub const SHARE: &str = "phasescope_upstream_route_cpu_share";
@@ -77,7 +77,7 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::route_cpu::{Interval, RouteCpu};
+    use crate::snapshot::route_cpu::{Interval, RouteCpu};
 
     #[test]
     fn known_routes_have_three_bounds_and_a_share_unknown_ones_nothing() {

@@ -6,8 +6,8 @@
 use anyhow::{bail, Context};
 
 use super::grid::Shape;
-use crate::metrics::snapshot::Snapshot;
 use crate::report::source::Source;
+use crate::snapshot::Snapshot;
 
 /// The shape, and a sentence saying where it came from.
 #[derive(Debug, Clone)]

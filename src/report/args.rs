@@ -72,11 +72,11 @@ pub struct ReportArgs {
     /// Exit 1 (after printing the report) when a finding of this severity or above holds:
     /// `critical` fails a CI job whose requests failed (info, warn, critical)
     #[arg(long, value_name = "SEVERITY", value_parser = parse_severity)]
-    pub fail_on: Option<crate::metrics::Severity>,
+    pub fail_on: Option<crate::snapshot::Severity>,
 }
 
-fn parse_severity(s: &str) -> Result<crate::metrics::Severity, String> {
-    use crate::metrics::Severity;
+fn parse_severity(s: &str) -> Result<crate::snapshot::Severity, String> {
+    use crate::snapshot::Severity;
     [Severity::Info, Severity::Warn, Severity::Critical]
         .into_iter()
         .find(|v| v.name() == s)
@@ -250,7 +250,7 @@ mod tests {
         let Command::Report(r) = parse(&["report", "--fail-on", "critical"]) else {
             panic!()
         };
-        assert_eq!(r.fail_on, Some(crate::metrics::Severity::Critical));
+        assert_eq!(r.fail_on, Some(crate::snapshot::Severity::Critical));
         assert!(refused(&["report", "--fail-on", "fatal"]));
     }
 

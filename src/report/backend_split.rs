@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::rows::Row;
 use crate::phase::Phase;
-use crate::upstream::UpstreamSnapshot;
+use crate::snapshot::UpstreamSnapshot;
 
 /// Redis's process per command of the RESP tap, over the same window. Seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

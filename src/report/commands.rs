@@ -11,7 +11,7 @@ use super::source::{self, Source};
 use super::table::colour_for_stdout;
 use super::{compare_table, pprof, prometheus, snapshot_cmd, stacks, svg, table};
 use super::{CompareArgs, ReportArgs, SnapshotArgs};
-use crate::metrics::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// `phasescope report`; `default_admin` is the admin address (`host:port`) to read when no
 /// `--from` is given. `Ok(false)` when `--fail-on` tripped: a finding of that severity or
@@ -220,7 +220,7 @@ fn stack_taps(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<(String, St
             s.taps
                 .get(tap)
                 .and_then(|t| t.upstream.as_ref())
-                .and_then(|u| u.stacks.as_ref())
+                .and_then(|u| u.stacks())
                 .is_some_and(|st| st.total() > 0)
         })
     };

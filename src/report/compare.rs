@@ -26,8 +26,8 @@ use super::dataset::phase_order;
 use super::multiplicity::benjamini_hochberg;
 use super::selection::{check_named, front_taps, select};
 use super::verdict::{runs_needed, LogChange, Outcome};
-use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
 use crate::rng::{self, Rng};
+use crate::snapshot::{SeriesSnapshot, Snapshot};
 
 /// How to compare.
 #[derive(Debug, Clone)]
@@ -247,7 +247,7 @@ fn merged(series: &Runs<'_>) -> anyhow::Result<(Histogram<u64>, u64, f64, f64, f
     let layout = series
         .first()
         .map(|(_, snap)| snap.hdr)
-        .unwrap_or(crate::metrics::HdrLayout::CURRENT);
+        .unwrap_or(crate::snapshot::HdrLayout::CURRENT);
     let mut h = layout.empty_histogram()?;
     let (mut count, mut sum, mut min, mut max) = (0, 0.0, f64::INFINITY, 0.0f64);
     for (s, _) in series {

@@ -17,10 +17,10 @@
 
 use super::compare::{between_runs, Draft, Key, Method, Options, Row, Side, Statistic};
 use super::paired::{self, Cell};
-use crate::metrics::snapshot::Snapshot;
 use crate::rng::{self, Rng};
-use crate::upstream::snapshot::UpstreamSnapshot;
-use crate::upstream::summary::PARSER;
+use crate::snapshot::summary::PARSER;
+use crate::snapshot::Snapshot;
+use crate::snapshot::UpstreamSnapshot;
 
 /// The route of these rows: the process serves every route.
 pub const ROUTE: &str = "*";
@@ -64,13 +64,13 @@ fn on_cpu(u: &UpstreamSnapshot) -> f64 {
 /// there are call stacks) times the CPU. `None` without samples, or when the parser is
 /// not a component of this upstream at all.
 fn parser_seconds(u: &UpstreamSnapshot) -> Option<f64> {
-    let samples = u.samples.as_ref()?;
+    let samples = u.samples()?;
     let total: u64 = samples.values().sum();
     if total == 0 {
         return None;
     }
     let own = samples.get(PARSER).copied();
-    let inclusive = u.inclusive.as_ref().and_then(|i| i.get(PARSER).copied());
+    let inclusive = u.inclusive().and_then(|i| i.get(PARSER).copied());
     let parser = inclusive.or(own).unwrap_or(0);
     Some(on_cpu(u) * parser as f64 / total as f64)
 }

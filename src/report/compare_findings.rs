@@ -12,7 +12,7 @@
 use serde::Serialize;
 
 use super::units;
-use crate::metrics::{Finding, Snapshot};
+use crate::snapshot::{Finding, Snapshot};
 
 /// The findings of both sides, split by whether they changed.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -24,8 +24,8 @@ use super::compare::{decide, Direction, Draft, Method, Options, Row};
 use super::multiplicity::benjamini_hochberg;
 use super::paired::Cell;
 use super::verdict::Outcome;
-use crate::metrics::snapshot::Snapshot;
-use crate::upstream::snapshot::{UpstreamSnapshot, OTHER_STACKS, TRUNCATED};
+use crate::snapshot::Snapshot;
+use crate::snapshot::{UpstreamSnapshot, OTHER_STACKS, TRUNCATED};
 
 /// A function (or component) is a row when both sides together hold at least this many
 /// of its samples: fewer cannot say anything of a change of a few percent.
@@ -35,7 +35,8 @@ const MIN_SHARE: f64 = 0.005;
 /// At most this many rows per kind and view, the largest on either side.
 const MAX_ROWS: usize = 30;
 
-/// A function, or a component (a library, a layer: [`crate::upstream`]'s rules).
+/// A function, or a component (a library, a layer: the profiler's rules name it,
+/// [`crate::snapshot::components`] labels it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
@@ -134,7 +135,7 @@ impl Window {
     fn of(snap: &Snapshot, tap: &str) -> Option<Window> {
         let t = snap.taps.get(tap)?;
         let u = t.upstream.as_ref()?;
-        let stacks = u.stacks.as_ref()?;
+        let stacks = u.stacks()?;
         let requests: u64 = t.phases.get("total")?.values().map(|s| s.count).sum();
         let total = stacks.total();
         if requests == 0 || total == 0 || u.watched_seconds <= 0.0 {
@@ -172,9 +173,9 @@ impl Window {
                 }
             }
         }
-        let components = [(View::Own, &u.samples), (View::WithCallees, &u.inclusive)];
+        let components = [(View::Own, u.samples()), (View::WithCallees, u.inclusive())];
         for (view, map) in components {
-            for (name, &n) in map.iter().flatten() {
+            for (name, &n) in map.into_iter().flatten() {
                 samples.insert(
                     Subject {
                         kind: Kind::Component,
@@ -388,7 +389,7 @@ fn function_row(s: Subject, samples_a: u64, samples_b: u64, r: Row) -> FunctionR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::snapshot::{Frame, Stack, Stacks};
+    use crate::snapshot::{Frame, Stack, Stacks};
 
     fn frame(name: &str) -> Frame {
         Frame {

@@ -1,14 +1,14 @@
 //! Rows of each route's CPU per request, where both sides' snapshots have slices and the
-//! route is estimated on both ([`crate::upstream::route_cpu`], docs/report.md "CPU per
+//! route is estimated on both ([`crate::snapshot::route_cpu`], docs/report.md "CPU per
 //! route"): the estimate of each side over its snapshots' slices read as one, and both
 //! intervals in the row's note. No verdict: the intervals are each fit's own, not a
 //! comparison's, so the row says what each side's server spent on the route and leaves
 //! the deciding to the `cpu` row of the whole server.
 
 use super::compare::{Draft, Key, Method, Options, Statistic};
-use crate::metrics::snapshot::Snapshot;
-use crate::upstream::route_cpu::{estimate, Interval, RouteCpuEstimate};
-use crate::upstream::snapshot::RouteSlices;
+use crate::snapshot::route_cpu::{estimate, Interval, RouteCpuEstimate};
+use crate::snapshot::RouteSlices;
+use crate::snapshot::Snapshot;
 
 /// The rows' phase name: the `cpu` of [`super::compare_cpu`], here per route.
 const PHASE: &str = "cpu";

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use anyhow::{ensure, Context};
 use hdrhistogram::Histogram;
 
-use crate::metrics::snapshot::{HdrLayout, SeriesSnapshot, Snapshot};
 use crate::phase::Phase;
+use crate::snapshot::{HdrLayout, SeriesSnapshot, Snapshot};
 
 /// How the percentiles of a dataset were obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct Dataset {
     pub taps: BTreeMap<String, TapData>,
     /// The proxy's own process over the same window, when the snapshots had it (merged:
     /// times add up).
-    pub proxy: Option<crate::upstream::ProxySnapshot>,
+    pub proxy: Option<crate::snapshot::ProxySnapshot>,
 }
 
 #[derive(Debug, Default)]
@@ -55,7 +55,7 @@ pub struct TapData {
     pub upstream_address: Option<String>,
     /// The upstream's process over the same window, when a snapshot had it (merged:
     /// times, counts and samples add up; the last snapshot names the process).
-    pub upstream: Option<crate::upstream::UpstreamSnapshot>,
+    pub upstream: Option<crate::snapshot::UpstreamSnapshot>,
     /// An HTTP tap of a `[[correlate]]`: its RESP tap, when the source says.
     pub backend: Option<String>,
 }
@@ -341,7 +341,7 @@ fn merge_routes(
 /// Adds a snapshot's phase → route → series to `into`.
 fn merge_phases(
     into: &mut BTreeMap<String, BTreeMap<String, Series>>,
-    phases: &crate::metrics::PhaseSeries,
+    phases: &crate::snapshot::PhaseSeries,
     layout: &HdrLayout,
 ) -> anyhow::Result<()> {
     for (phase, routes) in phases {
@@ -385,11 +385,11 @@ impl Dataset {
         ensure!(!snapshots.is_empty(), "no snapshot to report on");
         let mut taps: BTreeMap<String, TapData> = BTreeMap::new();
         let mut notes = Vec::new();
-        let mut proxy: Option<crate::upstream::ProxySnapshot> = None;
+        let mut proxy: Option<crate::snapshot::ProxySnapshot> = None;
         for (i, snap) in snapshots.iter().enumerate() {
             if let Some(p) = &snap.proxy {
                 proxy = Some(match proxy.take() {
-                    Some(acc) => crate::upstream::own::merge(acc, p),
+                    Some(acc) => crate::snapshot::proxy::merge(acc, p),
                     None => p.clone(),
                 });
             }
@@ -425,7 +425,7 @@ impl Dataset {
                 }
                 if let Some(u) = &tap.upstream {
                     data.upstream = Some(match data.upstream.take() {
-                        Some(acc) => crate::upstream::snapshot::merge(acc, u),
+                        Some(acc) => crate::snapshot::upstream::merge(acc, u),
                         None => u.clone(),
                     });
                 }

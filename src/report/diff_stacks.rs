@@ -19,8 +19,8 @@ use inferno::flamegraph;
 use super::pprof;
 use super::pprof_proto as pb;
 use super::stacks::{self, FrameKind, TapStacks};
-use crate::metrics::snapshot::Snapshot;
-use crate::upstream::snapshot::{Frame, Stacks};
+use crate::snapshot::Snapshot;
+use crate::snapshot::{Frame, Stacks};
 
 /// One side's stacks of a tap, merged over its windows or runs, with what they are per
 /// request.
@@ -63,8 +63,7 @@ pub fn side<'a>(
         .as_ref()
         .with_context(|| format!("side {name}: tap {tap} watched no server process"))?;
     let stacks = upstream
-        .stacks
-        .as_ref()
+        .stacks()
         .filter(|s| s.total() > 0)
         .with_context(|| {
             format!(

@@ -2,7 +2,7 @@
 //! evidence, what it explains and its fix (docs/findings.md has the rules).
 
 use super::units;
-use crate::metrics::{Evidence, Finding, Severity};
+use crate::snapshot::{Evidence, Finding, Severity};
 
 /// A figure of the evidence in its unit, with the threshold it met.
 fn figure(e: &Evidence) -> String {

@@ -4,7 +4,7 @@
 //!
 //! The built-in components have a colour each ([`FIXED`]); any other component (a binary,
 //! a library, a Composer package) takes one of [`HASHED`] by a hash of its name, or of its
-//! group's ([`crate::upstream::profile::component_group`]) so that the parts of one
+//! group's ([`crate::snapshot::components::component_group`]) so that the parts of one
 //! library share a colour. The colours are Tableau 20's without its greys: black frame
 //! text reads on each (at least 4.5:1), and they are at least 10 ΔE apart; the built-ins'
 //! also under simulated colour-vision deficiencies (tests/phase_colours.rs).
@@ -60,7 +60,7 @@ pub const GREY: Swatch = swatch("grey", (0xba, 0xb0, 0xac));
 
 /// The name a component is coloured by: its group's, else its own.
 fn key(component: &str) -> String {
-    crate::upstream::profile::component_group(component).unwrap_or_else(|| component.to_owned())
+    crate::snapshot::components::component_group(component).unwrap_or_else(|| component.to_owned())
 }
 
 /// FNV-1a, 64 bits: a hash that no toolchain or crate update changes, so a component

@@ -2,11 +2,11 @@
 //! server's CPU, how long its threads wait for one, where its CPU goes, and what a faster
 //! parser could save at most (docs/report.md, docs/phases.md).
 
-pub use crate::upstream::hot::{HotFunction, DEFAULT_TOP};
-pub use crate::upstream::summary::{Component, Function, Inside, WhatIf, DEFAULT_WHAT_IF, PARSER};
+pub use crate::snapshot::hot::{HotFunction, DEFAULT_TOP};
+pub use crate::snapshot::summary::{Component, Function, Inside, WhatIf, DEFAULT_WHAT_IF, PARSER};
 
 use super::units;
-use crate::upstream::UpstreamSnapshot;
+use crate::snapshot::UpstreamSnapshot;
 
 impl Function {
     /// The name as the text report shows it: a PHP closure with its line, since PHP
@@ -272,7 +272,7 @@ fn trim(f: f64) -> String {
 /// One side of a compare: the tap's upstream merged over the side's snapshots that have
 /// it, with the requests (the `total` count) and mean `total` of the same windows (a
 /// bench's first windows may come before its watcher found the process).
-fn side(runs: &[crate::metrics::Snapshot], tap: &str) -> Option<Inside> {
+fn side(runs: &[crate::snapshot::Snapshot], tap: &str) -> Option<Inside> {
     let mut merged: Option<UpstreamSnapshot> = None;
     let (mut requests, mut total_sum) = (0u64, 0.0);
     for snap in runs {
@@ -283,7 +283,7 @@ fn side(runs: &[crate::metrics::Snapshot], tap: &str) -> Option<Inside> {
             continue;
         };
         merged = Some(match merged {
-            Some(acc) => crate::upstream::snapshot::merge(acc, u),
+            Some(acc) => crate::snapshot::upstream::merge(acc, u),
             None => u.clone(),
         });
         for s in t.phases.get("total").into_iter().flat_map(|r| r.values()) {
@@ -299,8 +299,8 @@ fn side(runs: &[crate::metrics::Snapshot], tap: &str) -> Option<Inside> {
 /// per request, and the parser's share when sampled. Aggregates of each side's
 /// snapshots; their intervals and verdicts are the `cpu` rows' (`compare_cpu`).
 pub fn compare_notes(
-    a: &[crate::metrics::Snapshot],
-    b: &[crate::metrics::Snapshot],
+    a: &[crate::snapshot::Snapshot],
+    b: &[crate::snapshot::Snapshot],
 ) -> Vec<String> {
     // A bench's B tap comes here renamed as A's (`selection::select`): one tap name.
     let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
@@ -352,7 +352,7 @@ pub fn compare_notes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::FrameKind;
+    use crate::snapshot::{FrameKind, ProfileSnapshot};
 
     fn snapshot(samples: Option<&[(&str, u64)]>, stripped: Option<bool>) -> UpstreamSnapshot {
         UpstreamSnapshot {
@@ -373,17 +373,11 @@ mod tests {
             context_switches_voluntary: 1,
             context_switches_involuntary: 1,
             restarts: 0,
-            samples: samples.map(|s| s.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()),
-            top_symbols: None,
-            stripped,
-            lost_samples: None,
-            unsampled_threads: None,
-            unsampled_cpu_seconds: None,
-            frames: None,
-            inclusive: None,
-            functions: None,
-            stacks: None,
-            frequency_hz: None,
+            profile: samples.map(|s| ProfileSnapshot {
+                samples: s.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+                stripped,
+                ..ProfileSnapshot::default()
+            }),
             slices: None,
         }
     }
@@ -427,7 +421,7 @@ mod tests {
         assert!(text.contains("a parser 2× faster saves ≤ 3.19 µs per request, 3 % of mean total; if the server is CPU-bound, at most 18 % more throughput"), "{text}");
     }
 
-    fn run(cpu_user: f64, parser: u64) -> crate::metrics::Snapshot {
+    fn run(cpu_user: f64, parser: u64) -> crate::snapshot::Snapshot {
         let text = format!(
             r#"{{"format":"phasescope-snapshot","format_version":1,"version":"0","clock":"os",
             "taken_at":"x","taken_at_unix":1.0,"since":"x","since_unix":0.0,"metrics_enabled":true,
@@ -442,7 +436,7 @@ mod tests {
             "samples":{{"http_parser":{parser},"srv":{}}}}}}}}}}}"#,
             100 - parser
         );
-        crate::metrics::Snapshot::from_json(&text).unwrap()
+        crate::snapshot::Snapshot::from_json(&text).unwrap()
     }
 
     #[test]
@@ -460,10 +454,10 @@ mod tests {
     /// a faster parser could save at most) and its own beside it.
     #[test]
     fn compare_gives_the_parsers_inclusive_and_own_share_when_both_sides_took_stacks() {
-        let stacks = |mut s: crate::metrics::Snapshot, inclusive: u64| {
+        let stacks = |mut s: crate::snapshot::Snapshot, inclusive: u64| {
             if let Some(u) = s.taps.get_mut("w").and_then(|t| t.upstream.as_mut()) {
-                u.frames = Some(FrameKind::Native);
-                u.inclusive = Some(
+                u.profile_mut().frames = Some(FrameKind::Native);
+                u.profile_mut().inclusive = Some(
                     [("http_parser", inclusive), ("srv", 100)]
                         .iter()
                         .map(|(k, v)| ((*k).to_owned(), *v))
@@ -492,15 +486,15 @@ mod tests {
     #[test]
     fn the_what_if_takes_the_parsers_inclusive_share() {
         let mut s = snapshot(Some(&[("libc.so.6", 30), ("webdis", 70)]), Some(false));
-        s.frames = Some(FrameKind::Native);
-        s.inclusive = Some(
+        s.profile_mut().frames = Some(FrameKind::Native);
+        s.profile_mut().inclusive = Some(
             [("http_parser", 30), ("libc.so.6", 30), ("webdis", 100)]
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), *v))
                 .collect(),
         );
-        s.functions = Some(vec![
-            crate::upstream::FunctionSnapshot {
+        s.profile_mut().functions = Some(vec![
+            crate::snapshot::FunctionSnapshot {
                 name: "main".into(),
                 object: "webdis".into(),
                 component: "webdis".into(),
@@ -508,7 +502,7 @@ mod tests {
                 inclusive_samples: 100,
                 line: None,
             },
-            crate::upstream::FunctionSnapshot {
+            crate::snapshot::FunctionSnapshot {
                 name: "http_parser_execute".into(),
                 object: "webdis".into(),
                 component: "http_parser".into(),
@@ -516,7 +510,7 @@ mod tests {
                 inclusive_samples: 30,
                 line: None,
             },
-            crate::upstream::FunctionSnapshot {
+            crate::snapshot::FunctionSnapshot {
                 name: "memchr".into(),
                 object: "libc.so.6".into(),
                 component: "libc.so.6".into(),
@@ -557,12 +551,12 @@ mod tests {
     #[test]
     fn php_closures_are_told_apart_by_their_line() {
         let mut s = snapshot(Some(&[("php-burn.php", 100)]), Some(false));
-        s.frames = Some(FrameKind::Php);
-        s.inclusive = Some([("php-burn.php".to_owned(), 100)].into_iter().collect());
-        s.functions = Some(
+        s.profile_mut().frames = Some(FrameKind::Php);
+        s.profile_mut().inclusive = Some([("php-burn.php".to_owned(), 100)].into_iter().collect());
+        s.profile_mut().functions = Some(
             [(40, 100), (90, 60)]
                 .iter()
-                .map(|&(line, n)| crate::upstream::FunctionSnapshot {
+                .map(|&(line, n)| crate::snapshot::FunctionSnapshot {
                     name: r"Burn\Server::Burn\{closure}".into(),
                     object: "/srv/php-burn.php".into(),
                     component: "php-burn.php".into(),
@@ -584,8 +578,8 @@ mod tests {
     #[test]
     fn packages_of_one_library_read_as_one_group_with_their_parts() {
         use crate::report::stacks::tests::frame;
-        use crate::upstream::snapshot::OTHER_STACKS;
-        use crate::upstream::{Stack, Stacks};
+        use crate::snapshot::OTHER_STACKS;
+        use crate::snapshot::{Stack, Stacks};
         let mut s = snapshot(
             Some(&[
                 ("league/uri", 14),
@@ -595,8 +589,8 @@ mod tests {
             ]),
             Some(false),
         );
-        s.frames = Some(FrameKind::Php);
-        s.inclusive = Some(
+        s.profile_mut().frames = Some(FrameKind::Php);
+        s.profile_mut().inclusive = Some(
             [
                 ("index.php", 100),
                 ("php_builtin", 53),
@@ -639,7 +633,7 @@ mod tests {
             truncated_samples: 0,
             unmapped_samples: 0,
         };
-        s.stacks = Some(stacks.clone());
+        s.profile_mut().stacks = Some(stacks.clone());
         let i = Inside::new(&s, 100, None, 2.0);
         assert!(
             !i.components
@@ -675,7 +669,7 @@ mod tests {
         // are in `[other stacks]`, and the part's count outside the kept stacks adds them.
         let mut capped = stacks;
         capped.stacks[2] = stack(&[5], 3);
-        s.stacks = Some(capped);
+        s.profile_mut().stacks = Some(capped);
         let i = Inside::new(&s, 100, None, 2.0);
         let group = i
             .components
@@ -694,12 +688,12 @@ mod tests {
     /// CPU per request, callers and what-if; a PHP function with its script and line.
     #[test]
     fn the_hot_path_leads_the_stack_lines() {
-        use crate::upstream::{Frame, Stack, Stacks};
+        use crate::snapshot::{Frame, Stack, Stacks};
         let mut s = snapshot(
             Some(&[("php-burn.php", 70), ("php_builtin", 30)]),
             Some(false),
         );
-        s.frames = Some(FrameKind::Php);
+        s.profile_mut().frames = Some(FrameKind::Php);
         let frame = |name: &str, line: Option<u32>| Frame {
             name: name.into(),
             object: if line.is_some() {
@@ -710,7 +704,7 @@ mod tests {
             component: "php-burn.php".into(),
             line,
         };
-        s.stacks = Some(Stacks {
+        s.profile_mut().stacks = Some(Stacks {
             frames: vec![
                 frame("{main}", None),
                 frame("Fiber::resume", None),

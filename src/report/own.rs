@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::upstream::{ProxySnapshot, UpstreamSnapshot};
+use crate::snapshot::{ProxySnapshot, UpstreamSnapshot};
 
 /// phasescope's own process over the report's window, per request of one tap.
 #[derive(Debug, Clone, Serialize)]

@@ -16,8 +16,8 @@
 use super::bootstrap::{ln_seconds, std_dev};
 use super::compare::{per_run, Measured, Statistic};
 use super::verdict::LogChange;
-use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
 use crate::rng::Rng;
+use crate::snapshot::{SeriesSnapshot, Snapshot};
 
 /// Windows with the series on both sides, fewer than this: not a paired comparison.
 pub(super) const MIN_PAIRS: usize = 3;

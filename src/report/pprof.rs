@@ -14,10 +14,10 @@ use prost::Message;
 
 use super::pprof_proto as pb;
 use super::stacks::{FrameKind, TapStacks};
-use crate::upstream::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
+use crate::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
 
 /// The sampling frequency of a snapshot that does not give its own (the sampler's default).
-pub const DEFAULT_FREQUENCY_HZ: u32 = crate::upstream::profile::DEFAULT_FREQUENCY_HZ;
+pub const DEFAULT_FREQUENCY_HZ: u32 = crate::snapshot::DEFAULT_FREQUENCY_HZ;
 
 /// The string table: "" at index 0, each string once.
 #[derive(Default)]
@@ -249,7 +249,7 @@ impl<'a> Tables<'a> {
 pub fn profile(t: &TapStacks<'_>, since_unix: Option<f64>) -> pb::Profile {
     let frequency = t
         .upstream
-        .frequency_hz
+        .frequency_hz()
         .filter(|&f| f > 0)
         .unwrap_or(DEFAULT_FREQUENCY_HZ);
     let period = 1_000_000_000 / i64::from(frequency);
@@ -301,9 +301,9 @@ mod tests {
 
     use super::*;
     use crate::report::stacks::tests::{frame, small};
-    use crate::upstream::snapshot::{Stack, Stacks};
-    use crate::upstream::FrameKind;
-    use crate::upstream::UpstreamSnapshot;
+    use crate::snapshot::FrameKind;
+    use crate::snapshot::UpstreamSnapshot;
+    use crate::snapshot::{Stack, Stacks};
 
     fn upstream(stacks: Stacks, frequency_hz: Option<u32>) -> UpstreamSnapshot {
         let mut u: UpstreamSnapshot = serde_json::from_str(
@@ -313,8 +313,8 @@ mod tests {
                 "context_switches_involuntary":0,"restarts":0}"#,
         )
         .unwrap();
-        u.stacks = Some(stacks);
-        u.frequency_hz = frequency_hz;
+        u.profile_mut().stacks = Some(stacks);
+        u.profile_mut().frequency_hz = frequency_hz;
         u
     }
 
@@ -350,7 +350,7 @@ mod tests {
         let t = TapStacks {
             tap: "webdis",
             upstream: &u,
-            stacks: u.stacks.as_ref().unwrap(),
+            stacks: u.stacks().unwrap(),
         };
         decode(&encode(&profile(&t, Some(1_796_056_807.25))).unwrap())
     }
@@ -465,7 +465,7 @@ mod tests {
         let t = TapStacks {
             tap: "webdis",
             upstream: &u,
-            stacks: u.stacks.as_ref().unwrap(),
+            stacks: u.stacks().unwrap(),
         };
         let q = profile(&t, None);
         let first = &q.mapping[0];
@@ -496,11 +496,11 @@ mod tests {
             unmapped_samples: 0,
         };
         let mut u = upstream(stacks, None);
-        u.frames = Some(FrameKind::Php);
+        u.profile_mut().frames = Some(FrameKind::Php);
         let t = TapStacks {
             tap: "amp",
             upstream: &u,
-            stacks: u.stacks.as_ref().unwrap(),
+            stacks: u.stacks().unwrap(),
         };
         let p = profile(&t, None);
         assert_eq!(p.period, 1_000_000, "no frequency in the snapshot: 1000 Hz");

@@ -21,7 +21,7 @@ pub struct Report {
     pub notes: Vec<String>,
     /// What the rules of docs/findings.md find in the window, most severe first, each with
     /// its `tap`; made from snapshots (a Prometheus report has none).
-    pub findings: Vec<crate::metrics::Finding>,
+    pub findings: Vec<crate::snapshot::Finding>,
     pub taps: Vec<TapReport>,
 }
 
@@ -74,13 +74,13 @@ pub struct Section {
 /// the server's CPU its requests took.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RouteCpuFigures {
-    pub cpu_per_request: Option<crate::upstream::route_cpu::Interval>,
+    pub cpu_per_request: Option<crate::snapshot::route_cpu::Interval>,
     pub cpu_share: Option<f64>,
     pub cpu_reason: Option<String>,
 }
 
 impl RouteCpuFigures {
-    fn of(e: &crate::upstream::route_cpu::RouteCpuEstimate, route: &str) -> RouteCpuFigures {
+    fn of(e: &crate::snapshot::route_cpu::RouteCpuEstimate, route: &str) -> RouteCpuFigures {
         match e.route(route) {
             Some(r) => RouteCpuFigures {
                 cpu_per_request: r.cpu_per_request,
@@ -215,7 +215,7 @@ impl Report {
                 tap.upstream
                     .as_ref()
                     .and_then(|u| u.slices.as_ref())
-                    .and_then(crate::upstream::route_cpu::estimate)
+                    .and_then(crate::snapshot::route_cpu::estimate)
             } else {
                 None
             };

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::metrics::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// Keeps the taps in `taps` (all when empty); with `rename = Some((from, to))` the tap
 /// `from` is kept alone and renamed `to` (B's tap compared as A's).

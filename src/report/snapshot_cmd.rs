@@ -11,7 +11,7 @@ use anyhow::{ensure, Context};
 
 use super::http::{self, Url};
 use super::source::{Source, RESET_PATH, SNAPSHOT_PATH};
-use crate::metrics::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// What was saved.
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::http::{self, Url};
-use crate::metrics::snapshot::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// The admin API path of the snapshot.
 pub const SNAPSHOT_PATH: &str = "/api/snapshot";

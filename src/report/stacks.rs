@@ -2,7 +2,7 @@
 //! and a pprof profile (`report --folded`, `--flamegraph`, `--pprof`; docs/report.md,
 //! "Flame graphs, folded stacks and pprof").
 //!
-//! Each tap's stacks are those of the merged snapshots ([`crate::upstream::snapshot::merge`]),
+//! Each tap's stacks are those of the merged snapshots ([`crate::snapshot::upstream::merge`]),
 //! so a report over several runs draws one graph of all of them.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,9 +13,9 @@ use inferno::flamegraph::{self, color};
 
 use super::dataset::Dataset;
 use super::flame_colours::{Colours, Swatch, GREY};
-pub use crate::upstream::snapshot::FrameKind;
-use crate::upstream::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
-use crate::upstream::UpstreamSnapshot;
+pub use crate::snapshot::FrameKind;
+use crate::snapshot::UpstreamSnapshot;
+use crate::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
 
 /// One tap whose stacks are exported.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +28,7 @@ pub struct TapStacks<'a> {
 impl TapStacks<'_> {
     /// Native when the snapshot does not say.
     pub fn kind(&self) -> FrameKind {
-        self.upstream.frames.unwrap_or(FrameKind::Native)
+        self.upstream.frames().unwrap_or(FrameKind::Native)
     }
 
     /// `webdis (pid 4242), tap webdis`: the process and where it was watched.
@@ -91,7 +91,7 @@ fn with_stacks<'a>(tap: &'a str, u: Option<&'a UpstreamSnapshot>) -> Result<TapS
             "tap {tap} watches no upstream process, so it has no call stacks: give it a [tap.process] with profile = true"
         ));
     };
-    match &upstream.stacks {
+    match upstream.stacks() {
         Some(stacks) if stacks.total() > 0 => Ok(TapStacks {
             tap,
             upstream,
@@ -100,7 +100,7 @@ fn with_stacks<'a>(tap: &'a str, u: Option<&'a UpstreamSnapshot>) -> Result<TapS
         Some(_) => Err(format!(
             "tap {tap} has no sampled stacks in this window (its upstream used no CPU while watched)"
         )),
-        None if upstream.samples.is_some() => Err(format!(
+        None if upstream.samples().is_some() => Err(format!(
             "tap {tap} has CPU samples but no call stacks: its [tap.process] sets stack_bytes = 0 (the sampled function only; leave it at its default for stacks), or the snapshot comes from a phasescope that recorded none"
         )),
         None => Err(format!(
@@ -470,7 +470,7 @@ fn shifted(
 pub(crate) mod tests {
     use super::*;
     use crate::report::flame_colours::{FIXED, HASHED, OWN};
-    use crate::upstream::snapshot::{Frame, Stack};
+    use crate::snapshot::{Frame, Stack};
 
     pub(crate) fn frame(name: &str, object: &str, component: &str) -> Frame {
         Frame {
@@ -607,7 +607,9 @@ pub(crate) mod tests {
                 "context_switches_involuntary":0,"restarts":0}"#,
         )
         .unwrap();
-        u.stacks = stacks;
+        if let Some(stacks) = stacks {
+            u.profile_mut().stacks = Some(stacks);
+        }
         u
     }
 
@@ -664,7 +666,7 @@ pub(crate) mod tests {
         let t = TapStacks {
             tap: "webdis",
             upstream: &u,
-            stacks: u.stacks.as_ref().unwrap(),
+            stacks: u.stacks().unwrap(),
         };
         let svg = flamegraph(&t).unwrap();
         let titles = svg_titles(&svg);
@@ -775,7 +777,7 @@ pub(crate) mod tests {
             let t = TapStacks {
                 tap: "w",
                 upstream: &u,
-                stacks: u.stacks.as_ref().unwrap(),
+                stacks: u.stacks().unwrap(),
             };
             fills(&flamegraph(&t).unwrap())
         };
@@ -828,7 +830,7 @@ pub(crate) mod tests {
         let t = TapStacks {
             tap: "w",
             upstream: &u,
-            stacks: u.stacks.as_ref().unwrap(),
+            stacks: u.stacks().unwrap(),
         };
         let svg = flamegraph(&t).unwrap();
         svg_titles(&svg);
@@ -895,13 +897,13 @@ pub(crate) mod tests {
             unsampled.contains("not sampled") && unsampled.contains("profile = true"),
             "{unsampled}"
         );
-        u.samples = Some(BTreeMap::from([("webdis".to_owned(), 5)]));
+        u.profile_mut().samples = BTreeMap::from([("webdis".to_owned(), 5)]);
         let old = with_stacks("webdis", Some(&u)).unwrap_err();
         assert!(old.contains("no call stacks"), "{old}");
-        u.stacks = Some(Stacks::default());
+        u.profile_mut().stacks = Some(Stacks::default());
         let empty = with_stacks("webdis", Some(&u)).unwrap_err();
         assert!(empty.contains("no sampled stacks"), "{empty}");
-        u.stacks = Some(small());
+        u.profile_mut().stacks = Some(small());
         assert!(with_stacks("webdis", Some(&u)).is_ok());
     }
 }

@@ -13,7 +13,7 @@ use super::flame_colours::Colours;
 use super::inside::{Inside, DEFAULT_WHAT_IF};
 use super::stacks::{frame_labels, FrameKind};
 use crate::phase::Phase;
-use crate::upstream::{Stacks, UpstreamSnapshot};
+use crate::snapshot::{Stacks, UpstreamSnapshot};
 
 /// Height of the text part: a title and up to [`MAX_LINES`] lines.
 const TEXT_HEIGHT: u32 = 40 + 17 * MAX_LINES as u32;
@@ -45,7 +45,7 @@ pub fn height(tap: &TapData) -> u32 {
 }
 
 fn sampled_stacks(u: &UpstreamSnapshot) -> Option<&Stacks> {
-    u.stacks.as_ref().filter(|s| !s.stacks.is_empty())
+    u.stacks().filter(|s| !s.stacks.is_empty())
 }
 
 fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
@@ -102,7 +102,7 @@ pub fn draw<DB: DrawingBackend>(
         flame(
             &below,
             stacks,
-            u.frames.unwrap_or(FrameKind::Native),
+            u.frames().unwrap_or(FrameKind::Native),
             own.as_deref(),
         )?;
     }

@@ -247,7 +247,7 @@ fn markdown(report: &Report) -> String {
         for l in inside_lines(report, tap, s) {
             let _ = writeln!(out, "{}\n", md_escape(&l));
         }
-        let findings: Vec<&crate::metrics::Finding> = if s.route == ALL_ROUTES {
+        let findings: Vec<&crate::snapshot::Finding> = if s.route == ALL_ROUTES {
             super::findings::of_tap(&report.findings, tap).collect()
         } else {
             Vec::new()

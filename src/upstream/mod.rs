@@ -9,31 +9,24 @@
 
 pub mod account;
 pub mod find;
-pub mod hot;
-mod nnls;
 pub mod own;
 pub mod profile;
-pub mod route_cpu;
 pub mod slices;
-pub mod snapshot;
-mod stacks;
-pub mod summary;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use own::{Own, ProxySnapshot};
-pub use snapshot::{
-    Frame, FrameKind, FunctionSnapshot, Stack, Stacks, SymbolSnapshot, UpstreamSnapshot,
-};
+pub use own::Own;
 pub use watch::{ProfileSettings, Watcher};
 
+use crate::snapshot::stacks::StackWindow;
+use crate::snapshot::upstream::TOP_SYMBOLS;
+use crate::snapshot::{FrameKind, ProfileSnapshot, SymbolSnapshot, UpstreamSnapshot};
 use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
 use slices::{RouteCounts, SliceWindow};
-use stacks::StackWindow;
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.
 pub struct Upstream {
@@ -288,42 +281,79 @@ impl Upstream {
     /// The window since the last reset, as the last read left the counters.
     fn window_snapshot(&self, s: &State) -> UpstreamSnapshot {
         let window = s.accountant.totals().since(&s.baseline);
-        let mut snap = UpstreamSnapshot::new(window, s.accountant.process(), self.interval);
+        let mut snap = process_snapshot(window, s.accountant.process(), self.interval);
         if !s.accountant.threads_readable() {
             snap.cpu_seconds = None;
         }
         snap.slices = s.slices.snapshot();
-        if let Some(samples) = &s.samples {
-            snap.samples = Some(samples.window.clone());
-            let mut top: Vec<SymbolSnapshot> = samples
-                .window_symbols
-                .iter()
-                .map(|((symbol, object, component), &samples)| SymbolSnapshot {
-                    symbol: symbol.clone(),
-                    object: object.clone(),
-                    component: component.clone(),
-                    samples,
-                })
-                .collect();
-            top.sort_by(|a, b| {
-                b.samples
-                    .cmp(&a.samples)
-                    .then_with(|| a.symbol.cmp(&b.symbol))
-            });
-            top.truncate(snapshot::TOP_SYMBOLS);
-            snap.top_symbols = Some(top);
-            snap.stripped = Some(samples.stripped);
-            snap.frequency_hz = Some(samples.frequency_hz).filter(|&f| f > 0);
-            snap.lost_samples = Some(samples.window_lost);
-            snap.unsampled_threads = Some(samples.unsampled_threads);
-            snap.unsampled_cpu_seconds = Some(samples.window_unsampled_cpu_ns as f64 / 1e9);
-            if let Some(frames) = samples.frames {
-                snap.frames = Some(frames);
-                snap.inclusive = Some(samples.window_inclusive.clone());
-                snap.functions = Some(samples.window_stacks.functions());
-                snap.stacks = Some(samples.window_stacks.snapshot());
-            }
-        }
+        snap.profile = s.samples.as_ref().map(Samples::snapshot);
         snap
+    }
+}
+
+impl Samples {
+    /// The window's samples as the snapshot's profile.
+    fn snapshot(&self) -> ProfileSnapshot {
+        let mut top: Vec<SymbolSnapshot> = self
+            .window_symbols
+            .iter()
+            .map(|((symbol, object, component), &samples)| SymbolSnapshot {
+                symbol: symbol.clone(),
+                object: object.clone(),
+                component: component.clone(),
+                samples,
+            })
+            .collect();
+        top.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.symbol.cmp(&b.symbol))
+        });
+        top.truncate(TOP_SYMBOLS);
+        let stacks = self.frames.is_some();
+        ProfileSnapshot {
+            samples: self.window.clone(),
+            top_symbols: Some(top),
+            stripped: Some(self.stripped),
+            lost_samples: Some(self.window_lost),
+            unsampled_threads: Some(self.unsampled_threads),
+            unsampled_cpu_seconds: Some(self.window_unsampled_cpu_ns as f64 / 1e9),
+            frames: self.frames,
+            inclusive: stacks.then(|| self.window_inclusive.clone()),
+            functions: stacks.then(|| self.window_stacks.functions()),
+            stacks: stacks.then(|| self.window_stacks.snapshot()),
+            frequency_hz: Some(self.frequency_hz).filter(|&f| f > 0),
+        }
+    }
+}
+
+/// The snapshot's `upstream` object for the process's figures over a window, before any
+/// profile or slices are added.
+fn process_snapshot(
+    window: Totals,
+    process: Option<&ProcessInfo>,
+    interval: Duration,
+) -> UpstreamSnapshot {
+    let s = |ns: u64| ns as f64 / 1e9;
+    UpstreamSnapshot {
+        pid: process.map(|p| p.pid),
+        comm: process.map(|p| p.comm.clone()),
+        exe: process.and_then(|p| p.exe.as_ref().map(|e| e.display().to_string())),
+        threads: process.map_or(0, |p| p.threads),
+        cpus_allowed: process.and_then(|p| p.cpus_allowed.clone()),
+        interval_seconds: interval.as_secs_f64(),
+        watched_seconds: s(window.watched_ns),
+        cpu_user_seconds: s(window.user_ns),
+        cpu_system_seconds: s(window.system_ns),
+        cpu_seconds: Some(s(window.cpu_ns)),
+        runqueue_seconds: s(window.runqueue_ns),
+        busiest_thread_seconds: s(window.busiest_ns),
+        active_seconds: Some(s(window.active_ns)),
+        active_busiest_thread_seconds: Some(s(window.active_busiest_ns)),
+        context_switches_voluntary: window.voluntary,
+        context_switches_involuntary: window.involuntary,
+        restarts: window.restarts,
+        profile: None,
+        slices: None,
     }
 }

@@ -13,10 +13,11 @@ use std::thread;
 use std::time::Duration;
 
 use phasescope::config::{MetricsConfig, Protocol, RouteRule, TapConfig};
-use phasescope::metrics::{Registry, Snapshot};
+use phasescope::metrics::Registry;
 use phasescope::phase::{Phase, Phases};
 use phasescope::recorder::{ExchangeId, ExchangeRecord, Recorder};
 use phasescope::routes::RouteTable;
+use phasescope::snapshot::Snapshot;
 
 /// A small deterministic generator (SplitMix64) with a normal deviate, so that synthetic
 /// runs are reproducible.

@@ -178,7 +178,7 @@
    * in for its parser, an upper bound. Empty when nothing names a parser. */
   const WHAT_IF_FACTOR = 2;
 
-  /* What the process runs, as the report names it (upstream::summary::runs_as): its comm,
+  /* What the process runs, as the report names it (snapshot::summary::runs_as): its comm,
    * or the binary's file name when the kernel cut comm at 15 bytes and the name goes on
    * from it; not the file name alone (Debian's redis-server is a symlink to
    * redis-check-rdb). */

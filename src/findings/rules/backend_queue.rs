@@ -4,7 +4,7 @@
 
 use super::{met, per_request, shown, Draft};
 use crate::findings::{TapView, MIN_REQUESTS};
-use crate::metrics::Finding;
+use crate::snapshot::Finding;
 use crate::units::{duration, share};
 
 /// The Redis queue's share of `upstream_wait` from which it is a finding.

@@ -3,7 +3,7 @@
 
 use super::{met, met_as, per_request, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::Finding;
+use crate::snapshot::Finding;
 use crate::units::{duration, share};
 
 /// The share of requests that opened an upstream connection from which it is a finding.

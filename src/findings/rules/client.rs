@@ -8,7 +8,7 @@
 
 use super::{met, per_request, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::Finding;
+use crate::snapshot::Finding;
 use crate::units::share;
 
 /// `client_recv` and `write` over `total` from which it is a finding.

@@ -4,7 +4,7 @@
 
 use super::{met, per_request, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::Finding;
+use crate::snapshot::Finding;
 use crate::units::{duration, share, three_digits};
 
 /// The proxy's share of the CPU time the machine's cores did, from which it is a large

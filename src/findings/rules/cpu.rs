@@ -3,7 +3,7 @@
 
 use super::{met, met_as, per_request, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::{Finding, Severity};
+use crate::snapshot::{Finding, Severity};
 use crate::units::{duration, share, three_digits};
 
 /// The share of the time its busiest thread wants a CPU, or the CPUs all of its threads

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use super::{met, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::{Finding, Severity};
 use crate::recorder::{Culprit, ErrorKind};
+use crate::snapshot::{Finding, Severity};
 use crate::units::share;
 
 /// The upstream's failures over all exchanges from which it is a finding.

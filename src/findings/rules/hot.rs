@@ -5,7 +5,7 @@
 
 use super::{met, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::{Finding, Severity};
+use crate::snapshot::{Finding, Severity};
 use crate::units::{duration, share};
 
 /// Samples of call stacks the rule needs before it names anything.
@@ -20,7 +20,7 @@ pub const WORTH: f64 = super::parser::WORTH;
 
 pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let (u, i) = (v.tap.upstream.as_ref()?, v.inside.as_ref()?);
-    let samples = u.stacks.as_ref()?.total();
+    let samples = u.stacks()?.total();
     if samples < MIN_SAMPLES {
         return None;
     }

@@ -13,8 +13,8 @@ mod parser;
 mod proxy;
 
 use super::TapView;
-use crate::metrics::{Evidence, Finding, Impact, Severity};
-use crate::upstream::summary::{Component, Inside};
+use crate::snapshot::summary::{Component, Inside};
+use crate::snapshot::{Evidence, Finding, Impact, Severity};
 
 /// A share of a request's time at or above which a finding is a warning.
 const WARN_SHARE: f64 = 0.2;

@@ -6,7 +6,7 @@
 
 use super::{met, met_as, shown, Draft};
 use crate::findings::{TapView, MIN_REQUESTS};
-use crate::metrics::Finding;
+use crate::snapshot::Finding;
 use crate::units::{duration, share};
 
 /// Pauses between two reads of a response in this range (seconds) are taken as waits on

@@ -4,7 +4,7 @@
 
 use super::{met, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::{Finding, Severity};
+use crate::snapshot::{Finding, Severity};
 use crate::units::{duration, share};
 
 /// Samples the what-if needs before it says anything.
@@ -16,7 +16,7 @@ pub const WORTH: f64 = 0.05;
 pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let (u, i) = (v.tap.upstream.as_ref()?, v.inside.as_ref()?);
     let w = i.what_if.as_ref()?;
-    let samples: u64 = u.samples.iter().flat_map(|s| s.values()).sum();
+    let samples: u64 = u.samples().into_iter().flat_map(|s| s.values()).sum();
     if samples < MIN_SAMPLES {
         return None;
     }

@@ -3,7 +3,7 @@
 
 use super::{met, per_request, shown, Draft};
 use crate::findings::TapView;
-use crate::metrics::Finding;
+use crate::snapshot::Finding;
 use crate::units::{duration, share};
 
 /// `proxy_overhead` over `total` from which it is a finding.

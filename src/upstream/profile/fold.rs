@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use super::{sort_symbols, sorted, ProfileDelta, SymbolSamples};
-use crate::upstream::snapshot::{Frame, FrameKind, Stack, Stacks};
+use crate::snapshot::{Frame, FrameKind, Stack, Stacks};
 
 pub(super) struct Fold<K, L, C> {
     /// Self component → samples.

@@ -25,15 +25,9 @@ use std::io;
 pub use native::{is_stripped, Profiler, DRAIN_EVERY, MAX_SAMPLED_THREADS};
 pub use native::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 pub use php::PhpProfiler;
-pub use rules::{
-    component_group, component_label, ComponentRules, UserComponentRule, ANON_EXEC_OBJECT,
-    KERNEL_OBJECT,
-};
+pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};
 
-use super::snapshot::{FrameKind, Stacks};
-
-/// The sampling frequency the figures use: one sample per millisecond of CPU.
-pub const DEFAULT_FREQUENCY_HZ: u32 = 1000;
+use crate::snapshot::{FrameKind, Stacks};
 
 // The stack sizes are the config's: it validates `stack_bytes` against them, and the
 // config sits below this module (it may not import it).

@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{detect, PhpFrame, PhpSampler};
+use crate::snapshot::stacks::TRUNCATED;
+use crate::snapshot::{Frame, FrameKind};
 use crate::upstream::profile::fold::Fold;
 use crate::upstream::profile::{ComponentRules, ProfileDelta, ProfileError};
-use crate::upstream::snapshot::{Frame, FrameKind, TRUNCATED};
 
 /// The sampler's frame for a sample on a CPU without PHP code running: the engine
 /// starting, compiling, an FPM worker between requests. It counts as the engine's own

@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::components::{component_group, component_label};
 use super::hot::{hot_path, HotFunction};
-use super::{FrameKind, UpstreamSnapshot};
+use super::stacks::FrameKind;
+use super::upstream::UpstreamSnapshot;
 
 /// The component a faster parser would shrink.
 pub const PARSER: &str = "http_parser";
@@ -36,7 +38,7 @@ pub struct Inside {
     /// With call stacks: the functions with the most inclusive samples, with their self
     /// and inclusive shares of all samples.
     pub functions: Vec<Function>,
-    /// With call stacks: the hot path (`upstream::hot`), most listed samples first, at
+    /// With call stacks: the hot path ([`super::hot`]), most listed samples first, at
     /// most [`super::hot::MAX_HOT`] (the report keeps its `--top`).
     pub hot: Vec<HotFunction>,
     /// With call stacks: the fraction of samples whose stack was cut before its root.
@@ -125,9 +127,9 @@ impl Inside {
         let own = own
             .as_ref()
             .map(|(name, label)| (name.as_str(), label.as_str()));
-        let mut components = components(u.samples.as_ref(), own);
+        let mut components = components(u.samples(), own);
         let total: u64 = components.iter().map(|c| c.samples).sum();
-        if let (Some(inclusive), true) = (&u.inclusive, total > 0) {
+        if let (Some(inclusive), true) = (u.inclusive(), total > 0) {
             for c in &mut components {
                 c.inclusive = Some(
                     inclusive.get(&c.name).copied().unwrap_or(c.samples) as f64 / total as f64,
@@ -148,7 +150,7 @@ impl Inside {
             }
         }
         let components = grouped(components, u, total);
-        let functions = match (&u.functions, total > 0) {
+        let functions = match (u.functions(), total > 0) {
             (Some(f), true) => f
                 .iter()
                 .map(|f| Function {
@@ -163,20 +165,17 @@ impl Inside {
             _ => Vec::new(),
         };
         let truncated = u
-            .stacks
-            .as_ref()
+            .stacks()
             .filter(|_| total > 0)
             .map(|s| s.truncated_samples as f64 / total as f64);
         let unmapped = u
-            .stacks
-            .as_ref()
+            .stacks()
             .filter(|_| total > 0)
             .map(|s| s.unmapped_samples as f64 / total as f64);
-        let stripped = u.stripped.unwrap_or(false);
+        let stripped = u.profile.as_ref().and_then(|p| p.stripped).unwrap_or(false);
         let cpu = per(u.cpu_user_seconds + u.cpu_system_seconds);
         let hot = u
-            .stacks
-            .as_ref()
+            .stacks()
             .map(|s| hot_path(s, cpu, mean_total, factor))
             .unwrap_or_default();
         let what_if = what_if(
@@ -198,7 +197,7 @@ impl Inside {
             cpu_system: per(u.cpu_system_seconds),
             runqueue: per(u.runqueue_seconds),
             components,
-            frames: u.frames,
+            frames: u.frames(),
             functions,
             hot,
             truncated,
@@ -265,7 +264,7 @@ fn components(samples: Option<&BTreeMap<String, u64>>, own: Own<'_>) -> Vec<Comp
     out
 }
 
-/// `components` with those of one group ([`super::profile::component_group`]) as one
+/// `components` with those of one group ([`component_group`]) as one
 /// entry holding them as its parts, when two or more of a group were sampled; largest
 /// first. A group's self share is its parts' sum. Its inclusive share is counted over
 /// the snapshot's stacks (a stack that holds two of its parts counts once); the samples
@@ -276,7 +275,7 @@ fn grouped(components: Vec<Component>, u: &UpstreamSnapshot, total: u64) -> Vec<
     let mut groups: BTreeMap<String, Vec<Component>> = BTreeMap::new();
     let mut out = Vec::with_capacity(components.len());
     for c in components {
-        match super::profile::component_group(&c.name) {
+        match component_group(&c.name) {
             Some(group) => groups.entry(group).or_default().push(c),
             None => out.push(c),
         }
@@ -299,7 +298,7 @@ fn grouped(components: Vec<Component>, u: &UpstreamSnapshot, total: u64) -> Vec<
                 .then(a.name.cmp(&b.name))
         });
         out.push(Component {
-            label: super::profile::component_label(&name).to_owned(),
+            label: component_label(&name).to_owned(),
             name,
             samples,
             share: if total == 0 {
@@ -317,12 +316,12 @@ fn grouped(components: Vec<Component>, u: &UpstreamSnapshot, total: u64) -> Vec<
 
 /// The fraction of samples whose stack holds a frame of any of `parts` (see [`grouped`]).
 fn group_inclusive(parts: &[Component], u: &UpstreamSnapshot, total: u64) -> Option<f64> {
-    let counts = u.inclusive.as_ref()?;
+    let counts = u.inclusive()?;
     if total == 0 || parts.iter().all(|c| c.inclusive.is_none()) {
         return None;
     }
     let count = |c: &Component| counts.get(&c.name).copied().unwrap_or(c.samples);
-    let Some(stacks) = &u.stacks else {
+    let Some(stacks) = u.stacks() else {
         return parts
             .iter()
             .map(count)
@@ -356,7 +355,7 @@ fn label(name: &str, own: Own<'_>) -> String {
     if let Some((_, label)) = own.filter(|(own, _)| *own == name) {
         return label.to_owned();
     }
-    super::profile::component_label(name).to_owned()
+    component_label(name).to_owned()
 }
 
 fn what_if(

@@ -20,7 +20,7 @@
 use serde::Serialize;
 
 use super::nnls::{nnls, normal_equations};
-use super::slices::RouteSlices;
+use super::slices::{RouteSlices, Slice, SLICE};
 use crate::rng::Rng;
 
 /// Slices a window needs before anything is estimated.
@@ -88,8 +88,7 @@ impl RouteCpuEstimate {
 
 /// The estimate over `slices`; `None` when they hold no exchange at all.
 pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
-    let rows: Vec<&super::slices::Slice> =
-        slices.slices.iter().filter(|s| s.seconds > 0.0).collect();
+    let rows: Vec<&Slice> = slices.slices.iter().filter(|s| s.seconds > 0.0).collect();
     let width = slices.routes.len();
     let totals: Vec<u64> = (0..width)
         .map(|r| {
@@ -121,7 +120,7 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
         let why = format!(
             "too few slices: {} of the {MIN_SLICES} the fit needs (a window of at least {} s under load)",
             rows.len(),
-            (MIN_SLICES as f64 * super::slices::SLICE.as_secs_f64()).ceil()
+            (MIN_SLICES as f64 * SLICE.as_secs_f64()).ceil()
         );
         out.routes = order.iter().map(|&r| unknown(r, why.clone())).collect();
         return Some(out);
@@ -148,7 +147,7 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
             rows.len(),
             k - 1,
             SLICES_PER_FIGURE * k,
-            (SLICES_PER_FIGURE as f64 * k as f64 * super::slices::SLICE.as_secs_f64()).ceil()
+            (SLICES_PER_FIGURE as f64 * k as f64 * SLICE.as_secs_f64()).ceil()
         );
         out.routes = order.iter().map(|&r| unknown(r, why.clone())).collect();
         return Some(out);
@@ -277,8 +276,8 @@ pub fn estimate(slices: &RouteSlices) -> Option<RouteCpuEstimate> {
 }
 
 /// One route: the window's CPU over its requests, the interval by the same bootstrap.
-fn one_route(rows: &[&super::slices::Slice], r: usize, routes: &[String], seed: u64) -> RouteCpu {
-    let n = |s: &super::slices::Slice| s.exchanges.get(r).copied().unwrap_or(0) as f64;
+fn one_route(rows: &[&Slice], r: usize, routes: &[String], seed: u64) -> RouteCpu {
+    let n = |s: &Slice| s.exchanges.get(r).copied().unwrap_or(0) as f64;
     let ratio = |w: &[f64]| {
         let (cpu, req) = rows.iter().zip(w).fold((0.0, 0.0), |(c, q), (s, &w)| {
             (c + w * s.cpu_seconds, q + w * n(s))
@@ -459,7 +458,6 @@ fn cv(xs: &[f64]) -> (f64, f64) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::slices::Slice;
     use super::*;
 
     /// Slices of a server whose routes cost `costs` seconds of CPU a request, with

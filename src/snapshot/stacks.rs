@@ -1,8 +1,10 @@
 //! Call stacks as the snapshot carries them (`frames`, `functions`, `stacks`:
-//! docs/metrics.md), and the one way they are added up: [`StackWindow`], which a tap's
-//! window accumulates the sampler's deltas in and which [`Stacks::merge`] merges
-//! snapshots through. It gives the top functions with their self and inclusive samples
-//! and the bounded `stacks` a snapshot carries.
+//! docs/metrics.md), and the one way they are added up: [`StackWindow`], which the
+//! upstream's window (`upstream::Upstream`) accumulates the sampler's deltas in and which
+//! [`Stacks::merge`] merges snapshots through. It gives the top functions with their self
+//! and inclusive samples and the bounded `stacks` a snapshot carries. It lies here, with
+//! the contract, because a merge of snapshots must add stacks up exactly as the watcher
+//! does, and readers merge without the profiler.
 
 use std::collections::HashMap;
 

@@ -45,7 +45,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::snapshot::{Frame, Stacks, THREAD_ROOTS};
+use super::stacks::{Frame, Stacks, THREAD_ROOTS};
 
 /// A node whose heaviest child carries at least this fraction of its samples only leads
 /// there (docs/report.md, "hot path").
@@ -527,7 +527,7 @@ fn leads_to_hot(mut n: usize, nodes: &[Node], inclusive: &[u64], min: u64) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::Stack;
+    use crate::snapshot::Stack;
 
     /// `k:` marks a kernel frame; a name in brackets is a placeholder.
     fn frame(name: &str) -> Frame {
@@ -873,7 +873,7 @@ mod tests {
 #[cfg(test)]
 mod scale {
     use super::*;
-    use crate::upstream::Stack;
+    use crate::snapshot::Stack;
 
     /// This thread's CPU time: a busy machine lengthens the wall time, not this.
     fn thread_cpu() -> std::time::Duration {
@@ -904,7 +904,7 @@ mod scale {
             });
         }
         let mut x: u64 = 1;
-        for _ in 0..crate::upstream::stacks::MAX_STACKS {
+        for _ in 0..crate::snapshot::stacks::MAX_STACKS {
             let frames = (0..120)
                 .map(|d| {
                     x = x

@@ -7,7 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use super::snapshot::{PhaseSeries, SeriesSnapshot, Snapshot, TapSnapshot};
+use super::document::Snapshot;
+use super::series::SeriesSnapshot;
+use super::tap::{PhaseSeries, TapSnapshot};
+use super::{proxy, upstream};
 
 impl Snapshot {
     /// The window from `older`'s `taken_at` to this one's. When a reset came between them
@@ -22,7 +25,7 @@ impl Snapshot {
         out.since_unix = older.taken_at_unix;
         out.findings = Vec::new();
         if let (Some(p), Some(b)) = (&mut out.proxy, &older.proxy) {
-            *p = crate::upstream::own::since(p, b);
+            *p = proxy::since(p, b);
         }
         for (name, tap) in &mut out.taps {
             if let Some(before) = older.taps.get(name) {
@@ -51,7 +54,7 @@ impl Snapshot {
                 out.taken_at_unix = s.taken_at_unix;
             }
             out.proxy = match (out.proxy.take(), &s.proxy) {
-                (Some(a), Some(b)) => Some(crate::upstream::own::merge(a, b)),
+                (Some(a), Some(b)) => Some(proxy::merge(a, b)),
                 (a, b) => a.or_else(|| b.clone()),
             };
             for (name, tap) in &s.taps {
@@ -100,7 +103,7 @@ fn tap_add(into: &mut TapSnapshot, tap: &TapSnapshot) {
         }
     }
     into.upstream = match (into.upstream.take(), &tap.upstream) {
-        (Some(a), Some(b)) => Some(crate::upstream::snapshot::merge(a, b)),
+        (Some(a), Some(b)) => Some(upstream::merge(a, b)),
         (a, b) => a.or_else(|| b.clone()),
     };
 }
@@ -166,7 +169,7 @@ fn tap_since(tap: &mut TapSnapshot, before: &TapSnapshot) {
     // The heads' shapes are kept per window since the reset only.
     tap.request_heads = None;
     if let (Some(u), Some(b)) = (&mut tap.upstream, &before.upstream) {
-        *u = crate::upstream::snapshot::since(u, b);
+        *u = upstream::since(u, b);
     }
 }
 
