@@ -338,7 +338,7 @@ impl Bench<'_> {
                 if args.design.paired() {
                     rates_as_measured(&mut c, &runs);
                 }
-                crate::report::diff_stacks::Exports {
+                crate::report::export::diff_stacks::Exports {
                     diff_flamegraph: args.diff_flamegraph.as_deref(),
                     folded: args.folded.as_deref(),
                     pprof: args.pprof.as_deref(),

@@ -10,7 +10,8 @@ use super::load::Outcome;
 use super::order::Side;
 use super::Design;
 use crate::metrics::Snapshot;
-use crate::report::{compare_table, Comparison, Format};
+use crate::report::render::compare_table;
+use crate::report::{Comparison, Format};
 
 /// One run.
 #[derive(Debug, Clone, Serialize)]

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use super::TAP;
 use crate::metrics::Snapshot;
-use crate::report::{self, stacks, Dataset};
+use crate::report::export::stacks;
+use crate::report::{self, Dataset};
 use crate::upstream::Upstream;
 
 /// Prints the report of `snapshot` and writes the flame graph to `flamegraph`.
@@ -22,7 +23,7 @@ pub fn print(
     let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
     print!(
         "{}",
-        report::table::render(&by_route, report::Format::Table, colour)?
+        report::render::table::render(&by_route, report::Format::Table, colour)?
     );
     println!();
     if let Some(line) = totals(snapshot) {

@@ -4,9 +4,9 @@
 
 use serde::Serialize;
 
-use super::dataset::{Dataset, Precision, TapData};
 use super::headline;
 use crate::phase::Phase;
+use crate::report::source::dataset::{Dataset, Precision, TapData};
 
 /// The route name of rows that cover every route of a tap.
 pub const ALL_ROUTES: &str = "*";
@@ -155,7 +155,7 @@ impl Row {
 
 impl Row {
     /// A row of `phase` from its statistics, its share not yet known.
-    pub fn of(phase: &str, s: &super::dataset::Stats) -> Row {
+    pub fn of(phase: &str, s: &crate::report::source::dataset::Stats) -> Row {
         Row {
             phase: phase.to_owned(),
             count: s.count,

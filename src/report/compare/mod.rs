@@ -15,18 +15,24 @@
 //! - the primary rows (the front tap's `total` and request rate, per route) share α by
 //!   Bonferroni; the other rows explain and are controlled by Benjamini–Hochberg.
 
+mod cpu;
+pub mod findings;
+pub mod functions;
+mod route_cpu;
+pub mod selection;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::ensure;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::bootstrap::{self, ln_seconds, std_dev, Sampler};
-use super::dataset::phase_order;
-use super::multiplicity::benjamini_hochberg;
-use super::selection::{check_named, front_taps, select};
-use super::verdict::{runs_needed, LogChange, Outcome};
+use self::selection::{check_named, front_taps, select};
 use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
+use crate::report::bootstrap::{self, ln_seconds, std_dev, Sampler};
+use crate::report::multiplicity::benjamini_hochberg;
+use crate::report::source::dataset::phase_order;
+use crate::report::verdict::{runs_needed, LogChange, Outcome};
 use crate::rng::{self, Rng};
 
 /// How to compare.
@@ -119,7 +125,7 @@ pub enum Statistic {
     /// Requests per second of the run (`total`'s count over the snapshot's window).
     Rate,
     /// Seconds of the upstream's thread-time per exchange (the `cpu` rows,
-    /// [`super::compare_cpu`]).
+    /// [`self::cpu`]).
     PerRequest,
 }
 
@@ -214,11 +220,11 @@ pub struct Comparison {
     pub failures: Vec<String>,
     pub notes: Vec<String>,
     /// Findings (docs/findings.md) that appear, go or stay between A and B.
-    pub findings: super::compare_findings::FindingsChange,
+    pub findings: self::findings::FindingsChange,
     /// Where both sides have sampled call stacks: per function and per component, CPU
     /// per request on each side with its verdict, those that changed most first
-    /// ([`super::compare_functions`]).
-    pub functions: Vec<super::compare_functions::FunctionRow>,
+    /// ([`self::functions`]).
+    pub functions: Vec<self::functions::FunctionRow>,
 }
 
 pub(super) type Key = (String, String, String);
@@ -405,17 +411,17 @@ pub fn compare(
     let summary = rows
         .iter()
         .filter(|r| r.primary)
-        .chain(rows.iter().filter(|r| super::compare_cpu::in_summary(r)))
+        .chain(rows.iter().filter(|r| self::cpu::in_summary(r)))
         .map(|r| statement(r, opts))
         .collect();
     let functions = if opts.functions {
-        super::compare_functions::rows(&a, &b, opts)
+        self::functions::rows(&a, &b, opts)
     } else {
         Vec::new()
     };
     let mut notes = notes(&rows, &a, &b, &family, opts);
     if !functions.is_empty() {
-        notes.push(super::compare_functions::note(&functions, opts));
+        notes.push(self::functions::note(&functions, opts));
     }
     Ok(Comparison {
         a: a_names,
@@ -434,7 +440,7 @@ pub fn compare(
         failures,
         notes,
         functions,
-        findings: super::compare_findings::FindingsChange::of(
+        findings: self::findings::FindingsChange::of(
             &a,
             &b,
             opts.vs_tap
@@ -526,8 +532,8 @@ fn draft_all(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> anyhow::Result<V
         };
         drafts.extend(series.drafts(a, b, opts)?);
     }
-    drafts.extend(super::compare_cpu::drafts(a, b, opts));
-    drafts.extend(super::compare_route_cpu::drafts(a, b, opts));
+    drafts.extend(self::cpu::drafts(a, b, opts));
+    drafts.extend(self::route_cpu::drafts(a, b, opts));
     Ok(drafts)
 }
 
@@ -626,8 +632,14 @@ impl Series<'_, '_, '_> {
         if opts.paired {
             let (tap, phase, route) = self.key;
             let mut rng = Rng::new(opts.seed ^ rng::hash(&[tap, phase, route, stat.as_str()]));
-            let paired =
-                super::paired::measure(stat, (tap, phase, route), a, b, opts.resamples, &mut rng);
+            let paired = crate::report::paired::measure(
+                stat,
+                (tap, phase, route),
+                a,
+                b,
+                opts.resamples,
+                &mut rng,
+            );
             if let Some((m, pairs)) = paired {
                 d.method = Method::Paired;
                 d.runs = [pairs; 2];
@@ -738,11 +750,7 @@ impl Family {
         let explanatory: Vec<usize> = (0..drafts.len())
             .filter(|&i| {
                 !drafts[i].primary
-                    && !super::compare_cpu::own_question(
-                        &drafts[i].key.1,
-                        &drafts[i].key.2,
-                        drafts[i].stat,
-                    )
+                    && !self::cpu::own_question(&drafts[i].key.1, &drafts[i].key.2, drafts[i].stat)
                     && drafts[i]
                         .measured
                         .as_ref()
@@ -811,7 +819,7 @@ pub(super) fn decide(d: Draft, discovered: bool, primary_confidence: f64, opts: 
 fn verdict(row: &mut Row, m: &Measured, confidence: f64, discovered: bool, opts: &Options) {
     let (low, high) = m.change.interval(confidence);
     let mut verdict = m.change.outcome(confidence, opts.threshold);
-    let explains = !row.primary && !super::compare_cpu::in_summary(row);
+    let explains = !row.primary && !self::cpu::in_summary(row);
     if verdict == Outcome::Different && explains && !discovered && m.change.se > 0.0 {
         verdict = Outcome::Unknown;
         row.note = Some("beyond the threshold alone, not after Benjamini–Hochberg".into());
@@ -835,12 +843,12 @@ fn verdict(row: &mut Row, m: &Measured, confidence: f64, discovered: bool, opts:
     // windows needed agree with the mde; runs: from each side's run-to-run variation.
     let stat = row.statistic;
     row.runs_needed = match m.pair_sd {
-        Some(_) => super::verdict::windows_needed(
+        Some(_) => crate::report::verdict::windows_needed(
             m.change.se,
             row.runs_a.min(row.runs_b),
             opts.detect,
             confidence,
-            |n| super::paired::degrees_of_freedom(stat, n),
+            |n| crate::report::paired::degrees_of_freedom(stat, n),
         ),
         None => runs_needed(m.cv[0], m.cv[1], opts.detect, confidence),
     };
@@ -905,8 +913,8 @@ fn notes(
             opts.drift * 100.0
         ));
     }
-    notes.extend(super::inside::compare_notes(a, b));
-    if rows.iter().any(super::compare_cpu::in_summary) {
+    notes.extend(crate::report::render::inside::compare_notes(a, b));
+    if rows.iter().any(self::cpu::in_summary) {
         notes.push(format!(
             "phase cpu, route *: the server's time on a CPU per request (its threads' \
              scheduler statistics over the tap's exchanges), a question of its own at {:.0} %: \
@@ -957,7 +965,7 @@ fn failures(rows: &[Row], limit: f64, phases: &[String]) -> Vec<String> {
                 r.route,
                 r.phase,
                 r.statistic.as_str(),
-                super::units::change(change),
+                crate::units::change(change),
                 low * 100.0,
                 high * 100.0,
                 limit * 100.0
@@ -994,7 +1002,10 @@ pub fn statement(r: &Row, opts: &Options) -> String {
     let runs = format!("{n} {unit}{}{a_side}", if n == 1 { "" } else { "s" });
     let need = match r.runs_needed {
         Some(n) => format!("about {n} {unit}s{a_side}"),
-        None => format!("more than {} {unit}s{a_side}", super::verdict::MAX_RUNS),
+        None => format!(
+            "more than {} {unit}s{a_side}",
+            crate::report::verdict::MAX_RUNS
+        ),
     };
     let assumed = if r.cv_assumed {
         format!(
@@ -1106,12 +1117,12 @@ mod tests {
         let paired = |n: usize, estimate: f64, se: f64| {
             let mut d = draft(false, estimate, se);
             d.key.1 = "cpu".into();
-            d.key.2 = super::super::compare_cpu::ROUTE.into();
+            d.key.2 = super::cpu::ROUTE.into();
             d.stat = Statistic::PerRequest;
             d.method = Method::Paired;
             d.runs = [n, n];
             if let Some(m) = d.measured.as_mut() {
-                m.change.df = super::super::paired::degrees_of_freedom(Statistic::PerRequest, n);
+                m.change.df = crate::report::paired::degrees_of_freedom(Statistic::PerRequest, n);
                 m.pair_sd = Some(se * (n as f64).sqrt());
                 m.cv_assumed = false;
             }

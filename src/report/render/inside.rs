@@ -5,7 +5,7 @@
 pub use crate::upstream::hot::{HotFunction, DEFAULT_TOP};
 pub use crate::upstream::summary::{Component, Function, Inside, WhatIf, DEFAULT_WHAT_IF, PARSER};
 
-use super::units;
+use crate::units;
 use crate::upstream::UpstreamSnapshot;
 
 impl Function {
@@ -583,7 +583,7 @@ mod tests {
     /// parts beside it; its inclusive share counts a stack that holds both once.
     #[test]
     fn packages_of_one_library_read_as_one_group_with_their_parts() {
-        use crate::report::stacks::tests::frame;
+        use crate::report::export::stacks::tests::frame;
         use crate::upstream::snapshot::OTHER_STACKS;
         use crate::upstream::{Stack, Stacks};
         let mut s = snapshot(

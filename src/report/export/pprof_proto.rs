@@ -142,7 +142,7 @@ mod tests {
     /// or retyped field would be read as another by pprof, silently. Each field is
     /// encoded alone (`case!`) and its key checked against the number and wire type the
     /// file declares (`check`).
-    const PROTO: &str = include_str!("../../proto/perftools/profiles/profile.proto");
+    const PROTO: &str = include_str!("../../../proto/perftools/profiles/profile.proto");
 
     /// The declared type (with `repeated`) and number of `message.field` in the file.
     fn declared(message: &str, field: &str) -> (String, u32) {

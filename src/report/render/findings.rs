@@ -1,8 +1,8 @@
 //! The findings of a report, as text: per tap under its headline, each finding with its
 //! evidence, what it explains and its fix (docs/findings.md has the rules).
 
-use super::units;
 use crate::metrics::{Evidence, Finding, Severity};
+use crate::units;
 
 /// A figure of the evidence in its unit, with the threshold it met.
 fn figure(e: &Evidence) -> String {

@@ -15,9 +15,9 @@
 //! of its own ([`own_question`]); the others explain it, under the false-discovery
 //! control with the phases' explanatory rows.
 
-use super::compare::{between_runs, Draft, Key, Method, Options, Row, Side, Statistic};
-use super::paired::{self, Cell};
 use crate::metrics::snapshot::Snapshot;
+use crate::report::compare::{between_runs, Draft, Key, Method, Options, Row, Side, Statistic};
+use crate::report::paired::{self, Cell};
 use crate::rng::{self, Rng};
 use crate::upstream::snapshot::UpstreamSnapshot;
 use crate::upstream::summary::PARSER;
@@ -131,7 +131,7 @@ fn draft(
 /// A row of seconds per request from each snapshot's cell (`None`: not measured in that
 /// snapshot), compared as a mean is: paired windows when the options say so, Welch's t
 /// over runs with two or more a side, else no interval. `None` when a side measured it
-/// nowhere. The `cpu` rows and the functions' rows ([`super::compare_functions`]) are
+/// nowhere. The `cpu` rows and the functions' rows ([`super::functions`]) are
 /// made by it.
 pub(super) fn per_request(
     key: Key,

@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::compare::{Comparison, Method, Row, Statistic};
 use super::table::{csv_field, Format};
-use super::units;
-use super::verdict::Outcome;
+use crate::report::compare::{Comparison, Method, Row, Statistic};
+use crate::report::verdict::Outcome;
+use crate::units;
 
 /// The comparison in `format`; `colour` applies to [`Format::Table`] only.
 pub fn render(c: &Comparison, format: Format, colour: bool) -> anyhow::Result<String> {
@@ -180,7 +180,7 @@ fn text(c: &Comparison, colour: bool) -> String {
     };
     let headers: Vec<String> = HEADERS.iter().map(|s| (*s).to_owned()).collect();
     let paint = |r: &Row, l: String| match (colour, r.verdict, r.direction) {
-        (true, Outcome::Different, Some(super::compare::Direction::Slower)) => {
+        (true, Outcome::Different, Some(crate::report::compare::Direction::Slower)) => {
             format!("\x1b[31m{l}\x1b[0m")
         }
         (true, Outcome::Different, _) => format!("\x1b[32m{l}\x1b[0m"),
@@ -303,7 +303,7 @@ const SHOWN_FUNCTIONS: usize = 8;
 /// The functions' and components' rows as an aligned table, at most `shown` of each kind
 /// and view besides the `different` ones; none without sampled stacks on both sides.
 fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
-    use super::compare_functions::{FunctionRow, Kind, View};
+    use crate::report::compare::functions::{FunctionRow, Kind, View};
     if c.functions.is_empty() {
         return Vec::new();
     }

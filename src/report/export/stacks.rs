@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use inferno::flamegraph::{self, color};
 
-use super::dataset::Dataset;
 use super::flame_colours::{Colours, Swatch, GREY};
+use crate::report::source::dataset::Dataset;
 pub use crate::upstream::snapshot::FrameKind;
 use crate::upstream::snapshot::{Stacks, OTHER_STACKS, TRUNCATED};
 use crate::upstream::UpstreamSnapshot;
@@ -469,7 +469,7 @@ fn shifted(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::flame_colours::{FIXED, HASHED, OWN};
+    use crate::report::export::flame_colours::{FIXED, HASHED, OWN};
     use crate::upstream::snapshot::{Frame, Stack};
 
     pub(crate) fn frame(name: &str, object: &str, component: &str) -> Frame {

@@ -148,7 +148,7 @@ pub fn flamegraph(a: &Side<'_>, b: &Side<'_>) -> anyhow::Result<Vec<u8>> {
         .into_iter()
         .map(|(stack, (x, y))| format!("{stack} {x} {y}"))
         .collect();
-    let us = |s: &Side<'_>| super::units::duration(s.cpu / s.requests.max(1) as f64);
+    let us = |s: &Side<'_>| crate::units::duration(s.cpu / s.requests.max(1) as f64);
     let mut opts = flamegraph::Options::default();
     opts.title = format!(
         "CPU per request: B ({}) against A ({})",
@@ -193,7 +193,7 @@ fn own_change_in_titles(svg: &[u8], width: f64, factor: f64) -> Vec<u8> {
         };
         format!(
             "; {sign}{} a request itself)</title>",
-            super::units::duration(seconds.abs())
+            crate::units::duration(seconds.abs())
         )
     });
     out.into_owned().into_bytes()
@@ -261,7 +261,7 @@ impl Exports<'_> {
             };
             if let Some(path) = self.diff_flamegraph {
                 let out = stacks::path_for(path, ta, several);
-                super::file::write_output(&out, &flamegraph(&sa, &sb)?)?;
+                crate::report::file::write_output(&out, &flamegraph(&sa, &sb)?)?;
                 eprintln!(
                     "wrote the differential flame graph of B ({}) against A ({}) to {}",
                     sb.stacks.describe(),
@@ -273,7 +273,7 @@ impl Exports<'_> {
                 if let Some(path) = self.folded {
                     let out = named(path, s.name);
                     let text = stacks::folded(s.stacks.stacks, s.stacks.kind());
-                    super::file::write_output(&out, text.as_bytes())?;
+                    crate::report::file::write_output(&out, text.as_bytes())?;
                     eprintln!(
                         "wrote the folded stacks of side {} ({}) to {}",
                         s.name,
@@ -283,7 +283,10 @@ impl Exports<'_> {
                 }
                 if let Some(path) = self.pprof {
                     let out = named(path, s.name);
-                    super::file::write_output(&out, &pprof::encode(&pprof_per_request(s))?)?;
+                    crate::report::file::write_output(
+                        &out,
+                        &pprof::encode(&pprof_per_request(s))?,
+                    )?;
                     eprintln!(
                         "wrote the pprof profile of side {} ({}) to {}",
                         s.name,

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::dataset::TapData;
-use super::flame_colours::Colours;
 use super::inside::{Inside, DEFAULT_WHAT_IF};
-use super::stacks::{frame_labels, FrameKind};
 use crate::phase::Phase;
+use crate::report::export::flame_colours::Colours;
+use crate::report::export::stacks::{frame_labels, FrameKind};
+use crate::report::source::dataset::TapData;
 use crate::upstream::{Stacks, UpstreamSnapshot};
 
 /// Height of the text part: a title and up to [`MAX_LINES`] lines.
@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn the_tree_adds_each_stacks_samples_to_every_frame_on_it() {
-        let stacks = crate::report::stacks::tests::small();
+        let stacks = crate::report::export::stacks::tests::small();
         let root = tree(&stacks, FrameKind::Native);
         let total: u64 = stacks.stacks.iter().map(|s| s.samples).sum();
         assert_eq!(root.samples, total);

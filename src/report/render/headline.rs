@@ -8,8 +8,8 @@
 //! building the command; formatting the reply).
 
 use super::rows::Row;
-use super::units;
 use crate::phase::Phase;
+use crate::units;
 
 /// Phases the headline never lists on their own: `total` is the denominator, and the
 /// backend phases appear inside `upstream_wait`.

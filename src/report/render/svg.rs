@@ -8,10 +8,10 @@
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::dataset::{Dataset, Distribution, Series, TapData};
 use super::rows::ALL_ROUTES;
 use super::svg_inside;
 use crate::phase::Phase;
+use crate::report::source::dataset::{Dataset, Distribution, Series, TapData};
 
 const WIDTH: u32 = 1280;
 const HEIGHT_PER_TAP: u32 = 460;
@@ -314,7 +314,7 @@ fn distributions<DB: DrawingBackend>(
         .y_labels(6)
         .x_desc("latency (log scale)")
         .y_desc("fraction of exchanges ≤ latency")
-        .x_label_formatter(&|v| super::units::duration(*v))
+        .x_label_formatter(&|v| crate::units::duration(*v))
         .draw()
         .map_err(draw_error)?;
     let entries: Vec<(String, RGBColor)> =

@@ -5,12 +5,12 @@
 //! comparison's, so the row says what each side's server spent on the route and leaves
 //! the deciding to the `cpu` row of the whole server.
 
-use super::compare::{Draft, Key, Method, Options, Statistic};
 use crate::metrics::snapshot::Snapshot;
+use crate::report::compare::{Draft, Key, Method, Options, Statistic};
 use crate::upstream::route_cpu::{estimate, Interval, RouteCpuEstimate};
 use crate::upstream::snapshot::RouteSlices;
 
-/// The rows' phase name: the `cpu` of [`super::compare_cpu`], here per route.
+/// The rows' phase name: the `cpu` of [`super::cpu`], here per route.
 const PHASE: &str = "cpu";
 
 /// One side's estimate for `tap`, over the slices of all its snapshots.

@@ -300,7 +300,7 @@ mod tests {
     use std::io::Read;
 
     use super::*;
-    use crate::report::stacks::tests::{frame, small};
+    use crate::report::export::stacks::tests::{frame, small};
     use crate::upstream::snapshot::{Stack, Stacks};
     use crate::upstream::FrameKind;
     use crate::upstream::UpstreamSnapshot;

@@ -123,7 +123,7 @@ impl BackendSplit {
     /// The headline's parenthesis after `upstream_wait`: `Redis queue 17 %, Redis 5 %
     /// [its CPU 0.5 %, waiting for a CPU 1 %, rest 3.5 %], Webdis 76 %`.
     pub fn shown(&self) -> String {
-        let pct = super::units::share;
+        let pct = crate::units::share;
         let mut out = match self.redis_queue {
             Some(q) => format!("Redis queue {}, Redis {}", pct(q), pct(self.redis)),
             None => format!("Redis {}", pct(self.redis)),

@@ -11,8 +11,8 @@
 
 use serde::Serialize;
 
-use super::units;
 use crate::metrics::{Finding, Snapshot};
+use crate::units;
 
 /// The findings of both sides, split by whether they changed.
 #[derive(Debug, Clone, Default, Serialize)]

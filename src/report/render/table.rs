@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::inside::{Component, Inside};
 use super::rows::{Report, Row, Section, ALL_ROUTES};
-use super::units;
+use crate::units;
 
 /// `--format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

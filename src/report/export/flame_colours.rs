@@ -1,5 +1,5 @@
 //! Which colour a component has in a flame graph: the same in every graph (the export's
-//! and the report SVG's, `report::stacks` and `report::svg_inside`), whatever else the
+//! and the report SVG's, `report::export::stacks` and `report::render::svg_inside`), whatever else the
 //! graph holds, so that `webdis` is not blue in one and orange in the next.
 //!
 //! The built-in components have a colour each ([`FIXED`]); any other component (a binary,

@@ -10,7 +10,7 @@
 //! that got cheaper overall must not make every other function look dearer.
 //!
 //! Each is a ratio of totals over the same exchanges as the `cpu` row, and is compared as
-//! that row is ([`super::compare_cpu::per_request`]: paired windows, or Welch's t over
+//! that row is ([`super::cpu::per_request`]: paired windows, or Welch's t over
 //! several runs a side). The rows are a family of their own — "which functions cost B's
 //! server more or less CPU a request?" — and a row is `different` only if it is also a
 //! discovery under Benjamini–Hochberg at q = α over the family: with every function
@@ -20,11 +20,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::compare::{decide, Direction, Draft, Method, Options, Row};
-use super::multiplicity::benjamini_hochberg;
-use super::paired::Cell;
-use super::verdict::Outcome;
 use crate::metrics::snapshot::Snapshot;
+use crate::report::compare::{decide, Direction, Draft, Method, Options, Row};
+use crate::report::multiplicity::benjamini_hochberg;
+use crate::report::paired::Cell;
+use crate::report::verdict::Outcome;
 use crate::upstream::snapshot::{UpstreamSnapshot, OTHER_STACKS, TRUNCATED};
 
 /// A function (or component) is a row when both sides together hold at least this many
@@ -232,13 +232,8 @@ pub(super) fn rows(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<Functi
                     .map(|w| w.as_ref().map(|w| w.cell(&subject)))
                     .collect()
             };
-            let key = (
-                tap.clone(),
-                key_of(&subject),
-                super::compare_cpu::ROUTE.to_owned(),
-            );
-            let Some(d) = super::compare_cpu::per_request(key, &cells(&wa), &cells(&wb), opts)
-            else {
+            let key = (tap.clone(), key_of(&subject), super::cpu::ROUTE.to_owned());
+            let Some(d) = super::cpu::per_request(key, &cells(&wa), &cells(&wb), opts) else {
                 continue;
             };
             let samples = |ws: &[Option<Window>]| -> u64 {

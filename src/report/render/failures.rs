@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::dataset::TapData;
 use super::rows::Row;
-use super::units;
 use crate::recorder::{Culprit, ErrorKind};
+use crate::report::source::dataset::TapData;
+use crate::units;
 
 /// The failures of one section of the report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
