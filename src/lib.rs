@@ -26,6 +26,7 @@ pub mod report;
 pub mod resp;
 pub mod rng;
 pub mod routes;
+pub mod stats;
 mod sync;
 pub mod units;
 pub mod upstream;

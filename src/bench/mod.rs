@@ -537,7 +537,7 @@ fn rates_as_measured(c: &mut crate::report::Comparison, runs: &[RunRecord]) {
     for r in c
         .rows
         .iter_mut()
-        .filter(|r| r.statistic == crate::report::Statistic::Rate)
+        .filter(|r| r.statistic == crate::stats::Statistic::Rate)
     {
         r.a = Some(r.count_a as f64 / sa);
         r.b = Some(r.count_b as f64 / sb);

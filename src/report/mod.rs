@@ -5,30 +5,27 @@
 //! into rows and headlines ([`render::rows::Report`]), print it ([`render`]). The
 //! upstream's call stacks, when sampled, are written as folded stacks, a flame graph or a
 //! pprof profile ([`export`]). `compare` ([`compare`]) reads snapshot files and decides,
-//! per phase, whether B differs from A by more than the noise; docs/compare.md states the
-//! method. The subcommands themselves are [`commands`] (with their flags in `args`),
+//! per phase, whether B differs from A by more than the noise: the arithmetic is
+//! [`crate::stats`]'s, the rows and their words are [`compare`]'s; docs/compare.md states
+//! the method. The subcommands themselves are [`commands`] (with their flags in `args`),
 //! and every output file is written by [`file`].
 
 mod args;
-pub mod bootstrap;
 pub mod commands;
 pub mod compare;
 pub mod export;
 pub mod file;
-pub mod multiplicity;
-mod paired;
 pub mod render;
 pub mod snapshot_cmd;
 pub mod source;
-pub mod verdict;
 
+pub use crate::stats::{Direction, Outcome, Statistic};
 pub use args::{CompareArgs, ReportArgs, SnapshotArgs};
-pub use compare::{compare, Comparison, Direction, Options as CompareOptions, Statistic};
+pub use compare::{compare, Comparison, Options as CompareOptions};
 pub use render::rows::Report;
 pub use render::table::Format;
 pub use source::dataset::Dataset;
 pub use source::Source;
-pub use verdict::Outcome;
 // The paths the integration tests reach: the Prometheus client and the flame graphs'
 // colours.
 pub use export::flame_colours;

@@ -12,42 +12,25 @@
 //! request does not move with the machine's load the way latency does (a thread that
 //! waits for a CPU accrues none), which is why these rows can decide a CPU-bound change
 //! that the latency rows cannot yet (docs/compare.md). The whole-CPU row is a question
-//! of its own ([`own_question`]); the others explain it, under the false-discovery
-//! control with the phases' explanatory rows.
+//! of its own ([`super::row::own_question`]); the others explain it, under the
+//! false-discovery control with the phases' explanatory rows.
 
+use super::options::Options;
+use super::row::{Draft, Key, CPU, ROUTE};
 use crate::metrics::snapshot::Snapshot;
-use crate::report::compare::{between_runs, Draft, Key, Method, Options, Row, Side, Statistic};
-use crate::report::paired::{self, Cell};
 use crate::rng::{self, Rng};
+use crate::stats::measure::{between_runs, Side};
+use crate::stats::paired::{self, Cell};
+use crate::stats::{Method, Statistic};
 use crate::upstream::snapshot::UpstreamSnapshot;
 use crate::upstream::summary::PARSER;
-
-/// The route of these rows: the process serves every route.
-pub const ROUTE: &str = "*";
-
-/// Whether `r` is the row of a server's whole CPU per request: a question of its own
-/// ("does B cost its server more CPU a request?"), stated in the summary beside the
-/// primary rows and tested at α on its own (see [`own_question`]).
-pub(super) fn in_summary(r: &Row) -> bool {
-    own_question(&r.phase, &r.route, r.statistic)
-}
-
-/// Whether the row of `key` and `stat` is a server's whole CPU per request. Such a row
-/// is neither primary (the latency question keeps its α to itself) nor an explanation
-/// of it (Benjamini–Hochberg among a dozen phase rows would ask a p-value of 0.007 of a
-/// change that its own 95 % interval puts beyond the threshold): the comparison answers
-/// two questions, each with an error rate of α, the second only where both servers'
-/// processes were watched.
-pub(super) fn own_question(phase: &str, route: &str, stat: Statistic) -> bool {
-    stat == Statistic::PerRequest && phase == FIGURES[0].0 && route == ROUTE
-}
 
 /// One compared figure: the row's phase name, and the seconds of it in one snapshot of
 /// the upstream (`None`: not measured there).
 type Figure = (&'static str, fn(&UpstreamSnapshot) -> Option<f64>);
 
 const FIGURES: [Figure; 4] = [
-    ("cpu", |u| Some(on_cpu(u))),
+    (CPU, |u| Some(on_cpu(u))),
     ("cpu_user", |u| Some(u.cpu_user_seconds)),
     ("cpu_system", |u| Some(u.cpu_system_seconds)),
     ("cpu_parser", parser_seconds),

@@ -20,11 +20,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use super::cpu;
+use super::options::Options;
+use super::row::{decide, Draft, Row, ROUTE};
 use crate::metrics::snapshot::Snapshot;
-use crate::report::compare::{decide, Direction, Draft, Method, Options, Row};
-use crate::report::multiplicity::benjamini_hochberg;
-use crate::report::paired::Cell;
-use crate::report::verdict::Outcome;
+use crate::stats::multiplicity::benjamini_hochberg;
+use crate::stats::paired::Cell;
+use crate::stats::{Direction, Method, Outcome};
 use crate::upstream::snapshot::{UpstreamSnapshot, OTHER_STACKS, TRUNCATED};
 
 /// A function (or component) is a row when both sides together hold at least this many
@@ -232,8 +234,8 @@ pub(super) fn rows(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<Functi
                     .map(|w| w.as_ref().map(|w| w.cell(&subject)))
                     .collect()
             };
-            let key = (tap.clone(), key_of(&subject), super::cpu::ROUTE.to_owned());
-            let Some(d) = super::cpu::per_request(key, &cells(&wa), &cells(&wb), opts) else {
+            let key = (tap.clone(), key_of(&subject), ROUTE.to_owned());
+            let Some(d) = cpu::per_request(key, &cells(&wa), &cells(&wb), opts) else {
                 continue;
             };
             let samples = |ws: &[Option<Window>]| -> u64 {

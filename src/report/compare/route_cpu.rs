@@ -5,13 +5,12 @@
 //! comparison's, so the row says what each side's server spent on the route and leaves
 //! the deciding to the `cpu` row of the whole server.
 
+use super::options::Options;
+use super::row::{Draft, Key, CPU};
 use crate::metrics::snapshot::Snapshot;
-use crate::report::compare::{Draft, Key, Method, Options, Statistic};
+use crate::stats::{Method, Statistic};
 use crate::upstream::route_cpu::{estimate, Interval, RouteCpuEstimate};
 use crate::upstream::snapshot::RouteSlices;
-
-/// The rows' phase name: the `cpu` of [`super::cpu`], here per route.
-const PHASE: &str = "cpu";
 
 /// One side's estimate for `tap`, over the slices of all its snapshots.
 fn side(runs: &[Snapshot], tap: &str) -> Option<RouteCpuEstimate> {
@@ -60,7 +59,7 @@ pub(super) fn drafts(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<Draf
                     crate::units::duration(iv.high)
                 )
             };
-            let key: Key = (tap.clone(), PHASE.to_owned(), ra.route.clone());
+            let key: Key = (tap.clone(), CPU.to_owned(), ra.route.clone());
             out.push(Draft {
                 key,
                 stat: Statistic::PerRequest,

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use super::table::{csv_field, Format};
-use crate::report::compare::{Comparison, Method, Row, Statistic};
-use crate::report::verdict::Outcome;
+use crate::report::compare::{Comparison, Row};
+use crate::stats::{Direction, Method, Outcome, Statistic};
 use crate::units;
 
 /// The comparison in `format`; `colour` applies to [`Format::Table`] only.
@@ -180,7 +180,7 @@ fn text(c: &Comparison, colour: bool) -> String {
     };
     let headers: Vec<String> = HEADERS.iter().map(|s| (*s).to_owned()).collect();
     let paint = |r: &Row, l: String| match (colour, r.verdict, r.direction) {
-        (true, Outcome::Different, Some(crate::report::compare::Direction::Slower)) => {
+        (true, Outcome::Different, Some(Direction::Slower)) => {
             format!("\x1b[31m{l}\x1b[0m")
         }
         (true, Outcome::Different, _) => format!("\x1b[32m{l}\x1b[0m"),

@@ -13,48 +13,21 @@
 //! `different` at 500 ms windows on a machine at load average 25). A percentile is the
 //! mean of the per-window log ratios, resampled the same way.
 
-use super::bootstrap::{ln_seconds, std_dev};
-use super::compare::{per_run, Measured, Statistic};
+use super::bootstrap::std_dev;
+use super::measure::Measured;
+use super::statistic::Statistic;
 use super::verdict::LogChange;
-use crate::metrics::snapshot::{SeriesSnapshot, Snapshot};
 use crate::rng::Rng;
 
 /// Windows with the series on both sides, fewer than this: not a paired comparison.
-pub(super) const MIN_PAIRS: usize = 3;
+pub const MIN_PAIRS: usize = 3;
 
 /// One window of one side: exchanges, their summed time, the statistic's log.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Cell {
+pub struct Cell {
     pub count: f64,
     pub sum: f64,
     pub log: f64,
-}
-
-/// The paired measurement of `stat` of (tap, phase, route), over the windows where both
-/// sides have the series, and their number; `None` with fewer than [`MIN_PAIRS`].
-pub(super) fn measure(
-    stat: Statistic,
-    (tap, phase, route): (&str, &str, &str),
-    a: &[Snapshot],
-    b: &[Snapshot],
-    resamples: usize,
-    rng: &mut Rng,
-) -> Option<(Measured, usize)> {
-    let cell = |snap: &Snapshot| {
-        let s: &SeriesSnapshot = snap.taps.get(tap)?.phases.get(phase)?.get(route)?;
-        (s.count > 0).then_some(())?;
-        Some(Cell {
-            count: s.count as f64,
-            sum: s.sum,
-            log: per_run(stat, s, snap).map(ln_seconds)?,
-        })
-    };
-    let pairs: Vec<(Cell, Cell)> = a
-        .iter()
-        .zip(b)
-        .filter_map(|(sa, sb)| Some((cell(sa)?, cell(sb)?)))
-        .collect();
-    Some((of_cells(stat, &pairs, resamples, rng)?, pairs.len()))
 }
 
 /// ln(B/A) of `stat` over these windows.
@@ -100,7 +73,7 @@ fn block_length(stat: Statistic, n: usize) -> usize {
 /// few, and the interval's t has as many as there are blocks, less one; otherwise one
 /// fewer than the windows. The windows a bench would need are reckoned with the same
 /// rule ([`super::verdict::windows_needed`]), so that they agree with the interval.
-pub(super) fn degrees_of_freedom(stat: Statistic, n: usize) -> f64 {
+pub fn degrees_of_freedom(stat: Statistic, n: usize) -> f64 {
     match stat {
         Statistic::PerRequest => (n / block_length(stat, n)).max(2) as f64 - 1.0,
         _ => n.max(2) as f64 - 1.0,
@@ -109,7 +82,7 @@ pub(super) fn degrees_of_freedom(stat: Statistic, n: usize) -> f64 {
 
 /// The paired measurement of these windows, its standard error from `resamples`
 /// bootstrap replicates of blocks of neighbouring windows.
-pub(super) fn of_cells(
+pub fn of_cells(
     stat: Statistic,
     pairs: &[(Cell, Cell)],
     resamples: usize,
@@ -162,7 +135,7 @@ pub(super) fn of_cells(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::verdict::Outcome;
+    use crate::stats::verdict::Outcome;
 
     fn cells(swing: &[f64], level: f64, jitter: f64) -> Vec<Cell> {
         swing

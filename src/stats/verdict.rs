@@ -46,6 +46,23 @@ impl std::fmt::Display for Outcome {
     }
 }
 
+/// Which way a `different` change goes: a longer time is slower, a higher rate faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Slower,
+    Faster,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Slower => "slower",
+            Direction::Faster => "faster",
+        }
+    }
+}
+
 /// A log-ratio with its uncertainty.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LogChange {

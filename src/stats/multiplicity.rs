@@ -1,4 +1,5 @@
-//! False-discovery control for the explanatory rows of a comparison.
+//! Sharing α among a comparison's rows: Bonferroni over the primary rows, and false-discovery
+//! control for the explanatory rows.
 //!
 //! The primary question (the front tap's `total` and request rate) is tested at α; the
 //! other phases explain where a difference sits and are many (ten phases, several
@@ -6,6 +7,12 @@
 //! question nearly blind; Benjamini–Hochberg instead bounds the expected share of false
 //! `different` among the explanatory rows called `different` at q, which is what a
 //! reader of "where did the time go" needs.
+
+/// The confidence of each of `tests` intervals that share an error rate of `alpha`
+/// (Bonferroni); with no test, that of one.
+pub fn bonferroni(alpha: f64, tests: usize) -> f64 {
+    1.0 - alpha / tests.max(1) as f64
+}
 
 /// Which of `p` Benjamini–Hochberg rejects at level `q`: sort ascending, find the largest
 /// rank k with p₍ₖ₎ ≤ k·q/m, reject the k smallest.
