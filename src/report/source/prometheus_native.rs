@@ -13,6 +13,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::dataset::{bucket_max, Distribution, Series, TapData};
+use super::prometheus_answer::results;
 
 /// The query: the native series' increase over `range`, the instances summed away.
 pub fn query(metric: &str, range: &str) -> String {
@@ -42,7 +43,7 @@ struct NativeHistogram {
 /// (count rounds to 0) is left out, as for classic buckets.
 pub fn parse(body: &[u8]) -> anyhow::Result<BTreeMap<String, TapData>> {
     let mut taps: BTreeMap<String, TapData> = BTreeMap::new();
-    for sample in super::prometheus::results::<HistogramSample>(body, Some("vector"))? {
+    for sample in results::<HistogramSample>(body, Some("vector"))? {
         let Some((_, h)) = sample.histogram else {
             continue;
         };
