@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::rows::Row;
+use super::row::Row;
 use crate::phase::Phase;
 use crate::upstream::UpstreamSnapshot;
 

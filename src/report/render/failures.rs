@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::rows::Row;
+use super::row::Row;
 use crate::recorder::{Culprit, ErrorKind};
 use crate::report::source::dataset::TapData;
 use crate::units;
@@ -162,6 +162,6 @@ fn rows(tap: &TapData, route: Option<&str>) -> anyhow::Result<Vec<Row>> {
         };
         rows.push(Row::of(phase, &series.stats()));
     }
-    super::rows::share_of_total(&mut rows);
+    super::row::share_of_total(&mut rows);
     Ok(rows)
 }

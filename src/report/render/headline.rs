@@ -7,7 +7,7 @@
 //! answering it), and `backend_in` + `backend_out` is Webdis (reading the HTTP request,
 //! building the command; formatting the reply).
 
-use super::rows::Row;
+use super::row::Row;
 use crate::phase::Phase;
 use crate::units;
 

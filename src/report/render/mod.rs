@@ -1,4 +1,4 @@
-//! Printing what was read: the report's model ([`rows::Report`], made of [`rows::Row`]s,
+//! Printing what was read: the report's model ([`rows::Report`], made of [`row::Row`]s,
 //! each table's [`headline`], the failures, the Webdis split, the proxy's own cost and
 //! the inside of the upstream), its formats ([`table`]: text, markdown, JSON, CSV; [`svg`]
 //! with [`svg_inside`]), the findings' lines, and a comparison's table
@@ -12,6 +12,7 @@ pub mod findings;
 pub mod headline;
 pub mod inside;
 pub mod own;
+pub mod row;
 pub mod rows;
 pub mod svg;
 mod svg_inside;

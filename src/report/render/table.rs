@@ -7,7 +7,8 @@
 use std::fmt::Write as _;
 
 use super::inside::{Component, Inside};
-use super::rows::{Report, Row, Section, ALL_ROUTES};
+use super::row::Row;
+use super::rows::{Report, Section, ALL_ROUTES};
 use crate::units;
 
 /// `--format`.
