@@ -339,7 +339,7 @@ impl Bench<'_> {
                 if args.design.paired() {
                     rates_as_measured(&mut c, &runs);
                 }
-                crate::report::diff_stacks::Exports {
+                crate::report::export::diff_stacks::Exports {
                     diff_flamegraph: args.diff_flamegraph.as_deref(),
                     folded: args.folded.as_deref(),
                     pprof: args.pprof.as_deref(),
@@ -538,7 +538,7 @@ fn rates_as_measured(c: &mut crate::report::Comparison, runs: &[RunRecord]) {
     for r in c
         .rows
         .iter_mut()
-        .filter(|r| r.statistic == crate::report::Statistic::Rate)
+        .filter(|r| r.statistic == crate::stats::Statistic::Rate)
     {
         r.a = Some(r.count_a as f64 / sa);
         r.b = Some(r.count_b as f64 / sb);

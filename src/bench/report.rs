@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::load::Outcome;
 use super::order::Side;
 use super::Design;
-use crate::report::{compare_table, Comparison, Format};
+use crate::report::render::compare_table;
+use crate::report::{Comparison, Format};
 use crate::snapshot::Snapshot;
 
 /// One run.

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::TAP;
-use crate::report::{self, stacks, Dataset};
+use crate::report::export::stacks;
+use crate::report::{self, Dataset};
 use crate::snapshot::Snapshot;
 use crate::upstream::Upstream;
 
@@ -22,7 +23,7 @@ pub fn print(
     let colour = std::io::IsTerminal::is_terminal(&std::io::stdout());
     print!(
         "{}",
-        report::table::render(&by_route, report::Format::Table, colour)?
+        report::render::table::render(&by_route, report::Format::Table, colour)?
     );
     println!();
     if let Some(line) = totals(snapshot) {

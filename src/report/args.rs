@@ -61,12 +61,12 @@ pub struct ReportArgs {
 
     /// The what-if lines of an upstream with a profile: a parser, and each hot function,
     /// this many times faster
-    #[arg(long, value_name = "N", default_value_t = super::inside::DEFAULT_WHAT_IF,
+    #[arg(long, value_name = "N", default_value_t = super::render::inside::DEFAULT_WHAT_IF,
           value_parser = parse_what_if)]
     pub what_if: f64,
 
     /// Hot functions shown per upstream with call stacks (text, markdown and JSON)
-    #[arg(long, value_name = "N", default_value_t = super::inside::DEFAULT_TOP)]
+    #[arg(long, value_name = "N", default_value_t = super::render::inside::DEFAULT_TOP)]
     pub top: usize,
 
     /// Exit 1 (after printing the report) when a finding of this severity or above holds:

@@ -5,11 +5,14 @@ use std::io::Write;
 use anyhow::Context;
 
 use super::compare::{compare as run_compare, Options};
-use super::dataset::Dataset;
-use super::rows::Report;
-use super::source::{self, Source};
-use super::table::colour_for_stdout;
-use super::{compare_table, pprof, prometheus, snapshot_cmd, stacks, svg, table};
+use super::export::{diff_stacks, pprof, stacks};
+use super::render::rows::{self, Report};
+use super::render::table::{self, colour_for_stdout};
+use super::render::{compare_table, svg};
+use super::source::dataset::Dataset;
+use super::source::snapshots::{self, Source};
+use super::source::{http, prometheus};
+use super::{file, snapshot_cmd};
 use super::{CompareArgs, ReportArgs, SnapshotArgs};
 use crate::snapshot::Snapshot;
 
@@ -17,7 +20,7 @@ use crate::snapshot::Snapshot;
 /// `--from` is given. `Ok(false)` when `--fail-on` tripped: a finding of that severity or
 /// above holds (the report is printed all the same).
 pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
-    super::http::set_timeout(args.timeout);
+    http::set_timeout(args.timeout);
     // The start of the earliest window read, for the pprof profile's time.
     let mut since_unix = None;
     let mut findings = Vec::new();
@@ -32,7 +35,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
                     .map(|f| Source::parse(f))
                     .collect::<anyhow::Result<_>>()?
             };
-            let snaps = source::load_all(&sources)?;
+            let snaps = snapshots::load_all(&sources)?;
             since_unix = snaps.iter().map(|s| s.since_unix).reduce(f64::min);
             findings = Snapshot::merged(&snaps)
                 .map(|s| crate::findings::diagnose(&s))
@@ -45,7 +48,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
         anyhow::ensure!(
             ds.taps.contains_key(tap),
             "no tap {tap:?} in {} (its taps: {})",
-            super::rows::sources_line(&ds.sources),
+            rows::sources_line(&ds.sources),
             ds.taps.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
@@ -62,7 +65,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
     let text = table::render(&report, args.format, colour_for_stdout())?;
     if let Some(path) = &args.svg {
         let picture = svg::render(&ds)?;
-        super::file::write_output(path, picture.as_bytes())?;
+        file::write_output(path, picture.as_bytes())?;
     }
     export_stacks(args, &ds, since_unix)?;
     print(&text)?;
@@ -122,7 +125,7 @@ fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> an
         eprintln!("not exported: {why}");
     }
     for (path, what, render_kind) in wanted {
-        if taps.len() > 1 && path.as_os_str() == super::file::STDOUT {
+        if taps.len() > 1 && path.as_os_str() == file::STDOUT {
             anyhow::bail!(
                 "the {what}s of {} taps cannot share standard output: name a file (each tap gets its own) or choose one with --tap",
                 taps.len()
@@ -131,7 +134,7 @@ fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> an
         for t in &taps {
             let out = stacks::path_for(path, t.tap, taps.len() > 1);
             let bytes = render(render_kind, t)?;
-            super::file::write_output(&out, &bytes)?;
+            file::write_output(&out, &bytes)?;
             eprintln!(
                 "wrote the {what} of {} ({} samples) to {}",
                 t.describe(),
@@ -145,7 +148,7 @@ fn export_stacks(args: &ReportArgs, ds: &Dataset, since_unix: Option<f64>) -> an
 
 /// `phasescope snapshot`, reading the admin server `from` (`--from`, else the config's).
 pub fn snapshot(args: &SnapshotArgs, from: &str) -> anyhow::Result<()> {
-    super::http::set_timeout(args.timeout);
+    http::set_timeout(args.timeout);
     let saved = snapshot_cmd::save(from, &args.output, args.reset)?;
     let mut line = format!(
         "saved {} ({} tap{}, {} exchanges from {} to {}) to {}",
@@ -167,8 +170,8 @@ pub fn snapshot(args: &SnapshotArgs, from: &str) -> anyhow::Result<()> {
 
 /// `phasescope compare`; `Ok(false)` when `--fail-if-slower` tripped.
 pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
-    let a = source::load_files(&args.a)?;
-    let b = source::load_files(&args.vs)?;
+    let a = snapshots::load_files(&args.a)?;
+    let b = snapshots::load_files(&args.vs)?;
     let names = |p: &[std::path::PathBuf]| p.iter().map(|p| p.display().to_string()).collect();
     let opts = Options {
         alpha: args.alpha,
@@ -192,7 +195,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
         ..Options::default()
     };
     let c = run_compare(&a, &b, names(&args.a), names(&args.vs), &opts)?;
-    let exports = super::diff_stacks::Exports {
+    let exports = diff_stacks::Exports {
         diff_flamegraph: args.diff_flamegraph.as_deref(),
         folded: args.folded.as_deref(),
         pprof: args.pprof.as_deref(),

@@ -9,8 +9,9 @@ use std::path::Path;
 
 use anyhow::{ensure, Context};
 
-use super::http::{self, Url};
-use super::source::{Source, RESET_PATH, SNAPSHOT_PATH};
+use super::file;
+use super::source::http::{self, Url};
+use super::source::snapshots::{self, Source, RESET_PATH, SNAPSHOT_PATH};
 use crate::snapshot::Snapshot;
 
 /// What was saved.
@@ -46,13 +47,13 @@ pub fn admin_urls(from: &str) -> anyhow::Result<(Url, Url)> {
 pub fn save(from: &str, out: &Path, reset: bool) -> anyhow::Result<Saved> {
     let (snapshot_url, reset_url) = admin_urls(from)?;
     let body =
-        http::get(&snapshot_url).map_err(|e| super::source::no_admin_server(&snapshot_url, e))?;
+        http::get(&snapshot_url).map_err(|e| snapshots::no_admin_server(&snapshot_url, e))?;
     let text = std::str::from_utf8(&body).with_context(|| format!("{snapshot_url}: not UTF-8"))?;
     let snap = Snapshot::from_json(text).with_context(|| format!("{snapshot_url}"))?;
     let value: serde_json::Value = serde_json::from_str(text)?;
     let mut pretty = serde_json::to_string_pretty(&value)?;
     pretty.push('\n');
-    super::file::write_output(out, pretty.as_bytes())?;
+    file::write_output(out, pretty.as_bytes())?;
     let exchanges = snap
         .taps
         .values()

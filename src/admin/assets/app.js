@@ -309,7 +309,7 @@
    * connection), "Redis" the rest of backend, Webdis backend_in + backend_out; what the
    * correlator could not pair is "unpaired". With Redis's process watched by the RESP tap
    * behind (`redis`: its CPU and run-queue wait per command), "Redis" reads in brackets as
-   * its CPU, its wait for a CPU and the rest (report::backend_split). Null without the
+   * its CPU, its wait for a CPU and the rest (report::render::backend_split). Null without the
    * split. */
   function webdisSplit(merged, totalSum, redisWork) {
     const share = (p) => (merged[p] && totalSum ? merged[p].sum / totalSum : null);

@@ -1,0 +1,53 @@
+//! The findings of a report, as text: per tap under its headline, each finding with its
+//! evidence, what it explains and its fix (docs/findings.md has the rules).
+
+use crate::snapshot::{Evidence, Finding, Severity};
+use crate::units;
+
+/// A figure of the evidence in its unit, with the threshold it met.
+fn figure(e: &Evidence) -> String {
+    let value = units::figure(e.value, &e.unit);
+    match &e.threshold {
+        Some(t) => format!("{} {value} ({t})", e.name),
+        None => format!("{} {value}", e.name),
+    }
+}
+
+/// The lines of one finding: what, evidence, impact, fix.
+pub fn lines(f: &Finding) -> Vec<String> {
+    let severity = f.severity.name();
+    let route = f
+        .route
+        .as_ref()
+        .map(|r| format!(", route {r}"))
+        .unwrap_or_default();
+    let impact = match f.impact.share_of_total {
+        Some(s) => format!(
+            "{} per request, {} of total",
+            units::duration(f.impact.seconds_per_request),
+            units::share(s)
+        ),
+        None => format!(
+            "{} per request",
+            units::duration(f.impact.seconds_per_request)
+        ),
+    };
+    let mut out = vec![
+        format!("{severity} {}{route}: {}", f.id, f.summary),
+        format!(
+            "  evidence: {}",
+            f.evidence.iter().map(figure).collect::<Vec<_>>().join("; ")
+        ),
+    ];
+    // Failures explain no share of the answered requests' time: they are failures.
+    if f.severity != Severity::Critical {
+        out.push(format!("  explains: {impact}"));
+    }
+    out.push(format!("  fix: {}", f.fix));
+    out
+}
+
+/// The findings of `tap`, in the report's order.
+pub fn of_tap<'a>(findings: &'a [Finding], tap: &'a str) -> impl Iterator<Item = &'a Finding> {
+    findings.iter().filter(move |f| f.tap == tap)
+}
