@@ -532,7 +532,7 @@ def chain_run(name, variants, workdir, threads, maxconn, seconds, conns, path):
         wait_for(lambda: b"PONG" in http_get(port, "/PING"), f"/PING through {name}")
         if b"200 OK" not in http_get(port, "/SET/bench/hello"):
             sys.exit(f"{name}: Webdis did not store the benchmark key")
-        wrk(port, path, conns, 1)
+        wrk(port, path, conns, 2)
         if name.startswith("phasescope-chain-profile"):
             keys = variants.get(name, {"keys": {}})["keys"]
             if keys.get("stack_bytes", "1") != "0":
