@@ -540,6 +540,9 @@ def chain_run(name, variants, workdir, threads, maxconn, seconds, conns, path):
                 # Webdis and opened its events.
                 wait_for(lambda: "ps-up-drain" in thread_names(proxy.proc.pid),
                          f"{name}: the sampler to start", 10)
+            # Under load while the sampler settles: its first collect loads the symbol
+            # tables, and the next ones size the copy of the stack to what the walks read.
+            wrk(port, path, conns, 6)
         time.sleep(1.2)  # past the watcher's first interval, which reads the process
         servers = {"webdis": webdis, "redis": redis, "proxy": proxy}
         cpu0 = {k: s.cpu_seconds() for k, s in servers.items() if s}

@@ -2,8 +2,8 @@
 //! `stack_bytes` whatever the process.
 //!
 //! The kernel copies the copy's whole size into every sample, on the sampled thread, in
-//! the sampling interrupt, and the drainer reads it all back: 16 KiB a sample where an
-//! event-loop server's walks read 1 to 3 KiB. So the events start with the configured
+//! the sampling interrupt, and the drainer reads it all back: 16 KiB a sample where
+//! Webdis's walks read at most about 5 KiB. So the events start with the configured
 //! size (the most a sample may copy) and, once enough walks have shown how deep they
 //! read, are reopened with what the deepest of them used and half as much again. A walk
 //! that asks for a word past the end of a full copy was cut short by the copy: when more
@@ -18,7 +18,7 @@ pub const MIN_STACK_BYTES: u32 = 1024;
 const MIN_WALKS: u64 = 200;
 
 /// Collects since the last change before the copy may shrink.
-const SETTLE: u32 = 5;
+const SETTLE: u32 = 3;
 
 /// Collects without a shrink after the copy grew.
 const HOLD_AFTER_GROWTH: u32 = 30;
