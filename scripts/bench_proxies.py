@@ -476,7 +476,8 @@ def start_chain(name, variants, redis_port, workdir, threads, maxconn):
     cfg.write_text(CHAIN_CFG.format(admin=free_port(), port=port, webdis=webdis_port,
                                     process=process, resp=resp, redis=redis_port))
     binary = variant["bin"] or PHASESCOPE
-    srv = Server(name, [binary, "--config", cfg, "run"], d,
+    # The name carries the variant's spec, a path perhaps: the log file's name may not.
+    srv = Server(re.sub(r"[^\w.+=-]", "_", name), [binary, "--config", cfg, "run"], d,
                  env={"PHASESCOPE_WORKERS": str(threads)}, port=resp)
     return srv, resp, webdis_port, port
 

@@ -646,7 +646,7 @@ def replace_sampler_section(text, section):
 
 def replace_chain_section(text, section):
     return replace_section(text, CHAIN_BEGIN, CHAIN_END, section,
-                           ("### The PHP frame sampler's cost", "## Runtime layout", "## Reproducing"))
+                           ("## Runtime layout", "## Reproducing"))
 
 
 # ---------------------------------------------------------------------------------------
