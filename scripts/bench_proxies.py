@@ -340,7 +340,7 @@ def fmt_ms(v):
 # ---------------------------------------------------------------------------------------
 
 # Without sampling, sampling the running function only (`--stack-bytes 0`), and sampling
-# call stacks (the default 16 KiB of user stack per sample, unwound with DWARF CFI).
+# call stacks (at most the default 16 KiB of user stack per sample, unwound with DWARF CFI).
 SAMPLER_TARGETS = ["phasescope", "phasescope-profile-leaf", "phasescope-profile"]
 # The threads that watch the upstream (src/upstream/watch.rs: accounting, and sampling
 # when profiling) and symbolize its samples (src/upstream/profile/symbols.rs).
@@ -359,7 +359,8 @@ def sampler_cost(upstream, workdir, threads, maxconn, rounds, seconds, conns, pa
         for name in order:
             srv = start_target(name, upstream.port, workdir, threads, maxconn)
             try:
-                wrk(srv.port, path, conns, 1)
+                # With call stacks, long enough for the collects that size the stack's copy.
+                wrk(srv.port, path, conns, 5 if name == "phasescope-profile" else 1)
                 time.sleep(1.2)  # past the watcher's first interval, which reads the process
                 cpu0, up0 = srv.cpu_seconds(), upstream.cpu_seconds()
                 watch0, wall0 = srv.thread_cpu_seconds(WATCHER_THREADS), time.time()

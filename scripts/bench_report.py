@@ -546,7 +546,7 @@ def sampler_section(sm):
     modes = [(label, t) for label, t in (
         ("without sampling", "phasescope"),
         ("`--profile-upstream --stack-bytes 0` (running function only)", "phasescope-profile-leaf"),
-        ("`--profile-upstream` (call stacks, 16 KiB per sample)", "phasescope-profile"))
+        ("`--profile-upstream` (call stacks, up to 16 KiB per sample)", "phasescope-profile"))
         if any(r["target"] == t for r in runs)]
 
     def col(target, key):
@@ -576,10 +576,11 @@ def sampler_section(sm):
              "without sampling (the /proc accounting alone, which runs in all three), sampling "
              "the running function only (perf events at 997 Hz on every thread of Webdis, kernel "
              "callchains, symbolized and folded into components every second), and sampling call "
-             "stacks (the same events with the user registers and 16 KiB of user stack per "
-             "sample, unwound with DWARF call frame information and drained every 10 ms). A "
-             "fresh proxy for every run after a one-second warm-up (so the figure is the steady "
-             "cost, without the first symbol-table load), "
+             "stacks (the same events with the user registers and up to 16 KiB of user stack "
+             "per sample, cut to what the walks read after three collects, unwound with DWARF "
+             "call frame information and drained every 10 ms). A fresh proxy for every run "
+             "after a warm-up under load, one second, five with call stacks (so the figure is "
+             "the steady cost, without the first symbol-table load, with the copy sized), "
              f"{sm['rounds']} rounds of {sm['seconds']} s at `wrk -c {sm['connections']}`, the "
              f"order reversed every other round. Measured {sm['date']} on a shared "
              f"{machine.get('nproc', '?')}-CPU machine (load average "
@@ -772,7 +773,7 @@ def chain_chart(ch):
     fig = chain_figures(ch)
     variants = ch.get("variants", {})
     shown = [t for t in ch["targets"] if t != "direct" and fig[t]["share"]]
-    left, width, bar, top = 420, 820, 26, 60
+    left, width, bar, top = 540, 980, 26, 60
     plot = width - left - 40
     height = top + len(shown) * (bar + 12) + 40
     peak = max([max(fig[t]["share"]) for t in shown] + [1.0]) * 1.05
@@ -794,6 +795,8 @@ def chain_chart(ch):
         xs = fig[t]["share"]
         color = CHAIN_COLORS.get(t, "#0d47a1")
         label = chain_label(t, variants).replace("`", "")
+        if len(label) > 88:
+            label = "…" + label[-87:]
         out.append(f'<text x="{left - 8}" y="{y + bar / 2 + 4}" text-anchor="end">{label}</text>')
         out.append(f'<rect x="{left}" y="{y}" width="{med(xs) * scale:.1f}" height="{bar}" fill="{color}">'
                    f'<title>{label}: {med(xs):.3f} of direct</title></rect>')
