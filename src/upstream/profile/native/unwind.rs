@@ -16,11 +16,11 @@
 //! the kernel's and the same in every process: they are read from phasescope's own vDSO.
 //!
 //! A stack is **truncated** when the walk stops before the thread's first frame: the copy
-//! ended (a deeper stack than `stack_bytes`), a frame lies in code with no unwind
-//! information that frame pointers cannot cross either, a caller's address lies in no
-//! executable mapping (the walk went astray: it stops there rather than report a frame
-//! that is not one), or it has more than [`MAX_DEPTH`] frames. Its leaf frames are right;
-//! its root frames are missing.
+//! ended (a stack deeper than the copy, which is at most `stack_bytes`), a frame lies in
+//! code with no unwind information that frame pointers cannot cross either, a caller's
+//! address lies in no executable mapping (the walk went astray: it stops there rather
+//! than report a frame that is not one), or it has more than [`MAX_DEPTH`] frames. Its
+//! leaf frames are right; its root frames are missing.
 //!
 //! The layouts it is checked on, against `perf record --call-graph dwarf` on the same
 //! process at the same time (tests/upstream_unwind.rs): a C server linked by GNU ld (PIE,
