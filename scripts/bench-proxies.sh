@@ -6,6 +6,9 @@
 #   scripts/bench-proxies.sh --quick    # ~2 minutes
 #   scripts/bench-proxies.sh --sampler-only   # ~1 minute: the upstream sampler's cost only,
 #                                             # written into the last full run's documents
+#   scripts/bench-proxies.sh --chain-only     # ~2 minutes: the full chain in front of Webdis
+#                                             # (HTTP tap, RESP tap, correlated; with and without
+#                                             # profile = true, HAProxy, direct), likewise
 #   scripts/bench-proxies.sh --help     # every option
 #
 # Installs the tools it needs from Debian when they are missing, builds in release mode,

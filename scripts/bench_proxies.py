@@ -19,10 +19,8 @@ import os
 import platform
 import re
 import resource
-import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,9 +32,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import callgrind_split  # noqa: E402
 import bench_report  # noqa: E402
 
-PHASESCOPE = ROOT / "target/release/phasescope"
-FIXED_UPSTREAM = ROOT / "target/release/fixed-upstream"
-CLIENT = ROOT / "target/release/bench-client"
+# Where scripts/bench-proxies.sh's `cargo build --release` put them.
+RELEASE = (ROOT / os.environ.get("CARGO_TARGET_DIR", "target")) / "release"
+PHASESCOPE = RELEASE / "phasescope"
+FIXED_UPSTREAM = RELEASE / "fixed-upstream"
+CLIENT = RELEASE / "bench-client"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
 
@@ -340,7 +340,7 @@ def fmt_ms(v):
 # ---------------------------------------------------------------------------------------
 
 # Without sampling, sampling the running function only (`--stack-bytes 0`), and sampling
-# call stacks (the default 16 KiB of user stack per sample, unwound with DWARF CFI).
+# call stacks (at most the default 16 KiB of user stack per sample, unwound with DWARF CFI).
 SAMPLER_TARGETS = ["phasescope", "phasescope-profile-leaf", "phasescope-profile"]
 # The threads that watch the upstream (src/upstream/watch.rs: accounting, and sampling
 # when profiling) and symbolize its samples (src/upstream/profile/symbols.rs).
@@ -359,7 +359,8 @@ def sampler_cost(upstream, workdir, threads, maxconn, rounds, seconds, conns, pa
         for name in order:
             srv = start_target(name, upstream.port, workdir, threads, maxconn)
             try:
-                wrk(srv.port, path, conns, 1)
+                # With call stacks, long enough for the collects that size the stack's copy.
+                wrk(srv.port, path, conns, 5 if name == "phasescope-profile" else 1)
                 time.sleep(1.2)  # past the watcher's first interval, which reads the process
                 cpu0, up0 = srv.cpu_seconds(), upstream.cpu_seconds()
                 watch0, wall0 = srv.thread_cpu_seconds(WATCHER_THREADS), time.time()
@@ -379,6 +380,225 @@ def sampler_cost(upstream, workdir, threads, maxconn, rounds, seconds, conns, pa
                 f"{upstream.name} {fmt(r['upstream_cpu_us_per_req'], 2)} us/req  "
                 f"watcher {fmt(r['watcher_cpu_ms_per_s'], 2)} ms/s  errors {r['errors']}")
     return runs
+
+
+# ---------------------------------------------------------------------------------------
+# The full chain in front of Webdis
+# ---------------------------------------------------------------------------------------
+
+# wrk → [HTTP tap] → Webdis → [RESP tap] → Redis, the two taps correlated: the deployment
+# of docs/webdis.md, in one phasescope process.
+CHAIN_CFG = """[admin]
+listen = "127.0.0.1:{admin}"
+
+[[tap]]
+name = "webdis"
+protocol = "http"
+listen = "127.0.0.1:{port}"
+upstream = "127.0.0.1:{webdis}"
+routes = "webdis"
+{process}
+[[tap]]
+name = "redis"
+protocol = "resp"
+listen = "127.0.0.1:{resp}"
+upstream = "127.0.0.1:{redis}"
+
+[[correlate]]
+kind = "webdis"
+http = "webdis"
+resp = "redis"
+"""
+
+# The same two places with HAProxy: mode http in front of Webdis, mode tcp in front of Redis.
+HAPROXY_CHAIN_CFG = """global
+  maxconn {maxconn}
+  nbthread {threads}
+defaults
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend webdis
+  mode http
+  bind 127.0.0.1:{port}
+  default_backend webdis
+backend webdis
+  mode http
+  server s1 127.0.0.1:{webdis}
+frontend redis
+  mode tcp
+  bind 127.0.0.1:{resp}
+  default_backend redis
+backend redis
+  mode tcp
+  server s1 127.0.0.1:{redis}
+"""
+
+# direct: wrk → Webdis → Redis; the rest put proxies in both places. `phasescope-profile`
+# adds `profile = true` to the `[tap.process]` of the HTTP tap, whose process is Webdis;
+# both phasescope variants read Webdis from /proc (`find = "auto"`, the default).
+CHAIN_TARGETS = ["direct", "haproxy-chain", "phasescope-chain", "phasescope-chain-profile"]
+
+
+def chain_variant(spec):
+    """`--chain-also SPEC`: a further profiled variant. SPEC is `key=value` pairs joined by
+    `,`: keys of `[tap.process]` (`stack_bytes=0`, `frequency=199`), and `bin=PATH`, another
+    phasescope binary (a build from before a change, measured in the same rounds)."""
+    keys, binary = {}, None
+    for part in filter(None, spec.split(",")):
+        key, _, value = part.partition("=")
+        if not value:
+            sys.exit(f"--chain-also {spec!r}: expected key=value")
+        if key == "bin":
+            binary = value
+        else:
+            keys[key] = value
+    return {"name": "phasescope-chain-profile+" + spec, "keys": keys, "bin": binary}
+
+
+def start_chain(name, variants, redis_port, workdir, threads, maxconn):
+    """The proxy of target `name` (None for direct) and the port Webdis must use for Redis."""
+    d = Path(workdir)
+    port, resp = free_port(), free_port()
+    webdis_port = free_port()
+    if name == "direct":
+        return None, redis_port, webdis_port, None
+    if name == "haproxy-chain":
+        cfg = d / "haproxy-chain.cfg"
+        cfg.write_text(HAPROXY_CHAIN_CFG.format(maxconn=maxconn, threads=threads, port=port,
+                                                webdis=webdis_port, resp=resp, redis=redis_port))
+        return Server(name, [tool("haproxy"), "-db", "-f", cfg], d, port=resp), resp, webdis_port, port
+    variant = variants.get(name, {"keys": {}, "bin": None})
+    process = ""
+    if name.startswith("phasescope-chain-profile"):
+        keys = {"profile": "true", **variant["keys"]}
+        process = "\n[tap.process]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items())
+    cfg = d / f"chain-{len(list(d.glob('chain-*.toml')))}.toml"
+    cfg.write_text(CHAIN_CFG.format(admin=free_port(), port=port, webdis=webdis_port,
+                                    process=process, resp=resp, redis=redis_port))
+    binary = variant["bin"] or PHASESCOPE
+    # The name carries the variant's spec, a path perhaps: the log file's name may not.
+    srv = Server(re.sub(r"[^\w.+=-]", "_", name), [binary, "--config", cfg, "run"], d,
+                 env={"PHASESCOPE_WORKERS": str(threads)}, port=resp)
+    return srv, resp, webdis_port, port
+
+
+def start_chain_webdis(workdir, redis_port, http_port):
+    """Webdis reaching Redis at `redis_port` (Redis itself or a proxy in front of it),
+    started after the proxy: it opens its Redis pool at start."""
+    d = Path(workdir)
+    cfg = d / "webdis-chain.json"
+    cfg.write_text(json.dumps({
+        "redis_host": "127.0.0.1", "redis_port": redis_port,
+        "http_host": "127.0.0.1", "http_port": http_port,
+        "threads": 2, "pool_size": 4, "daemonize": False, "websockets": False,
+        "database": 0, "verbosity": 3, "logfile": str(d / "webdis-chain-own.log"),
+    }))
+    return Server("webdis", [tool("webdis"), cfg], d, port=http_port)
+
+
+def wait_for(check, what, seconds=30):
+    deadline = time.time() + seconds
+    while not check():
+        if time.time() > deadline:
+            sys.exit(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def thread_names(pid):
+    names = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:
+            pass
+    return names
+
+
+def chain_run(name, variants, workdir, threads, maxconn, seconds, conns, path):
+    """One run of the full chain with fresh processes: Redis, the proxy, Webdis; a warm-up
+    (the sampler started and its symbol tables loaded), then `seconds` of wrk."""
+    redis_port = free_port()
+    d = Path(workdir)
+    redis = Server("redis", [tool("redis-server"), "--port", redis_port, "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--daemonize", "no",
+                             "--dir", d, "--logfile", ""], d, port=redis_port)
+    proxy = webdis = None
+    try:
+        proxy, resp_port, webdis_port, front = start_chain(name, variants, redis_port, workdir,
+                                                           threads, maxconn)
+        webdis = start_chain_webdis(workdir, resp_port, webdis_port)
+        port = front or webdis_port
+        if front:
+            wait_for(lambda: accepts(front), f"{name} to listen in front of Webdis")
+        wait_for(lambda: b"PONG" in http_get(port, "/PING"), f"/PING through {name}")
+        if b"200 OK" not in http_get(port, "/SET/bench/hello"):
+            sys.exit(f"{name}: Webdis did not store the benchmark key")
+        wrk(port, path, conns, 2)
+        if name.startswith("phasescope-chain-profile"):
+            keys = variants.get(name, {"keys": {}})["keys"]
+            if keys.get("stack_bytes", "1") != "0":
+                # With call stacks the drainer thread runs once the watcher has found
+                # Webdis and opened its events.
+                wait_for(lambda: "ps-up-drain" in thread_names(proxy.proc.pid),
+                         f"{name}: the sampler to start", 10)
+            # Under load while the sampler settles: its first collect loads the symbol
+            # tables, and the next ones size the copy of the stack to what the walks read.
+            wrk(port, path, conns, 6)
+        time.sleep(1.2)  # past the watcher's first interval, which reads the process
+        servers = {"webdis": webdis, "redis": redis, "proxy": proxy}
+        cpu0 = {k: s.cpu_seconds() for k, s in servers.items() if s}
+        watch0 = proxy.thread_cpu_seconds(WATCHER_THREADS) if proxy and name.startswith("phasescope") else None
+        wall0 = time.time()
+        r = wrk(port, path, conns, seconds)
+        wall = time.time() - wall0
+        cpu = {k: s.cpu_seconds() - cpu0[k] for k, s in servers.items() if s}
+        n = r["requests"]
+        for k, v in cpu.items():
+            r[f"{k}_cpu_us_per_req"] = v * 1e6 / n if n else None
+        if watch0 is not None:
+            r["watcher_cpu_ms_per_s"] = (proxy.thread_cpu_seconds(WATCHER_THREADS) - watch0) * 1e3 / wall
+        r["target"] = name
+        return r
+    finally:
+        for s in (webdis, proxy, redis):
+            if s:
+                s.stop()
+
+
+def chain_cost(targets, variants, workdir, threads, maxconn, rounds, seconds, conns, path):
+    """Rounds of the chain's targets, the order reversed every other round."""
+    runs = []
+    for rnd in range(rounds):
+        order = targets if rnd % 2 == 0 else targets[::-1]
+        for name in order:
+            r = chain_run(name, variants, workdir, threads, maxconn, seconds, conns, path)
+            r["round"] = rnd
+            r["conns"] = conns
+            runs.append(r)
+            log(f"  chain round {rnd + 1}/{rounds} {name:34} {r['rps']:>9.0f} req/s  "
+                f"webdis {fmt(r.get('webdis_cpu_us_per_req'), 2)} us/req  "
+                f"proxy {fmt(r.get('proxy_cpu_us_per_req'), 2)} us/req  "
+                f"redis {fmt(r.get('redis_cpu_us_per_req'), 2)} us/req  errors {r['errors']}")
+    return runs
+
+
+def run_chain(workdir, threads, maxconn, rounds, seconds, also=()):
+    """The full-chain part; the results' `chain` object."""
+    conns = 50
+    extra = [chain_variant(spec) for spec in also]
+    variants = {v["name"]: v for v in extra}
+    targets = CHAIN_TARGETS + [v["name"] for v in extra]
+    log(f"the full chain in front of Webdis: {rounds} rounds x {len(targets)} runs of {seconds} s at -c {conns}")
+    start = loadavg()
+    runs = chain_cost(targets, variants, workdir, threads, maxconn, rounds, seconds, conns, "/GET/bench")
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "scripts/bench-proxies.sh " + " ".join(sys.argv[1:]),
+        "rounds": rounds, "seconds": seconds, "connections": conns, "targets": targets,
+        "variants": {n: {"keys": v["keys"], "bin": v["bin"]} for n, v in variants.items()},
+        "loadavg_start": start, "loadavg_end": loadavg(), "runs": runs,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -590,6 +810,31 @@ def sampler_only(args, results, workdir_rounds, threads, maxconn):
     log(f"wrote the sampler's section into {md} and its runs into {data}")
 
 
+def chain_only(args, results, threads, maxconn):
+    """`--chain-only`: measure the full chain, put its section into the documents of the
+    last full run (between its markers), its chart beside them, and its results into that
+    run's JSON."""
+    out = Path(args.out or ROOT / "docs")
+    with tempfile.TemporaryDirectory(prefix="bench-proxies-") as workdir:
+        chain = run_chain(workdir, threads, maxconn, args.rounds or 4, args.duration or 3,
+                          args.chain_also)
+    chain["machine"] = results["machine"]
+    section = bench_report.chain_section(chain)
+    print(section)
+    if args.no_write:
+        return
+    data = out / "benchmarks.json"
+    md = out / "BENCHMARKS.md"
+    if not data.exists() or not md.exists():
+        sys.exit(f"{out} has no full run to add the chain to: run scripts/bench-proxies.sh first")
+    full = json.loads(data.read_text())
+    full["chain"] = chain
+    data.write_text(json.dumps(full, indent=1) + "\n")
+    (out / bench_report.CHAIN_CHART).write_text(bench_report.chain_chart(chain))
+    md.write_text(bench_report.replace_chain_section(md.read_text(), section))
+    log(f"wrote the chain's section into {md}, its chart, and its runs into {data}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one short round, fewer idle connections (~2 min)")
@@ -599,12 +844,22 @@ def main():
     ap.add_argument("--requests", type=int, help="requests profiled with callgrind [5000; quick 1000]")
     ap.add_argument("--only", choices=["fixed", "webdis"], help="one upstream only")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["throughput", "memory", "callgrind", "layout", "recorder", "sampler"],
+                    choices=["throughput", "memory", "callgrind", "layout", "recorder", "sampler",
+                             "chain"],
                     help="leave out a part (repeatable)")
     ap.add_argument("--sampler-only", action="store_true",
                     help="only the upstream sampler's cost (in front of Webdis, ~1 min); its "
                          "results replace the sampler section of the existing BENCHMARKS.md "
                          "and benchmarks.json, the rest of that run is kept")
+    ap.add_argument("--chain-only", action="store_true",
+                    help="only the full chain in front of Webdis (HTTP tap, Webdis, RESP tap, Redis, "
+                         "correlated; with and without profile = true, beside HAProxy in the same "
+                         "places and direct; ~2 min at the defaults); its results replace the chain "
+                         "section of the existing BENCHMARKS.md and benchmarks.json")
+    ap.add_argument("--chain-also", action="append", default=[], metavar="SPEC",
+                    help="a further profiled variant of the chain: [tap.process] keys and bin=PATH "
+                         "(another phasescope binary), e.g. 'stack_bytes=0' or "
+                         "'bin=/tmp/old/phasescope' (repeatable)")
     ap.add_argument("--out", help="where BENCHMARKS.md and the chart go [docs/; with --quick, "
                                     "nowhere unless given]")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
@@ -640,6 +895,9 @@ def main():
     if args.sampler_only:
         sampler_only(args, results, workdir_rounds=(args.rounds or 4, args.duration or 3),
                      threads=threads, maxconn=maxconn)
+        return
+    if args.chain_only:
+        chain_only(args, results, threads=threads, maxconn=maxconn)
         return
 
     with tempfile.TemporaryDirectory(prefix="bench-proxies-") as workdir:
@@ -686,6 +944,9 @@ def main():
             if "sampler" not in args.skip and not args.quick and args.only in (None, "webdis"):
                 results["sampler"] = run_sampler(workdir, threads, maxconn, rounds, seconds)
                 results["sampler"]["machine"] = results["machine"]
+            if "chain" not in args.skip and not args.quick and args.only in (None, "webdis"):
+                results["chain"] = run_chain(workdir, threads, maxconn, rounds, seconds, args.chain_also)
+                results["chain"]["machine"] = results["machine"]
             if "memory" not in args.skip:
                 log(f"memory with {idle} idle keep-alive connections")
                 for n in names[1:]:
@@ -721,6 +982,8 @@ def main():
         out.mkdir(parents=True, exist_ok=True)
         (out / "benchmarks.json").write_text(json.dumps(results, indent=1) + "\n")
         (out / "benchmarks.svg").write_text(bench_report.chart(results, summary))
+        if results.get("chain"):
+            (out / bench_report.CHAIN_CHART).write_text(bench_report.chain_chart(results["chain"]))
         (out / "BENCHMARKS.md").write_text(bench_report.markdown(results, summary))
         log(f"wrote {out / 'BENCHMARKS.md'}, {out / 'benchmarks.svg'}, {out / 'benchmarks.json'}")
     log(f"done in {results['elapsed_s']} s; load average at the end {' '.join(results['loadavg_end'])}")

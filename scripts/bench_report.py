@@ -380,7 +380,7 @@ def markdown(results, s):
         a("![Requests per second](benchmarks.svg)\n")
 
     if results.get("memory"):
-        a(f"## Memory per idle keep-alive connection\n")
+        a("## Memory per idle keep-alive connection\n")
         n = results["memory"][0]["connections"]
         a(f"`bench-client --hold {n}` opens {n:,} connections through the proxy, makes one request on "
           "each, and holds them idle; the proxy's resident memory (VmRSS, all its processes) is read "
@@ -447,6 +447,8 @@ def markdown(results, s):
     a(metrics_cost(results, s))
     if results.get("sampler"):
         a(sampler_section(results["sampler"]))
+    if results.get("chain"):
+        a(chain_section(results["chain"]))
     a(LAYOUT_TEXT.format(layout=layout_figures(s)))
     a(CHANGES_TEXT)
     a(ROUND2_TEXT)
@@ -495,7 +497,6 @@ def metrics_cost(results, s):
             on = s["stats"].get((u, "phasescope", c), {}).get("cpu")
             off = s["stats"].get((u, "phasescope-no-metrics", c), {}).get("cpu")
             thr = s["ratios"].get((u, "phasescope", "phasescope-no-metrics", c, "rps"), {})
-            direct = s["stats"].get((u, "direct", c), {}).get("rps")
             if on is None or off is None:
                 continue
             diffs.append(on - off)
@@ -545,7 +546,7 @@ def sampler_section(sm):
     modes = [(label, t) for label, t in (
         ("without sampling", "phasescope"),
         ("`--profile-upstream --stack-bytes 0` (running function only)", "phasescope-profile-leaf"),
-        ("`--profile-upstream` (call stacks, 16 KiB per sample)", "phasescope-profile"))
+        ("`--profile-upstream` (call stacks, up to 16 KiB per sample)", "phasescope-profile"))
         if any(r["target"] == t for r in runs)]
 
     def col(target, key):
@@ -575,10 +576,11 @@ def sampler_section(sm):
              "without sampling (the /proc accounting alone, which runs in all three), sampling "
              "the running function only (perf events at 997 Hz on every thread of Webdis, kernel "
              "callchains, symbolized and folded into components every second), and sampling call "
-             "stacks (the same events with the user registers and 16 KiB of user stack per "
-             "sample, unwound with DWARF call frame information and drained every 10 ms). A "
-             "fresh proxy for every run after a one-second warm-up (so the figure is the steady "
-             "cost, without the first symbol-table load), "
+             "stacks (the same events with the user registers and up to 16 KiB of user stack "
+             "per sample, cut to what the walks read after three collects, unwound with DWARF "
+             "call frame information and drained every 10 ms). A fresh proxy for every run "
+             "after a warm-up under load, one second, five with call stacks (so the figure is "
+             "the steady cost, without the first symbol-table load, with the copy sized), "
              f"{sm['rounds']} rounds of {sm['seconds']} s at `wrk -c {sm['connections']}`, the "
              f"order reversed every other round. Measured {sm['date']} on a shared "
              f"{machine.get('nproc', '?')}-CPU machine (load average "
@@ -623,18 +625,188 @@ def sampler_section(sm):
     return "\n".join(lines) + "\n"
 
 
-def replace_sampler_section(text, section):
-    """`text` (a BENCHMARKS.md) with its sampler section replaced by `section`, or, without
-    one, `section` inserted before the runtime-layout section (where `markdown` puts it)."""
-    if SAMPLER_BEGIN in text and SAMPLER_END in text:
-        head, rest = text.split(SAMPLER_BEGIN, 1)
-        tail = rest.split(SAMPLER_END, 1)[1]
+def replace_section(text, begin, end, section, anchors):
+    """`text` (a BENCHMARKS.md) with the section between `begin` and `end` replaced by
+    `section`, or, without one, `section` inserted before the first of `anchors` found
+    (where `markdown` puts it)."""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
         return head + section.rstrip("\n") + tail
-    for anchor in ("## Runtime layout", "## Reproducing"):
+    for anchor in anchors:
         if anchor in text:
             head, tail = text.split(anchor, 1)
             return head + section + "\n" + anchor + tail
     return text.rstrip("\n") + "\n\n" + section
+
+
+def replace_sampler_section(text, section):
+    return replace_section(text, SAMPLER_BEGIN, SAMPLER_END, section,
+                           ("## Runtime layout", "## Reproducing"))
+
+
+def replace_chain_section(text, section):
+    return replace_section(text, CHAIN_BEGIN, CHAIN_END, section,
+                           ("## Runtime layout", "## Reproducing"))
+
+
+# ---------------------------------------------------------------------------------------
+# The full chain in front of Webdis
+# ---------------------------------------------------------------------------------------
+
+CHAIN_BEGIN = "<!-- chain: written by scripts/bench-proxies.sh --chain-only -->"
+CHAIN_END = "<!-- /chain -->"
+CHAIN_CHART = "benchmarks-chain.svg"
+CHAIN_LABELS = {
+    "direct": "direct (wrk → Webdis → Redis)",
+    "haproxy-chain": "HAProxy (mode http before Webdis, mode tcp before Redis)",
+    "phasescope-chain": "phasescope (HTTP tap, RESP tap, correlated)",
+    "phasescope-chain-profile": "phasescope, `profile = true` on Webdis",
+}
+CHAIN_COLORS = {"direct": "#9e9e9e", "haproxy-chain": "#d73a49", "phasescope-chain": "#79b8ff",
+                "phasescope-chain-profile": "#1f6feb"}
+
+
+def chain_label(target, variants):
+    if target in CHAIN_LABELS:
+        return CHAIN_LABELS[target]
+    v = variants.get(target, {})
+    keys = ", ".join(f"{k} = {x}" for k, x in v.get("keys", {}).items())
+    parts = [p for p in (keys, f"binary {v['bin']}" if v.get("bin") else "") if p]
+    return "phasescope, `profile = true` on Webdis, " + "; ".join(parts)
+
+
+def chain_figures(ch):
+    """Per target: req/s, the share of direct and the ratio to phasescope without profiling
+    (per round, then median and range), and each process's CPU per request."""
+    runs = ch["runs"]
+    by = {}
+    for r in runs:
+        by.setdefault(r["round"], {})[r["target"]] = r
+
+    def per_round(target, ref):
+        return [v[target]["rps"] / v[ref]["rps"] for v in by.values()
+                if target in v and ref in v and v[ref]["rps"]]
+
+    out = {}
+    for t in ch["targets"]:
+        col = lambda k: [r[k] for r in runs if r["target"] == t and r.get(k) is not None]  # noqa: E731
+        out[t] = {
+            "rps": col("rps"),
+            "share": per_round(t, "direct") if t != "direct" else [],
+            "vs_plain": per_round(t, "phasescope-chain") if t.startswith("phasescope-chain-profile") else [],
+            "webdis": col("webdis_cpu_us_per_req"),
+            "redis": col("redis_cpu_us_per_req"),
+            "proxy": col("proxy_cpu_us_per_req"),
+            "watcher": col("watcher_cpu_ms_per_s"),
+            "errors": sum(r["errors"] for r in runs if r["target"] == t),
+        }
+    return out
+
+
+def chain_section(ch):
+    """The full chain in front of Webdis, from the `chain` object of bench_proxies.run_chain."""
+    fig = chain_figures(ch)
+    variants = ch.get("variants", {})
+    machine = ch.get("machine", {})
+
+    def cell(xs, digits=2):
+        if not xs:
+            return "–"
+        if len(xs) == 1:
+            return f"{xs[0]:,.{digits}f}"
+        return f"{med(xs):,.{digits}f} ({min(xs):,.{digits}f}–{max(xs):,.{digits}f})"
+
+    lines = [CHAIN_BEGIN, "## The full chain in front of Webdis\n",
+             "The deployment of [webdis.md](webdis.md): wrk → phasescope's HTTP tap → Webdis → "
+             "phasescope's RESP tap → Redis, one phasescope process with the two taps correlated "
+             "(`[[correlate]] kind = \"webdis\"`) and reading Webdis from /proc (`[tap.process]`, "
+             "found by `auto`); with `profile = true` on the HTTP tap it also samples Webdis's call "
+             "stacks. Beside it, HAProxy in the same two places (one process: mode http in front of "
+             "Webdis, mode tcp in front of Redis, Webdis reaching Redis through it) and direct "
+             "(wrk → Webdis → Redis). Every run starts fresh processes (Redis, the proxy, then "
+             "Webdis, which opens its Redis pool through the proxy at start), warms up with a "
+             "2 s wrk run and, when sampling, waits until the sampler runs and loads it 6 s more "
+             "(its first collect loads the symbol tables, the next ones size the copy of the "
+             "stack); then, 1.2 s later, "
+             f"`wrk -t2 -c{ch['connections']} -d{ch['seconds']}s` on `GET /GET/bench`. "
+             f"{ch['rounds']} rounds, the variants in order and in reverse order every other "
+             "round; a ratio is taken within each round, then its median and range over rounds "
+             "are given. Webdis runs 2 threads, each proxy 2 (`PHASESCOPE_WORKERS`, `nbthread`). "
+             f"Measured {ch['date']} on a shared {machine.get('nproc', '?')}-CPU machine, wrk, "
+             "Webdis, Redis and the proxy all on it (load average "
+             f"{' '.join(ch['loadavg_start'])} at the start, {' '.join(ch['loadavg_end'])} at "
+             f"the end), with:\n",
+             "```sh", ch["command"].strip(), "```\n",
+             "CPU per request is each process's utime + stime (/proc/PID/stat) over the run "
+             "divided by the requests wrk completed; Webdis's includes the sampling interrupts "
+             "and the kernel's copies of its stack, which run on its threads. Medians over the "
+             "rounds (range):\n",
+             "| variant | req/s | ÷ direct | ÷ phasescope without profiling | Webdis CPU µs/req "
+             "| Redis CPU µs/req | proxy CPU µs/req | watcher ms/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for t in ch["targets"]:
+        f = fig[t]
+        lines.append(f"| {chain_label(t, variants)} | {cell(f['rps'], 0)} | {cell(f['share'], 3)} | "
+                     f"{cell(f['vs_plain'], 3)} | {cell(f['webdis'])} | {cell(f['redis'])} | "
+                     f"{cell(f['proxy'])} | {cell(f['watcher'])} |")
+    lines.append("")
+    errors = {t: fig[t]["errors"] for t in ch["targets"] if fig[t]["errors"]}
+    if errors:
+        lines.append("wrk counted errors: " + ", ".join(f"{t} {n}" for t, n in errors.items()) + ".\n")
+    prof = fig.get("phasescope-chain-profile")
+    plain = fig.get("phasescope-chain")
+    if prof and plain and prof["vs_plain"]:
+        v = prof["vs_plain"]
+        lines.append(
+            f"What profiling costs the chain: **{(1 - med(v)) * 100:.1f} % of its throughput** "
+            f"(per round {(1 - max(v)) * 100:+.1f} to {(1 - min(v)) * 100:+.1f} %; the goal is "
+            f"≤ 2 %), and Webdis {med(prof['webdis']) - med(plain['webdis']):+.2f} µs of CPU "
+            "per request (medians).\n")
+    lines.append(f"![The full chain's throughput, as a share of direct]({CHAIN_CHART})\n")
+    lines.append(CHAIN_END)
+    return "\n".join(lines) + "\n"
+
+
+def chain_chart(ch):
+    """Horizontal bars: each variant's share of direct throughput, median with its range."""
+    fig = chain_figures(ch)
+    variants = ch.get("variants", {})
+    shown = [t for t in ch["targets"] if t != "direct" and fig[t]["share"]]
+    left, width, bar, top = 540, 980, 26, 60
+    plot = width - left - 40
+    height = top + len(shown) * (bar + 12) + 40
+    peak = max([max(fig[t]["share"]) for t in shown] + [1.0]) * 1.05
+    scale = plot / peak
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="22" font-size="15" font-weight="bold">The full chain in front of Webdis: '
+           f'throughput ÷ direct, median of {ch["rounds"]} alternated rounds (whiskers: range)</text>',
+           f'<text x="10" y="40" fill="#555">wrk -c{ch["connections"]}, {ch["seconds"]} s per run; '
+           f'{ch.get("machine", {}).get("nproc", "?")} CPUs shared by all; {ch["date"]}; load average '
+           f'{" ".join(ch["loadavg_start"])}</text>']
+    for x in [i / 10 for i in range(0, int(peak * 10) + 1)]:
+        px = left + x * scale
+        out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{top - 6}" y2="{height - 34}" stroke="#eee"/>')
+        out.append(f'<text x="{px:.1f}" y="{height - 20}" text-anchor="middle" fill="#555">{x:.1f}</text>')
+    for i, t in enumerate(shown):
+        y = top + i * (bar + 12)
+        xs = fig[t]["share"]
+        color = CHAIN_COLORS.get(t, "#0d47a1")
+        label = chain_label(t, variants).replace("`", "")
+        if len(label) > 88:
+            label = "…" + label[-87:]
+        out.append(f'<text x="{left - 8}" y="{y + bar / 2 + 4}" text-anchor="end">{label}</text>')
+        out.append(f'<rect x="{left}" y="{y}" width="{med(xs) * scale:.1f}" height="{bar}" fill="{color}">'
+                   f'<title>{label}: {med(xs):.3f} of direct</title></rect>')
+        if len(xs) > 1:
+            cy = y + bar / 2
+            out.append(f'<line x1="{left + min(xs) * scale:.1f}" x2="{left + max(xs) * scale:.1f}" '
+                       f'y1="{cy}" y2="{cy}" stroke="#333"/>')
+        out.append(f'<text x="{left + 4}" y="{y + bar / 2 + 4}" fill="#fff">{med(xs):.3f}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def sharing(results):
@@ -929,6 +1101,8 @@ def main():
     print(table(results, s))
     (out / "benchmarks.svg").write_text(chart(results, s))
     (out / "BENCHMARKS.md").write_text(markdown(results, s))
+    if results.get("chain"):
+        (out / CHAIN_CHART).write_text(chain_chart(results["chain"]))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ For each case prints what the client received and, where it matters, whether a r
 hidden from the proxy reached the upstream. It measures behaviour, not speed.
 """
 
-import os
 import shutil
 import socket
 import subprocess

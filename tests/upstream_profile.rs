@@ -594,6 +594,94 @@ fn webdis_components_under_load() {
     );
 }
 
+/// Inclusive samples by component, and the truncated ones, of several collects.
+#[derive(Default, Debug)]
+struct Inclusive {
+    by_component: HashMap<String, u64>,
+    truncated: u64,
+    total: u64,
+}
+
+impl Inclusive {
+    fn add(&mut self, delta: &ProfileDelta) {
+        for (component, n) in &delta.inclusive {
+            *self.by_component.entry(component.clone()).or_insert(0) += n;
+        }
+        self.truncated += delta.stacks.truncated_samples;
+        self.total += delta.total();
+    }
+
+    fn share(&self, component: &str) -> f64 {
+        self.by_component.get(component).copied().unwrap_or(0) as f64 / self.total.max(1) as f64
+    }
+}
+
+/// Webdis's walks read a few KiB of its stack: after the first collects the events copy
+/// that much (with headroom) instead of 16 KiB per sample, and the stacks stay whole: as
+/// few truncated, and the components at their roots on as many of them as before.
+#[test]
+fn the_stack_copy_shrinks_to_what_webdis_walks_read() {
+    let redis = RedisServer::start();
+    let mut webdis = Webdis::start(redis.port());
+    let pid = webdis.process().pid();
+    let mut profiler = start_profiler(pid);
+    assert_eq!(profiler.stack_bytes(), DEFAULT_STACK_BYTES);
+    let url = webdis.url("/GET/phasescope-profile");
+    let load = thread::spawn(move || run_wrk(&url, 14, 20, 2));
+    thread::sleep(Duration::from_millis(300));
+    profiler.collect().unwrap();
+    let mut before = Inclusive::default();
+    let mut after = Inclusive::default();
+    let end = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < end {
+        thread::sleep(Duration::from_millis(500));
+        let full = profiler.stack_bytes() == DEFAULT_STACK_BYTES;
+        let delta = profiler.collect().unwrap();
+        if full {
+            before.add(&delta);
+        } else {
+            after.add(&delta);
+        }
+    }
+    let report = load.join().unwrap();
+    let copied = profiler.stack_bytes();
+    eprintln!(
+        "{} requests; copy {DEFAULT_STACK_BYTES} → {copied} bytes\nbefore: {before:?}\nafter: {after:?}",
+        report.requests
+    );
+    assert!(
+        (1024..=DEFAULT_STACK_BYTES / 2).contains(&copied),
+        "the copy is {copied} bytes"
+    );
+    assert!(before.total >= 300 && after.total >= 300, "too few samples");
+    let truncated = |i: &Inclusive| i.truncated as f64 / i.total as f64;
+    assert!(
+        truncated(&after) <= truncated(&before) + 0.01,
+        "{:.2} % truncated with the smaller copy, {:.2} % with 16 KiB",
+        truncated(&after) * 100.0,
+        truncated(&before) * 100.0
+    );
+    // The copy decides how far up the user stack a walk gets: the components at the root
+    // of Webdis's stacks (its event loop, its own `main`) are on as many stacks as before.
+    // The rest move with the load (the kernel's share of the work, for one), which
+    // changes over the test on a shared machine, not with the copy.
+    let roots: Vec<&String> = before
+        .by_component
+        .keys()
+        .filter(|c| before.share(c) >= 0.9)
+        .collect();
+    assert!(!roots.is_empty(), "{before:?}");
+    for component in roots {
+        let (a, b) = (after.share(component), before.share(component));
+        assert!(
+            a >= b - 0.02,
+            "{component}: inclusive {:.1} % with the smaller copy, {:.1} % with 16 KiB",
+            a * 100.0,
+            b * 100.0
+        );
+    }
+}
+
 #[test]
 fn php_fixture_regex_and_engine() {
     let server = AmpServer::start(&[]);

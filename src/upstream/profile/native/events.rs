@@ -19,7 +19,8 @@ use perf_event::{Builder, SampleFlag, Sampler};
 
 use super::budget::Descriptors;
 use super::busiest::{self, ThreadCpu};
-use super::unwind::{self, Unwinder, Walk};
+use super::stack_size::StackSize;
+use super::unwind::{self, StackUse, Unwinder, Walk};
 use crate::upstream::find::threads;
 use crate::upstream::profile::ProfileError;
 
@@ -129,9 +130,10 @@ pub struct ThreadEvents {
     threads: HashMap<u32, Sampler>,
     /// Index into [`RING_BYTES`] of the size that last worked.
     ring: usize,
-    /// Bytes of user stack copied per sample; 0 samples the leaf only.
+    /// Bytes of user stack copied per sample, at most the configured size; 0 samples the
+    /// leaf only.
     stack_bytes: u32,
-    /// Scratch for one sample's stack.
+    /// Scratch for one sample's stack, and how deep the walks read.
     scratch: Scratch,
     /// Each thread's CPU time, to find the busiest.
     cpu: ThreadCpu,
@@ -143,11 +145,12 @@ pub struct ThreadEvents {
     unsampled_cpu_ns: u64,
 }
 
-/// Buffers reused from one sample to the next.
-#[derive(Default)]
+/// Buffers reused from one sample to the next, and what the walks used of the copies.
 struct Scratch {
     stack: Vec<u64>,
     user: Vec<u64>,
+    used: StackUse,
+    size: StackSize,
 }
 
 impl ThreadEvents {
@@ -168,7 +171,12 @@ impl ThreadEvents {
             threads: HashMap::new(),
             ring: 0,
             stack_bytes,
-            scratch: Scratch::default(),
+            scratch: Scratch {
+                stack: Vec::new(),
+                user: Vec::new(),
+                used: StackUse::default(),
+                size: StackSize::new(stack_bytes),
+            },
             cpu: ThreadCpu::default(),
             deltas: Vec::new(),
             unsampled_threads: 0,
@@ -333,6 +341,42 @@ impl ThreadEvents {
         }
     }
 
+    /// Reopens every event with the copy's size [`StackSize`] now wants, when it wants
+    /// another; the records of the old events are drained first. A thread whose event
+    /// cannot be reopened is picked up again by the next refresh.
+    pub fn resize_stacks(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
+        if self.stack_bytes == 0 {
+            return;
+        }
+        let Some(bytes) = self.scratch.size.next() else {
+            return;
+        };
+        tracing::debug!(
+            pid = self.pid,
+            from = self.stack_bytes,
+            to = bytes,
+            "user stack copied per sample resized to what the walks use"
+        );
+        self.stack_bytes = bytes;
+        let tids: Vec<u32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            if let Some(mut sampler) = self.threads.remove(&tid) {
+                drain_one(
+                    &mut sampler,
+                    unwinder.as_deref_mut(),
+                    &mut self.scratch,
+                    drained,
+                );
+            }
+            self.open_new(tid);
+        }
+    }
+
+    /// Bytes of user stack each sample copies now (0: the leaf only).
+    pub fn stack_bytes(&self) -> u32 {
+        self.stack_bytes
+    }
+
     /// Threads of the process without an event, as of the last open or refresh.
     pub fn unsampled_threads(&self) -> usize {
         self.unsampled_threads
@@ -411,6 +455,8 @@ struct Sample<'a> {
     regs: Option<[u64; 3]>,
     /// The copied user stack (its filled part).
     stack: &'a [u8],
+    /// The kernel filled the whole copy (else the stack ended before it).
+    full_copy: bool,
 }
 
 impl<'a> Sample<'a> {
@@ -422,6 +468,7 @@ impl<'a> Sample<'a> {
         let rest = bytes.get(chain_end..).unwrap_or(&[]);
         let mut regs = None;
         let mut stack: &[u8] = &[];
+        let mut full_copy = false;
         if let Some(abi) = word(rest, 0) {
             let mut at = 1;
             if abi != 0 {
@@ -436,6 +483,7 @@ impl<'a> Sample<'a> {
                     .unwrap_or(0)
                     .min(size);
                 stack = &data[..dyn_size];
+                full_copy = dyn_size == size;
             }
         }
         Some(Sample {
@@ -444,6 +492,7 @@ impl<'a> Sample<'a> {
             chain,
             regs,
             stack,
+            full_copy,
         })
     }
 
@@ -467,8 +516,12 @@ impl<'a> Sample<'a> {
         let mut truncated = false;
         match (unwinder, self.regs) {
             (Some(unwinder), Some([bp, sp, ip])) => {
-                truncated =
-                    unwinder.walk(ip, sp, bp, self.stack, &mut scratch.user) == Walk::Truncated;
+                let used = &mut scratch.used;
+                truncated = unwinder.walk(ip, sp, bp, self.stack, &mut scratch.user, used)
+                    == Walk::Truncated;
+                scratch
+                    .size
+                    .walked(used.bytes, used.past_copy, self.full_copy);
                 out.extend_from_slice(&scratch.user);
             }
             // Leaf only: a user-mode sample's instruction.

@@ -4,7 +4,8 @@
 //! [`Profiler::start`] opens one software-CPU-clock event per thread of the process (user
 //! and kernel, a fixed period of CPU time, kernel callchains, and with `stack_bytes` the
 //! user registers and a copy of the top of the user stack, which [`unwind`] follows to the
-//! callers on a drainer thread every [`DRAIN_EVERY`]), on its busiest threads only: at most
+//! callers on a drainer thread every [`DRAIN_EVERY`]; the copy is cut down to what the
+//! walks read, [`stack_size`]), on its busiest threads only: at most
 //! [`MAX_SAMPLED_THREADS`], and never more than the descriptor budget allows ([`budget`]:
 //! a sixteenth of RLIMIT_NOFILE, with a quarter of it kept free for the data path). Each
 //! [`Profiler::collect`] drains the ring buffers, moves the events to the threads busiest
@@ -36,6 +37,7 @@
 mod budget;
 mod busiest;
 mod events;
+mod stack_size;
 mod symbols;
 mod unnamed;
 mod unwind;
@@ -148,6 +150,12 @@ impl Profiler {
         })
     }
 
+    /// Bytes of user stack each sample copies now: the configured size at first, then
+    /// what the walks need ([`stack_size`]); 0 without call stacks.
+    pub fn stack_bytes(&self) -> u32 {
+        lock(&self.sampling).events.stack_bytes()
+    }
+
     /// Whether user stacks are sampled (else the leaf and kernel callchains only).
     pub fn user_stacks(&self) -> bool {
         self.drainer.is_some()
@@ -179,6 +187,9 @@ impl Profiler {
             sampling
                 .events
                 .refresh_threads(sampling.unwinder.as_mut(), &mut sampling.drained)?;
+            sampling
+                .events
+                .resize_stacks(sampling.unwinder.as_mut(), &mut sampling.drained);
             // A library loaded since: its frames unwind from the next samples on.
             if let Some(unwinder) = &mut sampling.unwinder {
                 unwinder.refresh();

@@ -16,11 +16,11 @@
 //! the kernel's and the same in every process: they are read from phasescope's own vDSO.
 //!
 //! A stack is **truncated** when the walk stops before the thread's first frame: the copy
-//! ended (a deeper stack than `stack_bytes`), a frame lies in code with no unwind
-//! information that frame pointers cannot cross either, a caller's address lies in no
-//! executable mapping (the walk went astray: it stops there rather than report a frame
-//! that is not one), or it has more than [`MAX_DEPTH`] frames. Its leaf frames are right;
-//! its root frames are missing.
+//! ended (a stack deeper than the copy, which is at most `stack_bytes`), a frame lies in
+//! code with no unwind information that frame pointers cannot cross either, a caller's
+//! address lies in no executable mapping (the walk went astray: it stops there rather
+//! than report a frame that is not one), or it has more than [`MAX_DEPTH`] frames. Its
+//! leaf frames are right; its root frames are missing.
 //!
 //! The layouts it is checked on, against `perf record --call-graph dwarf` on the same
 //! process at the same time (tests/upstream_unwind.rs): a C server linked by GNU ld (PIE,
@@ -76,6 +76,17 @@ pub enum Walk {
     Complete,
     /// Stopped early (see the module comment); the frames found are right.
     Truncated,
+}
+
+/// How much of the copied stack a walk used: what sizes the copy
+/// ([`super::stack_size`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackUse {
+    /// Bytes from the stack pointer to the end of the deepest word read.
+    pub bytes: usize,
+    /// A word past the end of the copy was asked for: the walk stopped where the copy
+    /// ended, not where the stack did.
+    pub past_copy: bool,
 }
 
 impl Unwinder {
@@ -146,14 +157,27 @@ impl Unwinder {
     /// Walks from the sampled registers through `stack`, the copy of the stack that
     /// starts at `sp`. `out` gets the frames' lookup addresses, leaf first: the sampled
     /// instruction, then each return address minus one, so that a call that is the last
-    /// instruction of its function is named after that function.
-    pub fn walk(&mut self, ip: u64, sp: u64, bp: u64, stack: &[u8], out: &mut Vec<u64>) -> Walk {
+    /// instruction of its function is named after that function. `used` says how much
+    /// of the copy the walk read.
+    pub fn walk(
+        &mut self,
+        ip: u64,
+        sp: u64,
+        bp: u64,
+        stack: &[u8],
+        out: &mut Vec<u64>,
+        used: &mut StackUse,
+    ) -> Walk {
         out.clear();
+        *used = StackUse::default();
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let offset = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
-            let word = stack
-                .get(offset..offset.checked_add(8).ok_or(())?)
-                .ok_or(())?;
+            let end = offset.checked_add(8).ok_or(())?;
+            let Some(word) = stack.get(offset..end) else {
+                used.past_copy = true;
+                return Err(());
+            };
+            used.bytes = used.bytes.max(end);
             Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
         };
         let regs = UnwindRegsX86_64::new(ip, sp, bp);
