@@ -48,7 +48,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 pub use budget::MAX_SAMPLED_THREADS;
-pub use symbols::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
+pub use symbols::UNKNOWN_SYMBOL;
+pub use unnamed::UNMAPPED_OBJECT;
 
 use super::fold::Fold;
 use super::rules::KERNEL_COMPONENT;

@@ -42,7 +42,7 @@ use blazesym::symbolize::{
 };
 use blazesym::{MaybeDefault, Pid};
 
-use super::unnamed::Unnamed;
+use super::unnamed::{Unnamed, UNMAPPED_OBJECT};
 use crate::upstream::profile::maps::Mapping;
 use crate::upstream::profile::rules::{ANON_EXEC_OBJECT, KERNEL_OBJECT};
 use crate::upstream::profile::ProfileError;
@@ -50,8 +50,6 @@ use crate::upstream::profile::ProfileError;
 /// The symbol name of a kernel address no symbol covers. A user-space address no symbol
 /// covers is named by its place instead (`module+0xOFFSET`, see [`super::unnamed`]).
 pub const UNKNOWN_SYMBOL: &str = "[unknown]";
-/// The object of an address outside every mapping (code unmapped since it was sampled).
-pub const UNMAPPED_OBJECT: &str = "[unmapped]";
 
 /// How long one batch may take the symbolizer thread; the first batch of a process parses
 /// the symbol tables of its binary and libraries.

@@ -22,8 +22,11 @@ use std::collections::HashMap;
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
 use object::{Object as _, ObjectSection as _};
 
-use super::symbols::UNMAPPED_OBJECT;
 use crate::upstream::profile::maps::{self, Mapping, Segment};
+
+/// The object of an address outside every mapping (code unmapped since it was sampled):
+/// the one place name this file gives that no mapping backs.
+pub const UNMAPPED_OBJECT: &str = "[unmapped]";
 
 /// The functions of one file as `.eh_frame` describes them, and its segments.
 #[derive(Debug, Default)]
