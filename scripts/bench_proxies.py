@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import callgrind_split  # noqa: E402
+from proxy_configs import HAPROXY_CFG, NGINX_CFG  # noqa: E402
 import bench_report  # noqa: E402
 
 # Where scripts/bench-proxies.sh's `cargo build --release` put them.
@@ -172,55 +173,6 @@ class Server:
 # The proxies
 # ---------------------------------------------------------------------------------------
 
-HAPROXY_CFG = """global
-  maxconn {maxconn}
-  nbthread {threads}
-defaults
-  mode {mode}
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend fe
-  bind 127.0.0.1:{port}
-  default_backend be
-backend be
-  server s1 127.0.0.1:{upstream}
-"""
-
-NGINX_CFG = """daemon off;
-master_process on;
-user root;
-worker_processes {threads};
-worker_rlimit_nofile {nofile};
-pid {dir}/nginx.pid;
-error_log {dir}/nginx-error.log warn;
-events {{
-  worker_connections {connections};
-}}
-http {{
-  access_log off;
-  client_body_temp_path {dir}/body;
-  proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi;
-  uwsgi_temp_path {dir}/uwsgi;
-  scgi_temp_path {dir}/scgi;
-  keepalive_requests 10000000;
-  keepalive_timeout 120s;
-  upstream up {{
-    server 127.0.0.1:{upstream};
-    keepalive 512;
-    keepalive_requests 10000000;
-  }}
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
-      proxy_pass http://up;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }}
-  }}
-}}
-"""
 
 # name, label, and whether it is a proxy (has a process of its own to measure).
 TARGETS = [

@@ -476,7 +476,7 @@ def markdown(results, s):
     a("valgrind --tool=callgrind phasescope run ...; bench-client --sequential K   # instructions")
     a("```\n")
     # The templates live with the driver; imported here, late, to keep the two files one-way.
-    from bench_proxies import HAPROXY_CFG, NGINX_CFG
+    from proxy_configs import HAPROXY_CFG, NGINX_CFG
     a("The generated configurations (`{mode}` is `http` or `tcp`; ports, paths and limits are "
       "filled in per run; `maxconn` and `worker_connections` fit the idle-connection test):\n")
     a("```\n# haproxy-{mode}.cfg\n" + HAPROXY_CFG.strip() + "\n```\n")
