@@ -739,52 +739,49 @@ def run_sampler(workdir, threads, maxconn, rounds, seconds):
     }
 
 
+def into_last_run(args, key, data, section, replace, extra=None):
+    """Puts a section measured on its own into the documents of the last full run: its
+    text between its markers in BENCHMARKS.md (`replace`), its data under `key` in that
+    run's JSON, and `extra` (file name → text) beside them."""
+    print(section)
+    if args.no_write:
+        return
+    out = Path(args.out or ROOT / "docs")
+    path = out / "benchmarks.json"
+    md = out / "BENCHMARKS.md"
+    if not path.exists() or not md.exists():
+        sys.exit(f"{out} has no full run to add the {key} to: run scripts/bench-proxies.sh first")
+    full = json.loads(path.read_text())
+    full[key] = data
+    path.write_text(json.dumps(full, indent=1) + "\n")
+    for name, text in (extra or {}).items():
+        (out / name).write_text(text)
+    md.write_text(replace(md.read_text(), section))
+    log(f"wrote the {key} section into {md} and its runs into {path}")
+
+
 def sampler_only(args, results, workdir_rounds, threads, maxconn):
     """`--sampler-only`: measure the sampler, put its section into the documents of the
     last full run (between its markers), and its results into that run's JSON."""
     rounds, seconds = workdir_rounds
-    out = Path(args.out or ROOT / "docs")
     with tempfile.TemporaryDirectory(prefix="bench-proxies-") as workdir:
         sampler = run_sampler(workdir, threads, maxconn, rounds, seconds)
     sampler["machine"] = results["machine"]
-    section = bench_report.sampler_section(sampler)
-    print(section)
-    if args.no_write:
-        return
-    data = out / "benchmarks.json"
-    md = out / "BENCHMARKS.md"
-    if not data.exists() or not md.exists():
-        sys.exit(f"{out} has no full run to add the sampler to: run scripts/bench-proxies.sh first")
-    full = json.loads(data.read_text())
-    full["sampler"] = sampler
-    data.write_text(json.dumps(full, indent=1) + "\n")
-    md.write_text(bench_report.replace_sampler_section(md.read_text(), section))
-    log(f"wrote the sampler's section into {md} and its runs into {data}")
+    into_last_run(args, "sampler", sampler, bench_report.sampler_section(sampler),
+                  bench_report.replace_sampler_section)
 
 
 def chain_only(args, results, threads, maxconn):
     """`--chain-only`: measure the full chain, put its section into the documents of the
     last full run (between its markers), its chart beside them, and its results into that
     run's JSON."""
-    out = Path(args.out or ROOT / "docs")
     with tempfile.TemporaryDirectory(prefix="bench-proxies-") as workdir:
         chain = run_chain(workdir, threads, maxconn, args.rounds or 4, args.duration or 3,
                           args.chain_also)
     chain["machine"] = results["machine"]
-    section = bench_report.chain_section(chain)
-    print(section)
-    if args.no_write:
-        return
-    data = out / "benchmarks.json"
-    md = out / "BENCHMARKS.md"
-    if not data.exists() or not md.exists():
-        sys.exit(f"{out} has no full run to add the chain to: run scripts/bench-proxies.sh first")
-    full = json.loads(data.read_text())
-    full["chain"] = chain
-    data.write_text(json.dumps(full, indent=1) + "\n")
-    (out / bench_report.CHAIN_CHART).write_text(bench_report.chain_chart(chain))
-    md.write_text(bench_report.replace_chain_section(md.read_text(), section))
-    log(f"wrote the chain's section into {md}, its chart, and its runs into {data}")
+    into_last_run(args, "chain", chain, bench_report.chain_section(chain),
+                  bench_report.replace_chain_section,
+                  {bench_report.CHAIN_CHART: bench_report.chain_chart(chain)})
 
 
 def main():

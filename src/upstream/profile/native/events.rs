@@ -295,25 +295,20 @@ impl ThreadEvents {
             .sum::<u64>();
         let budget = Descriptors::now().events(self.threads.len());
         busiest::rank(&mut self.deltas, |tid| threads.contains_key(&tid));
-        let keep = &self.deltas[..budget.min(self.deltas.len())];
+        let chosen: Vec<u32> = self.deltas[..budget.min(self.deltas.len())]
+            .iter()
+            .map(|&(tid, _)| tid)
+            .collect();
         let dropped: Vec<u32> = self
             .threads
             .keys()
             .copied()
-            .filter(|tid| !keep.iter().any(|&(t, _)| t == *tid))
+            .filter(|tid| !chosen.contains(tid))
             .collect();
         let mut unwinder = unwinder;
         for tid in dropped {
-            if let Some(mut sampler) = self.threads.remove(&tid) {
-                drain_one(
-                    &mut sampler,
-                    unwinder.as_deref_mut(),
-                    &mut self.scratch,
-                    drained,
-                );
-            }
+            self.close(tid, unwinder.as_deref_mut(), drained);
         }
-        let chosen: Vec<u32> = keep.iter().map(|&(tid, _)| tid).collect();
         for tid in chosen {
             if !self.threads.contains_key(&tid) {
                 self.open_new(tid);
@@ -360,15 +355,15 @@ impl ThreadEvents {
         self.stack_bytes = bytes;
         let tids: Vec<u32> = self.threads.keys().copied().collect();
         for tid in tids {
-            if let Some(mut sampler) = self.threads.remove(&tid) {
-                drain_one(
-                    &mut sampler,
-                    unwinder.as_deref_mut(),
-                    &mut self.scratch,
-                    drained,
-                );
-            }
+            self.close(tid, unwinder.as_deref_mut(), drained);
             self.open_new(tid);
+        }
+    }
+
+    /// Closes the event of thread `tid`, if it has one, after draining its last records.
+    fn close(&mut self, tid: u32, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
+        if let Some(mut sampler) = self.threads.remove(&tid) {
+            drain_one(&mut sampler, unwinder, &mut self.scratch, drained);
         }
     }
 
