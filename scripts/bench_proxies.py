@@ -739,6 +739,22 @@ def run_sampler(workdir, threads, maxconn, rounds, seconds):
     }
 
 
+def keep_tail(md, text):
+    """`text`, a new BENCHMARKS.md, with the tail section of the one at `md` carried over:
+    the tail is measured on its own (`--tail-only`, scripts/bench_tail.py), not by a full
+    run."""
+    begin, end = "<!-- tail -->", "<!-- /tail -->"
+    old = md.read_text() if md.exists() else ""
+    if begin not in old or end not in old or begin in text:
+        return text
+    section = begin + old.split(begin, 1)[1].split(end, 1)[0] + end + "\n"
+    anchor = "## What metrics cost"
+    if anchor not in text:
+        return text.rstrip("\n") + "\n\n" + section
+    head, rest = text.split(anchor, 1)
+    return head + section + "\n" + anchor + rest
+
+
 def into_last_run(args, key, data, section, replace, extra=None):
     """Puts a section measured on its own into the documents of the last full run: its
     text between its markers in BENCHMARKS.md (`replace`), its data under `key` in that
@@ -796,6 +812,9 @@ def main():
                     choices=["throughput", "memory", "callgrind", "layout", "recorder", "sampler",
                              "chain"],
                     help="leave out a part (repeatable)")
+    ap.add_argument("--tail-only", action="store_true",
+                    help="only the latency tail at one connection, in alternated rounds "
+                         "(scripts/bench_tail.py, to which bench-proxies.sh hands over)")
     ap.add_argument("--sampler-only", action="store_true",
                     help="only the upstream sampler's cost (in front of Webdis, ~1 min); its "
                          "results replace the sampler section of the existing BENCHMARKS.md "
@@ -813,6 +832,8 @@ def main():
                                     "nowhere unless given]")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = ap.parse_args()
+    if args.tail_only:
+        sys.exit("--tail-only is scripts/bench_tail.py's: run scripts/bench-proxies.sh --tail-only")
     rounds = args.rounds or (1 if args.quick else 4)
     seconds = args.duration or (2 if args.quick else 3)
     requests = args.requests or (1000 if args.quick else 5000)
@@ -933,7 +954,8 @@ def main():
         (out / "benchmarks.svg").write_text(bench_report.chart(results, summary))
         if results.get("chain"):
             (out / bench_report.CHAIN_CHART).write_text(bench_report.chain_chart(results["chain"]))
-        (out / "BENCHMARKS.md").write_text(bench_report.markdown(results, summary))
+        md = out / "BENCHMARKS.md"
+        md.write_text(keep_tail(md, bench_report.markdown(results, summary)))
         log(f"wrote {out / 'BENCHMARKS.md'}, {out / 'benchmarks.svg'}, {out / 'benchmarks.json'}")
     log(f"done in {results['elapsed_s']} s; load average at the end {' '.join(results['loadavg_end'])}")
 
