@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{ensure, Context};
+use anyhow::Context;
 use serde::Serialize;
 use std::time::Instant;
 use tokio::sync::watch;
@@ -49,15 +49,6 @@ pub struct UntilMde {
 }
 
 impl Bench<'_> {
-    /// How long a paired design loads the servers: as long as the runs design would
-    /// take, or with `--until-mde` at most `--max-duration`.
-    pub(super) fn paired_length(&self) -> Duration {
-        match self.args.until_mde {
-            Some(_) => self.args.max_duration,
-            None => self.args.duration * u32::try_from(2 * self.args.runs).unwrap_or(u32::MAX),
-        }
-    }
-
     /// The duet (both sides at once) or the interleave (one side a slice at a time): the
     /// windows, each as both sides' snapshot, and what `--until-mde` came to.
     pub(super) async fn paired(
@@ -65,33 +56,13 @@ impl Bench<'_> {
     ) -> anyhow::Result<(Vec<RunRecord>, Measured, Option<UntilMde>)> {
         let args = self.args;
         let interleave = args.design == super::Design::Interleave;
-        ensure!(
-            args.load.is_none(),
-            "--load drives one server at a time: use it with --design runs"
-        );
-        let (Some((tick, flag)), Some(window)) = (args.tick(), args.paired_window()) else {
+        // The flags were checked (`BenchArgs::check`): a paired design has its windows.
+        let (Some((tick, _)), Some(window), Some(count)) =
+            (args.tick(), args.paired_window(), args.window_count())
+        else {
             anyhow::bail!("the runs design has no windows");
         };
-        ensure!(
-            tick >= Duration::from_millis(10),
-            "{flag} must be at least 10ms"
-        );
-        if let Some(pct) = args.until_mde {
-            ensure!(
-                pct > 0.0 && pct.is_finite(),
-                "--until-mde must be a positive percentage, not {pct}"
-            );
-        }
-        let length = self.paired_length();
-        let cycle = args.design.windows_per_cycle();
-        let count = (length.as_secs_f64() / window.as_secs_f64()).floor() as usize;
-        let count = count - count % cycle;
-        ensure!(
-            count >= super::MIN_WINDOWS,
-            "{length:?} holds {count} windows of {window:?}: needs at least {} \
-             (more --runs or --duration, or a shorter {flag})",
-            super::MIN_WINDOWS
-        );
+        let length = args.paired_length();
         // The duet halves the connections between the sides; the interleave gives each
         // side all of them on its turns. B has the unmeasured opening tick, while the
         // connections open; A the first measured slice.
@@ -288,7 +259,7 @@ impl Bench<'_> {
                     break;
                 }
             }
-            let due = i >= super::MIN_WINDOWS
+            let due = i >= super::args::MIN_WINDOWS
                 && i.is_multiple_of(cycle)
                 && i >= checked + check_every.max(1)
                 && i >= checked + checked / 10;

@@ -23,7 +23,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{ensure, Context};
+use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::config::{Config, Protocol, RouteRule, TapConfig};
@@ -34,8 +34,6 @@ pub use args::{BenchArgs, Design};
 pub use duet::UntilMde;
 pub use report::{BenchReport, RunRecord};
 
-/// A duet has at least this many windows.
-const MIN_WINDOWS: usize = 4;
 /// How long exchanges in flight may finish when the bench stops.
 const GRACE: Duration = Duration::from_secs(2);
 /// The proxy records an exchange just after its last byte reached the client: a moment
@@ -55,17 +53,9 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Runs the experiment on its own runtime.
+/// Runs the experiment on its own runtime, its flags checked first.
 pub fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
-    ensure!(args.runs >= 1, "--runs must be at least 1");
-    ensure!(
-        args.connections >= 1 && args.connections <= 10_000,
-        "--connections must lie between 1 and 10000"
-    );
-    ensure!(!args.duration.is_zero(), "--duration must be above 0");
-    if let Some(rate) = args.rate {
-        ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
-    }
+    args.check()?;
     // Declared before the runtime, so dropped after it: the affinities are set back once
     // the bench's threads have ended.
     let mut pinned = pin::Pinned::default();
@@ -368,7 +358,7 @@ impl Bench<'_> {
             duration: match (&until_mde, args.design) {
                 (Some(until), _) => until.seconds,
                 (None, Design::Runs) => args.duration.as_secs_f64(),
-                (None, Design::Duet | Design::Interleave) => self.paired_length().as_secs_f64(),
+                (None, Design::Duet | Design::Interleave) => args.paired_length().as_secs_f64(),
             },
             until_mde,
             rate: args.rate,
@@ -393,10 +383,6 @@ async fn experiment(bench: &Bench<'_>) -> anyhow::Result<BenchReport> {
     bench.warm_up().await?;
     let (runs, measured, until) = match bench.args.design {
         Design::Runs => {
-            anyhow::ensure!(
-                bench.args.until_mde.is_none(),
-                "--until-mde adds paired windows: use it with --design duet or interleave"
-            );
             let (runs, measured) = bench.interleaved_runs().await?;
             (runs, measured, None)
         }
