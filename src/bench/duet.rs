@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde::Serialize;
 use std::time::Instant;
 use tokio::sync::watch;
 
 use super::order::{self, Side};
-use super::{load, progress, validity, Bench, Measured, RunRecord};
+use super::record::{RunRecord, UntilMde};
+use super::{load, progress, Bench, Measured};
 use crate::metrics::Snapshot;
 use crate::report::{compare, CompareOptions, Comparison};
 
@@ -33,20 +33,6 @@ use crate::report::{compare, CompareOptions, Comparison};
 /// duet stops soon after the target is reached, rarely enough that the comparison (a
 /// bootstrap per row) costs little of the windows' time.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
-
-/// What `--until-mde` came to.
-#[derive(Debug, Clone, Serialize)]
-pub struct UntilMde {
-    /// The target, a fraction.
-    pub target: f64,
-    /// The primary rows' largest mde when the duet ended (null: a row had none).
-    pub mde: Option<f64>,
-    /// Whether the target was reached (else `--max-duration` passed first).
-    pub reached: bool,
-    /// Seconds of measured windows.
-    pub seconds: f64,
-    pub max_duration: f64,
-}
 
 impl Bench<'_> {
     /// The duet (both sides at once) or the interleave (one side a slice at a time): the
@@ -143,7 +129,7 @@ impl Bench<'_> {
                 side,
                 record.requests,
                 record.seconds,
-                validity::failed(&record),
+                record.failed(),
                 interleave,
             );
             runs.push(record);

@@ -13,9 +13,11 @@ mod client;
 mod duet;
 mod external;
 pub mod load;
+mod measured;
 pub mod order;
 mod pin;
 mod progress;
+mod record;
 mod report;
 mod validity;
 
@@ -29,10 +31,11 @@ use tokio::sync::watch;
 use crate::config::{Config, Protocol, RouteRule, TapConfig};
 use crate::metrics::{Registry, Snapshot};
 use crate::report::{compare, CompareOptions};
+use measured::Measured;
 
 pub use args::{BenchArgs, Design};
-pub use duet::UntilMde;
-pub use report::{BenchReport, RunRecord};
+pub use record::{RunRecord, UntilMde};
+pub use report::BenchReport;
 
 /// How long exchanges in flight may finish when the bench stops.
 const GRACE: Duration = Duration::from_secs(2);
@@ -181,30 +184,6 @@ struct Bench<'a> {
     b_addr: SocketAddr,
 }
 
-/// Each side's snapshots and their names, in the order they were taken.
-#[derive(Default)]
-struct Measured {
-    a: Vec<Snapshot>,
-    b: Vec<Snapshot>,
-    a_names: Vec<String>,
-    b_names: Vec<String>,
-}
-
-impl Measured {
-    fn push(&mut self, side: order::Side, snap: Snapshot, name: String) {
-        match side {
-            order::Side::A => {
-                self.a.push(snap);
-                self.a_names.push(name);
-            }
-            order::Side::B => {
-                self.b.push(snap);
-                self.b_names.push(name);
-            }
-        }
-    }
-}
-
 impl Bench<'_> {
     fn addr(&self, side: order::Side) -> SocketAddr {
         match side {
@@ -285,7 +264,7 @@ impl Bench<'_> {
                 side,
                 record.requests,
                 record.seconds,
-                validity::failed(&record),
+                record.failed(),
             );
             let name = format!("run-{:02}-{}.json", i + 1, side.tap());
             self.keep(&name, &snap)?;
@@ -314,7 +293,7 @@ impl Bench<'_> {
         &self,
         runs: Vec<RunRecord>,
         m: Measured,
-        until_mde: Option<duet::UntilMde>,
+        until_mde: Option<UntilMde>,
     ) -> anyhow::Result<BenchReport> {
         let args = self.args;
         let opts = self.compare_options();
@@ -400,7 +379,7 @@ async fn settled(registry: &Registry, sides: &[(order::Side, Option<&load::Outco
     loop {
         let snap = registry.snapshot();
         let complete = sides.iter().all(|(side, generated)| {
-            generated.is_none_or(|g| recorded(&snap, side.tap()) >= g.requests)
+            generated.is_none_or(|g| record::recorded(&snap, side.tap()) >= g.requests)
         });
         if complete || tokio::time::Instant::now() >= deadline {
             return snap;
@@ -528,12 +507,4 @@ fn rates_as_measured(c: &mut crate::report::Comparison, runs: &[RunRecord]) {
         r.a = Some(r.count_a as f64 / sa);
         r.b = Some(r.count_b as f64 / sb);
     }
-}
-
-/// Exchanges the proxy recorded on `tap` in this snapshot (all routes).
-fn recorded(snap: &Snapshot, tap: &str) -> u64 {
-    snap.taps
-        .get(tap)
-        .and_then(|t| t.phases.get("total"))
-        .map_or(0, |routes| routes.values().map(|s| s.count).sum())
 }
