@@ -10,11 +10,11 @@
 
 mod args;
 mod client;
-mod duet;
 mod external;
 pub mod load;
 mod measured;
 pub mod order;
+mod paired;
 mod pin;
 mod progress;
 mod record;
@@ -193,7 +193,7 @@ impl Bench<'_> {
     }
 
     /// `connections` connections to `side` for `duration`.
-    fn plan(&self, side: order::Side, duration: Duration, connections: usize) -> load::Plan {
+    fn load_plan(&self, side: order::Side, duration: Duration, connections: usize) -> load::Plan {
         let host = match side {
             order::Side::A => &self.args.a,
             order::Side::B => &self.args.b,
@@ -210,7 +210,7 @@ impl Bench<'_> {
     async fn warm_up(&self) -> anyhow::Result<()> {
         if !self.args.warmup.is_zero() {
             for side in [order::Side::A, order::Side::B] {
-                let plan = self.plan(side, self.args.warmup, self.args.connections);
+                let plan = self.load_plan(side, self.args.warmup, self.args.connections);
                 drive(self.args, self.addr(side), &plan, self.paths).await?;
             }
         }
@@ -245,7 +245,7 @@ impl Bench<'_> {
             ));
             let generated = match &args.load {
                 None => {
-                    let plan = self.plan(side, args.duration, args.connections);
+                    let plan = self.load_plan(side, args.duration, args.connections);
                     Some(generate(args, self.addr(side), plan, &counters).await?)
                 }
                 Some(template) => {
@@ -285,6 +285,15 @@ impl Bench<'_> {
             vs_tap: Some("b".to_owned()),
             paired: args.design.paired(),
             ..CompareOptions::default()
+        }
+    }
+
+    /// The options of `--until-mde`'s checks of the windows so far: the bench's own,
+    /// without the functions' rows, which no primary row needs.
+    fn until_options(&self) -> CompareOptions {
+        CompareOptions {
+            functions: false,
+            ..self.compare_options()
         }
     }
 
