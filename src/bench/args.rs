@@ -386,6 +386,38 @@ mod tests {
         assert!(b.design.paired() && !super::Design::Runs.paired());
     }
 
+    /// Every check of the flags is `check`'s, made before the bench starts anything: a
+    /// value out of range, or flags that do not go together, is refused there.
+    #[test]
+    fn check_refuses_what_no_design_can_run() {
+        assert!(bench(&[]).unwrap().check().is_ok());
+        assert!(bench(&["--design", "runs", "--load", "wrk"])
+            .unwrap()
+            .check()
+            .is_ok());
+        for (args, says) in [
+            (&["--runs", "0"][..], "--runs must be at least 1"),
+            (&["--connections", "0"], "--connections must lie between"),
+            (&["--duration", "0s"], "--duration must be above 0"),
+            (&["--rate", "0"], "--rate must be above 0"),
+            (
+                &["--design", "runs", "--until-mde", "5"],
+                "--until-mde adds",
+            ),
+            (
+                &["--design", "duet", "--load", "wrk"],
+                "--load drives one server",
+            ),
+            (&["--slice", "5ms"], "--slice must be at least 10ms"),
+            (&["--design", "duet", "--window", "5ms"], "--window must be"),
+            (&["--until-mde", "0"], "a positive percentage, not 0"),
+            (&["--runs", "1", "--duration", "500ms"], "holds 0 windows"),
+        ] {
+            let err = bench(args).unwrap().check().unwrap_err().to_string();
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+    }
+
     #[test]
     fn bench_a_resp_is_listen_equals_redis() {
         let b = bench(&["--a-resp", "127.0.0.1:6380=127.0.0.1:6379"]).unwrap();
