@@ -1,9 +1,16 @@
-//! The command line of `phasescope bench`.
+//! The command line of `phasescope bench`: its flags, their parsing, what they convert
+//! to (a paired design's tick, window, length and windows), and every check of their
+//! values ([`BenchArgs::check`]), so that the bench's steps read flags that hold together
+//! and none of them checks its own.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::ensure;
 use clap::Args;
+
+/// A paired design has at least this many windows.
+pub const MIN_WINDOWS: usize = 4;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -144,6 +151,73 @@ pub enum Design {
 }
 
 impl BenchArgs {
+    /// Every check of the flags' values, before anything starts: a wrong value is an error
+    /// before the proxy, the pinning of the servers and the warm-up, and the steps after
+    /// it (the proxy, the designs' plans, the load) take the flags as they are. Checks
+    /// that clap cannot make on one flag alone: ranges, and flags that do not go together
+    /// (`--load` and the paired designs, `--until-mde` and the runs design).
+    pub fn check(&self) -> anyhow::Result<()> {
+        ensure!(self.runs >= 1, "--runs must be at least 1");
+        ensure!(
+            self.connections >= 1 && self.connections <= 10_000,
+            "--connections must lie between 1 and 10000"
+        );
+        ensure!(!self.duration.is_zero(), "--duration must be above 0");
+        if let Some(rate) = self.rate {
+            ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
+        }
+        let (Some((tick, flag)), Some(window), Some(count)) =
+            (self.tick(), self.paired_window(), self.window_count())
+        else {
+            ensure!(
+                self.until_mde.is_none(),
+                "--until-mde adds paired windows: use it with --design duet or interleave"
+            );
+            return Ok(());
+        };
+        ensure!(
+            self.load.is_none(),
+            "--load drives one server at a time: use it with --design runs"
+        );
+        ensure!(
+            tick >= Duration::from_millis(10),
+            "{flag} must be at least 10ms"
+        );
+        if let Some(pct) = self.until_mde {
+            ensure!(
+                pct > 0.0 && pct.is_finite(),
+                "--until-mde must be a positive percentage, not {pct}"
+            );
+        }
+        let length = self.paired_length();
+        ensure!(
+            count >= MIN_WINDOWS,
+            "{length:?} holds {count} windows of {window:?}: needs at least {} \
+             (more --runs or --duration, or a shorter {flag})",
+            MIN_WINDOWS
+        );
+        Ok(())
+    }
+
+    /// How long a paired design loads the servers: as long as the runs design would
+    /// take, or with `--until-mde` at most `--max-duration`.
+    pub fn paired_length(&self) -> Duration {
+        match self.until_mde {
+            Some(_) => self.max_duration,
+            None => self.duration * u32::try_from(2 * self.runs).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The windows a paired design measures in [`Self::paired_length`]: a whole number
+    /// of [`Design::windows_per_cycle`] (fewer if `--until-mde` stops it); `None` for
+    /// runs.
+    pub fn window_count(&self) -> Option<usize> {
+        let window = self.paired_window()?;
+        let cycle = self.design.windows_per_cycle();
+        let count = (self.paired_length().as_secs_f64() / window.as_secs_f64()).floor() as usize;
+        Some(count - count % cycle)
+    }
+
     /// A paired design's tick, the interval at which it cuts or passes the turn (a
     /// duet's `--window`, an interleave's `--slice`), with the flag that set it; `None`
     /// for runs.
@@ -310,6 +384,38 @@ mod tests {
         assert_eq!(b.design, super::Design::Interleave);
         assert_eq!(b.slice.as_millis(), 100);
         assert!(b.design.paired() && !super::Design::Runs.paired());
+    }
+
+    /// Every check of the flags is `check`'s, made before the bench starts anything: a
+    /// value out of range, or flags that do not go together, is refused there.
+    #[test]
+    fn check_refuses_what_no_design_can_run() {
+        assert!(bench(&[]).unwrap().check().is_ok());
+        assert!(bench(&["--design", "runs", "--load", "wrk"])
+            .unwrap()
+            .check()
+            .is_ok());
+        for (args, says) in [
+            (&["--runs", "0"][..], "--runs must be at least 1"),
+            (&["--connections", "0"], "--connections must lie between"),
+            (&["--duration", "0s"], "--duration must be above 0"),
+            (&["--rate", "0"], "--rate must be above 0"),
+            (
+                &["--design", "runs", "--until-mde", "5"],
+                "--until-mde adds",
+            ),
+            (
+                &["--design", "duet", "--load", "wrk"],
+                "--load drives one server",
+            ),
+            (&["--slice", "5ms"], "--slice must be at least 10ms"),
+            (&["--design", "duet", "--window", "5ms"], "--window must be"),
+            (&["--until-mde", "0"], "a positive percentage, not 0"),
+            (&["--runs", "1", "--duration", "500ms"], "holds 0 windows"),
+        ] {
+            let err = bench(args).unwrap().check().unwrap_err().to_string();
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
     }
 
     #[test]

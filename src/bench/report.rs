@@ -1,69 +1,15 @@
 //! What a bench prints: each run's request rate, then the comparison (the same rows,
 //! summary and notes as `phasescope compare`), in text or JSON (docs/compare.md).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::load::Outcome;
 use super::order::Side;
+use super::record::{RunRecord, SideErrors, UntilMde};
 use super::Design;
 use crate::report::render::compare_table;
 use crate::report::{Comparison, Format};
-use crate::snapshot::Snapshot;
-
-/// One run.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunRecord {
-    pub index: usize,
-    pub side: Side,
-    /// Exchanges the proxy recorded on the side's tap.
-    pub requests: u64,
-    /// The snapshot's window (from the reset to the snapshot).
-    pub seconds: f64,
-    pub requests_per_s: f64,
-    /// Failed connects and exchanges of the built-in generator (0 with `--load`).
-    pub errors: u64,
-    /// What the built-in generator saw (null with `--load`).
-    pub generator: Option<Outcome>,
-    /// The proxy's errors on the side's tap in this run, by kind (non-zero ones).
-    pub proxy_errors: BTreeMap<String, u64>,
-    /// No error of any kind: neither the generator's (failures, answers of 400 or more)
-    /// nor the proxy's.
-    pub valid: bool,
-}
-
-impl RunRecord {
-    pub fn new(index: usize, side: Side, snap: &Snapshot, generator: Option<Outcome>) -> Self {
-        let requests = super::recorded(snap, side.tap());
-        let seconds = (snap.taken_at_unix - snap.since_unix).max(0.0);
-        let proxy_errors: BTreeMap<String, u64> = snap
-            .taps
-            .get(side.tap())
-            .map(|t| {
-                t.errors
-                    .iter()
-                    .filter(|(_, n)| **n > 0)
-                    .map(|(k, n)| (k.clone(), *n))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut run = RunRecord {
-            index,
-            side,
-            requests,
-            seconds,
-            requests_per_s: requests as f64 / seconds.max(1e-9),
-            errors: generator.as_ref().map_or(0, |g| g.errors),
-            generator,
-            proxy_errors,
-            valid: true,
-        };
-        run.valid = super::validity::failed(&run) == 0;
-        run
-    }
-}
 
 /// The bench's result: the comparison's fields, plus the setup and the runs.
 #[derive(Debug, Clone, Serialize)]
@@ -82,7 +28,7 @@ pub struct BenchReport {
     pub duration: f64,
     /// With `--until-mde`: the target, the mde reached, and whether it was reached
     /// before `--max-duration`; null without it.
-    pub until_mde: Option<super::duet::UntilMde>,
+    pub until_mde: Option<UntilMde>,
     pub rate: Option<f64>,
     /// `--cpus`: the CPUs of A's threads, B's, and the bench's own; null without it.
     pub cpus: Option<super::pin::Cpus>,
@@ -92,7 +38,7 @@ pub struct BenchReport {
     /// The command that reruns the comparison on the kept snapshots.
     pub rerun: Option<String>,
     /// Each side's failed exchanges and invalid runs.
-    pub validity: Vec<super::validity::SideErrors>,
+    pub validity: Vec<SideErrors>,
     /// Why there is no comparison (a side failed too often); null when there is one.
     pub refused: Option<String>,
     /// The comparison's fields; absent when refused.
@@ -178,7 +124,7 @@ pub fn render(r: &BenchReport, format: Format) -> anyhow::Result<String> {
 }
 
 /// `--until-mde`'s outcome in words.
-fn until_line(u: &super::duet::UntilMde) -> String {
+fn until_line(u: &UntilMde) -> String {
     let pct = |x: f64| format!("{:.1} %", x * 100.0);
     let got = u.mde.map_or_else(|| "no mde yet".to_owned(), pct);
     if u.reached {

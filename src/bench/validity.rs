@@ -5,41 +5,11 @@
 //! bench pointed at Redis once answered `different: slower by −96 %` with 2,057 errors
 //! shown only on standard error).
 
-use serde::Serialize;
-
 use super::order::Side;
-use super::report::RunRecord;
+use super::record::{RunRecord, SideErrors};
 
 /// A side whose failed exchanges exceed this fraction of its attempts gets no verdict.
 pub const MAX_ERROR_RATE: f64 = 0.01;
-
-/// One side's errors over the bench.
-#[derive(Debug, Clone, Serialize)]
-pub struct SideErrors {
-    pub side: Side,
-    /// Runs with at least one error.
-    pub invalid_runs: usize,
-    pub runs: usize,
-    /// Failed exchanges (the larger of what the generator and the proxy counted).
-    pub errors: u64,
-    /// Exchanges tried: answered ones and failed ones.
-    pub attempts: u64,
-    /// `errors / attempts`.
-    pub error_rate: f64,
-}
-
-/// Failed exchanges of a run: the generator's failures and error answers, or the proxy's
-/// errors on the tap (all that is known with `--load`), whichever is larger, since one
-/// failure is often seen by both (an upstream refused: the proxy counts
-/// `upstream_connect`, the generator a 502).
-pub fn failed(run: &RunRecord) -> u64 {
-    let generator = run
-        .generator
-        .as_ref()
-        .map_or(0, |g| g.errors + g.error_statuses);
-    let proxy: u64 = run.proxy_errors.values().sum();
-    generator.max(proxy)
-}
 
 /// Each side's errors.
 pub fn sides(runs: &[RunRecord]) -> Vec<SideErrors> {
@@ -47,7 +17,7 @@ pub fn sides(runs: &[RunRecord]) -> Vec<SideErrors> {
         .into_iter()
         .map(|side| {
             let mine: Vec<&RunRecord> = runs.iter().filter(|r| r.side == side).collect();
-            let errors: u64 = mine.iter().map(|r| failed(r)).sum();
+            let errors: u64 = mine.iter().map(|r| r.failed()).sum();
             let answered: u64 = mine
                 .iter()
                 .map(|r| {

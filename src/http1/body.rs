@@ -4,16 +4,13 @@
 //! or walks the chunk structure (chunked), so that the relay knows which bytes of its
 //! buffer still belong to this message and which start the next one.
 
+use super::headers::{is_tchar, MAX_SIZE};
 use super::BodyKind;
 
 /// Longest chunk-size line (size and extensions) accepted.
 const MAX_CHUNK_LINE: u32 = 4096;
 /// Largest trailer section accepted.
 const MAX_TRAILERS: u32 = 64 * 1024;
-/// Largest body or chunk size accepted: `i64::MAX`. Sizes of 2^63 and more fit our u64
-/// but overflow the signed lengths many HTTP implementations keep (HAProxy and nginx
-/// refuse them too).
-pub const MAX_SIZE: u64 = i64::MAX as u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
@@ -201,10 +198,6 @@ fn hex(b: u8) -> Option<u64> {
         b'A'..=b'F' => Some(u64::from(b - b'A' + 10)),
         _ => None,
     }
-}
-
-fn is_tchar(b: u8) -> bool {
-    super::headers::is_tchar(b)
 }
 
 /// qdtext of RFC 9110 §5.6.4: HTAB, SP, VCHAR but `"` and `\\`, and obs-text.

@@ -1,6 +1,13 @@
 //! The few header fields that decide how a message is framed and whether the connection
 //! lives on. Shared by requests and responses; each role decides what a combination means.
 
+/// Largest body or chunk size accepted: `i64::MAX`. Sizes of 2^63 and more fit our u64
+/// but overflow the signed lengths many HTTP implementations keep (HAProxy and nginx
+/// refuse them too). A Content-Length is held to it here, a chunk's size in `body`, which
+/// reads it from here as it reads the token characters (the header grammar is below the
+/// body framer, never the other way).
+pub const MAX_SIZE: u64 = i64::MAX as u64;
+
 /// What the framing-relevant fields of one head say.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FramingFields {
@@ -102,7 +109,7 @@ impl FieldName {
         while i < self.count {
             let start = (i * 8).min(self.len - 8);
             let (value, fold) = self.words[i];
-            match super::scan::word_at(name, start) {
+            match super::block::word_at(name, start) {
                 Some(w) if w | fold == value => {}
                 _ => return false,
             }
@@ -173,7 +180,7 @@ fn parse_content_length(value: &[u8]) -> Result<u64, FramingError> {
     }
     let n = v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
     // 19 digits fit a u64, but a length of 2^63 or more overflows a signed one.
-    if n > super::body::MAX_SIZE {
+    if n > MAX_SIZE {
         return Err(FramingError::InvalidContentLength);
     }
     Ok(n)
@@ -233,7 +240,8 @@ pub(crate) fn trim(v: &[u8]) -> &[u8] {
     &v[start..end]
 }
 
-/// RFC 9110 §5.6.2 token characters.
+/// RFC 9110 §5.6.2 token characters: of field names and transfer codings here, of a
+/// request's method (`scan`), of chunk extensions and trailer names (`body`).
 pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

@@ -2,6 +2,7 @@
 //! bodies end, and the answers the proxy makes itself. Nothing here copies a message.
 
 mod answer;
+mod block;
 pub mod body;
 pub mod headers;
 pub mod reader;

@@ -206,7 +206,7 @@ fn parse_with<'h>(
 /// sees `A: b\nContent-Length: 5` as one field where we saw two: that difference is a
 /// smuggling channel. Every LF of a request head must follow a CR.
 fn reject_bare_lf(head: &[u8]) -> Result<(), RequestError> {
-    use super::scan::block;
+    use super::block;
     let bare = if head.len() <= block::LEN {
         head.first() == Some(&b'\n') || head.windows(2).any(|w| w[1] == b'\n' && w[0] != b'\r')
     } else {
