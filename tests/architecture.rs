@@ -316,3 +316,54 @@ fn the_import_reader_sees_groups_paths_and_skips_tests() {
         .collect();
     assert_eq!(seen, expected);
 }
+
+/// `report`'s folders import one another down one list (docs/architecture.md, below the
+/// table): `source` reads, `compare` and `export` build on what was read, `render` prints
+/// all of it; none reaches back up, so no circle can form between them. `file` (where
+/// every output is written) is below them all. Each folder may reach the ones listed for
+/// it, and at least one file reaches each arrow the rule allows but `file`, so that the
+/// rule stays the code's and not a wish.
+#[test]
+fn the_report_folders_import_down_their_list() {
+    let allowed: [(&str, &[&str]); 4] = [
+        ("source", &["file"]),
+        ("compare", &["source", "file"]),
+        ("export", &["source", "file"]),
+        ("render", &["compare", "source", "export", "file"]),
+    ];
+    let folders: Vec<&str> = allowed.iter().map(|(f, _)| *f).collect();
+    for (folder, may) in allowed {
+        let mut seen = BTreeSet::new();
+        let mut dir = Vec::new();
+        walk(&root().join("src/report").join(folder), &mut dir);
+        assert!(!dir.is_empty(), "src/report/{folder}/ has files");
+        for file in dir {
+            let code = without_tests(&fs::read_to_string(&file).unwrap());
+            for name in reached(&code, "crate::report") {
+                let name = if folders.contains(&name.as_str()) || name == "file" {
+                    name
+                } else {
+                    continue;
+                };
+                if name == folder {
+                    continue;
+                }
+                assert!(
+                    may.contains(&name.as_str()),
+                    "{} reaches report::{name}, which lies above {folder} or beside it",
+                    file.display()
+                );
+                seen.insert(name);
+            }
+        }
+        for name in may.iter().filter(|n| **n != "file") {
+            if folder == "source" {
+                continue;
+            }
+            assert!(
+                seen.contains(*name),
+                "no file of report::{folder} reaches report::{name}: take it out of the rule"
+            );
+        }
+    }
+}
