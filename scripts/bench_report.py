@@ -1134,9 +1134,12 @@ of about ten phases, 632; the phases from the instants, 296), and the runtime's 
 two parks a request (the I/O driver's turn 172, its wake-ups 152, the scheduler about
 450), six readiness polls (532), the system calls' cancellation points (186) and the
 process driver's orphan reaping at every park (82, there because `bench --load` runs its
-command through `tokio::process`, the crate's only use). The next steps, in that order:
-the framing fields read while the head is parsed instead of walked again (about 450 on
-the two heads), no `tokio::process` (82), fewer readiness polls per wait.
+command through `tokio::process`, the crate's only use). None is large alone; the next
+steps, each a few hundred at most: a head parser of our own that finds the end, checks
+the fields and reads the framing ones in one pass (today the end scan, httparse and the
+framing-field walk are three: 202 + about 1,000 + 251 on the two heads), no
+`tokio::process` (82), fewer readiness polls per wait (a wait polls every socket it may
+need; most find nothing).
 
 **Throughput at `-c 200`**, `scripts/bench-proxies.sh --only fixed --skip memory --skip
 callgrind --skip recorder --skip sampler --skip chain --skip layout --rounds 4
