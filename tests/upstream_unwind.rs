@@ -274,7 +274,17 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
             mine * 100.0,
             theirs * 100.0
         );
-        if (mine - theirs).abs() > 0.03 {
+        // perf's frame-pointer walk (Go) stops where a function keeps no frame pointer,
+        // and a stack it cut short counts for none of the callers it lost: its share of a
+        // caller can fall below ours by as much as its complete stacks fall below ours
+        // (a full run: ServeHTTP 64.9 % ours against 61.8 %, with complete stacks 94.9 %
+        // against 86.4 %). Never the other way.
+        let lost = if call_graph == "fp" {
+            (ours.complete - perf.complete).max(0.0)
+        } else {
+            0.0
+        };
+        if mine - theirs > 0.03 + lost || theirs - mine > 0.03 {
             report.push_str(&format!(
                 "{name}: ours {:.1} %, perf {:.1} %\n",
                 mine * 100.0,
