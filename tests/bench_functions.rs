@@ -250,19 +250,13 @@ fn a_dearer_parser_is_the_function_that_changed() {
         assert_ne!(backend["verdict"], "different", "{}", line(backend));
     }
     let parser_a = parser["a"].as_f64().unwrap();
-    // The kernel, and the vDSO it maps into the process, are not the server's code:
-    // beside load that comes and goes, a request that runs longer is preempted more
-    // often, and B's `finish_task_switch` per request rose with its parser (8.9 → 11.0
-    // µs), in either view (with what it calls, a full run's `do_syscall_64` went 25.8 →
-    // 31.3 µs, the scheduler's switches under it, and another's `[vdso]` 4.9 → 7.0 µs:
-    // the fixture's four CPU-clock reads a request fall back to a system call there).
-    let kernel = |r: &Value| {
-        r["object"] == "[kernel]"
-            || r["component"] == "kernel"
-            || [&r["name"], &r["object"], &r["component"]]
-                .iter()
-                .any(|v| *v == "[vdso]")
-    };
+    // The kernel (its vDSO included, the `kernel` component too) is not the server's
+    // code: beside load that comes and goes, a request that runs longer is preempted
+    // more often, and B's `finish_task_switch` per request rose with its parser (8.9 →
+    // 11.0 µs), in either view (with what it calls, a full run's `do_syscall_64` went
+    // 25.8 → 31.3 µs, the scheduler's switches under it, and another's vDSO 4.9 → 7.0
+    // µs: the fixture's four CPU-clock reads a request fall back to a system call there).
+    let kernel = |r: &Value| r["object"] == "[kernel]" || r["component"] == "kernel";
     for r in functions(&v)
         .iter()
         .filter(|r| r["verdict"] == "different" && !kernel(r))

@@ -144,6 +144,15 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
         ),
         None,
     ),
+    // The kernel's own code mapped into the process (the vDSO's clock reads, the legacy
+    // vsyscall page): user-space addresses, but the kernel's code, not the server's, and
+    // a bracketed mapping name read as a placeholder in the report.
+    (
+        KERNEL_COMPONENT,
+        Space::User,
+        None,
+        Some(r"^\[(vdso|vsyscall)\]$"),
+    ),
     // The kernel's network stack, and the system calls that enter it.
     (
         "kernel_network",
@@ -375,6 +384,8 @@ mod tests {
             ("__x64_sys_write", KERNEL_OBJECT, true, "kernel"),
             ("copy_user_generic_string", KERNEL_OBJECT, true, "kernel"),
             ("", KERNEL_OBJECT, true, "kernel"),
+            ("__vdso_clock_gettime", "[vdso]", false, "kernel"),
+            ("", "[vsyscall]", false, "kernel"),
             // Kernel-only prefixes do not claim user-space functions.
             ("tcp_connect_retry", "myserver", false, "myserver"),
             ("sock_helper", "libfoo.so.1", false, "libfoo.so.1"),
