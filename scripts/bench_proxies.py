@@ -435,16 +435,26 @@ def start_chain(name, variants, redis_port, workdir, threads, maxconn):
     return srv, resp, webdis_port, port
 
 
-def start_chain_webdis(workdir, redis_port, http_port):
-    """Webdis reaching Redis at `redis_port` (Redis itself or a proxy in front of it),
-    started after the proxy: it opens its Redis pool at start."""
+def start_redis(workdir):
+    """A Redis of the benchmark's own on a free port, nothing saved."""
     d = Path(workdir)
-    cfg = d / "webdis-chain.json"
+    port = free_port()
+    return Server("redis", [tool("redis-server"), "--port", port, "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--daemonize", "no",
+                            "--dir", d, "--logfile", ""], d, port=port)
+
+
+def start_webdis_process(workdir, redis_port, http_port, name="webdis"):
+    """Webdis on `http_port` reaching Redis at `redis_port` (Redis itself or a proxy in
+    front of it): 2 threads, a pool of 4 each. It opens its Redis pool at start, so what
+    stands at `redis_port` must be up first."""
+    d = Path(workdir)
+    cfg = d / f"{name}.json"
     cfg.write_text(json.dumps({
         "redis_host": "127.0.0.1", "redis_port": redis_port,
         "http_host": "127.0.0.1", "http_port": http_port,
         "threads": 2, "pool_size": 4, "daemonize": False, "websockets": False,
-        "database": 0, "verbosity": 3, "logfile": str(d / "webdis-chain-own.log"),
+        "database": 0, "verbosity": 3, "logfile": str(d / f"{name}-own.log"),
     }))
     return Server("webdis", [tool("webdis"), cfg], d, port=http_port)
 
@@ -470,16 +480,13 @@ def thread_names(pid):
 def chain_run(name, variants, workdir, threads, maxconn, seconds, conns, path):
     """One run of the full chain with fresh processes: Redis, the proxy, Webdis; a warm-up
     (the sampler started and its symbol tables loaded), then `seconds` of wrk."""
-    redis_port = free_port()
-    d = Path(workdir)
-    redis = Server("redis", [tool("redis-server"), "--port", redis_port, "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--daemonize", "no",
-                             "--dir", d, "--logfile", ""], d, port=redis_port)
+    redis = start_redis(workdir)
+    redis_port = redis.port
     proxy = webdis = None
     try:
         proxy, resp_port, webdis_port, front = start_chain(name, variants, redis_port, workdir,
                                                            threads, maxconn)
-        webdis = start_chain_webdis(workdir, resp_port, webdis_port)
+        webdis = start_webdis_process(workdir, resp_port, webdis_port, "webdis-chain")
         port = front or webdis_port
         if front:
             wait_for(lambda: accepts(front), f"{name} to listen in front of Webdis")
@@ -655,20 +662,9 @@ def instructions(name, upstream_port, workdir, threads, requests, maxconn):
 # ---------------------------------------------------------------------------------------
 
 def start_webdis(workdir):
-    d = Path(workdir)
-    redis_port = free_port()
-    redis = Server("redis", [tool("redis-server"), "--port", redis_port, "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--daemonize", "no",
-                             "--dir", d, "--logfile", ""], d, port=redis_port)
+    redis = start_redis(workdir)
     http_port = free_port()
-    cfg = d / "webdis.json"
-    cfg.write_text(json.dumps({
-        "redis_host": "127.0.0.1", "redis_port": redis_port,
-        "http_host": "127.0.0.1", "http_port": http_port,
-        "threads": 2, "pool_size": 4, "daemonize": False, "websockets": False,
-        "database": 0, "verbosity": 3, "logfile": str(d / "webdis-own.log"),
-    }))
-    webdis = Server("webdis", [tool("webdis"), cfg], d, port=http_port)
+    webdis = start_webdis_process(workdir, redis.port, http_port)
     deadline = time.time() + 30
     while b"PONG" not in http_get(http_port, "/PING"):
         if time.time() > deadline:
