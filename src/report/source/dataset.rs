@@ -244,6 +244,12 @@ pub fn phase_order(name: &str) -> (usize, String) {
 }
 
 impl TapData {
+    /// Takes `series` as the answered exchanges of `phase` on `route` (a Prometheus
+    /// answer's one series; a later one for the same pair replaces it).
+    pub fn insert_answered(&mut self, phase: String, route: String, series: Series) {
+        self.phases.entry(phase).or_default().insert(route, series);
+    }
+
     /// Phase names present, in timeline order.
     pub fn phase_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.phases.keys().map(String::as_str).collect();

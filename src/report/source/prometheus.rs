@@ -281,10 +281,7 @@ pub fn build(
         };
         taps.entry(tap)
             .or_default()
-            .phases
-            .entry(phase)
-            .or_default()
-            .insert(route, series);
+            .insert_answered(phase, route, series);
     }
     Ok(Dataset {
         precision: Precision::Buckets,

@@ -55,10 +55,7 @@ pub fn parse(body: &[u8]) -> anyhow::Result<BTreeMap<String, TapData>> {
         let Some(series) = series(&h)? else { continue };
         taps.entry(tap)
             .or_default()
-            .phases
-            .entry(phase)
-            .or_default()
-            .insert(route, series);
+            .insert_answered(phase, route, series);
     }
     Ok(taps)
 }
