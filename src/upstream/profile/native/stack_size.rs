@@ -37,8 +37,6 @@ pub struct StackSize {
     walks: u64,
     cut: u64,
     deepest: usize,
-    /// Collects since the last change.
-    collects: u32,
     /// Collects to go before a shrink is allowed.
     hold: u32,
 }
@@ -51,7 +49,6 @@ impl StackSize {
             walks: 0,
             cut: 0,
             deepest: 0,
-            collects: 0,
             hold: SETTLE,
         }
     }
@@ -70,7 +67,6 @@ impl StackSize {
 
     /// At each collect: the new size when the events should be reopened with another.
     pub fn next(&mut self) -> Option<u32> {
-        self.collects = self.collects.saturating_add(1);
         self.hold = self.hold.saturating_sub(1);
         let cut_often = self.cut > 0 && self.cut * CUT_SHARE > self.walks;
         let wanted = if cut_often && self.current < self.max {
@@ -97,7 +93,6 @@ impl StackSize {
         self.walks = 0;
         self.cut = 0;
         self.deepest = 0;
-        self.collects = 0;
         self.hold = self.hold.max(SETTLE);
         Some(wanted)
     }
