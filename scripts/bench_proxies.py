@@ -739,16 +739,8 @@ def keep_tail(md, text):
     """`text`, a new BENCHMARKS.md, with the tail section of the one at `md` carried over:
     the tail is measured on its own (`--tail-only`, scripts/bench_tail.py), not by a full
     run."""
-    begin, end = "<!-- tail -->", "<!-- /tail -->"
-    old = md.read_text() if md.exists() else ""
-    if begin not in old or end not in old or begin in text:
-        return text
-    section = begin + old.split(begin, 1)[1].split(end, 1)[0] + end + "\n"
-    anchor = "## What metrics cost"
-    if anchor not in text:
-        return text.rstrip("\n") + "\n\n" + section
-    head, rest = text.split(anchor, 1)
-    return head + section + "\n" + anchor + rest
+    section = bench_report.tail_section_of(md.read_text() if md.exists() else "")
+    return bench_report.replace_tail_section(text, section) if section else text
 
 
 def into_last_run(args, key, data, section, replace, extra=None):

@@ -533,6 +533,31 @@ def metrics_cost(results, s):
     return "\n".join(lines) + "\n"
 
 
+TAIL_BEGIN = "<!-- tail -->"
+TAIL_END = "<!-- /tail -->"
+
+
+def tail_section_of(text):
+    """The tail section (scripts/bench_tail.py's, measured on its own) of a BENCHMARKS.md,
+    markers included, or None."""
+    if TAIL_BEGIN not in text or TAIL_END not in text:
+        return None
+    return TAIL_BEGIN + text.split(TAIL_BEGIN, 1)[1].split(TAIL_END, 1)[0] + TAIL_END + "\n"
+
+
+def replace_tail_section(text, section):
+    """`text` (a BENCHMARKS.md) with its tail section replaced, or the section put before
+    what metrics cost (or the reproducing notes) when it has none."""
+    if TAIL_BEGIN in text and TAIL_END in text:
+        head, rest = text.split(TAIL_BEGIN, 1)
+        return head + section.rstrip("\n") + rest.split(TAIL_END, 1)[1]
+    for anchor in ("## What metrics cost", "## Reproducing"):
+        if anchor in text:
+            head, tail = text.split(anchor, 1)
+            return head + section + "\n" + anchor + tail
+    return text.rstrip("\n") + "\n\n" + section
+
+
 SAMPLER_BEGIN = "<!-- sampler: written by scripts/bench-proxies.sh --sampler-only -->"
 SAMPLER_END = "<!-- /sampler -->"
 

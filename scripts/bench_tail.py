@@ -23,8 +23,7 @@ from pathlib import Path
 
 import bench_proxies as bp
 
-TAIL_BEGIN = "<!-- tail -->"
-TAIL_END = "<!-- /tail -->"
+from bench_report import TAIL_BEGIN, TAIL_END, replace_tail_section
 
 # The targets of the tail section, in the order of its table.
 TAIL_TARGETS = [
@@ -194,19 +193,6 @@ def tail_section(tail):
         ]
     lines.append(TAIL_END)
     return "\n".join(lines) + "\n"
-
-
-def replace_tail_section(text, section):
-    """`text` (a BENCHMARKS.md) with its tail section replaced, or the section put before
-    the sampler's (or the reproducing notes) when it has none."""
-    if TAIL_BEGIN in text and TAIL_END in text:
-        head, rest = text.split(TAIL_BEGIN, 1)
-        return head + section.rstrip("\n") + rest.split(TAIL_END, 1)[1]
-    for anchor in ("## What metrics cost", "## Reproducing"):
-        if anchor in text:
-            head, tail = text.split(anchor, 1)
-            return head + section + "\n" + anchor + tail
-    return text.rstrip("\n") + "\n\n" + section
 
 
 def main():
