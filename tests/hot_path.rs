@@ -5,6 +5,11 @@
 //! `write`s with the kernel below them, a formatter — each timed by the server's own CPU
 //! clock around the call. The report's `inside.hot[]` must name them in the order of
 //! their true shares, each within 4 points of it, and name none of the layers above.
+//!
+//! And a parser's own work (docs/report.md, "A component's own work"): a server shaped
+//! like Webdis (tests/fixtures/callback-upstream.c) whose parser calls the request's whole
+//! work back; the what-if takes the parser's own share, within 3 points of what its clock
+//! says, not the callback's.
 
 mod support;
 
@@ -33,26 +38,31 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// tests/fixtures/NAME.c built with symbols, once per test process.
+fn built(name: &'static str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(&str, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| *n == name) {
+        return path.clone();
+    }
+    let gcc = require_tool("gcc");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.c"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let staging = out.with_extension(format!("tmp{}", std::process::id()));
+    let status = Command::new(gcc)
+        .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
+        .arg(&staging)
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+    assert!(status.success(), "gcc failed on {}", source.display());
+    fs::rename(&staging, &out).unwrap();
+    built.push((name, out.clone()));
+    out
+}
+
 fn binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let gcc = require_tool("gcc");
-            let source =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hot-upstream.c");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hot-upstream");
-            let staging = out.with_extension(format!("tmp{}", std::process::id()));
-            let status = Command::new(gcc)
-                .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
-                .arg(&staging)
-                .arg(&source)
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-            assert!(status.success(), "gcc failed on {}", source.display());
-            fs::rename(&staging, &out).unwrap();
-            out
-        })
-        .clone()
+    built("hot-upstream")
 }
 
 /// What the server's own CPU clock counted so far.
@@ -65,16 +75,22 @@ struct Truth {
     write_ns: u64,
 }
 
+/// The five counters a fixture's `/__truth` answers.
+fn counters(addr: std::net::SocketAddr) -> Vec<u64> {
+    let r = http_get(addr, "/__truth");
+    assert_eq!(r.status, 200);
+    let text = r.body_text();
+    let n: Vec<u64> = text
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(n.len(), 5, "{text:?}");
+    n
+}
+
 impl Truth {
     fn read(addr: std::net::SocketAddr) -> Truth {
-        let r = http_get(addr, "/__truth");
-        assert_eq!(r.status, 200);
-        let text = r.body_text();
-        let n: Vec<u64> = text
-            .split_whitespace()
-            .map(|v| v.parse().unwrap())
-            .collect();
-        assert_eq!(n.len(), 5, "{text:?}");
+        let n = counters(addr);
         Truth {
             served: n[0],
             uri_ns: n[1],
@@ -382,6 +398,118 @@ fn a_vendor_package_inside_the_requests_fiber_is_named_on_the_hot_path() {
         );
     }
     burn.kill();
+}
+
+/// Per request in the Webdis-shaped fixture: the parser's own burn, the command's and the
+/// JSON reply's (spread over twelve small functions), in µs. About 6 %, 35 % and 30 % of
+/// its CPU here, the write and the kernel the rest.
+const CALLBACK_PARSE_US: u32 = 6;
+const CALLBACK_APP_US: u32 = 40;
+const CALLBACK_REPLY_US: u32 = 36;
+
+/// A parser that calls the request's whole work back (Webdis's http_parser, Node's
+/// llhttp): with all it calls it is nearly all of the server's CPU; its own work (it and
+/// the `memchr` it calls, not the callback) is what the what-if and the parser finding
+/// take, within 3 points of the fixture's own clock. The JSON reply, whose cost is twelve
+/// small functions, is named on the hot path at its share with all it calls.
+#[test]
+fn a_parsers_callbacks_are_not_its_cost() {
+    let _serial = serial();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = Managed::spawn(
+        "callback-upstream",
+        Command::new(built("callback-upstream")).args([
+            port.to_string(),
+            CALLBACK_PARSE_US.to_string(),
+            CALLBACK_APP_US.to_string(),
+            CALLBACK_REPLY_US.to_string(),
+        ]),
+        &dir.path().join("callback-upstream.log"),
+    );
+    let addr = loopback(port);
+    assert!(
+        wait_for(STARTUP_DEADLINE, || accepts(addr)),
+        "{}",
+        up.log_tail()
+    );
+    let proxy = Proxy::in_front_of(addr, &["--profile-upstream"]);
+    await_watched(&proxy, up.pid());
+    reset(&proxy);
+    let before = counters(addr);
+    load_until_sampled(&proxy, "webdis", 3000);
+    let after = counters(addr);
+    let saved = dir.path().join("snapshot.json");
+    fs::write(&saved, proxy.admin_get("/api/snapshot").body_text()).unwrap();
+
+    let json: Value =
+        serde_json::from_str(&report(&saved, &["--format", "json", "--top", "10"])).unwrap();
+    let inside = &json["taps"][0]["inside"];
+    let cpu_ns =
+        (inside["cpu_user"].as_f64().unwrap() + inside["cpu_system"].as_f64().unwrap()) * 1e9;
+    let served = (after[0] - before[0]) as f64;
+    let truth = |i: usize| (after[i] - before[i]) as f64 / served / cpu_ns;
+    let (parse, app, reply) = (truth(1), truth(2), truth(3));
+    let parser = inside["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "http_parser")
+        .unwrap_or_else(|| panic!("no parser component: {inside}"));
+    let (inclusive, work) = (
+        parser["inclusive"].as_f64().unwrap(),
+        parser["work"].as_f64().unwrap(),
+    );
+    let (hot, shown) = hot_of(inside, "object");
+    eprintln!(
+        "truth: parser {:.1} %, command {:.1} %, reply {:.1} % of {:.1} µs per request; \
+         the parser's component: {:.1} % with all it calls, {:.1} % its own work\nhot path: {shown:#?}",
+        parse * 100.0,
+        app * 100.0,
+        reply * 100.0,
+        cpu_ns / 1e3,
+        inclusive * 100.0,
+        work * 100.0,
+    );
+    // The premise: the callback is inside the parser's stacks.
+    assert!(inclusive >= parse + app + reply - 0.05, "{parser}");
+    assert!(
+        (work - parse).abs() <= 0.03,
+        "the parser's own work {work:.3} against a true {parse:.3}"
+    );
+    let w = &inside["what_if"];
+    assert_eq!(w["basis"], "work", "{w}");
+    assert!((w["share"].as_f64().unwrap() - work).abs() < 1e-9, "{w}");
+    let ids: Vec<&str> = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"parser_not_the_problem"), "{ids:?}");
+    assert!(!ids.contains(&"parser_worth_replacing"), "{ids:?}");
+
+    // The reply is one place to act, at its share with the pieces it calls.
+    let json_reply = hot
+        .iter()
+        .find(|h| h["name"] == "json_reply")
+        .unwrap_or_else(|| panic!("json_reply not on the hot path: {shown:#?}"));
+    let listed = json_reply["listed"].as_f64().unwrap();
+    assert!(
+        (listed - reply).abs() <= 0.04,
+        "json_reply {listed:.3} listed against a true {reply:.3}: {shown:#?}"
+    );
+    assert!(
+        !hot.iter()
+            .any(|h| h["name"].as_str().unwrap().starts_with("json_piece_")),
+        "a piece of the reply listed apart: {shown:#?}"
+    );
+    let text = report(&saved, &[]);
+    assert!(
+        text.contains("(HTTP parser is ") && text.contains("not its callbacks)"),
+        "{text}"
+    );
+    up.kill();
 }
 
 /// The report's `inside.hot[]`, and each entry as the failure messages print it: its name,

@@ -108,7 +108,8 @@ const LIVE_HOT: usize = 5;
 
 /// What `/api/snapshot` answers: the snapshot with what the rules of docs/findings.md
 /// find in its window, and beside them `hot`,
-/// each sampled tap's hot path, and `route_cpu`, each tap's CPU per route (docs/metrics.md).
+/// each sampled tap's hot path, `what_if`, each sampled tap's what-if of a faster parser,
+/// and `route_cpu`, each tap's CPU per route (docs/metrics.md).
 /// They are computed here, as the findings are, not kept in the snapshot: a report
 /// recomputes them from the stacks and the slices.
 pub fn served(snapshot: crate::snapshot::Snapshot) -> serde_json::Result<serde_json::Value> {
@@ -122,13 +123,15 @@ pub fn served_with(
     mut snapshot: crate::snapshot::Snapshot,
     route_cpu: &crate::findings::route_cpu::Estimates,
 ) -> serde_json::Result<serde_json::Value> {
-    let (findings, hot) = crate::findings::diagnose_with_hot(&snapshot, LIVE_HOT);
+    let (findings, hot, what_if) = crate::findings::diagnose_with_hot(&snapshot, LIVE_HOT);
     snapshot.findings = findings;
     let hot = serde_json::to_value(hot)?;
+    let what_if = serde_json::to_value(what_if)?;
     let route_cpu = serde_json::to_value(route_cpu)?;
     let mut value = serde_json::to_value(&snapshot)?;
     if let Some(map) = value.as_object_mut() {
         map.insert("hot".to_owned(), hot);
+        map.insert("what_if".to_owned(), what_if);
         map.insert("route_cpu".to_owned(), route_cpu);
     }
     Ok(value)

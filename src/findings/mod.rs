@@ -25,6 +25,10 @@ pub fn diagnose(snapshot: &Snapshot) -> Vec<Finding> {
     diagnose_with_hot(snapshot, 0).0
 }
 
+/// Each sampled tap's what-if of a faster parser (docs/report.md, "Inside the upstream"):
+/// the live page shows the report's figure rather than working one out of its own.
+pub type WhatIfs = std::collections::BTreeMap<String, crate::snapshot::summary::WhatIf>;
+
 /// Each sampled tap's hot path, at most `top` functions (docs/report.md, "Call stacks").
 pub type HotPaths = std::collections::BTreeMap<String, Vec<crate::snapshot::hot::HotFunction>>;
 
@@ -32,9 +36,10 @@ pub type HotPaths = std::collections::BTreeMap<String, Vec<crate::snapshot::hot:
 /// the same window, at most `top` functions: what the live page shows beside the
 /// findings, from the one view of each tap the rules read (the hot path is computed
 /// once).
-pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotPaths) {
+pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotPaths, WhatIfs) {
     let mut out = Vec::new();
     let mut hot = HotPaths::new();
+    let mut what_ifs = WhatIfs::new();
     for (name, tap) in &snapshot.taps {
         let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix)
             .with_proxy(snapshot.proxy.as_ref());
@@ -49,6 +54,9 @@ pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotP
         {
             hot.insert(name.clone(), i.hot.iter().take(top).cloned().collect());
         }
+        if let Some(w) = view.inside.as_ref().and_then(|i| i.what_if.clone()) {
+            what_ifs.insert(name.clone(), w);
+        }
     }
     out.sort_by(|a, b| {
         b.severity
@@ -61,7 +69,7 @@ pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotP
             .then(a.tap.cmp(&b.tap))
             .then(a.id.cmp(&b.id))
     });
-    (out, hot)
+    (out, hot, what_ifs)
 }
 
 #[cfg(test)]

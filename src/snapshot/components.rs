@@ -17,6 +17,7 @@ pub const LABELS: &[(&str, &str)] = &[
     ("event_loop", "event loop"),
     ("php_engine", "PHP engine"),
     ("http_parser", "HTTP parser"),
+    ("response_head", "response head"),
 ];
 
 /// The label a report gives component `name`: its built-in label, else the name itself

@@ -22,6 +22,7 @@
 //! - `window`: the window between two snapshots ([`Snapshot::since`]), and several
 //!   merged into one ([`Snapshot::merged`]);
 //! - [`components`]: how readers label and group the components samples fall in;
+//! - [`work`]: a component's own work, its callbacks into other code left out;
 //! - [`summary`], [`hot`], [`route_cpu`]: the per-request analysis readers share (CPU per
 //!   request and the what-if, the hot path, CPU per route by a non-negative least-squares
 //!   fit over the slices).
@@ -40,6 +41,7 @@ pub mod summary;
 pub mod tap;
 pub mod upstream;
 mod window;
+pub mod work;
 
 pub use document::{PhaseStyle, Snapshot, FORMAT, FORMAT_VERSION};
 pub use finding::{Evidence, Finding, Impact, Severity};

@@ -12,6 +12,7 @@ use super::components::{component_group, component_label};
 use super::hot::{hot_path, HotFunction};
 use super::stacks::FrameKind;
 use super::upstream::UpstreamSnapshot;
+use super::work::Work;
 
 /// The component a faster parser would shrink.
 pub const PARSER: &str = "http_parser";
@@ -64,6 +65,11 @@ pub struct Component {
     /// With call stacks: the fraction of samples whose stack holds a frame of the
     /// component (at least `share`; they do not add up to 1).
     pub inclusive: Option<f64>,
+    /// With call stacks: the fraction of samples that are the component's own work, it
+    /// and the helpers it calls but not what it calls back ([`super::work`]; the shares
+    /// add up to 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work: Option<f64>,
     /// A group of components that are one library to its users (the packages of
     /// `league/uri*`, OpenSSL's libssl and libcrypto), its parts largest first; empty for
     /// a component of its own.
@@ -87,16 +93,30 @@ pub struct Function {
     pub line: Option<u32>,
 }
 
+/// What the what-if's share of the parser counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// With call stacks: the parser's own work, it and the helpers it calls (the C
+    /// library, the allocator, regex, the kernel) but not the server's code it calls
+    /// back ([`super::work`]).
+    Work,
+    /// Without call stacks: the parser's own functions, a lower bound of its cost when
+    /// it calls helpers.
+    Functions,
+    /// The parser has no name of its own (a stripped binary): the binary's own code, an
+    /// upper bound.
+    UpperBound,
+}
+
 /// A parser `factor`× faster, by Amdahl's law on its share of the CPU.
 #[derive(Debug, Clone, Serialize)]
 pub struct WhatIf {
     pub factor: f64,
     /// The component taken as the parser.
     pub component: String,
-    /// Whether `share` is the parser's inclusive share (its own code and all it calls),
-    /// else its self share (the functions of the parser only: a lower bound of its cost
-    /// when it calls helpers, as without call stacks).
-    pub inclusive: bool,
+    /// What `share` counts.
+    pub basis: Basis,
     /// True when the parser has no name of its own (a stripped binary): the share is the
     /// whole of the binary's own code, an upper bound.
     pub upper_bound: bool,
@@ -144,9 +164,16 @@ impl Inside {
                         samples: 0,
                         share: 0.0,
                         inclusive: Some(n as f64 / total as f64),
+                        work: None,
                         parts: Vec::new(),
                     });
                 }
+            }
+        }
+        if let Some(stacks) = u.stacks().filter(|_| total > 0) {
+            let work = Work::of(stacks);
+            for c in &mut components {
+                c.work = work.share(&c.name);
             }
         }
         let components = grouped(components, u, total);
@@ -257,6 +284,7 @@ fn components(samples: Option<&BTreeMap<String, u64>>, own: Own<'_>) -> Vec<Comp
             samples: n,
             share: n as f64 / total as f64,
             inclusive: None,
+            work: None,
             parts: Vec::new(),
         })
         .collect();
@@ -307,6 +335,7 @@ fn grouped(components: Vec<Component>, u: &UpstreamSnapshot, total: u64) -> Vec<
                 samples as f64 / total as f64
             },
             inclusive,
+            work: sum_work(&parts),
             parts,
         });
     }
@@ -374,22 +403,31 @@ fn what_if(
         ),
         None => return None,
     };
-    // The parser's inclusive share: what it costs with the helpers it calls. For a
-    // stripped binary's own code the self share stays the bound (inclusive, `main` is
-    // in it and it would read as all of the CPU).
-    let inclusive = c.inclusive.filter(|_| !upper_bound);
-    let p = inclusive.unwrap_or(c.share);
+    // The parser's own work: what it costs with the helpers it calls, without the
+    // server's code it calls back (a parser's callbacks are the request's whole work on
+    // Webdis and Node). For a stripped binary's own code the self share stays the bound:
+    // its work holds `main` and all the server does.
+    let (basis, p) = match (upper_bound, c.work) {
+        (true, _) => (Basis::UpperBound, c.share),
+        (false, Some(work)) => (Basis::Work, work),
+        (false, None) => (Basis::Functions, c.share),
+    };
     let saved = cpu_per_request * p * (1.0 - 1.0 / factor);
     Some(WhatIf {
         factor,
         component: c.label.clone(),
-        inclusive: inclusive.is_some(),
+        basis,
         upper_bound,
         share: p,
         saved,
         saved_of_total: mean_total.filter(|t| *t > 0.0).map(|t| saved / t),
         throughput_gain: super::hot::throughput_gain(p, factor),
     })
+}
+
+/// A group's work: its parts' (each sample is one component's work, so they add up).
+fn sum_work(parts: &[Component]) -> Option<f64> {
+    parts.iter().filter_map(|c| c.work).reduce(|a, b| a + b)
 }
 
 #[cfg(test)]

@@ -187,25 +187,15 @@
     if (!u.comm) return file || "the upstream";
     return file && u.comm.length === 15 && file.length > 15 && file.startsWith(u.comm) ? file : u.comm;
   }
-  function whatIf(u, n, samples, total, inclusive, own, meanTotal) {
-    if (!total || !n) return "";
-    let comp = samples.http_parser !== undefined ? "http_parser" : null;
-    const upper = !comp && u.stripped && own && samples[own] !== undefined;
-    if (upper) comp = own;
-    if (!comp) return "";
-    const self = samples[comp] / total;
-    const incl = !upper && inclusive && inclusive[comp] !== undefined ? inclusive[comp] / total : null;
-    const p = incl == null ? self : incl;
-    const cpu = (u.cpu_user_seconds + u.cpu_system_seconds) / n;
-    const f = WHAT_IF_FACTOR;
-    const saved = cpu * p * (1 - 1 / f);
-    const gain = 1 / (1 - p + p / f) - 1;
-    const which = upper
-      ? `its parser is inside ${runsAs(u)} (own code), ${fmtPct(p)} of its CPU: an upper bound`
-      : `HTTP parser is ${fmtPct(p)} of its CPU${incl == null ? "" : " with all it calls"}`;
-    // As the report: the saving beside what a request takes in all, the mean total.
-    const ofTotal = meanTotal > 0 ? `, ${fmtPct(saved / meanTotal)} of mean total` : "";
-    return `what if: a parser ${f}× faster saves ≤ ${num3(saved * 1e6)} µs per request${ofTotal}; if the server is CPU-bound, at most ${fmtPct(gain)} more throughput (${which})`;
+  /* The what-if the admin server computed as the report does (`what_if[tap]`,
+   * snapshot::summary::WhatIf): the parser's own work, not all it calls back. */
+  function whatIf(w) {
+    if (!w) return "";
+    const which = w.basis === "upper_bound"
+      ? `its parser is inside ${w.component}, ${fmtPct(w.share)} of its CPU: an upper bound`
+      : `${w.component} is ${fmtPct(w.share)} of its CPU${w.basis === "work" ? ": it and the helpers it calls, not its callbacks" : ""}`;
+    const ofTotal = w.saved_of_total != null ? `, ${fmtPct(w.saved_of_total)} of mean total` : "";
+    return `what if: a parser ${w.factor}× faster saves ≤ ${num3(w.saved * 1e6)} µs per request${ofTotal}; if the server is CPU-bound, at most ${fmtPct(w.throughput_gain)} more throughput (${which})`;
   }
 
   function fmtClock(unix) {
@@ -691,7 +681,7 @@
       this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
       this.renderBreakdown(segs, n, sums.total || 0, snap);
       this.renderProxy(snap.proxy, tap.upstream, n, Object.keys(snap.taps || {}).length);
-      this.renderInside(tap.upstream, n, snap, total ? total.mean : 0);
+      this.renderInside(tap.upstream, n, snap);
       this.renderHot((snap.hot || {})[this.name] || []);
       this.renderPhases(merged, sums.total || 0, snap);
       this.renderRoutes(tap, routeRates, (snap.route_cpu || {})[this.name]);
@@ -794,7 +784,7 @@
       this.proxyLine.textContent = line;
     }
 
-    renderInside(u, n, snap, meanTotal) {
+    renderInside(u, n, snap) {
       this.inside.hidden = !u;
       if (!u) return;
       const name = u.comm || "the upstream";
@@ -824,7 +814,7 @@
         line += `; its CPU${inclusive ? ", self (inclusive)" : ""}: ${parts.join(", ")}`;
       }
       this.insideLine.textContent = line;
-      this.insideWhatIf.textContent = whatIf(u, n, samples, total, inclusive, own, meanTotal);
+      this.insideWhatIf.textContent = total > 0 ? whatIf((snap.what_if || {})[this.name]) : "";
       const notes = ["thread-time per request: the process's CPU and run-queue time divided by this tap's requests"];
       if (u.restarts) notes.push(`${u.restarts} restart${u.restarts === 1 ? "" : "s"} in this window`);
       if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);

@@ -4,6 +4,7 @@
 
 use super::{met, shown, Draft};
 use crate::findings::TapView;
+use crate::snapshot::summary::Basis;
 use crate::snapshot::{Finding, Severity};
 use crate::units::{duration, share};
 
@@ -23,12 +24,10 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let saved_of_total = w.saved_of_total.unwrap_or(0.0);
     let worth =
         saved_of_total >= WORTH || w.throughput_gain >= WORTH && saved_of_total >= WORTH / 5.0;
-    let kind = if w.upper_bound {
-        "at most (the binary has no symbols: its own code)"
-    } else if w.inclusive {
-        "with all it calls"
-    } else {
-        "its own functions"
+    let kind = match w.basis {
+        Basis::UpperBound => "at most (the binary has no symbols: its own code)",
+        Basis::Work => "its own work (the helpers it calls, not its callbacks)",
+        Basis::Functions => "its own functions",
     };
     let mut evidence = vec![
         shown(

@@ -3,7 +3,9 @@
 //! parser could save at most (docs/report.md, docs/phases.md).
 
 pub use crate::snapshot::hot::{HotFunction, DEFAULT_TOP};
-pub use crate::snapshot::summary::{Component, Function, Inside, WhatIf, DEFAULT_WHAT_IF, PARSER};
+pub use crate::snapshot::summary::{
+    Basis, Component, Function, Inside, WhatIf, DEFAULT_WHAT_IF, PARSER,
+};
 
 use crate::units;
 
@@ -147,10 +149,9 @@ impl Inside {
                     units::share(w.share)
                 )
             } else {
-                let how = if w.inclusive {
-                    "of its CPU with all it calls"
-                } else {
-                    "of its CPU"
+                let how = match w.basis {
+                    Basis::Work => "of its CPU: it and the helpers it calls, not its callbacks",
+                    _ => "of its CPU",
                 };
                 format!(" ({} is {} {how})", w.component, units::share(w.share))
             };
@@ -341,9 +342,10 @@ mod tests {
     }
 
     /// The parser is never the running function (its time is in libc's memchr), but it
-    /// is on the stack of 30 % of the samples: the what-if takes the 30 %.
+    /// is on the stack of 30 % of the samples, 10 of them in the server's code it calls
+    /// back: the what-if takes the 20 % that are its own work.
     #[test]
-    fn the_what_if_takes_the_parsers_inclusive_share() {
+    fn the_what_if_takes_the_parsers_own_work() {
         let mut s = snapshot(Some(&[("libc.so.6", 30), ("webdis", 70)]), Some(false));
         s.profile_mut().frames = Some(FrameKind::Native);
         s.profile_mut().inclusive = Some(
@@ -352,6 +354,31 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), *v))
                 .collect(),
         );
+        let frame = |name: &str, component: &str| crate::snapshot::Frame {
+            name: name.into(),
+            object: if component == "http_parser" {
+                "webdis"
+            } else {
+                component
+            }
+            .into(),
+            component: component.into(),
+            line: None,
+        };
+        s.profile_mut().stacks = Some(crate::snapshot::Stacks {
+            frames: vec![
+                frame("main", "webdis"),
+                frame("http_parser_execute", "http_parser"),
+                frame("memchr", "libc.so.6"),
+                frame("on_message_complete", "webdis"),
+                frame("write", "libc.so.6"),
+            ],
+            stacks: [(vec![0, 1, 2], 20), (vec![0, 1, 3, 4], 10), (vec![0], 70)]
+                .into_iter()
+                .map(|(frames, samples)| crate::snapshot::Stack { frames, samples })
+                .collect(),
+            ..Default::default()
+        });
         s.profile_mut().functions = Some(vec![
             crate::snapshot::FunctionSnapshot {
                 name: "main".into(),
@@ -382,9 +409,10 @@ mod tests {
         let parser = i.components.iter().find(|c| c.name == PARSER).unwrap();
         assert_eq!(parser.share, 0.0);
         assert_eq!(parser.inclusive, Some(0.3));
+        assert_eq!(parser.work, Some(0.2));
         let w = i.what_if.clone().unwrap();
-        assert!(w.inclusive && !w.upper_bound);
-        assert!((w.share - 0.3).abs() < 1e-12, "{w:?}");
+        assert!(w.basis == Basis::Work && !w.upper_bound);
+        assert!((w.share - 0.2).abs() < 1e-12, "{w:?}");
         assert_eq!(i.functions[1].name, "http_parser_execute");
         assert!((i.functions[2].self_share - 0.3).abs() < 1e-12);
         let text = i.lines().join("\n");
@@ -401,7 +429,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("(HTTP parser is 30 % of its CPU with all it calls)"),
+            text.contains(
+                "(HTTP parser is 20 % of its CPU: it and the helpers it calls, not its callbacks)"
+            ),
             "{text}"
         );
     }

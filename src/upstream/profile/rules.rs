@@ -173,6 +173,16 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
     ),
     // The rest of kernel space.
     (KERNEL_COMPONENT, Space::Kernel, None, None),
+    // PHP: response-head writers, before the parsers' rule that would claim them by
+    // class: amphp/http's Rfc7230 formats the response's head with the same class that
+    // parses the request's (`formatHeaders`, `formatRawHeaders`). A faster request parser
+    // changes nothing of them, and the what-if is about request parsing.
+    (
+        "response_head",
+        Space::Php,
+        Some(r"^(Amp\\Http\\Http1\\Rfc7230::|Amp\\Http\\Rfc7230::)format\w*$"),
+        None,
+    ),
     // PHP: request-head parsers. Amphp's HTTP/1 head parser (amphp/http's Rfc7230) and
     // the HTTP/1 driver's parsing, ReactPHP's header parser, Workerman's HTTP protocol.
     (
@@ -434,6 +444,21 @@ mod tests {
                 r"Amp\Http\Server\Driver\Http1Driver::write",
                 "/srv/vendor/amphp/http-server/src/Driver/Http1Driver.php",
                 "amphp/http-server",
+            ),
+            (
+                r"Amp\Http\Http1\Rfc7230::formatHeaders",
+                "/srv/vendor/amphp/http/src/Http1/Rfc7230.php",
+                "response_head",
+            ),
+            (
+                r"Amp\Http\Rfc7230::formatRawHeaders",
+                "/usr/share/php/Amp/Http/Rfc7230.php",
+                "response_head",
+            ),
+            (
+                r"Amp\Http\Http1\Rfc7230::parseHeaders",
+                "/srv/vendor/amphp/http/src/Http1/Rfc7230.php",
+                "http_parser",
             ),
             ("preg_match", "", "regex"),
             (
