@@ -157,7 +157,12 @@ mod tests {
     fn frame(name: &str, component: &str) -> Frame {
         Frame {
             name: name.into(),
-            object: if component == PARSER { "srv" } else { component }.into(),
+            object: if component == PARSER {
+                "srv"
+            } else {
+                component
+            }
+            .into(),
             component: component.into(),
             line: None,
         }
