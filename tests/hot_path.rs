@@ -11,6 +11,7 @@
 //! work back; the what-if takes the parser's own share, within 3 points of what its clock
 //! says, not the callback's.
 
+mod amp;
 mod support;
 
 use std::fs;
@@ -521,6 +522,101 @@ fn a_parsers_callbacks_are_not_its_cost() {
         "{text}"
     );
     up.kill();
+}
+
+/// The Amp fixture on Debian's Amp v2 (tests/fixtures/amp-server.php) doing what
+/// amphp/http-server's driver does per request: building the request's URI object with
+/// League\Uri, two Composer packages, from the coroutine the event loop resumes, with
+/// TCP_NODELAY. The URI building is the first place to act, at its whole share within 8
+/// points of the fixture's own clock; no line reads 90 % or more with all it calls; the
+/// script's root and the loop only lead there.
+#[test]
+fn amps_uri_building_is_the_first_place_to_act() {
+    let _serial = serial();
+    let server =
+        amp::AmpServer::start(&[("AMP_FIXTURE_URI_US", "80"), ("AMP_FIXTURE_NODELAY", "1")]);
+    let addr = server.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let truth =
+        || -> Value { serde_json::from_str(&http_get(addr, "/__truth").body_text()).unwrap() };
+    let config = dir.path().join("amp.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"amp\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{addr}\"\n\
+             [tap.process]\nprofile = true\ninterval = \"250ms\"\n"
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::in_front_of(addr, &["--config", config.to_str().unwrap()]);
+    let snapshot = || -> Value {
+        serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap_or_default()
+    };
+    assert!(
+        wait_for(STARTUP_DEADLINE, || snapshot()["taps"]["amp"]["upstream"]
+            ["frames"]
+            == "php"),
+        "the proxy did not sample PHP frames\n{}",
+        proxy.log_tail()
+    );
+    reset(&proxy);
+    let before = truth();
+    load_until_sampled(&proxy, "amp", 2000);
+    let after = truth();
+    let saved = dir.path().join("snapshot.json");
+    fs::write(&saved, proxy.admin_get("/api/snapshot").body_text()).unwrap();
+    let us = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    let uri = (us(&after, "uri_us") - us(&before, "uri_us"))
+        / (us(&after, "total_us") - us(&before, "total_us"));
+
+    let json: Value =
+        serde_json::from_str(&report(&saved, &["--format", "json", "--top", "10"])).unwrap();
+    let inside = &json["taps"][0]["inside"];
+    let (hot, shown) = hot_of(inside, "component");
+    eprintln!(
+        "truth: URI building {:.1} % of the CPU\nhot path: {shown:#?}",
+        uri * 100.0
+    );
+    let first = &hot[0];
+    assert_eq!(
+        first["name"], r"League\Uri\Http::createFromComponents",
+        "{shown:#?}"
+    );
+    // 8 points, not the PHP tests' 5: on a loaded machine this share read 5–6 points
+    // under the fixture's clock (56 % against 62 %, two runs), and which side is off is
+    // not known yet (docs/report.md, "PHP frames").
+    let listed = first["listed"].as_f64().unwrap();
+    assert!(
+        (listed - uri).abs() <= 0.08,
+        "URI building {listed:.3} listed against {uri:.3} measured: {shown:#?}"
+    );
+    assert!(
+        hot.iter()
+            .all(|h| h["name"] != r"League\Uri\UriString::parse"),
+        "the library's second package listed apart: {shown:#?}"
+    );
+    let text = report(&saved, &["--top", "10"]);
+    for line in text.lines().filter(|l| l.contains("with all it calls)")) {
+        let share: f64 = line
+            .split(" % with all it calls)")
+            .next()
+            .and_then(|l| l.rsplit('(').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0.0);
+        assert!(share < 90.0, "{line}\n{text}");
+    }
+    // The script's root and the placeholders name nothing; the loop may list what it
+    // runs itself (its `stream_select`), never what it dispatches to.
+    for h in hot {
+        let name = h["name"].as_str().unwrap();
+        assert!(
+            !(name == "{main}" || name == "main" || name.starts_with('[')),
+            "{name} only leads there: {shown:#?}"
+        );
+        if name.starts_with("Amp\\Loop") {
+            assert!(h["listed"].as_f64().unwrap() < 0.1, "{shown:#?}");
+        }
+    }
 }
 
 /// The report's `inside.hot[]`, and each entry as the failure messages print it: its name,
