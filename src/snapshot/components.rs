@@ -18,6 +18,9 @@ pub const LABELS: &[(&str, &str)] = &[
     ("php_engine", "PHP engine"),
     ("http_parser", "HTTP parser"),
     ("response_head", "response head"),
+    ("jit", "JIT-compiled code"),
+    ("v8", "V8 (JavaScript runtime)"),
+    ("jvm", "JVM"),
 ];
 
 /// The label a report gives component `name`: its built-in label, else the name itself

@@ -26,7 +26,8 @@ use super::summary::PARSER;
 
 /// Components of helpers a caller pays for (docs/report.md, "A component's own work"):
 /// the built-in rules' names (`upstream::profile::rules`) for the kernel, the allocator,
-/// regex and PHP's built-in functions and engine.
+/// regex, PHP's built-in functions and engine, and the runtimes JIT-compiled code calls
+/// into (V8, the JVM).
 const HELPER_COMPONENTS: &[&str] = &[
     "kernel",
     "kernel_network",
@@ -34,6 +35,9 @@ const HELPER_COMPONENTS: &[&str] = &[
     "regex",
     "php_builtin",
     "php_engine",
+    // The runtimes of JIT-compiled code: what JavaScript or Java calls in them.
+    "v8",
+    "jvm",
 ];
 
 /// Whether `component` is a helper: one of [`HELPER_COMPONENTS`], or a system library

@@ -48,7 +48,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         ));
         // Its share with all it calls, where that is what the entry stands for (not a
         // driver whose callees are listed apart: see `HotFunction::line`).
-        if h.inclusive <= 2.0 * h.listed {
+        if h.inclusive <= 2.0 * h.listed && !h.generic {
             evidence.push(shown(
                 &format!("{name}: share with all it calls"),
                 h.inclusive,

@@ -59,7 +59,10 @@ impl HotFunction {
         // A share well above what it lists: what it calls is listed apart. Not when most
         // of it is: a driver or a loop whose callees are listed would read as nearly all
         // of the CPU (`handleClient 18 % (98 % with all it calls)`).
-        if self.inclusive - self.listed >= 0.005 && self.inclusive <= 2.0 * self.listed {
+        if self.inclusive - self.listed >= 0.005
+            && self.inclusive <= 2.0 * self.listed
+            && !self.generic
+        {
             l.push_str(&format!(
                 " ({} with all it calls)",
                 units::share(self.inclusive)

@@ -22,6 +22,8 @@ pub(super) struct Kind {
     pub package: bool,
     /// Of a helper component (the C library, the allocator, the kernel: `work`).
     pub helper: bool,
+    /// Of the runtime JIT-compiled code runs on (V8, the JVM).
+    pub runtime: bool,
 }
 
 impl Kind {
@@ -34,6 +36,7 @@ impl Kind {
             library: f.object.contains(".so"),
             package: f.component.contains('/'),
             helper: is_helper(&f.component),
+            runtime: matches!(f.component.as_str(), "v8" | "jvm"),
         }
     }
 }
@@ -150,8 +153,8 @@ impl<'a> Cut<'a> {
             .name_at(nodes, &self.kinds)
             .map(|at| nodes[unit.chain[at]].frame);
         // Below a user-space frame the kernel is its cost, below PHP code the functions
-        // built into PHP.
-        let callers_cost = (k.kernel || k.builtin) && unit.user;
+        // built into PHP, below JavaScript or Java their runtime (`Math.sin` is V8's).
+        let callers_cost = (k.kernel || k.builtin || k.runtime) && unit.user;
         // A named unit's call into another component that is no helper (a library's
         // entry, the server's callback a parser makes, the event loop a worker runs)
         // begins another piece of work.

@@ -102,6 +102,11 @@ pub struct HotFunction {
     pub cpu: f64,
     /// The frames that call it most, with the fraction of its samples through each.
     pub callers: Vec<Caller>,
+    /// Named by a frame that only leads to the work (an interpreter's or an event loop,
+    /// [`is_generic`]) for want of any other on its chain: it stands for what that frame
+    /// runs itself, and its share with all it calls says nothing of a place to act.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub generic: bool,
     /// The entry `factor`× faster, by Amdahl's law on its listed share: what it calls and
     /// is listed apart is those entries' to save.
     pub what_if: HotWhatIf,
@@ -180,6 +185,16 @@ pub fn is_unnamed(f: &Frame) -> bool {
         .is_some_and(|(_, hex)| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// A function of CPython itself (`python3.11`, `libpython3.11.so.1.0`): until Python's own
+/// frames are read, its call machinery (`type_call`, `slot_tp_init`, vector calls) and
+/// its loop only lead to the Python code they run, and name a line only where nothing
+/// else on its chain can.
+fn is_python_interpreter(f: &Frame) -> bool {
+    let file = f.object.strip_prefix("lib").unwrap_or(&f.object);
+    file.strip_prefix("python")
+        .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+}
+
 /// Frames that only lead to the work on most servers: thread and process start, `main`,
 /// event loops, Fiber and closure runners, syscall and interrupt entry. They never name a
 /// unit they top if a frame below them in the chain can.
@@ -196,6 +211,11 @@ pub fn is_generic(f: &Frame) -> bool {
         "method_vectorcall",
         "slot_tp_call",
         "thread_run",
+        "pythread_wrapper",
+        "PyObject_Vectorcall",
+        "_PyObject_VectorcallTstate",
+        "_PyObject_FastCallDictTstate",
+        "_PyObject_Call_Prepend",
         "pymain_run_python",
         "Py_RunMain",
         "Py_BytesMain",
@@ -266,7 +286,8 @@ pub fn is_generic(f: &Frame) -> bool {
     const CONTAINS: &[&str] = &["__rust_begin_short_backtrace", "\\{closure}", "\\EventLoop"];
     // A trait method reads `<Type as Trait>::method`: the type says what runs it.
     let n = f.name.strip_prefix('<').unwrap_or(&f.name);
-    EXACT.contains(&n)
+    is_python_interpreter(f)
+        || EXACT.contains(&n)
         || THREAD_ROOTS.contains(&n)
         || PREFIX.iter().any(|p| n.starts_with(p))
         || CONTAINS.iter().any(|c| n.contains(c))
@@ -410,6 +431,7 @@ fn entry(
         self_share: share(table.own[f]),
         listed: p,
         samples: table.inclusive[f],
+        generic: is_generic(frame) || is_unnamed(frame),
         cpu: cpu_per_request * p,
         callers: by
             .into_iter()

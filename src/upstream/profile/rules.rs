@@ -90,6 +90,22 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
         None,
     ),
     ("regex", Space::User, None, Some(r"^libpcre2?(-\d+)?\.so")),
+    // Code compiled at run time that a runtime's perf map names (/tmp/perf-PID.map:
+    // `node --perf-basic-prof`, a JVM's `jcmd PID Compiler.perfmap`): V8's compiled
+    // regular expressions are regex, the rest the application's JavaScript or Java.
+    // Without a name (PCRE2's JIT writes no map) it stays regex, below.
+    (
+        "regex",
+        Space::User,
+        Some(r"^RegExp:"),
+        Some(r"^\[anon-exec\]$"),
+    ),
+    (
+        "jit",
+        Space::User,
+        Some(r"^[^\[]"),
+        Some(r"^\[anon-exec\]$"),
+    ),
     ("regex", Space::User, None, Some(r"^\[anon-exec\]$")),
     // hiredis.
     ("redis_client", Space::User, Some(r"^(redis|__redis)"), None),
@@ -119,6 +135,11 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
         ),
         None,
     ),
+    // The runtimes that run JIT-compiled code: V8 (its C++ and its builtins, inside
+    // node's binary) and HotSpot's libjvm. What JavaScript or Java calls in them (Math.sin
+    // is V8's ieee754::sin) is the caller's cost, as a C function's libm is.
+    ("v8", Space::User, Some(r"^(v8::|Builtins_)"), None),
+    ("jvm", Space::User, None, Some(r"^libjvm\.so")),
     // Allocators: glibc's malloc family, jemalloc, tcmalloc, mimalloc, and the Zend
     // memory manager (PHP's allocator).
     (
@@ -336,6 +357,20 @@ mod tests {
             ("", "libpcre2-8.so.0", false, "regex"),
             ("php_pcre_match_impl", "php8.4", false, "regex"),
             ("", ANON_EXEC_OBJECT, false, "regex"),
+            (ANON_EXEC_OBJECT, ANON_EXEC_OBJECT, false, "regex"),
+            (
+                "JS:*computeReport /srv/server.js:3:23",
+                ANON_EXEC_OBJECT,
+                false,
+                "jit",
+            ),
+            ("RegExp:^/api/", ANON_EXEC_OBJECT, false, "regex"),
+            (
+                "Lcom/example/Handler;::handle",
+                ANON_EXEC_OBJECT,
+                false,
+                "jit",
+            ),
             (
                 "redisAsyncHandleRead",
                 "libhiredis.so.0.14",
@@ -344,6 +379,15 @@ mod tests {
             ),
             ("redisReaderFeed", "webdis", false, "redis_client"),
             ("", "libhiredis.so.1.1.0", false, "redis_client"),
+            ("v8::base::ieee754::sin(double)", "node", false, "v8"),
+            ("Builtins_JSEntryTrampoline", "node", false, "v8"),
+            (
+                "node::(anonymous namespace)::Parser::OnStreamRead",
+                "node",
+                false,
+                "node",
+            ),
+            ("JVM_Sleep", "libjvm.so", false, "jvm"),
             ("event_base_loop", "libevent-2.1.so.7", false, "event_loop"),
             ("evmap_io_active_", "libevent-2.1.so.7", false, "event_loop"),
             ("", "libevent-2.1.so.7", false, "event_loop"),
