@@ -374,17 +374,17 @@ fn routes_that_burn_known_cpu_are_told_apart() {
             "{route}: estimate {e:.1} µs, truth {truth:.1} µs ± {tolerance:.1}"
         );
         // The truth shares the process's common CPU (reading requests, waking up) out
-        // equally over the requests; the fit puts the part of it that follows time rather
-        // than requests in its background term, which no route's figure holds. So the
-        // interval must hold the truth to the background's share of a request (at the high
-        // end of its interval): a full run with the proxy keeping 0.86 of the 2 cores busy
-        // put the 100 µs route at 107.1 µs (100.9–113.2) against 116.7, the background
-        // 0.074 CPU over 40.5 s and 313,155 requests, 9.5 µs a request. And, added to it,
-        // to 3 % of the truth: the estimate reads the process's CPU clock where the truth
-        // adds up the server's per-request thread clocks (in quiet full runs the estimates
-        // came 1–2 % below, each route alike, while the bootstrap interval, sampling error
-        // only, was ±1 % for the heaviest route; beside load that comes and goes the 300 µs
-        // route read 306.4 µs, 301.9–310.9, against 321.0 with 9.4 µs of background).
+        // equally over the requests; the fit takes out only what the server spends while
+        // it serves nothing (its background, measured over idle slices: none in most runs
+        // of this window), which no route's figure holds. So the interval must hold the
+        // truth to the background's share of a request (at the high end of its interval),
+        // and, added to it, to 3 % of the truth: the truth spreads the common CPU equally
+        // while CPU that follows time on a busy machine (preemptions of a long burn) goes
+        // with the routes that take the time, and the estimate reads the process's CPU
+        // clock where the truth adds up the server's per-request thread clocks. Beside two
+        // busy loops the routes read 27.0, 120.3 (116.6–123.9) and 326.8 µs against 23.7,
+        // 124.5 and 327.6. (When the fit still estimated a background beside the routes it
+        // took that CPU from them: 9.2, 113.7 and 298.6 µs against 23.9, 127.9 and 327.2.)
         let slack = background_us + 0.03 * truth;
         assert!(
             lo - slack <= truth && truth <= hi + slack,
@@ -427,8 +427,8 @@ fn routes_that_burn_known_cpu_are_told_apart() {
 /// Groups of clients each on one route without a pause, of uneven sizes: each route's rate
 /// is flat apart from noise, so the slices cannot tell the routes apart (issue: the
 /// 0/50/150 µs routes read heavy − light 240 µs, and none said `unknown`). Each route is
-/// either within 25 % of its truth or `unknown` with its reason: never a confident wrong
-/// number.
+/// within 25 % of its truth, or `unknown` with its reason, or a figure whose own interval
+/// is wider than ±25 % and holds the truth: never a confident wrong number.
 #[test]
 fn a_steady_mix_is_right_or_unknown() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -480,9 +480,13 @@ fn a_steady_mix_is_right_or_unknown() {
             Some((e, lo, hi)) => {
                 let (e, lo, hi) = (e * 1e6, lo * 1e6, hi * 1e6);
                 eprintln!("{route}: truth {truth:.1} µs, estimate {e:.1} µs ({lo:.1}–{hi:.1}), {served} requests");
+                // Right within 25 %, or less sure than that by its own interval (wider
+                // than ±25 %; the report gives none past ±50 %) and holding the truth.
+                let right = (e - truth).abs() <= 0.25 * truth;
+                let unsure = hi - e > 0.25 * e && lo <= truth && truth <= hi;
                 assert!(
-                    (e - truth).abs() <= 0.25 * truth,
-                    "{route}: a confident {e:.1} µs ({lo:.1}–{hi:.1}) from a steady mix, truth {truth:.1} µs ± 25 %"
+                    right || unsure,
+                    "{route}: {e:.1} µs ({lo:.1}–{hi:.1}) from a steady mix, truth {truth:.1} µs ± 25 %"
                 );
             }
         }
