@@ -2,25 +2,29 @@
 //! judged from the design itself, before any CPU is looked at.
 //!
 //! A route's cost is read from how the server's CPU follows its count from one slice to
-//! the next *apart from* what the other routes' counts and the slice's length already
-//! follow. So for each route, its count per slice is regressed on the others' and on the
-//! slice's length (least squares, over the slices with requests), and what is left is its
-//! own variation. Two measures of it must pass:
+//! the next *apart from* what the other routes' counts already follow. So each route's
+//! count per slice is regressed on the others' (least squares over the slices with
+//! requests), and on the slice's length alone; what each leaves is its own variation:
 //!
-//! - **relative**: its root mean square at least [`MIN_OWN_VARIATION`] of the route's mean
-//!   count per slice. A steady mix (groups of clients each on one route, as `wrk` on one
-//!   path beside `ab` on another) leaves each route's rate flat apart from noise, and the
-//!   noise is common to all (the machine gives the server more or less CPU): 9 to 16 %
-//!   against the burn upstream, where its routes read 21.0, 60.5 and 188 µs against truths
-//!   of 22.9, 75.5 and 174. A mix that drifts from one route to another leaves 48 to 72 %.
-//! - **beyond counting**: its variance at least [`MIN_DISPERSION`] times the mean count. A
-//!   rare route's count varies by itself as much as its mean (a handful of requests a
-//!   slice, one more or one less), and a request in flight at a cut is counted in the
-//!   next slice, so that variation says little of what the requests cost.
+//! - **apart from the others**: at least [`MIN_OWN_VARIATION`] of its mean count (root
+//!   mean square over mean). A steady mix (groups of clients each on one route, as `wrk`
+//!   on one path beside `ab` on another) leaves each route's rate flat apart from noise
+//!   mostly common to all (the machine gives the server more or less CPU): 7 to 19 % in
+//!   the burn upstream's runs, where its routes read 21.0, 60.5 and 188 µs against truths
+//!   of 22.9, 75.5 and 174. The tests' drifting mixes leave 129 to 149 %.
+//! - **from one rate**: at least [`MIN_RATE_VARIATION`]. A route at a flat rate beside
+//!   others that vary is a column of the slice's length, which stands for whatever the
+//!   server spends per second; the fit has no such column (`fit` says why), so that
+//!   route would take all of it.
+//! - **beyond counting**: a variance at least [`MIN_DISPERSION`] times the mean count. A
+//!   count varies by chance about as much as its mean (a handful of requests a slice),
+//!   and a request in flight at a cut is counted in the next slice, so that variation
+//!   says little of what the requests cost.
 //!
-//! The slice's length stands in the regression for the server's background (whatever it
-//! does per second) even though the fit does not estimate one from slices with requests
-//! (docs/report.md says why): a route whose rate is flat cannot be told from it.
+//! Not the two at once (the others and the length in one regression): under a closed
+//! loop each connection is always busy, so the counts weighted by the routes' latencies
+//! add up to the length, and with two routes either one is the length less the other,
+//! all but the latencies' noise, however much the mix drifts.
 
 use super::window::Window;
 use super::{
