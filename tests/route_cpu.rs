@@ -52,6 +52,10 @@ enum Mix {
     Varying,
     /// Each connection strictly alternates the routes: every slice has the same mix.
     Alternating,
+    /// Connection c asks for route `groups[c]` only, without a pause: groups of clients
+    /// each on one route, as `wrk` on one path beside `ab` on another. The mix is steady:
+    /// each route's rate is flat apart from noise.
+    Groups(&'static [usize]),
 }
 
 /// Keep-alive GETs of `paths` on `connections` connections for `seconds`; each response
@@ -102,6 +106,7 @@ fn load(addr: SocketAddr, paths: &[String], seconds: f64, connections: usize, mi
                 let mut i = c;
                 while !stop.load(Ordering::Relaxed) {
                     let r = match mix {
+                        Mix::Groups(groups) => groups[c],
                         Mix::Alternating => {
                             i += 1;
                             i % paths.len()
@@ -248,6 +253,55 @@ fn route_truth(up: &BurnUpstream) -> Vec<(u32, u64, u64)> {
         .collect()
 }
 
+/// The truth of each `/cpuN` route over a window, from `/__routes` read at its two ends
+/// and the slices' CPU and requests: what its requests cost the server's threads from
+/// parse to written answer (their own CPU clock: the burn, preemptions in it, the
+/// write), plus the rest of the process's CPU (reading the requests, waking up), which
+/// is common to every request and shared equally over them.
+struct Truths {
+    common_us: f64,
+    /// Per burn: its requests and its truth in µs a request.
+    routes: Vec<(u32, u64, f64)>,
+}
+
+impl Truths {
+    fn of(
+        before: &[(u32, u64, u64)],
+        after: &[(u32, u64, u64)],
+        burns: &[u32],
+        cpu: f64,
+        requests: u64,
+    ) -> Truths {
+        let inside = |burn: u32| {
+            let at = |t: &[(u32, u64, u64)]| {
+                t.iter()
+                    .find(|x| x.0 == burn)
+                    .map_or((0, 0), |x| (x.1, x.2))
+            };
+            let ((n0, ns0), (n1, ns1)) = (at(before), at(after));
+            (n1 - n0, ns1 - ns0)
+        };
+        let inside_ns: u64 = burns.iter().map(|&b| inside(b).1).sum();
+        let common_us = (cpu * 1e9 - inside_ns as f64) / requests as f64 / 1e3;
+        let routes = burns
+            .iter()
+            .map(|&b| {
+                let (n, ns) = inside(b);
+                (b, n, common_us + ns as f64 / n.max(1) as f64 / 1e3)
+            })
+            .collect();
+        Truths { common_us, routes }
+    }
+
+    /// A burn's requests and truth (µs a request).
+    fn route(&self, burn: u32) -> (u64, f64) {
+        self.routes
+            .iter()
+            .find(|r| r.0 == burn)
+            .map_or((0, 0.0), |r| (r.1, r.2))
+    }
+}
+
 fn interval(section: &Value) -> Option<(f64, f64, f64)> {
     let c = &section["cpu_per_request"];
     Some((
@@ -281,20 +335,8 @@ fn routes_that_burn_known_cpu_are_told_apart() {
         requests * 10 >= served * 9,
         "{requests} in the slices, {served} served"
     );
-    // Per route, what its requests cost the server's threads from parse to written
-    // answer (its own CPU clock: the burn, preemptions in it, the write); the rest of the
-    // process's CPU (reading the requests, waking up) is common to every request.
-    let inside = |burn: u32| {
-        let at = |t: &[(u32, u64, u64)]| {
-            t.iter()
-                .find(|x| x.0 == burn)
-                .map_or((0, 0), |x| (x.1, x.2))
-        };
-        let ((n0, ns0), (n1, ns1)) = (at(&before), at(&after));
-        (n1 - n0, ns1 - ns0)
-    };
-    let inside_ns: u64 = BURNS.iter().map(|&b| inside(b).1).sum();
-    let common_us = (cpu * 1e9 - inside_ns as f64) / requests as f64 / 1e3;
+    let truths = Truths::of(&before, &after, &BURNS, cpu, requests);
+    let common_us = truths.common_us;
     let seconds: f64 = snap["taps"]["webdis"]["upstream"]["slices"]["slices"]
         .as_array()
         .map_or(0.0, |s| {
@@ -319,8 +361,7 @@ fn routes_that_burn_known_cpu_are_told_apart() {
             .iter()
             .find(|s| s["route"] == route.as_str())
             .unwrap_or_else(|| panic!("no route {route} in {sections:?}"));
-        let (served_r, ns) = inside(burn);
-        let truth = common_us + ns as f64 / served_r.max(1) as f64 / 1e3;
+        let (served_r, truth) = truths.route(burn);
         let (e, lo, hi) = interval(section)
             .unwrap_or_else(|| panic!("{route}: no estimate: {}", section["cpu_reason"]));
         let (e, lo, hi) = (e * 1e6, lo * 1e6, hi * 1e6);
@@ -333,17 +374,17 @@ fn routes_that_burn_known_cpu_are_told_apart() {
             "{route}: estimate {e:.1} µs, truth {truth:.1} µs ± {tolerance:.1}"
         );
         // The truth shares the process's common CPU (reading requests, waking up) out
-        // equally over the requests; the fit puts the part of it that follows time rather
-        // than requests in its background term, which no route's figure holds. So the
-        // interval must hold the truth to the background's share of a request (at the high
-        // end of its interval): a full run with the proxy keeping 0.86 of the 2 cores busy
-        // put the 100 µs route at 107.1 µs (100.9–113.2) against 116.7, the background
-        // 0.074 CPU over 40.5 s and 313,155 requests, 9.5 µs a request. And, added to it,
-        // to 3 % of the truth: the estimate reads the process's CPU clock where the truth
-        // adds up the server's per-request thread clocks (in quiet full runs the estimates
-        // came 1–2 % below, each route alike, while the bootstrap interval, sampling error
-        // only, was ±1 % for the heaviest route; beside load that comes and goes the 300 µs
-        // route read 306.4 µs, 301.9–310.9, against 321.0 with 9.4 µs of background).
+        // equally over the requests; the fit takes out only what the server spends while
+        // it serves nothing (its background, measured over idle slices: none in most runs
+        // of this window), which no route's figure holds. So the interval must hold the
+        // truth to the background's share of a request (at the high end of its interval),
+        // and, added to it, to 3 % of the truth: the truth spreads the common CPU equally
+        // while CPU that follows time on a busy machine (preemptions of a long burn) goes
+        // with the routes that take the time, and the estimate reads the process's CPU
+        // clock where the truth adds up the server's per-request thread clocks. Beside two
+        // busy loops the routes read 27.0, 120.3 (116.6–123.9) and 326.8 µs against 23.7,
+        // 124.5 and 327.6. (When the fit still estimated a background beside the routes it
+        // took that CPU from them: 9.2, 113.7 and 298.6 µs against 23.9, 127.9 and 327.2.)
         let slack = background_us + 0.03 * truth;
         assert!(
             lo - slack <= truth && truth <= hi + slack,
@@ -380,6 +421,75 @@ fn routes_that_burn_known_cpu_are_told_apart() {
             (got - truth).abs() <= 0.15 * truth,
             "CPU{b1} − CPU{b0}: {got:.1} µs, the truths differ by {truth:.1} µs ± 15 %"
         );
+    }
+}
+
+/// Groups of clients each on one route without a pause, of uneven sizes: each route's rate
+/// is flat apart from noise, so the slices cannot tell the routes apart (issue: the
+/// 0/50/150 µs routes read heavy − light 240 µs, and none said `unknown`). Each route is
+/// within 25 % of its truth, or `unknown` with its reason, or a figure whose own interval
+/// is wider than ±25 % and holds the truth: never a confident wrong number.
+#[test]
+fn a_steady_mix_is_right_or_unknown() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BURNS: [u32; 3] = [0, 50, 150];
+    let mut up = BurnUpstream::start(0, 0);
+    let proxy = Proxy::in_front_of(up.addr(), &[]);
+    await_watched(&proxy, up.process().pid());
+    let paths: Vec<String> = BURNS.iter().map(|b| format!("/cpu{b}")).collect();
+    load(proxy.addr(), &paths, 0.5, 2, Mix::Varying);
+    thread::sleep(Duration::from_millis(300));
+    reset(&proxy);
+    let before = route_truth(&up);
+    // 10 s: about 40 slices, past the 32 that three routes and the background need.
+    load(
+        proxy.addr(),
+        &paths,
+        10.0,
+        6,
+        Mix::Groups(&[0, 1, 1, 2, 2, 2]),
+    );
+    thread::sleep(Duration::from_millis(600));
+    let after = route_truth(&up);
+    let snap = snapshot(&proxy);
+    let (cpu, counts, slices) = slice_totals(&snap);
+    let requests: u64 = counts.iter().map(|(_, n)| n).sum();
+    let truths = Truths::of(&before, &after, &BURNS, cpu, requests);
+    eprintln!(
+        "{slices} slices, {requests} requests, {:.1} µs a request over all routes",
+        cpu / requests as f64 * 1e6
+    );
+    eprintln!("{}", text_report(&snap));
+    let sections = report_routes(&snap);
+    for burn in BURNS {
+        let route = format!("CPU{burn}");
+        let section = sections
+            .iter()
+            .find(|s| s["route"] == route.as_str())
+            .unwrap_or_else(|| panic!("no route {route} in {sections:?}"));
+        let (served, truth) = truths.route(burn);
+        match interval(section) {
+            None => {
+                let why = section["cpu_reason"].as_str().unwrap_or_default();
+                eprintln!("{route}: truth {truth:.1} µs, {served} requests: unknown: {why}");
+                assert!(
+                    !why.is_empty(),
+                    "{route}: unknown without a reason: {section}"
+                );
+            }
+            Some((e, lo, hi)) => {
+                let (e, lo, hi) = (e * 1e6, lo * 1e6, hi * 1e6);
+                eprintln!("{route}: truth {truth:.1} µs, estimate {e:.1} µs ({lo:.1}–{hi:.1}), {served} requests");
+                // Right within 25 %, or less sure than that by its own interval (wider
+                // than ±25 %; the report gives none past ±50 %) and holding the truth.
+                let right = (e - truth).abs() <= 0.25 * truth;
+                let unsure = hi - e > 0.25 * e && lo <= truth && truth <= hi;
+                assert!(
+                    right || unsure,
+                    "{route}: {e:.1} µs ({lo:.1}–{hi:.1}) from a steady mix, truth {truth:.1} µs ± 25 %"
+                );
+            }
+        }
     }
 }
 
@@ -475,7 +585,10 @@ fn with_slices(set_cost: f64) -> Value {
             serde_json::json!({
                 "end_unix": 1000.0 + i as f64 * 0.25,
                 "seconds": 0.25,
-                "cpu_seconds": get as f64 * 40e-6 + set as f64 * set_cost,
+                // A few µs of noise: slices that fit exactly would give every resample
+                // the same figure, which is no interval.
+                "cpu_seconds": get as f64 * 40e-6 + set as f64 * set_cost
+                    + ((i * 7) % 5) as f64 * 3e-6,
                 "exchanges": [get, set],
             })
         })

@@ -87,6 +87,28 @@ pub fn nnls(g: &[f64], h: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// The unconstrained solution of `min ‖Ax − b‖²` from the same `g` and `h` (a column that
+/// is all zeros gets 0); `None` when the columns are dependent. The bootstrap reads its
+/// spread beside the constrained one's: a figure the bound holds at 0 in every replicate
+/// has no spread of its own, and this one's says how far the slices could move it.
+pub fn least_squares(g: &[f64], h: &[f64]) -> Option<Vec<f64>> {
+    let k = h.len();
+    debug_assert_eq!(g.len(), k * k);
+    let d: Vec<f64> = (0..k).map(|j| g[j * k + j].max(0.0).sqrt()).collect();
+    let usable: Vec<bool> = d.iter().map(|&v| v > 0.0).collect();
+    let gs = |i: usize, j: usize| g[i * k + j] / (d[i] * d[j]);
+    let hs: Vec<f64> = (0..k)
+        .map(|j| if usable[j] { h[j] / d[j] } else { 0.0 })
+        .collect();
+    let z = solve_passive(&gs, &hs, &usable)?;
+    Some(
+        z.iter()
+            .zip(&d)
+            .map(|(&v, &dj)| if dj > 0.0 { v / dj } else { 0.0 })
+            .collect(),
+    )
+}
+
 /// The unconstrained least-squares solution on the passive columns (zeros elsewhere), by
 /// Gaussian elimination with partial pivoting; `None` when they are dependent.
 fn solve_passive(
@@ -191,6 +213,31 @@ mod tests {
         let x = fit(&rows, &b);
         assert_eq!(x[1], 0.0, "{x:?}");
         assert!((x[0] - 2.0).abs() < 1e-9, "{x:?}");
+    }
+
+    #[test]
+    fn unconstrained_least_squares_keeps_the_negative_coefficient() {
+        let rows = [vec![1.0, 1.0], vec![1.0, 2.0], vec![1.0, 3.0]];
+        let (g, h) = normal_equations(
+            rows.iter()
+                .zip([3.0, 2.0, 1.0])
+                .map(|(r, t)| (r.as_slice(), t, 1.0)),
+            2,
+        );
+        let x = least_squares(&g, &h).unwrap();
+        assert!(
+            (x[0] - 4.0).abs() < 1e-9 && (x[1] + 1.0).abs() < 1e-9,
+            "{x:?}"
+        );
+        // Two equal columns cannot be told apart.
+        let same = [vec![1.0, 1.0], vec![2.0, 2.0]];
+        let (g, h) = normal_equations(
+            same.iter()
+                .zip([1.0, 2.0])
+                .map(|(r, t)| (r.as_slice(), t, 1.0)),
+            2,
+        );
+        assert!(least_squares(&g, &h).is_none());
     }
 
     #[test]
