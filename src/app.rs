@@ -116,6 +116,7 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
             allowed_hosts: config.admin.allowed_hosts.clone(),
             max_connections: config.admin.max_connections,
             max_scrapes: config.admin.max_scrapes,
+            max_snapshots: config.admin.max_snapshots,
         });
     warn_if_public(config.admin.listen);
     tracing::info!(admin = %admin.local_addr(), "admin server listening");
