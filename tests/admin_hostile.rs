@@ -399,3 +399,101 @@ fn probes_are_answered_whatever_snapshot_readers_and_idle_connections_do() {
         "RSS grew {siege_grew} B with 64 readers, {one_grew} B with one"
     );
 }
+
+/// `phasescope snapshot --reset` into `out`; the exchanges of the window it saved.
+fn snapshot_reset(admin: std::net::SocketAddr, out: &std::path::Path) -> u64 {
+    let status = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "snapshot",
+            "--from",
+            &format!("http://{admin}"),
+            "--reset",
+            "-o",
+        ])
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "snapshot --reset failed");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    v["taps"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|t| t["phases"]["total"].as_object())
+        .flat_map(|routes| routes.values())
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn two_reset_loops_under_load_lose_no_exchange() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let proxy = Proxy::in_front_of(ok_upstream(), &[]);
+    let (addr, admin) = (proxy.addr(), proxy.admin_addr());
+    let dir = tempfile::tempdir().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    // The load generator counts every answer it read whole.
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, answered) = (Arc::clone(&stop), Arc::clone(&answered));
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!(keep_alive_get(&mut s, "/x").map(|r| r.0), Some(200));
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Two `snapshot --reset` loops at once, each summing the windows it saved.
+    let loops: Vec<_> = (0..2)
+        .map(|i| {
+            let stop = Arc::clone(&stop);
+            let out = dir.path().join(format!("loop-{i}.json"));
+            std::thread::spawn(move || {
+                let (mut windows, mut exchanges) = (0, 0);
+                while !stop.load(Ordering::Relaxed) {
+                    exchanges += snapshot_reset(admin, &out);
+                    windows += 1;
+                }
+                (windows, exchanges)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.join().unwrap();
+    }
+    let mut windows = 0;
+    let mut in_windows = 0;
+    for l in loops {
+        let (w, e) = l.join().unwrap();
+        windows += w;
+        in_windows += e;
+    }
+    // The last exchanges are recorded once their answer is written: a moment after the
+    // client read it. The window after everything stopped holds what is left.
+    let sent = answered.load(Ordering::Relaxed);
+    let last = dir.path().join("last.json");
+    let mut rest = 0;
+    wait_for(Duration::from_secs(5), || {
+        rest += snapshot_reset(admin, &last);
+        in_windows + rest >= sent
+    });
+    eprintln!(
+        "{sent} exchanges answered; {windows} windows hold {in_windows}, the last one {rest}"
+    );
+    assert!(windows >= 4, "the loops reset {windows} times");
+    assert_eq!(
+        in_windows + rest,
+        sent,
+        "every exchange in exactly one window"
+    );
+}

@@ -85,12 +85,20 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
                 );
             }
             blocking(&shared.snapshots, move || {
-                let since = registry.reset();
-                let body = serde_json::json!({
-                    "reset": true,
-                    "since": humantime::format_rfc3339_millis(since).to_string(),
+                // The window the reset ends, whole: what a snapshot then a reset lost
+                // between the two is in it (docs/metrics.md).
+                let (window, since) = registry.cut_window();
+                let body = served(window).map(|window| {
+                    serde_json::json!({
+                        "reset": true,
+                        "since": humantime::format_rfc3339_millis(since).to_string(),
+                        "window": window,
+                    })
                 });
-                reply(StatusCode::OK, JSON, body.to_string())
+                match body.and_then(|v| serde_json::to_vec(&v)) {
+                    Ok(body) => reply(StatusCode::OK, JSON, body),
+                    Err(e) => internal_error(&e),
+                }
             })
             .await
         }
