@@ -91,6 +91,9 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
             "OS monotonic clock"
         }
     );
+    for warning in crate::config::ceiling::warnings(&config) {
+        tracing::warn!("{warning}");
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let registry = Registry::new(&config.metrics)?;
     registry.set_front_to_back(config.taps_front_to_back());

@@ -1,6 +1,7 @@
 //! Configuration: the file, then command-line flags, then `PHASESCOPE_*` environment
 //! variables, validated into one [`Config`]. The key names are a contract (docs/config.md).
 
+pub mod ceiling;
 mod error;
 mod load;
 mod locate;
