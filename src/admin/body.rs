@@ -76,3 +76,31 @@ impl hyper::body::Body for Body {
         SizeHint::with_exact(self.rest.len() as u64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use http_body_util::BodyExt;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_turn_is_held_until_the_last_slice_is_taken() {
+        let permits = Arc::new(Semaphore::new(1));
+        let mut body = Body::new(vec![7u8; 200 * 1024]);
+        body.hold_turn(Arc::clone(&permits).try_acquire_owned().unwrap());
+        assert_eq!(
+            hyper::body::Body::size_hint(&body).exact(),
+            Some(200 * 1024)
+        );
+        let mut slices = Vec::new();
+        while let Some(frame) = body.frame().await {
+            assert_eq!(permits.available_permits(), 0, "held while slices remain");
+            slices.push(frame.unwrap().into_data().unwrap().len());
+        }
+        assert_eq!(slices, [SLICE, SLICE, SLICE, 8 * 1024]);
+        assert_eq!(permits.available_permits(), 1, "released at the end");
+    }
+}
