@@ -91,6 +91,9 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
             "OS monotonic clock"
         }
     );
+    for warning in crate::config::ceiling::warnings(&config) {
+        tracing::warn!("{warning}");
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let registry = Registry::new(&config.metrics)?;
     registry.set_front_to_back(config.taps_front_to_back());
@@ -116,6 +119,7 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
             allowed_hosts: config.admin.allowed_hosts.clone(),
             max_connections: config.admin.max_connections,
             max_scrapes: config.admin.max_scrapes,
+            max_snapshots: config.admin.max_snapshots,
         });
     warn_if_public(config.admin.listen);
     tracing::info!(admin = %admin.local_addr(), "admin server listening");

@@ -164,6 +164,9 @@ fn run(cli: &Cli, args: &RunArgs) -> ExitCode {
 fn check_config(file: &Path) -> ExitCode {
     match Config::load(file) {
         Ok(config) => {
+            for warning in phasescope::config::ceiling::warnings(&config) {
+                say(&format!("warning: {}: {warning}", file.display()));
+            }
             let names: Vec<&str> = config.taps.iter().map(|t| t.name.as_str()).collect();
             println!(
                 "ok: {}: {} taps ({})",

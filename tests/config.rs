@@ -775,3 +775,32 @@ fn regex_route_rules_are_read_and_checked() {
     );
     fails_at(base, 5, "");
 }
+
+/// `max_routes` past the memory ceiling (docs/deploy.md, Memory): `check-config` still
+/// accepts the file and says what its routes would cost, over all taps (before, it said
+/// nothing of `max_routes = 65534`, a `/metrics` of about 3.5 GiB).
+#[test]
+fn check_config_warns_when_the_routes_would_pass_the_memory_ceiling() {
+    let tap = |i: usize, max_routes: usize| {
+        format!("[[tap]]\nname = \"t{i}\"\nlisten = \"127.0.0.1:{}\"\nupstream = \"127.0.0.1:1\"\nmax_routes = {max_routes}\n", 21000 + i)
+    };
+    let check = |text: String| {
+        let file = temp_file("routes.toml", &text);
+        let out = phasescope(&["check-config", file.to_str().unwrap()], &[]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let ceiling = phasescope::config::ceiling::ROUTES_CEILING;
+    assert_eq!(check(tap(0, ceiling)), "", "at the ceiling");
+    assert_eq!(check(tap(0, ceiling / 2) + &tap(1, ceiling / 2)), "");
+    let two = check(tap(0, ceiling / 2) + &tap(1, ceiling / 2 + 1));
+    assert!(
+        two.starts_with("warning:") && two.contains(&format!("{} routes", ceiling + 1)),
+        "{two}"
+    );
+    let most = check(tap(0, 65_534));
+    assert!(
+        most.contains("65534 routes") && most.contains("/metrics is about 3584 MiB"),
+        "{most}"
+    );
+}

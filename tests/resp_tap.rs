@@ -379,3 +379,61 @@ fn an_announcement_redis_refuses_at_once_reaches_it_and_its_error_the_client() {
         );
     }
 }
+
+/// What a client that announces a huge bulk and sends its bytes on reads back: the
+/// writer streams up to 32 MiB while the reader reads until the close (or a reset).
+fn streamed_bulk_answer(addr: std::net::SocketAddr) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        if w.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$400000000\r\n")
+            .is_err()
+        {
+            return;
+        }
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..512 {
+            if w.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    drop(s);
+    let _ = writer.join();
+    got
+}
+
+/// The same announcement with the bulk's bytes streaming behind it: Redis answers its
+/// error and closes while the bytes still come, so the tap's next write upstream fails.
+/// Before, that failure ended the connection at once and the client saw only the close;
+/// now what Redis sent before closing is relayed first.
+#[test]
+fn an_unauthenticated_huge_bulk_still_streaming_gets_redis_error_line() {
+    let redis = RedisServer::start_with(&["--requirepass", "secret"]);
+    let proxy = resp_tap(&redis);
+    let direct = streamed_bulk_answer(redis.addr());
+    let want = b"-ERR Protocol error: unauthenticated bulk length\r\n";
+    assert!(
+        direct.starts_with(want),
+        "{:?}",
+        String::from_utf8_lossy(&direct)
+    );
+    for _ in 0..3 {
+        let through = streamed_bulk_answer(proxy.addr());
+        assert_eq!(
+            String::from_utf8_lossy(&through),
+            String::from_utf8_lossy(&direct)
+        );
+    }
+    // The tap is still serving.
+    assert!(resp_command(proxy.addr(), &["PING"]).starts_with(b"-NOAUTH"));
+}

@@ -3,18 +3,19 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{
     HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY,
-    CONTENT_TYPE, VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::body::Body;
 use super::page::{self, Asset};
+use super::pool::Pool;
 use super::{guard, Shared};
 use crate::metrics::exposition;
 
-type Reply = Response<Full<Bytes>>;
+type Reply = Response<Body>;
 
 const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -46,7 +47,7 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             let format =
                 exposition::negotiate(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
             let scrape = Arc::clone(&shared);
-            blocking(&shared, move || {
+            blocking(&shared.scrapes, move || {
                 if registry.enabled() {
                     scrape.recent.refresh(&registry);
                 }
@@ -65,7 +66,7 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
         "/healthz" if read => reply(StatusCode::OK, TEXT, "ok"),
         "/api/snapshot" if read => {
             let page = Arc::clone(&shared);
-            blocking(&shared, move || {
+            blocking(&shared.snapshots, move || {
                 let snapshot = registry.snapshot();
                 let route_cpu = page.route_cpu.of(&snapshot);
                 match served_with(snapshot, &route_cpu).and_then(|v| serde_json::to_vec(&v)) {
@@ -83,13 +84,21 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
                     "a reset needs Content-Type: application/json (or an X-Phasescope-* header) and no cross-site Origin\n",
                 );
             }
-            blocking(&shared, move || {
-                let since = registry.reset();
-                let body = serde_json::json!({
-                    "reset": true,
-                    "since": humantime::format_rfc3339_millis(since).to_string(),
+            blocking(&shared.snapshots, move || {
+                // The window the reset ends, whole: what a snapshot then a reset lost
+                // between the two is in it (docs/metrics.md).
+                let (window, since) = registry.cut_window();
+                let body = served(window).map(|window| {
+                    serde_json::json!({
+                        "reset": true,
+                        "since": humantime::format_rfc3339_millis(since).to_string(),
+                        "window": window,
+                    })
                 });
-                reply(StatusCode::OK, JSON, body.to_string())
+                match body.and_then(|v| serde_json::to_vec(&v)) {
+                    Ok(body) => reply(StatusCode::OK, JSON, body),
+                    Err(e) => internal_error(&e),
+                }
             })
             .await
         }
@@ -139,20 +148,38 @@ pub fn served_with(
 
 /// Runs a scrape, snapshot or reset on the blocking pool: they take milliseconds on a big
 /// registry, which must not be taken from the runtime's workers. At most
-/// `[admin] max_scrapes` run at once; the others wait their turn (threads and memory stay
-/// bounded however many scrapers come).
-async fn blocking(shared: &Shared, f: impl FnOnce() -> Reply + Send + 'static) -> Reply {
-    let Ok(_turn) = shared.scrapes.acquire().await else {
-        return internal_error(&"the scrape limiter is closed");
+/// `[admin] max_scrapes` of each kind run at once, as many wait up to a few seconds, and
+/// the others are answered 503 at once (threads and memory stay bounded however many
+/// readers come, see `pool`). The turn is held until the answer is sent (`body`).
+async fn blocking(pool: &Pool, f: impl FnOnce() -> Reply + Send + 'static) -> Reply {
+    let Some(turn) = pool.turn().await else {
+        return busy();
     };
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
+    // The turn goes with the work: a client gone meanwhile does not free it while the
+    // work still runs.
+    match tokio::task::spawn_blocking(move || (f(), turn)).await {
+        Ok((mut r, turn)) => {
+            r.body_mut().hold_turn(turn);
+            r
+        }
         Err(e) => internal_error(&e),
     }
 }
 
+/// The pool of its kind is full: come back in a second.
+fn busy() -> Reply {
+    let mut r = reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        TEXT,
+        "busy: as many answers of this kind as [admin] max_scrapes are being formatted and as many wait; retry\n",
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
 fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
-    let mut r = Response::new(Full::new(body.into()));
+    let mut r = Response::new(Body::new(body));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));

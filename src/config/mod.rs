@@ -1,6 +1,7 @@
 //! Configuration: the file, then command-line flags, then `PHASESCOPE_*` environment
 //! variables, validated into one [`Config`]. The key names are a contract (docs/config.md).
 
+pub mod ceiling;
 mod error;
 mod load;
 mod locate;
@@ -68,9 +69,14 @@ pub struct AdminConfig {
     /// eighth of the descriptor limit, which the data path keeps).
     #[serde(default = "defaults::admin_max_connections")]
     pub max_connections: usize,
-    /// Scrapes, snapshots and resets formatted at once; more wait their turn.
+    /// `/metrics` formatted at once; as many more wait, a few seconds at most.
     #[serde(default = "defaults::admin_max_scrapes")]
     pub max_scrapes: usize,
+    /// Snapshots and resets built at once (each holds a copy of every series' HDR
+    /// histogram); as many more wait, a few seconds at most. A pool apart from
+    /// `max_scrapes`, so that snapshot readers never make a scrape wait.
+    #[serde(default = "defaults::admin_max_snapshots")]
+    pub max_snapshots: usize,
 }
 
 impl Default for AdminConfig {
@@ -81,6 +87,7 @@ impl Default for AdminConfig {
             allowed_hosts: Vec::new(),
             max_connections: defaults::admin_max_connections(),
             max_scrapes: defaults::admin_max_scrapes(),
+            max_snapshots: defaults::admin_max_snapshots(),
         }
     }
 }
@@ -423,6 +430,9 @@ pub mod defaults {
     }
     pub fn admin_max_scrapes() -> usize {
         4
+    }
+    pub fn admin_max_snapshots() -> usize {
+        1
     }
     pub fn protocol() -> Protocol {
         Protocol::Http

@@ -356,6 +356,7 @@ fn check_admin(config: &Config) -> Result<(), Problem> {
     for (name, value) in [
         ("max_connections", admin.max_connections),
         ("max_scrapes", admin.max_scrapes),
+        ("max_snapshots", admin.max_snapshots),
     ] {
         if value == 0 {
             return Err(Problem::at(

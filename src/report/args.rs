@@ -103,7 +103,8 @@ pub struct SnapshotArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
 
-    /// Empty the proxy's snapshot histograms after saving, so that the next run starts clean
+    /// Save the window a reset ends, and start the next one clean: every exchange is in
+    /// exactly one saved window, even under load
     #[arg(long)]
     pub reset: bool,
 

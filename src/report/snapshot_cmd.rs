@@ -42,16 +42,26 @@ pub fn admin_urls(from: &str) -> anyhow::Result<(Url, Url)> {
     Ok((url, reset))
 }
 
-/// Fetches the snapshot, writes it to `out` (whole or not at all), then resets if asked. Exchanges that complete
-/// between the fetch and the reset are in neither run.
+/// Fetches the snapshot, writes it to `out` (whole or not at all). With `reset`, the
+/// snapshot is the window the reset ended, as `POST /api/reset` hands it back: two
+/// `snapshot --reset` loops at once, or one beside the live page's Reset, lose no exchange
+/// between a fetch and a reset (each is in exactly one saved window).
 pub fn save(from: &str, out: &Path, reset: bool) -> anyhow::Result<Saved> {
     let (snapshot_url, reset_url) = admin_urls(from)?;
-    let body =
-        http::get(&snapshot_url).map_err(|e| snapshots::no_admin_server(&snapshot_url, e))?;
-    let text = std::str::from_utf8(&body).with_context(|| format!("{snapshot_url}: not UTF-8"))?;
-    let snap = Snapshot::from_json(text).with_context(|| format!("{snapshot_url}"))?;
-    let value: serde_json::Value = serde_json::from_str(text)?;
+    let (value, reset_since) = if reset {
+        let (window, since) = reset_window(&reset_url)?;
+        (window, Some(since))
+    } else {
+        let body =
+            http::get(&snapshot_url).map_err(|e| snapshots::no_admin_server(&snapshot_url, e))?;
+        let text =
+            std::str::from_utf8(&body).with_context(|| format!("{snapshot_url}: not UTF-8"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).with_context(|| format!("{snapshot_url}"))?;
+        (value, None)
+    };
     let mut pretty = serde_json::to_string_pretty(&value)?;
+    let snap = Snapshot::from_json(&pretty).with_context(|| format!("{snapshot_url}"))?;
     pretty.push('\n');
     file::write_output(out, pretty.as_bytes())?;
     let exchanges = snap
@@ -61,31 +71,35 @@ pub fn save(from: &str, out: &Path, reset: bool) -> anyhow::Result<Saved> {
         .flat_map(|routes| routes.values())
         .map(|s| s.count)
         .sum();
-    let reset_since = if reset {
-        let answer = http::post(&reset_url, "application/json", b"")?;
-        let v: serde_json::Value = serde_json::from_slice(&answer)
-            .with_context(|| format!("{reset_url}: the answer is not JSON"))?;
-        ensure!(
-            v.get("reset").and_then(serde_json::Value::as_bool) == Some(true),
-            "{reset_url} did not confirm the reset: {v}"
-        );
-        Some(
-            v.get("since")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-        )
-    } else {
-        None
-    };
     Ok(Saved {
-        url: snapshot_url.to_string(),
+        url: if reset { reset_url } else { snapshot_url }.to_string(),
         taps: snap.taps.len(),
         exchanges,
         since: snap.since,
         taken_at: snap.taken_at,
         reset_since,
     })
+}
+
+/// `POST /api/reset`: the window it ended, and the `since` of the one it began.
+fn reset_window(reset_url: &Url) -> anyhow::Result<(serde_json::Value, String)> {
+    let answer = http::post(reset_url, "application/json", b"")
+        .map_err(|e| snapshots::no_admin_server(reset_url, e))?;
+    let mut v: serde_json::Value = serde_json::from_slice(&answer)
+        .with_context(|| format!("{reset_url}: the answer is not JSON"))?;
+    ensure!(
+        v.get("reset").and_then(serde_json::Value::as_bool) == Some(true),
+        "{reset_url} did not confirm the reset"
+    );
+    let since = v
+        .get("since")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let window = v.get_mut("window").map(serde_json::Value::take).with_context(|| {
+        format!("{reset_url} reset without handing back the window it ended (a proxy older than this phasescope): its exchanges since the last reset are lost")
+    })?;
+    Ok((window, since))
 }
 
 #[cfg(test)]

@@ -1149,6 +1149,12 @@
     let snap;
     try {
       const r = await api("/api/snapshot", { cache: "no-store", headers: { Accept: "application/json" } });
+      // 503: other readers hold every snapshot turn (docs/security.md); the figures
+      // shown stay, and the next poll asks again.
+      if (r.status === 503) {
+        setStatus("connecting", "admin server busy: retrying");
+        return;
+      }
       if (!r.ok) throw new Error(`/api/snapshot answered ${r.status}`);
       snap = await r.json();
     } catch (e) {

@@ -102,6 +102,7 @@ impl RespConnection {
             transaction: super::Transaction::default(),
             last_moved: clock::now(),
             last_up_read: 0,
+            up_refused: false,
             timer: Timer::new(),
         }
     }
@@ -216,14 +217,19 @@ impl RespConnection {
 
     /// What the next wait is for.
     fn interest(&self) -> Interest {
-        let to_up = (self.up_forwardable - self.up_written) as usize;
+        let to_up = if self.up_refused {
+            0
+        } else {
+            (self.up_forwardable - self.up_written) as usize
+        };
         let to_client = (self.down_read - self.down_written) as usize;
         Interest {
             to_up,
             to_client,
             // Stop reading commands while the buffer holds a whole one not yet sent, or
             // too many await replies.
-            read_client: self.cbuf.len() < COMMAND_BUFFER
+            read_client: !self.up_refused
+                && self.cbuf.len() < COMMAND_BUFFER
                 && self.pending.len() < MAX_IN_FLIGHT
                 && (self.cmd_streaming.is_none() || to_up == 0),
             // Replies are read only with nothing left to write, so a close from Redis
@@ -338,7 +344,14 @@ impl RespConnection {
         let n = match ready.and_then(|()| up.try_write(&self.cbuf.filled()[..to_up])) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
-            Err(_) => return Err(Failure::Abort(ErrorKind::UpstreamReset)),
+            // Redis may have answered before it closed (`-ERR Protocol error:
+            // unauthenticated bulk length` while the bulk still streams): that answer is
+            // read and relayed before the connection ends (`upstream_readable`).
+            Err(e) => {
+                tracing::debug!(tap = %self.tap.config.name, error = %e, "the upstream refused the command stream; relaying what it sent");
+                self.up_refused = true;
+                return Ok(Step::Continue);
+            }
         };
         let t = clock::now();
         self.last_moved = t;
@@ -361,11 +374,13 @@ impl RespConnection {
         };
         let n = match ready.and_then(|()| read_some(up, self.ubuf.spare(REPLY_BUFFER))) {
             // Redis closed (QUIT, or it went away): what it sent is already written, since
-            // it is read only with nothing left to write.
+            // it is read only with nothing left to write. After it refused the command
+            // stream, the command cut short is a reset of the upstream's.
+            Ok(0) if self.up_refused => return Err(Failure::Abort(ErrorKind::UpstreamReset)),
             Ok(0) => return Ok(Step::Close),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Continue),
-            Err(_) if self.pending.is_empty() => return Ok(Step::Close),
+            Err(_) if self.pending.is_empty() && !self.up_refused => return Ok(Step::Close),
             Err(_) => return Err(Failure::Abort(ErrorKind::UpstreamReset)),
         };
         let t = clock::now();

@@ -190,5 +190,10 @@ pub(in crate::relay) struct RespConnection {
     /// upstream: the idle, transfer and reply deadlines run from them.
     last_moved: Tick,
     last_up_read: Tick,
+    /// The upstream refused more of the command stream (a write failed: Redis closed after
+    /// answering, as it does an unauthenticated client's huge bulk): nothing more is
+    /// forwarded or read from the client, and what Redis sent before it closed is still
+    /// read and relayed, so that its error line reaches the client.
+    up_refused: bool,
     timer: Timer,
 }

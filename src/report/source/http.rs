@@ -103,14 +103,37 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// `GET url`; fails unless the status is 2xx.
+/// A 503 is asked again this many times, a second apart: the admin server answers 503
+/// (with `Retry-After: 1`) when as many snapshots as `[admin] max_scrapes` are being
+/// built and as many wait, and it did nothing for that request.
+const BUSY_RETRIES: u32 = 5;
+const BUSY_PAUSE: Duration = Duration::from_secs(1);
+
+/// `GET url`; fails unless the status is 2xx (after the retries of a 503).
 pub fn get(url: &Url) -> anyhow::Result<Vec<u8>> {
-    ok(url, request("GET", url, None)?)
+    ok(url, retrying_busy(|| request("GET", url, None))?)
 }
 
-/// `POST url` with `body` as `content_type`; fails unless the status is 2xx.
+/// `POST url` with `body` as `content_type`; fails unless the status is 2xx (after the
+/// retries of a 503).
 pub fn post(url: &Url, content_type: &str, body: &[u8]) -> anyhow::Result<Vec<u8>> {
-    ok(url, request("POST", url, Some((content_type, body)))?)
+    ok(
+        url,
+        retrying_busy(|| request("POST", url, Some((content_type, body))))?,
+    )
+}
+
+/// The first answer that is not a 503, or the last 503.
+fn retrying_busy(mut send: impl FnMut() -> anyhow::Result<Response>) -> anyhow::Result<Response> {
+    let mut r = send()?;
+    for _ in 0..BUSY_RETRIES {
+        if r.status != 503 {
+            break;
+        }
+        std::thread::sleep(BUSY_PAUSE);
+        r = send()?;
+    }
+    Ok(r)
 }
 
 fn ok(url: &Url, r: Response) -> anyhow::Result<Vec<u8>> {
