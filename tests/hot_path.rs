@@ -39,27 +39,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// tests/fixtures/NAME.c built with symbols, once per test process.
-fn built(name: &'static str) -> PathBuf {
-    static BUILT: std::sync::Mutex<Vec<(&str, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, path)) = built.iter().find(|(n, _)| *n == name) {
-        return path.clone();
-    }
-    let gcc = require_tool("gcc");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.c"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let staging = out.with_extension(format!("tmp{}", std::process::id()));
-    let status = Command::new(gcc)
-        .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
-        .arg(&staging)
-        .arg(&source)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-    assert!(status.success(), "gcc failed on {}", source.display());
-    fs::rename(&staging, &out).unwrap();
-    built.push((name, out.clone()));
-    out
+/// tests/fixtures/NAME.c built with symbols.
+fn built(name: &str) -> PathBuf {
+    c_fixture(name, name, &[])
 }
 
 fn binary() -> PathBuf {

@@ -34,11 +34,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use phasescope::snapshot::work::Work;
 use phasescope::snapshot::{Stacks, THREAD_ROOTS};
 use phasescope::upstream::profile::{ComponentRules, Profiler, DEFAULT_STACK_BYTES};
 use support::{
-    burn_upstream_variant, go_upstream_binary, loopback, require_tool, run_wrk, BurnUpstream,
-    HttpConn, Managed, STARTUP_DEADLINE,
+    burn_upstream_variant, c_fixture, go_upstream_binary, loopback, require_tool, run_wrk,
+    BurnUpstream, HttpConn, Managed, STARTUP_DEADLINE,
 };
 
 /// The entry frames of the Go server's connection goroutines, left out of the comparison
@@ -63,6 +64,27 @@ struct Side {
     complete: f64,
     /// Function name → share of samples whose stack holds it.
     inclusive: HashMap<String, f64>,
+    /// Function name → share of samples it is the first function of, from the leaf,
+    /// outside the helpers every program calls (perf's "self plus helpers": the C
+    /// library, libm, the loader, the kernel, the vDSO).
+    self_plus_helpers: HashMap<String, f64>,
+    /// Ours only: the HTTP parser's own work as the snapshot counts it.
+    own_work: Option<f64>,
+}
+
+/// Whether a frame of file `object` (perf's dso, our frame's object) is a helper's.
+fn in_helper(object: &str) -> bool {
+    ["libc.so", "libm.so", "ld-linux", "[kernel", "[vdso]"]
+        .iter()
+        .any(|h| object.contains(h))
+}
+
+/// Shares of `total` from counts.
+fn shares(counts: HashMap<String, u64>, total: u64) -> HashMap<String, f64> {
+    counts
+        .into_iter()
+        .map(|(k, n)| (k, n as f64 / total as f64))
+        .collect()
 }
 
 /// A function's name as both sides can compare it: Rust's hash suffix (`::h0123…`) and
@@ -85,6 +107,7 @@ fn ours(stacks: &Stacks) -> Side {
     let total = stacks.total();
     assert!(total > 0, "no samples of ours");
     let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut own: HashMap<String, u64> = HashMap::new();
     let mut seen: HashSet<String> = HashSet::new();
     for stack in &stacks.stacks {
         seen.clear();
@@ -94,14 +117,17 @@ fn ours(stacks: &Stacks) -> Side {
         for name in seen.drain() {
             *counts.entry(name).or_insert(0) += stack.samples;
         }
+        let frames: Vec<_> = stacks.frames_of(stack).collect();
+        if let Some(f) = frames.iter().rev().find(|f| !in_helper(&f.object)) {
+            *own.entry(normal(&f.name)).or_insert(0) += stack.samples;
+        }
     }
     Side {
         total,
         complete: 1.0 - stacks.truncated_samples as f64 / total as f64,
-        inclusive: counts
-            .into_iter()
-            .map(|(k, n)| (k, n as f64 / total as f64))
-            .collect(),
+        inclusive: shares(counts, total),
+        self_plus_helpers: shares(own, total),
+        own_work: Work::of(stacks).share("http_parser"),
     }
 }
 
@@ -115,7 +141,7 @@ fn perfs(perf: &Path, data: &Path) -> Side {
         .arg("script")
         .arg("-i")
         .arg(data)
-        .args(["-F", "ip,sym", "--no-inline"])
+        .args(["-F", "ip,sym,dso", "--no-inline"])
         .output()
         .unwrap();
     assert!(
@@ -126,21 +152,30 @@ fn perfs(perf: &Path, data: &Path) -> Side {
     let text = String::from_utf8_lossy(&script.stdout);
     let (mut total, mut complete) = (0u64, 0u64);
     let mut counts: HashMap<String, u64> = HashMap::new();
-    // A sample is its frames, one a line (`addr symbol`), leaf first, then a blank line.
-    let mut frames: Vec<String> = Vec::new();
+    let mut own: HashMap<String, u64> = HashMap::new();
+    // A sample is its frames, one a line (`addr symbol (dso)`), leaf first, then a blank
+    // line.
+    let mut frames: Vec<(String, String)> = Vec::new();
     for line in text.lines().chain(std::iter::once("")) {
         let line = line.trim();
         if !line.is_empty() {
-            let symbol = line.split_once(char::is_whitespace).map_or("", |(_, s)| s);
-            frames.push(normal(symbol));
+            let (frame, dso) = line.rsplit_once(" (").unwrap_or((line, ""));
+            let symbol = frame.split_once(char::is_whitespace).map_or("", |(_, s)| s);
+            frames.push((normal(symbol), dso.trim_end_matches(')').to_owned()));
             continue;
         }
-        let Some(root) = frames.last() else { continue };
+        let Some((root, _)) = frames.last() else {
+            continue;
+        };
         total += 1;
         complete += u64::from(THREAD_ROOTS.contains(&root.as_str()));
-        frames.sort_unstable();
-        frames.dedup();
-        for name in frames.drain(..) {
+        if let Some((name, _)) = frames.iter().find(|(_, dso)| !in_helper(dso)) {
+            *own.entry(name.clone()).or_insert(0) += 1;
+        }
+        let mut names: Vec<String> = frames.drain(..).map(|(name, _)| name).collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
             *counts.entry(name).or_insert(0) += 1;
         }
     }
@@ -154,22 +189,22 @@ fn perfs(perf: &Path, data: &Path) -> Side {
     Side {
         total,
         complete: complete as f64 / total as f64,
-        inclusive: counts
-            .into_iter()
-            .map(|(k, n)| (k, n as f64 / total as f64))
-            .collect(),
+        inclusive: shares(counts, total),
+        self_plus_helpers: shares(own, total),
+        own_work: None,
     }
 }
 
 /// Samples `pid` with our profiler and with perf for [`SECONDS`], at the same time, while
 /// `load` runs; then compares (see the module comment). `what` names the fixture in the
 /// messages.
-fn agree_with_perf(what: &str, pid: u32, load: Load) -> Side {
+fn agree_with_perf(what: &str, pid: u32, load: Load) -> (Side, Side) {
     agree_with_perf_walking(what, pid, "dwarf,16384", load)
 }
 
 /// Like [`agree_with_perf`], perf walking the stacks as `call_graph` says (`fp` for Go).
-fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -> Side {
+/// Returns our side and perf's.
+fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -> (Side, Side) {
     let perf = require_tool("perf");
     let stop = Arc::new(AtomicBool::new(false));
     let loader = thread::spawn({
@@ -359,7 +394,7 @@ fn agree_with_perf_walking(what: &str, pid: u32, call_graph: &str, load: Load) -
         "{what}: {:.1} % of our stacks go through [unmapped]; our top: {top}",
         unmapped * 100.0
     );
-    ours
+    (ours, perf)
 }
 
 /// Load that runs until told to stop.
@@ -395,7 +430,7 @@ fn keep_alive_load(addr: SocketAddr, path: &'static str) -> Load {
 
 /// The burn upstream of `binary` under load, against perf; its helper on, so that the
 /// parser's time is in a function it calls.
-fn burn_agrees(what: &str, binary: &Path) -> Side {
+fn burn_agrees(what: &str, binary: &Path) -> (Side, Side) {
     let mut burn = BurnUpstream::start_binary(binary, 30, 70, |c| {
         c.env("BURN_PARSER_HELPER", "1");
     });
@@ -442,7 +477,7 @@ fn lld_stripped() {
     require_tool("ld.lld");
     let binary = burn_upstream_variant("burn-upstream-lld-stripped", &["-fuse-ld=lld", "-s"]);
     eprintln!("lld PIE, stripped: {}", layout(&binary));
-    let ours = burn_agrees("lld PIE stripped", &binary);
+    let (ours, _) = burn_agrees("lld PIE stripped", &binary);
     // The same build with its symbols says where each function starts: the stripped
     // one's functions read as `file+0xSTART` with those starts, one name each.
     let with_symbols = burn_upstream_variant("burn-upstream-lld", &["-fuse-ld=lld"]);
@@ -601,4 +636,54 @@ fn phasescope_demo_upstream() {
     // Closing its standard input ends it.
     drop(child.stdin.take());
     child.wait().unwrap();
+}
+
+/// A Webdis-shaped C server whose parser calls the request's whole work back
+/// (tests/fixtures/callback-upstream.c): the parser's own work as phasescope counts it
+/// (docs/report.md, "A component's own work") within 1 point of perf's self plus helpers
+/// for the parser's function, while with all it calls it is nearly the whole request on
+/// both sides.
+#[test]
+fn a_parsers_own_work_is_perfs_self_plus_helpers() {
+    let binary = c_fixture("callback-upstream", "callback-upstream", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let mut server = Managed::spawn(
+        "callback-upstream",
+        Command::new(&binary).args([&port.to_string(), "6", "40", "36"]),
+        &dir.path().join("callback-upstream.log"),
+    );
+    assert!(
+        support::wait_for(STARTUP_DEADLINE, || support::accepts(loopback(port))),
+        "callback-upstream does not accept on {port}"
+    );
+    let (ours, perf) = agree_with_perf(
+        "callback-upstream",
+        server.pid(),
+        keep_alive_load(loopback(port), "/"),
+    );
+    let work = ours.own_work.unwrap_or(0.0);
+    let theirs = perf
+        .self_plus_helpers
+        .get("http_parser_execute")
+        .copied()
+        .unwrap_or(0.0);
+    let inclusive = perf
+        .inclusive
+        .get("http_parser_execute")
+        .copied()
+        .unwrap_or(0.0);
+    eprintln!(
+        "callback-upstream: the parser's own work: ours {:.1} %, perf's self plus helpers {:.1} %; \
+         with all it calls (perf) {:.1} %",
+        work * 100.0,
+        theirs * 100.0,
+        inclusive * 100.0
+    );
+    assert!(inclusive > 0.5, "the callback is not under the parser");
+    assert!(
+        (work - theirs).abs() <= 0.01,
+        "ours {work:.3}, perf {theirs:.3}"
+    );
+    server.kill();
 }

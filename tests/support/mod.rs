@@ -565,8 +565,14 @@ pub fn burn_upstream_binary() -> PathBuf {
 /// [`burn_upstream_binary`]: a build newer than the source is kept, a new one is renamed
 /// into place.
 pub fn burn_upstream_variant(name: &str, extra: &[&str]) -> PathBuf {
+    c_fixture("burn-upstream", name, extra)
+}
+
+/// tests/fixtures/SOURCE.c built with symbols (`-O1 -g -pthread`) and `extra` flags as
+/// NAME in the target's scratch folder, unless a build newer than the source is there.
+pub fn c_fixture(source: &str, name: &str, extra: &[&str]) -> PathBuf {
     let gcc = require_tool("gcc");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/burn-upstream.c");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{source}.c"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     if is_newer(&out, &source) {
         return out;
