@@ -1751,3 +1751,17 @@ pub fn parse_wrk(text: &str) -> WrkReport {
         output: text.to_owned(),
     }
 }
+
+/// No hot-path line of a report's text reads 90 % or more with all it calls
+/// (docs/report.md, "Call stacks": a dispatcher is no place to act).
+pub fn no_hot_line_of_nearly_all(text: &str) {
+    for line in text.lines().filter(|l| l.contains(" with all it calls)")) {
+        let share: f64 = line
+            .split(" % with all it calls)")
+            .next()
+            .and_then(|l| l.rsplit('(').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0.0);
+        assert!(share < 90.0, "{line}\n{text}");
+    }
+}
