@@ -102,10 +102,17 @@ struct ThreadLast {
 }
 
 /// One process being read: its identity and the last values of each thread.
+///
+/// A process is its pid *and* its start time (/proc/PID/stat's field 22, clock ticks
+/// since boot): a pid freed by an exit may be handed to any process started later, which
+/// is not the one watched. What runs in it is its image: an `exec` keeps the pid and the
+/// start time and replaces the program ([`Image`]).
 struct Watched {
     process: Process,
     /// Start time in clock ticks since boot: a reused pid has another.
     starttime: u64,
+    /// The program it ran when attached; another one since is an exec in place.
+    image: Image,
     info: ProcessInfo,
     user_ticks: u64,
     system_ticks: u64,
@@ -118,13 +125,55 @@ struct Watched {
     clock: Option<(libc::clockid_t, u64)>,
 }
 
+/// What a process runs: its executable file (device and inode, through /proc/PID/exe,
+/// so a binary replaced on disk or deleted is still the same file) and where `exec` laid
+/// out its code and stack (/proc/PID/stat's `startcode` and `startstack`, which address
+/// randomisation moves at every exec and nothing else moves; 0 when the kernel hides them
+/// from a reader without ptrace access). A process that execs its own binary again, with
+/// randomisation off and the fields hidden, reads as the same image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Image {
+    exe: Option<(u64, u64)>,
+    startcode: u64,
+    startstack: u64,
+}
+
+impl Image {
+    fn of(pid: u32, stat: &procfs::process::Stat) -> Image {
+        use std::os::unix::fs::MetadataExt;
+        let exe = std::fs::metadata(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        Image {
+            exe,
+            startcode: stat.startcode,
+            startstack: stat.startstack,
+        }
+    }
+
+    /// Whether `now` is another program than `self`: a field both readings have differs
+    /// (an unreadable one, `None` or 0, says nothing).
+    fn replaced_by(&self, now: &Image) -> bool {
+        let differs = |a: u64, b: u64| a != 0 && b != 0 && a != b;
+        matches!((self.exe, now.exe), (Some(a), Some(b)) if a != b)
+            || differs(self.startcode, now.startcode)
+            || differs(self.startstack, now.startstack)
+    }
+}
+
 /// What a read found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Read {
     /// The process is alive; the totals include this read.
     Alive,
-    /// The process is gone (or its pid now names another process); nothing was added.
+    /// The process is gone (or its pid now names another process, started later);
+    /// nothing was added.
     Gone,
+    /// The process exec'd another program under the same pid and start time: what it
+    /// is now is not what was attached (another binary, other maps, other threads).
+    /// Nothing was added; every read says so until the next attach, which counts it as
+    /// a restart.
+    Exec,
     /// No process is attached.
     Detached,
     /// The process's files could not be read this time (say, out of file descriptors)
@@ -181,6 +230,7 @@ impl Accountant {
         let exe = process.exe().ok();
         let mut watched = Watched {
             starttime: stat.starttime,
+            image: Image::of(pid, &stat),
             info: ProcessInfo {
                 pid,
                 comm: stat.comm.clone(),
@@ -221,16 +271,14 @@ impl Accountant {
         let stat = match w.process.stat() {
             Ok(s) if s.starttime == w.starttime => s,
             Ok(_) => return Read::Gone,
-            // Only a process whose /proc directory is gone has exited; any other failure
-            // (no file descriptor left, say) is this read's, not the process's.
-            Err(_) if std::path::Path::new(&format!("/proc/{}", w.info.pid)).exists() => {
-                return Read::Skipped
-            }
-            Err(_) => return Read::Gone,
+            Err(_) => return after_failed_read(w.info.pid, w.starttime),
         };
         // A zombie's threads are gone and its stat stays frozen: treat it as gone.
         if stat.state == 'Z' || stat.state == 'X' {
             return Read::Gone;
+        }
+        if w.image.replaced_by(&Image::of(w.info.pid, &stat)) {
+            return Read::Exec;
         }
         let now = std::time::Instant::now();
         let t = &mut self.totals;
@@ -293,6 +341,21 @@ impl Accountant {
         w.threads = threads;
         w.threads_readable = readable;
         Read::Alive
+    }
+}
+
+/// The read of a watched process's stat through its own /proc directory failed. That
+/// directory stays bound to the process it was opened for, so once the process exits it
+/// fails for good, even when the pid names a new process since: the pid's /proc entry
+/// read afresh tells which. Gone when the pid names no process, or one started at another
+/// time (the pid was reused: the watcher looks for the server again); skipped when it is
+/// still the same process (the failure was this read's: no descriptor left, say).
+fn after_failed_read(pid: u32, starttime: u64) -> Read {
+    match Process::new(pid as i32).and_then(|p| p.stat()) {
+        Ok(stat) if stat.starttime == starttime => Read::Skipped,
+        Ok(_) => Read::Gone,
+        Err(_) if std::path::Path::new(&format!("/proc/{pid}")).exists() => Read::Skipped,
+        Err(_) => Read::Gone,
     }
 }
 

@@ -121,7 +121,7 @@ impl Upstream {
                 s.slices.close(totals, readable);
             }
             Read::Skipped => {}
-            Read::Gone | Read::Detached => s.slices.lose_track(),
+            Read::Gone | Read::Exec | Read::Detached => s.slices.lose_track(),
         }
     }
 

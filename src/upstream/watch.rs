@@ -90,6 +90,8 @@ fn run(
         misses: 0,
         attached: None,
         last_pid: None,
+        last_exe: None,
+        exec: false,
         profiler: None,
         told_profile: false,
     };
@@ -147,6 +149,10 @@ struct Watch<'a> {
     misses: u32,
     attached: Option<u32>,
     last_pid: Option<u32>,
+    /// The executable of the process last attached, to name what an exec replaced.
+    last_exe: Option<std::path::PathBuf>,
+    /// The process let go exec'd another program: the next attach is that program.
+    exec: bool,
     /// One profiler per process: a restart gets a new one, never the old one's events.
     profiler: Option<Sampler>,
     told_profile: bool,
@@ -198,7 +204,24 @@ impl Watch<'_> {
         self.told_missing = false;
         self.misses = 0;
         self.attached = Some(info.pid);
+        let shown = |exe: &Option<std::path::PathBuf>| {
+            exe.as_ref().map_or_else(
+                || "an unreadable executable".to_owned(),
+                |e| e.display().to_string(),
+            )
+        };
         match self.last_pid {
+            Some(old) if std::mem::take(&mut self.exec) && old == info.pid => tracing::info!(
+                tap,
+                pid = info.pid,
+                comm = %info.comm,
+                "the upstream process {} exec'd another program: now {} ({}, {} threads), was {}; counted as a restart, counters go on from the new program",
+                info.pid,
+                shown(&info.exe),
+                info.comm,
+                info.threads,
+                shown(&self.last_exe)
+            ),
             Some(old) => tracing::info!(
                 tap,
                 pid = info.pid,
@@ -227,6 +250,7 @@ impl Watch<'_> {
             );
         }
         self.last_pid = Some(info.pid);
+        self.last_exe = info.exe.clone();
         if let Some(settings) = self.profile {
             self.profiler =
                 start_profiler(tap, info, settings, self.upstream, &mut self.told_profile);
@@ -246,16 +270,36 @@ impl Watch<'_> {
                 }
             }
         }
-        if self.upstream.read() == Read::Gone {
-            self.upstream.detach();
-            self.attached = None;
-            self.profiler = None;
-            tracing::info!(tap, pid, "the upstream process {pid} is gone");
-            if self.target.follows_restarts() {
+        match self.upstream.read() {
+            Read::Gone => {
+                self.let_go();
+                tracing::info!(tap, pid, "the upstream process {pid} is gone");
+                if self.target.follows_restarts() {
+                    return Turn::Again;
+                }
+            }
+            // Another program in the same process: attached again at once, whatever the
+            // target (the pid is still the one asked for).
+            Read::Exec => {
+                self.let_go();
+                self.exec = true;
+                tracing::info!(
+                    tap,
+                    pid,
+                    "the upstream process {pid} exec'd another program"
+                );
                 return Turn::Again;
             }
+            Read::Alive | Read::Skipped | Read::Detached => {}
         }
         Turn::Wait
+    }
+
+    /// Stops reading and sampling the process attached.
+    fn let_go(&mut self) {
+        self.upstream.detach();
+        self.attached = None;
+        self.profiler = None;
     }
 
     /// How long to wait before the next turn.
