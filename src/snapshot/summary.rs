@@ -25,7 +25,8 @@ pub struct Inside {
     pub pid: Option<u32>,
     pub threads: u64,
     /// A server of several processes: each one's CPU over the window, lowest pid first
-    /// (empty for one process).
+    /// (empty for one process, and then absent from the report's JSON).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessCpu>,
     pub watched_seconds: f64,
     pub restarts: u64,
