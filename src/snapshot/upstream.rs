@@ -585,6 +585,36 @@ mod tests {
         serde_json::from_str(json).unwrap()
     }
 
+    /// A group's processes add up by pid over merged windows and subtract by pid in
+    /// `since`; a process in one window only is kept as it is.
+    #[test]
+    fn processes_merge_and_subtract_by_pid() {
+        let with = |list: &str| load(&format!("{{{PROCESS},\"processes\":[{list}]}}"));
+        let a = with(
+            r#"{"pid":1,"comm":"m","cpu_seconds":0.0},{"pid":2,"comm":"w","cpu_seconds":1.0}"#,
+        );
+        let b = with(
+            r#"{"pid":2,"comm":"w","cpu_seconds":2.0},{"pid":3,"comm":"w","cpu_seconds":0.5}"#,
+        );
+        let cpu = |u: &UpstreamSnapshot| -> Vec<(u32, f64)> {
+            u.processes
+                .iter()
+                .flatten()
+                .map(|p| (p.pid, p.cpu_seconds))
+                .collect()
+        };
+        assert_eq!(cpu(&merge(a.clone(), &b)), [(1, 0.0), (2, 3.0), (3, 0.5)]);
+        assert_eq!(cpu(&since(&b, &a)), [(2, 1.0), (3, 0.5)]);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(load(&json), a, "{json}");
+        assert!(merge(
+            load(&format!("{{{PROCESS}}}")),
+            &load(&format!("{{{PROCESS}}}"))
+        )
+        .processes
+        .is_none());
+    }
+
     /// Without `samples` there is no profile, and the object is written back as it came.
     #[test]
     fn an_unsampled_process_has_no_profile_and_keeps_its_bytes() {
