@@ -272,3 +272,75 @@ fn report(proxy: &Proxy) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// One process of an SO_REUSEPORT pair: binds the port with SO_REUSEPORT and answers
+/// each request after burning CPU, one connection at a time.
+const REUSEPORT_SERVER: &str = r#"
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    x = 0
+    for i in range(200000):
+        x = (x * 31 + i) % 1000003
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+    c.close()
+"#;
+
+#[test]
+fn independent_processes_sharing_a_port_with_so_reuseport_are_one_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let spawn = |name: &str| {
+        let mut c = Command::new(require_tool("python3"));
+        c.args(["-c", REUSEPORT_SERVER, &port.to_string()]);
+        Managed::spawn(name, &mut c, &dir.path().join(format!("{name}.log")))
+    };
+    let (a, b) = (spawn("first"), spawn("second"));
+    assert!(
+        wait_for(STARTUP_DEADLINE, || {
+            std::fs::read_to_string("/proc/net/tcp")
+                .is_ok_and(|t| t.matches(&format!(":{port:04X} 00000000:0000 0A")).count() == 2)
+        }),
+        "the pair never listened\n{}\n{}",
+        a.log_tail(),
+        b.log_tail()
+    );
+    let proxy = Proxy::in_front_of(loopback(port), &[]);
+    let lowest = a.pid().min(b.pid());
+    let found = wait_for(STARTUP_DEADLINE, || {
+        let u = upstream(&proxy);
+        u["pid"].as_u64() == Some(lowest as u64) && u["threads"] == 2
+    });
+    assert!(found, "not both watched: {}", upstream(&proxy));
+    reset(&proxy);
+    let before = lifetime_cpu(a.pid()) + lifetime_cpu(b.pid());
+    let answered = load(proxy.addr(), Duration::from_secs(2));
+    let truth = lifetime_cpu(a.pid()) + lifetime_cpu(b.pid()) - before;
+    let u = upstream(&proxy);
+    let inside =
+        u["cpu_user_seconds"].as_f64().unwrap() + u["cpu_system_seconds"].as_f64().unwrap();
+    eprintln!("{answered} answers; inside {inside:.3} s; the pair's own /proc {truth:.3} s");
+    assert!(
+        answered > 10 && truth > 0.2,
+        "too little load: {answered}, {truth:.3} s"
+    );
+    assert!(
+        (inside - truth).abs() <= 0.10 * truth,
+        "inside {inside:.3} s of CPU, the pair's own /proc {truth:.3} s"
+    );
+    let processes = u["processes"]
+        .as_array()
+        .expect("processes in the snapshot");
+    for p in [a.pid(), b.pid()] {
+        let p = processes
+            .iter()
+            .find(|x| x["pid"] == p)
+            .unwrap_or_else(|| panic!("{u}"));
+        assert!(p["cpu_seconds"].as_f64().unwrap() > 0.0, "{p}");
+    }
+}
