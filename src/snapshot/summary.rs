@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::components::{component_group, component_label};
 use super::hot::{hot_path, HotFunction};
 use super::stacks::FrameKind;
-use super::upstream::UpstreamSnapshot;
+use super::upstream::{ProcessCpu, UpstreamSnapshot};
 use super::work::Work;
 
 /// The component a faster parser would shrink.
@@ -25,6 +25,10 @@ pub struct Inside {
     pub comm: String,
     pub pid: Option<u32>,
     pub threads: u64,
+    /// A server of several processes: each one's CPU over the window, lowest pid first
+    /// (empty for one process, and then absent from the report's JSON).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessCpu>,
     pub watched_seconds: f64,
     pub restarts: u64,
     pub requests: u64,
@@ -217,6 +221,7 @@ impl Inside {
             comm,
             pid: u.pid,
             threads: u.threads,
+            processes: u.processes.clone().unwrap_or_default(),
             watched_seconds: u.watched_seconds,
             restarts: u.restarts,
             requests,

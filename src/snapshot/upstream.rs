@@ -73,6 +73,11 @@ pub struct UpstreamSnapshot {
     pub context_switches_involuntary: u64,
     /// Times the process went away and another took its place.
     pub restarts: u64,
+    /// A server of several processes (forked workers sharing its listening socket,
+    /// processes bound to its address with SO_REUSEPORT): each one's CPU in the window,
+    /// lowest pid first. Absent for a server of one process, and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<ProcessCpu>>,
     /// When profiling: what the samples say. Its fields are written in place (see above).
     #[serde(flatten)]
     pub profile: Option<ProfileSnapshot>,
@@ -132,6 +137,39 @@ pub struct ProfileSnapshot {
     pub frequency_hz: Option<u32>,
 }
 
+/// One process of a server of several: its CPU (user + system) in the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessCpu {
+    pub pid: u32,
+    pub comm: String,
+    pub cpu_seconds: f64,
+}
+
+/// Two lists of processes' CPU as one, by pid: `f` combines the CPU of a pid in both
+/// (added up, or subtracted); a pid in `b` only is taken as `f(0, b)`.
+fn combine_processes(
+    a: Option<&[ProcessCpu]>,
+    b: Option<&[ProcessCpu]>,
+    f: impl Fn(f64, f64) -> f64,
+) -> Option<Vec<ProcessCpu>> {
+    if a.is_none() && b.is_none() {
+        return None;
+    }
+    let mut by_pid: BTreeMap<u32, ProcessCpu> = BTreeMap::new();
+    for p in a.into_iter().flatten() {
+        by_pid.insert(p.pid, p.clone());
+    }
+    for p in b.into_iter().flatten() {
+        let entry = by_pid.entry(p.pid).or_insert_with(|| ProcessCpu {
+            cpu_seconds: 0.0,
+            ..p.clone()
+        });
+        entry.cpu_seconds = f(entry.cpu_seconds, p.cpu_seconds).max(0.0);
+        entry.comm.clone_from(&p.comm);
+    }
+    Some(by_pid.into_values().collect())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SymbolSnapshot {
     pub symbol: String,
@@ -168,6 +206,8 @@ struct UpstreamWire {
     context_switches_voluntary: u64,
     context_switches_involuntary: u64,
     restarts: u64,
+    #[serde(default)]
+    processes: Option<Vec<ProcessCpu>>,
     #[serde(default)]
     samples: Option<BTreeMap<String, u64>>,
     #[serde(default)]
@@ -227,6 +267,7 @@ impl From<UpstreamWire> for UpstreamSnapshot {
             context_switches_voluntary: w.context_switches_voluntary,
             context_switches_involuntary: w.context_switches_involuntary,
             restarts: w.restarts,
+            processes: w.processes,
             profile,
             slices: w.slices,
         }
@@ -296,6 +337,7 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
         context_switches_involuntary: a.context_switches_involuntary
             + b.context_switches_involuntary,
         restarts: a.restarts + b.restarts,
+        processes: combine_processes(a.processes.as_deref(), b.processes.as_deref(), |x, y| x + y),
         profile: match (a.profile, &b.profile) {
             (None, None) => None,
             // A window without a profile adds nothing to the other's.
@@ -413,6 +455,23 @@ pub fn since(now: &UpstreamSnapshot, before: &UpstreamSnapshot) -> UpstreamSnaps
             .context_switches_involuntary
             .saturating_sub(before.context_switches_involuntary),
         restarts: now.restarts.saturating_sub(before.restarts),
+        // The later window's processes, less what each had done before.
+        processes: now.processes.as_ref().map(|now| {
+            now.iter()
+                .map(|p| {
+                    let then = before
+                        .processes
+                        .iter()
+                        .flatten()
+                        .find(|b| b.pid == p.pid)
+                        .map_or(0.0, |b| b.cpu_seconds);
+                    ProcessCpu {
+                        cpu_seconds: sub(p.cpu_seconds, then),
+                        ..p.clone()
+                    }
+                })
+                .collect()
+        }),
         profile: now
             .profile
             .as_ref()
@@ -524,6 +583,36 @@ mod tests {
 
     fn load(json: &str) -> UpstreamSnapshot {
         serde_json::from_str(json).unwrap()
+    }
+
+    /// A group's processes add up by pid over merged windows and subtract by pid in
+    /// `since`; a process in one window only is kept as it is.
+    #[test]
+    fn processes_merge_and_subtract_by_pid() {
+        let with = |list: &str| load(&format!("{{{PROCESS},\"processes\":[{list}]}}"));
+        let a = with(
+            r#"{"pid":1,"comm":"m","cpu_seconds":0.0},{"pid":2,"comm":"w","cpu_seconds":1.0}"#,
+        );
+        let b = with(
+            r#"{"pid":2,"comm":"w","cpu_seconds":2.0},{"pid":3,"comm":"w","cpu_seconds":0.5}"#,
+        );
+        let cpu = |u: &UpstreamSnapshot| -> Vec<(u32, f64)> {
+            u.processes
+                .iter()
+                .flatten()
+                .map(|p| (p.pid, p.cpu_seconds))
+                .collect()
+        };
+        assert_eq!(cpu(&merge(a.clone(), &b)), [(1, 0.0), (2, 3.0), (3, 0.5)]);
+        assert_eq!(cpu(&since(&b, &a)), [(2, 1.0), (3, 0.5)]);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(load(&json), a, "{json}");
+        assert!(merge(
+            load(&format!("{{{PROCESS}}}")),
+            &load(&format!("{{{PROCESS}}}"))
+        )
+        .processes
+        .is_none());
     }
 
     /// Without `samples` there is no profile, and the object is written back as it came.

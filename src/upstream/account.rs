@@ -1,17 +1,21 @@
-//! Reading the upstream's threads from /proc and keeping counters that never go backwards.
+//! The upstream's counters, kept over the group of processes that serve it, never going
+//! backwards.
 //!
-//! User and system time come from /proc/PID/stat, which the kernel keeps for the whole
-//! thread group, exited threads included. Run-queue delay and context switches exist only
-//! per thread (/proc/PID/task/TID/schedstat and status), and a thread's values vanish with
-//! it: so each thread's last values are kept and only the deltas are added to the totals.
-//! A thread that exits between two reads loses what it did since the last read (at most
-//! one `interval`); nothing already counted is ever taken back.
+//! A server is every process that serves its socket ([`super::find::Target::locate_group`]):
+//! one process, or a master and the workers it forked, or independent processes bound to
+//! the address with SO_REUSEPORT. Each is read on its own ([`super::member`]) and what
+//! they did is added up: CPU, the wait for a CPU, context switches; per read, the busiest
+//! thread of the whole group and whether the group was at work. Each process's own CPU is
+//! kept too, for the share each took ([`Share`]). A process leaves the group when it
+//! exits (a worker the master replaces, the new one joins when found); the group is gone
+//! when its last process is.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context};
-use procfs::process::Process;
+
+use super::member::{Delta, Member, MemberRead};
 
 /// Counters of everything the tap's upstream processes did while watched, in
 /// nanoseconds and counts. Only ever grow.
@@ -79,66 +83,71 @@ impl Totals {
 /// housekeeping stay well under it.
 pub const ACTIVE: f64 = 0.1;
 
-/// Who is being watched now.
+/// Who is being watched now: the group's first process (the lowest pid: as a rule the
+/// parent of the others) names it, its threads are all the group's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessInfo {
     pub pid: u32,
     pub comm: String,
     /// The main binary, when /proc/PID/exe is readable.
     pub exe: Option<PathBuf>,
+    /// Threads of every process of the group.
     pub threads: u64,
     /// The CPUs it may run on (its main thread's affinity), when readable.
     pub cpus_allowed: Option<Vec<u32>>,
+    /// Processes in the group (1 for a server of one process).
+    pub processes: usize,
 }
 
-/// One thread's values at the last read.
-#[derive(Debug, Clone, Copy, Default)]
-struct ThreadLast {
-    /// Time on a CPU (schedstat's first field).
-    cpu_ns: u64,
-    runqueue_ns: u64,
-    voluntary: u64,
-    involuntary: u64,
-}
-
-/// One process being read: its identity and the last values of each thread.
-struct Watched {
-    process: Process,
-    /// Start time in clock ticks since boot: a reused pid has another.
-    starttime: u64,
-    info: ProcessInfo,
-    user_ticks: u64,
-    system_ticks: u64,
-    threads: HashMap<i32, ThreadLast>,
-    read_at: std::time::Instant,
-    /// Whether the per-thread files could be read at the last read (not always, without
-    /// permission): one warning when they cannot.
-    threads_readable: bool,
-    /// The process's CPU clock and its reading at the last read, when it can be read.
-    clock: Option<(libc::clockid_t, u64)>,
+/// One process's CPU (user + system) while watched: what its share of the group's is
+/// made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    pub pid: u32,
+    pub comm: String,
+    pub cpu_ns: u64,
 }
 
 /// What a read found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Read {
-    /// The process is alive; the totals include this read.
+    /// The group is alive; the totals include this read.
     Alive,
-    /// The process is gone (or its pid now names another process); nothing was added.
+    /// Every process of the group is gone (or its pid now names another process, started
+    /// later); nothing was added. Every read says so until the next attach.
     Gone,
+    /// The group's one process exec'd another program under the same pid and start
+    /// time: what it is now is not what was attached (another binary, other maps, other
+    /// threads). Nothing was added; every read says so until the next attach, which
+    /// counts it as a restart.
+    Exec,
     /// No process is attached.
     Detached,
-    /// The process's files could not be read this time (say, out of file descriptors)
-    /// though it exists: nothing was added, and the next read takes up from the last one.
+    /// The processes' files could not be read this time (say, out of file descriptors)
+    /// though they exist: nothing was added, and the next read takes up from the last one.
     Skipped,
 }
 
-/// The counters of one tap and the process they are read from.
+/// The counters of one tap and the processes they are read from.
 pub struct Accountant {
     totals: Totals,
-    current: Option<Watched>,
+    /// Lowest pid first.
+    members: Vec<Member>,
+    /// How the last group ended, repeated by every read until the next attach: whichever
+    /// reader saw it first, the watcher sees it too.
+    ended: Option<Read>,
+    /// The group as one, after the last attach or read.
+    info: Option<ProcessInfo>,
+    read_at: std::time::Instant,
     ticks_per_second: u64,
     /// Whether some process was ever attached: the next one is a restart.
     attached_before: bool,
+    /// Each process's CPU while watched, by pid and start time, kept after it leaves
+    /// until [`Self::forget_departed`].
+    shares: BTreeMap<(u32, u64), Share>,
+    /// A process left the group since the last [`Self::take_left`]: its workers may
+    /// have been replaced.
+    left: bool,
 }
 
 impl Default for Accountant {
@@ -151,9 +160,14 @@ impl Accountant {
     pub fn new() -> Self {
         Self {
             totals: Totals::default(),
-            current: None,
+            members: Vec::new(),
+            ended: None,
+            info: None,
+            read_at: std::time::Instant::now(),
             ticks_per_second: procfs::ticks_per_second().max(1),
             attached_before: false,
+            shares: BTreeMap::new(),
+            left: false,
         }
     }
 
@@ -162,209 +176,188 @@ impl Accountant {
     }
 
     pub fn process(&self) -> Option<&ProcessInfo> {
-        self.current.as_ref().map(|w| &w.info)
+        self.info.as_ref()
     }
 
-    /// Whether the last read could see the threads' schedstat and status files.
+    /// Whether the last read could see every process's threads' schedstat and status
+    /// files.
     pub fn threads_readable(&self) -> bool {
-        self.current.as_ref().is_some_and(|w| w.threads_readable)
+        !self.members.is_empty() && self.members.iter().all(Member::threads_readable)
     }
 
-    /// Starts watching `pid`. Its first read is the baseline: what it did before it was
-    /// found is not counted, so the counters cover only time phasescope watched. Any
-    /// previous process is dropped first (its last interval is lost, never mixed in).
-    pub fn attach(&mut self, pid: u32) -> anyhow::Result<&ProcessInfo> {
-        let process = Process::new(pid as i32).with_context(|| format!("opening /proc/{pid}"))?;
-        let stat = process
-            .stat()
-            .with_context(|| format!("reading /proc/{pid}/stat"))?;
-        let exe = process.exe().ok();
-        let mut watched = Watched {
-            starttime: stat.starttime,
-            info: ProcessInfo {
-                pid,
-                comm: stat.comm.clone(),
-                exe,
-                threads: stat.num_threads.max(0) as u64,
-                cpus_allowed: super::own::cpus_allowed(pid),
-            },
-            user_ticks: stat.utime,
-            system_ticks: stat.stime,
-            threads: HashMap::new(),
-            read_at: std::time::Instant::now(),
-            threads_readable: true,
-            clock: process_clock(pid).and_then(|id| Some((id, read_clock(id)?))),
-            process,
-        };
-        // Baseline every thread; deltas start from here.
-        let threads = read_threads(&watched.process);
-        watched.threads_readable = threads.readable();
-        watched.threads = threads.ok;
+    /// The pids of the group, lowest first.
+    pub fn members(&self) -> Vec<u32> {
+        self.members.iter().map(|m| m.info().pid).collect()
+    }
+
+    /// Each process's CPU while watched, by pid and start time (those gone since the
+    /// last [`Self::forget_departed`] included).
+    pub fn shares(&self) -> &BTreeMap<(u32, u64), Share> {
+        &self.shares
+    }
+
+    /// Forgets the shares of processes no longer in the group (a new window starts).
+    pub fn forget_departed(&mut self) {
+        let current: Vec<(u32, u64)> = self.members.iter().map(Member::key).collect();
+        self.shares.retain(|key, _| current.contains(key));
+    }
+
+    /// Whether a process left the group since the last call.
+    pub fn take_left(&mut self) -> bool {
+        std::mem::take(&mut self.left)
+    }
+
+    /// Starts watching the group `pids`. Their first read is the baseline: what they did
+    /// before they were found is not counted, so the counters cover only time phasescope
+    /// watched. Any previous group is dropped first (its last interval is lost, never
+    /// mixed in). Fails when none of them can be read (the first error says why).
+    pub fn attach(&mut self, pids: &[u32]) -> anyhow::Result<ProcessInfo> {
+        let mut members = Vec::new();
+        let mut first_error = None;
+        for &pid in pids {
+            match Member::open(pid) {
+                Ok(m) => members.push(m),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if members.is_empty() {
+            return Err(first_error.unwrap_or_else(|| anyhow::anyhow!("no process to watch")));
+        }
+        members.sort_by_key(|m| m.info().pid);
+        self.members = members;
+        self.ended = None;
+        self.left = false;
+        self.read_at = std::time::Instant::now();
         if self.attached_before {
             self.totals.restarts += 1;
         }
         self.attached_before = true;
-        Ok(&self.current.insert(watched).info)
+        self.update_info();
+        self.info.clone().context("the group has no process")
     }
 
-    /// Forgets the current process (it went away).
+    /// Adds `pid` to the group (a worker forked since, a new SO_REUSEPORT process): its
+    /// first read is its baseline. Not a restart. A pid already in the group is left as
+    /// it is.
+    pub fn join(&mut self, pid: u32) -> anyhow::Result<ProcessInfo> {
+        if self.members.is_empty() {
+            return self.attach(&[pid]);
+        }
+        if !self.members.iter().any(|m| m.info().pid == pid) {
+            let member = Member::open(pid)?;
+            let at = self.members.partition_point(|m| m.info().pid < pid);
+            self.members.insert(at, member);
+            self.update_info();
+        }
+        self.info.clone().context("the group has no process")
+    }
+
+    /// Forgets the group (it went away).
     pub fn detach(&mut self) {
-        self.current = None;
+        self.members.clear();
+        self.ended = None;
+        self.info = None;
     }
 
-    /// Reads the current process and adds what it did since the last read.
+    /// Reads every process of the group and adds what they did since the last read.
     pub fn read(&mut self) -> Read {
-        let ticks = self.ticks_per_second;
-        let Some(w) = self.current.as_mut() else {
-            return Read::Detached;
-        };
-        let stat = match w.process.stat() {
-            Ok(s) if s.starttime == w.starttime => s,
-            Ok(_) => return Read::Gone,
-            // Only a process whose /proc directory is gone has exited; any other failure
-            // (no file descriptor left, say) is this read's, not the process's.
-            Err(_) if std::path::Path::new(&format!("/proc/{}", w.info.pid)).exists() => {
-                return Read::Skipped
-            }
-            Err(_) => return Read::Gone,
-        };
-        // A zombie's threads are gone and its stat stays frozen: treat it as gone.
-        if stat.state == 'Z' || stat.state == 'X' {
-            return Read::Gone;
+        if self.members.is_empty() {
+            return self.ended.clone().unwrap_or(Read::Detached);
         }
         let now = std::time::Instant::now();
-        let t = &mut self.totals;
-        t.user_ns += ticks_to_ns(stat.utime.saturating_sub(w.user_ticks), ticks);
-        t.system_ns += ticks_to_ns(stat.stime.saturating_sub(w.system_ticks), ticks);
-        let interval = now.saturating_duration_since(w.read_at).as_nanos() as u64;
-        t.watched_ns += interval;
-        if let Some((id, last)) = &mut w.clock {
-            if let Some(now) = read_clock(*id) {
-                t.process_cpu_ns += now.saturating_sub(*last);
-                *last = now.max(*last);
+        let interval = now.saturating_duration_since(self.read_at).as_nanos() as u64;
+        let ticks = self.ticks_per_second;
+        let (mut sum, mut alive, mut exec, mut busiest) = (Delta::default(), false, false, None);
+        let shares = &mut self.shares;
+        let mut left = false;
+        self.members.retain_mut(|m| match m.read(ticks, interval) {
+            MemberRead::Alive(d) => {
+                alive = true;
+                let share = shares.entry(m.key()).or_insert_with(|| Share {
+                    pid: m.info().pid,
+                    comm: m.info().comm.clone(),
+                    cpu_ns: 0,
+                });
+                share.comm.clone_from(&m.info().comm);
+                share.cpu_ns += d.user_ns + d.system_ns;
+                add(&mut sum, &d, &mut busiest);
+                true
             }
-        }
-        w.user_ticks = w.user_ticks.max(stat.utime);
-        w.system_ticks = w.system_ticks.max(stat.stime);
-        w.read_at = now;
-        w.info.threads = stat.num_threads.max(0) as u64;
-        w.info.comm = stat.comm;
-        // Pinned after it started (taskset -p, bench --cpus): read again each time.
-        if let Some(cpus) = super::own::cpus_allowed(w.info.pid) {
-            w.info.cpus_allowed = Some(cpus);
-        }
-        let mut threads = read_threads(&w.process);
-        if !threads.listed {
-            // Keep every thread's last values for the next read that can list them.
-            return Read::Alive;
-        }
-        let readable = threads.readable();
-        // A known thread whose files failed this time keeps its last values: counting it
-        // as new at the next read would add its whole life again.
-        for tid in &threads.failed {
-            if let Some(last) = w.threads.get(tid) {
-                threads.ok.insert(*tid, *last);
+            MemberRead::Skipped => true,
+            MemberRead::Gone => {
+                left = true;
+                false
             }
+            MemberRead::Exec => {
+                (left, exec) = (true, true);
+                false
+            }
+        });
+        self.left |= left;
+        if self.members.is_empty() {
+            let ended = if exec { Read::Exec } else { Read::Gone };
+            self.ended = Some(ended.clone());
+            return ended;
         }
-        let threads = threads.ok;
-        let mut busiest = 0;
-        let mut demand_all = 0u64;
-        for (tid, now) in &threads {
-            // A thread first seen now started since the last read: all of its values
-            // happened while watched. A tid whose values went down is a new thread that
-            // reused the id: likewise.
-            let last = w.threads.get(tid).copied().unwrap_or_default();
-            let delta = |now: u64, last: u64| if now >= last { now - last } else { now };
-            t.cpu_ns += delta(now.cpu_ns, last.cpu_ns);
-            t.runqueue_ns += delta(now.runqueue_ns, last.runqueue_ns);
-            t.voluntary += delta(now.voluntary, last.voluntary);
-            t.involuntary += delta(now.involuntary, last.involuntary);
-            // A thread new since the last read brings its whole life: at most the
-            // interval of it is this read's.
-            let demand = delta(now.cpu_ns, last.cpu_ns) + delta(now.runqueue_ns, last.runqueue_ns);
-            busiest = busiest.max(demand.min(interval));
-            demand_all += demand;
+        self.update_info();
+        if !alive {
+            return Read::Skipped;
         }
-        t.busiest_ns += busiest;
-        if demand_all as f64 >= ACTIVE * interval as f64 {
-            t.active_ns += interval;
-            t.active_busiest_ns += busiest;
-        }
-        w.threads = threads;
-        w.threads_readable = readable;
+        self.read_at = now;
+        self.add_read(&sum, busiest, interval);
         Read::Alive
     }
-}
 
-/// The CPU clock of process `pid`, if the kernel gives one.
-fn process_clock(pid: u32) -> Option<libc::clockid_t> {
-    let mut id: libc::clockid_t = 0;
-    let pid = libc::pid_t::try_from(pid).ok()?;
-    // SAFETY: a pid and a pointer to a clockid_t on the stack.
-    let rc = unsafe { libc::clock_getcpuclockid(pid, &mut id) };
-    (rc == 0).then_some(id)
-}
-
-/// A CPU clock's reading in nanoseconds; `None` once the process is gone.
-fn read_clock(id: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a clock id and a pointer to a timespec on the stack.
-    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-}
-
-fn ticks_to_ns(ticks: u64, per_second: u64) -> u64 {
-    (ticks as u128 * 1_000_000_000 / per_second as u128) as u64
-}
-
-/// One listing of a process's threads.
-struct Threads {
-    /// Run-queue delay and context switches of every thread whose files were read.
-    ok: HashMap<i32, ThreadLast>,
-    /// Threads listed whose files could not be read (exited meanwhile, or no permission).
-    failed: Vec<i32>,
-    /// Whether the thread list itself could be read.
-    listed: bool,
-}
-
-impl Threads {
-    /// False when threads exist but none of their files could be read.
-    fn readable(&self) -> bool {
-        self.listed && (!self.ok.is_empty() || self.failed.is_empty())
-    }
-}
-
-/// Every thread's run-queue delay and context switches.
-fn read_threads(process: &Process) -> Threads {
-    let mut out = Threads {
-        ok: HashMap::new(),
-        failed: Vec::new(),
-        listed: false,
-    };
-    let Ok(tasks) = process.tasks() else {
-        return out;
-    };
-    out.listed = true;
-    for task in tasks.flatten() {
-        match (task.schedstat(), task.status()) {
-            (Ok(sched), Ok(status)) => {
-                out.ok.insert(
-                    task.tid,
-                    ThreadLast {
-                        cpu_ns: sched.sum_exec_runtime,
-                        runqueue_ns: sched.run_delay,
-                        voluntary: status.voluntary_ctxt_switches.unwrap_or(0),
-                        involuntary: status.nonvoluntary_ctxt_switches.unwrap_or(0),
-                    },
-                );
+    /// Adds one read of the group, `interval` after the previous one.
+    fn add_read(&mut self, d: &Delta, demand: Option<(u64, u64)>, interval: u64) {
+        let t = &mut self.totals;
+        t.user_ns += d.user_ns;
+        t.system_ns += d.system_ns;
+        t.process_cpu_ns += d.process_cpu_ns;
+        t.cpu_ns += d.cpu_ns;
+        t.runqueue_ns += d.runqueue_ns;
+        t.voluntary += d.voluntary;
+        t.involuntary += d.involuntary;
+        t.watched_ns += interval;
+        if let Some((busiest, all)) = demand {
+            t.busiest_ns += busiest;
+            if all as f64 >= ACTIVE * interval as f64 {
+                t.active_ns += interval;
+                t.active_busiest_ns += busiest;
             }
-            _ => out.failed.push(task.tid),
         }
     }
-    out
+
+    /// The group as one: its first process's name, every process's threads.
+    fn update_info(&mut self) {
+        let Some(first) = self.members.first() else {
+            self.info = None;
+            return;
+        };
+        let mut info = first.info().clone();
+        info.threads = self.members.iter().map(|m| m.info().threads).sum();
+        info.processes = self.members.len();
+        self.info = Some(info);
+    }
+}
+
+/// Adds one process's read to the group's: the busiest thread of the group is the
+/// busiest of each process's, the demand of all threads the sum.
+fn add(sum: &mut Delta, d: &Delta, demand: &mut Option<(u64, u64)>) {
+    sum.user_ns += d.user_ns;
+    sum.system_ns += d.system_ns;
+    sum.process_cpu_ns += d.process_cpu_ns;
+    sum.cpu_ns += d.cpu_ns;
+    sum.runqueue_ns += d.runqueue_ns;
+    sum.voluntary += d.voluntary;
+    sum.involuntary += d.involuntary;
+    if let Some((busiest, all)) = d.demand {
+        let (b, a) = demand.get_or_insert((0, 0));
+        *b = (*b).max(busiest);
+        *a += all;
+    }
 }
 
 /// Checks that this kernel has the per-thread schedstat files accounting needs.
@@ -394,7 +387,7 @@ mod tests {
     #[test]
     fn counts_own_cpu_and_keeps_what_exited_threads_did() {
         let mut a = Accountant::new();
-        a.attach(std::process::id()).unwrap();
+        a.attach(&[std::process::id()]).unwrap();
         // Threads that burn and exit between two reads: their user time stays (the
         // process-wide stat keeps it).
         let handles: Vec<_> = (0..2).map(|_| std::thread::spawn(|| burn(150))).collect();
@@ -423,13 +416,13 @@ mod tests {
             .spawn()
             .unwrap();
         let mut a = Accountant::new();
-        a.attach(child.id()).unwrap();
+        a.attach(&[child.id()]).unwrap();
         assert_eq!(a.read(), Read::Alive);
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(a.read(), Read::Gone);
         let before = a.totals();
-        a.attach(std::process::id()).unwrap();
+        a.attach(&[std::process::id()]).unwrap();
         assert_eq!(a.totals().restarts, before.restarts + 1);
         assert_eq!(a.process().map(|p| p.pid), Some(std::process::id()));
     }

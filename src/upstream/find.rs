@@ -38,23 +38,42 @@ impl Target {
         }
     }
 
-    /// The pid this target names now.
+    /// The pid this target names now: with `auto`, the lowest pid of the group that
+    /// serves the upstream's socket ([`Target::locate_group`]).
     pub fn locate(&self) -> anyhow::Result<u32> {
+        self.locate_group()?
+            .first()
+            .copied()
+            .context("no process serves the upstream")
+    }
+
+    /// Every process that serves the upstream, lowest pid first, never none: with
+    /// `auto`, each process holding a socket that listens on its address (forked workers
+    /// share their parent's socket; processes bound with SO_REUSEPORT each hold one of
+    /// their own); with `pid` or `pid_file`, the one process named.
+    pub fn locate_group(&self) -> anyhow::Result<Vec<u32>> {
         match self {
-            Target::Pid(pid) => Ok(*pid),
+            Target::Pid(pid) => Ok(vec![*pid]),
             Target::PidFile(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading the pid file {}", path.display()))?;
-                text.trim().parse::<u32>().with_context(|| {
+                let pid = text.trim().parse::<u32>().with_context(|| {
                     format!(
                         "the pid file {} holds {:?}, not a pid",
                         path.display(),
                         text.trim()
                     )
-                })
+                })?;
+                Ok(vec![pid])
             }
-            Target::Listener(upstream) => listener_pid(upstream),
+            Target::Listener(upstream) => listener_pids(upstream),
         }
+    }
+
+    /// Whether the group may gain members after it was found (workers forked later, a
+    /// new SO_REUSEPORT process): only `auto` looks again.
+    pub fn finds_groups(&self) -> bool {
+        matches!(self, Target::Listener(_))
     }
 
     /// Whether a pid that went away may come back under another pid.
@@ -81,9 +100,10 @@ pub fn threads(pid: u32) -> std::io::Result<Vec<u32>> {
     Ok(tids)
 }
 
-/// The process holding the socket that listens on `upstream` (`host:port`), found through
-/// /proc/net/tcp{,6} (the socket's inode) and /proc/*/fd (who holds that inode).
-fn listener_pid(upstream: &str) -> anyhow::Result<u32> {
+/// The processes holding a socket that listens on `upstream` (`host:port`), found through
+/// /proc/net/tcp{,6} (the sockets' inodes) and /proc/*/fd (who holds them), lowest pid
+/// first; never empty.
+fn listener_pids(upstream: &str) -> anyhow::Result<Vec<u32>> {
     let addrs: Vec<SocketAddr> = upstream
         .to_socket_addrs()
         .with_context(|| format!("resolving {upstream}"))?
@@ -126,9 +146,9 @@ fn listener_pid(upstream: &str) -> anyhow::Result<u32> {
         }
     }
     // Forked servers share one listening socket; the oldest holder (lowest pid, as a
-    // rule the parent) is the one a restart replaces.
+    // rule the parent) comes first: it names the group.
     match holders.first() {
-        Some(&pid) => Ok(pid),
+        Some(_) => Ok(holders.into_iter().collect()),
         None => bail!(
             "a socket listens on {upstream} (owned by uid {}), but no process whose /proc/PID/fd this user can read holds it ({unreadable} processes are not readable): run phasescope as that user or as root, or grant CAP_SYS_PTRACE, or set [tap.process] pid",
             owners.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", "),

@@ -9,8 +9,10 @@
 
 pub mod account;
 pub mod find;
+mod member;
 pub mod own;
 pub mod profile;
+mod samplers;
 pub mod slices;
 mod watch;
 
@@ -19,9 +21,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use own::Own;
-pub use watch::{ProfileSettings, Watcher};
+pub use samplers::{ProfileSettings, MAX_SAMPLED_PROCESSES};
+pub use watch::Watcher;
 
 use crate::snapshot::stacks::StackWindow;
+use crate::snapshot::upstream::ProcessCpu;
 use crate::snapshot::upstream::TOP_SYMBOLS;
 use crate::snapshot::{FrameKind, ProfileSnapshot, SymbolSnapshot, UpstreamSnapshot};
 use crate::sync::lock;
@@ -39,6 +43,11 @@ struct State {
     accountant: Accountant,
     /// The totals at the last snapshot reset: the snapshot shows what happened since.
     baseline: Totals,
+    /// Each process's CPU at the last snapshot reset, by pid and start time.
+    share_baseline: BTreeMap<(u32, u64), u64>,
+    /// Each process's CPU when its samples were last added, by pid and start time: what
+    /// a process without a sampler ran since is counted as unsampled.
+    share_collected: BTreeMap<(u32, u64), u64>,
     /// Sampling, when `profile` is on and a profiler runs (or ran) on the process.
     samples: Option<Samples>,
     /// Why sampling asked for is not running, as the watcher logged it.
@@ -83,6 +92,8 @@ impl Upstream {
             state: Mutex::new(State {
                 accountant: Accountant::new(),
                 baseline: Totals::default(),
+                share_baseline: BTreeMap::new(),
+                share_collected: BTreeMap::new(),
                 samples: None,
                 sampling_off: None,
                 collects: 0,
@@ -121,7 +132,7 @@ impl Upstream {
                 s.slices.close(totals, readable);
             }
             Read::Skipped => {}
-            Read::Gone | Read::Detached => s.slices.lose_track(),
+            Read::Gone | Read::Exec | Read::Detached => s.slices.lose_track(),
         }
     }
 
@@ -136,11 +147,28 @@ impl Upstream {
         lock(&self.state).slices.counting()
     }
 
-    pub(crate) fn attach(&self, pid: u32) -> anyhow::Result<(ProcessInfo, bool)> {
+    /// Starts watching the group `pids` (a restart when another was watched before).
+    pub(crate) fn attach(&self, pids: &[u32]) -> anyhow::Result<(ProcessInfo, bool)> {
         let mut s = lock(&self.state);
         s.slices.lose_track();
-        let info = s.accountant.attach(pid)?.clone();
+        let info = s.accountant.attach(pids)?;
         Ok((info, s.accountant.threads_readable()))
+    }
+
+    /// Adds a process to the group watched (a worker forked since, another process on
+    /// the port): the group as it is then.
+    pub(crate) fn join(&self, pid: u32) -> anyhow::Result<ProcessInfo> {
+        lock(&self.state).accountant.join(pid)
+    }
+
+    /// The pids of the group watched, lowest first.
+    pub(crate) fn members(&self) -> Vec<u32> {
+        lock(&self.state).accountant.members()
+    }
+
+    /// Whether a process left the group since the last call.
+    pub(crate) fn take_left(&self) -> bool {
+        lock(&self.state).accountant.take_left()
     }
 
     pub(crate) fn detach(&self) {
@@ -176,6 +204,8 @@ impl Upstream {
 
     fn restart_window(s: &mut State) {
         s.baseline = s.accountant.totals();
+        s.accountant.forget_departed();
+        s.share_baseline = cpu_by_process(&s.accountant);
         s.slices.restart();
         if let Some(samples) = &mut s.samples {
             samples.window.clear();
@@ -220,11 +250,31 @@ impl Upstream {
         lock(&self.state).collects
     }
 
-    /// Adds one collect's samples.
-    pub(crate) fn add_samples(&self, delta: &profile::ProfileDelta) {
+    /// Adds one collect's samples, one delta per process sampled (`sampled`): the CPU
+    /// of the group's other processes since the last collect counts as unsampled.
+    pub(crate) fn add_samples(&self, deltas: &[profile::ProfileDelta], sampled: &[u32]) {
         let mut s = lock(&self.state);
         s.collects += 1;
+        let now = cpu_by_process(&s.accountant);
+        let unsampled: u64 = now
+            .iter()
+            .filter(|((pid, _), _)| !sampled.contains(pid))
+            .map(|(key, &ns)| ns.saturating_sub(s.share_collected.get(key).copied().unwrap_or(0)))
+            .sum();
+        s.share_collected = now;
         let samples = s.samples.get_or_insert_with(Samples::default);
+        samples.window_unsampled_cpu_ns += unsampled;
+        samples.unsampled_threads = 0;
+        for delta in deltas {
+            samples.add(delta);
+        }
+    }
+}
+
+impl Samples {
+    /// Adds one process's samples of a collect.
+    fn add(&mut self, delta: &profile::ProfileDelta) {
+        let samples = self;
         for (component, n) in &delta.by_component {
             *samples.total.entry(component.clone()).or_default() += n;
             *samples.window.entry(component.clone()).or_default() += n;
@@ -240,7 +290,7 @@ impl Upstream {
                 .or_default() += sym.samples;
         }
         samples.window_lost += delta.lost;
-        samples.unsampled_threads = delta.unsampled_threads;
+        samples.unsampled_threads += delta.unsampled_threads;
         samples.window_unsampled_cpu_ns += delta.unsampled_cpu_ns;
         if let Some(frames) = delta.frames {
             samples.frames = Some(frames);
@@ -257,7 +307,9 @@ impl Upstream {
             samples.window_stacks.add(&delta.stacks);
         }
     }
+}
 
+impl Upstream {
     /// Samples per component since start; `None` when nothing is sampled.
     pub fn samples_total(&self) -> Option<BTreeMap<String, u64>> {
         lock(&self.state).samples.as_ref().map(|s| s.total.clone())
@@ -286,6 +338,7 @@ impl Upstream {
             snap.cpu_seconds = None;
         }
         snap.slices = s.slices.snapshot();
+        snap.processes = processes_in_window(&s.accountant, &s.share_baseline);
         snap.profile = s.samples.as_ref().map(Samples::snapshot);
         snap
     }
@@ -327,6 +380,41 @@ impl Samples {
     }
 }
 
+/// Each process's CPU (user + system) while watched, by pid and start time.
+fn cpu_by_process(accountant: &Accountant) -> BTreeMap<(u32, u64), u64> {
+    accountant
+        .shares()
+        .iter()
+        .map(|(&key, share)| (key, share.cpu_ns))
+        .collect()
+}
+
+/// A server of several processes: each one's CPU in the window (since `baseline`),
+/// lowest pid first; `None` when the window saw one process only.
+fn processes_in_window(
+    accountant: &Accountant,
+    baseline: &BTreeMap<(u32, u64), u64>,
+) -> Option<Vec<ProcessCpu>> {
+    let shares = accountant.shares();
+    if shares.len() < 2 {
+        return None;
+    }
+    Some(
+        shares
+            .iter()
+            .map(|(key, share)| ProcessCpu {
+                pid: share.pid,
+                comm: share.comm.clone(),
+                cpu_seconds: share
+                    .cpu_ns
+                    .saturating_sub(baseline.get(key).copied().unwrap_or(0))
+                    as f64
+                    / 1e9,
+            })
+            .collect(),
+    )
+}
+
 /// The snapshot's `upstream` object for the process's figures over a window, before any
 /// profile or slices are added.
 fn process_snapshot(
@@ -353,6 +441,7 @@ fn process_snapshot(
         context_switches_voluntary: window.voluntary,
         context_switches_involuntary: window.involuntary,
         restarts: window.restarts,
+        processes: None,
         profile: None,
         slices: None,
     }

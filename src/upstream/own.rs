@@ -55,7 +55,7 @@ impl Own {
         let process = Upstream::new("phasescope", INTERVAL);
         let pid = std::process::id();
         process
-            .attach(pid)
+            .attach(&[pid])
             .with_context(|| format!("reading phasescope's own process (/proc/{pid})"))?;
         let own = Arc::new(Own {
             process,

@@ -1,5 +1,6 @@
-//! The per-tap watcher thread: find the process, read it every `interval`, follow it
-//! across restarts, and say so in the log once per change.
+//! The per-tap watcher thread: find the process (with `auto`, the group of processes
+//! that serve the upstream's socket), read it every `interval`, follow workers that
+//! come and go and the whole across restarts, and say so in the log once per change.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
@@ -10,37 +11,9 @@ use crate::sync::Background;
 
 use super::account::Read;
 use super::find::Target;
-use super::profile::{self, ComponentRules, PhpProfiler, Profiler, Sampler, UserComponentRule};
+use super::samplers::{ProfileSettings, Samplers};
 use super::slices::SLICE;
 use super::Upstream;
-
-/// What `profile = true` asks for: the rate and the user's component rules.
-#[derive(Debug, Clone)]
-pub struct ProfileSettings {
-    pub frequency: u32,
-    pub stack_bytes: u32,
-    pub rules: Vec<UserComponentRule>,
-}
-
-impl ProfileSettings {
-    /// From `[tap.process]`; `None` when profiling is off.
-    pub fn of(tap: &crate::config::TapConfig) -> Option<ProfileSettings> {
-        let p = &tap.process;
-        p.profile.then(|| ProfileSettings {
-            frequency: p.frequency,
-            stack_bytes: p.stack_bytes,
-            rules: p
-                .components
-                .iter()
-                .map(|c| UserComponentRule {
-                    name: c.name.clone(),
-                    symbol: c.symbol.clone(),
-                    object: c.object.clone(),
-                })
-                .collect(),
-        })
-    }
-}
 
 /// Owns the thread; dropping it (or [`Watcher::stop`]) ends the thread within one
 /// `interval`'s wait, which the stop cuts short.
@@ -90,8 +63,10 @@ fn run(
         misses: 0,
         attached: None,
         last_pid: None,
-        profiler: None,
-        told_profile: false,
+        last_exe: None,
+        exec: false,
+        samplers: Samplers::default(),
+        turns: 0,
     };
     loop {
         let turn = match w.attached {
@@ -147,9 +122,14 @@ struct Watch<'a> {
     misses: u32,
     attached: Option<u32>,
     last_pid: Option<u32>,
-    /// One profiler per process: a restart gets a new one, never the old one's events.
-    profiler: Option<Sampler>,
-    told_profile: bool,
+    /// The executable of the process last attached, to name what an exec replaced.
+    last_exe: Option<std::path::PathBuf>,
+    /// The process let go exec'd another program: the next attach is that program.
+    exec: bool,
+    /// One profiler per process: a restart gets new ones, never the old one's events.
+    samplers: Samplers,
+    /// Turns since the group was last looked for.
+    turns: u32,
 }
 
 impl Watch<'_> {
@@ -159,8 +139,8 @@ impl Watch<'_> {
         let interval = self.upstream.interval();
         match self
             .target
-            .locate()
-            .and_then(|pid| self.upstream.attach(pid))
+            .locate_group()
+            .and_then(|pids| self.upstream.attach(&pids))
         {
             Ok((info, threads_readable)) => self.attached_to(&info, threads_readable),
             Err(e) if e.downcast_ref::<super::find::NotLocal>().is_some() => {
@@ -198,7 +178,24 @@ impl Watch<'_> {
         self.told_missing = false;
         self.misses = 0;
         self.attached = Some(info.pid);
+        let shown = |exe: &Option<std::path::PathBuf>| {
+            exe.as_ref().map_or_else(
+                || "an unreadable executable".to_owned(),
+                |e| e.display().to_string(),
+            )
+        };
         match self.last_pid {
+            Some(old) if std::mem::take(&mut self.exec) && old == info.pid => tracing::info!(
+                tap,
+                pid = info.pid,
+                comm = %info.comm,
+                "the upstream process {} exec'd another program: now {} ({}, {} threads), was {}; counted as a restart, counters go on from the new program",
+                info.pid,
+                shown(&info.exe),
+                info.comm,
+                info.threads,
+                shown(&self.last_exe)
+            ),
             Some(old) => tracing::info!(
                 tap,
                 pid = info.pid,
@@ -227,9 +224,52 @@ impl Watch<'_> {
             );
         }
         self.last_pid = Some(info.pid);
+        self.last_exe = info.exe.clone();
+        self.turns = 0;
+        self.samplers.clear();
+        self.follow_samplers();
+    }
+
+    /// Gives each process of the group its sampler, and takes away those of processes
+    /// that left.
+    fn follow_samplers(&mut self) {
         if let Some(settings) = self.profile {
-            self.profiler =
-                start_profiler(tap, info, settings, self.upstream, &mut self.told_profile);
+            let members = self.upstream.members();
+            self.samplers.follow(&members, settings, self.upstream);
+        }
+    }
+
+    /// With `auto`, looks for the group's processes again when one left (a master
+    /// replaces the workers that exit) and every [`REGROUP_TURNS`] turns (a worker added,
+    /// a new SO_REUSEPORT process): finding scans every process's open files, so not
+    /// every turn.
+    fn regroup(&mut self) {
+        let tap = self.upstream.tap();
+        self.turns += 1;
+        let left = self.upstream.take_left();
+        if self.target.finds_groups() && (left || self.turns >= REGROUP_TURNS) {
+            self.turns = 0;
+            let members = self.upstream.members();
+            for pid in self.target.locate_group().unwrap_or_default() {
+                if members.contains(&pid) {
+                    continue;
+                }
+                match self.upstream.join(pid) {
+                    Ok(info) => tracing::info!(
+                        tap,
+                        pid,
+                        "pid {pid} serves the upstream too: now {} processes ({} threads)",
+                        info.processes,
+                        info.threads
+                    ),
+                    Err(e) => {
+                        tracing::debug!(tap, pid, "cannot watch a process of the upstream: {e:#}")
+                    }
+                }
+            }
+        }
+        if left || self.turns == 0 {
+            self.follow_samplers();
         }
     }
 
@@ -237,25 +277,41 @@ impl Watch<'_> {
     /// let go, and looked for again at once when its successor may already listen.
     fn read(&mut self, pid: u32) -> Turn {
         let tap = self.upstream.tap();
-        if let Some(p) = &mut self.profiler {
-            match p.collect() {
-                Ok(delta) => self.upstream.add_samples(&delta),
-                Err(e) => {
-                    // The process may be exiting; the read below tells.
-                    tracing::debug!(tap, pid, "collecting samples: {e}");
+        let sampled = self.samplers.sampled();
+        if !sampled.is_empty() {
+            let deltas = self.samplers.collect(tap);
+            self.upstream.add_samples(&deltas, &sampled);
+        }
+        match self.upstream.read() {
+            Read::Gone => {
+                self.let_go();
+                tracing::info!(tap, pid, "the upstream process {pid} is gone");
+                if self.target.follows_restarts() {
+                    return Turn::Again;
                 }
             }
-        }
-        if self.upstream.read() == Read::Gone {
-            self.upstream.detach();
-            self.attached = None;
-            self.profiler = None;
-            tracing::info!(tap, pid, "the upstream process {pid} is gone");
-            if self.target.follows_restarts() {
+            // Another program in the same process: attached again at once, whatever the
+            // target (the pid is still the one asked for).
+            Read::Exec => {
+                self.let_go();
+                self.exec = true;
+                tracing::info!(
+                    tap,
+                    pid,
+                    "the upstream process {pid} exec'd another program"
+                );
                 return Turn::Again;
             }
+            Read::Alive | Read::Skipped | Read::Detached => self.regroup(),
         }
         Turn::Wait
+    }
+
+    /// Stops reading and sampling the process attached.
+    fn let_go(&mut self) {
+        self.upstream.detach();
+        self.attached = None;
+        self.samplers.clear();
     }
 
     /// How long to wait before the next turn.
@@ -274,76 +330,7 @@ impl Watch<'_> {
 const SLOW_AFTER_MISSES: u32 = 30;
 const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Starts sampling `info`'s process; a failure is one log line (once per watcher for a
-/// missing permission) and the accounting goes on without samples.
-fn start_profiler(
-    tap: &str,
-    info: &super::account::ProcessInfo,
-    settings: &ProfileSettings,
-    upstream: &Upstream,
-    told: &mut bool,
-) -> Option<Sampler> {
-    let rules = || match ComponentRules::new(&settings.rules) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::warn!(tap, "{e}; sampling is off");
-            upstream.sampling_failed(e.to_string());
-            None
-        }
-    };
-    // A PHP interpreter's own stacks say which PHP function runs; its machine code would
-    // only name the VM's handlers.
-    if settings.stack_bytes > 0 {
-        match PhpProfiler::start(info.pid, settings.frequency, rules()?) {
-            Ok(Some(p)) => {
-                upstream.profiling(false, settings.frequency);
-                tracing::info!(
-                    tap,
-                    pid = info.pid,
-                    "sampling the upstream's PHP call stacks (PHP {}) at {} Hz while it is on a CPU",
-                    p.version(),
-                    settings.frequency
-                );
-                *told = false;
-                return Some(Sampler::Php(p));
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(
-                tap,
-                pid = info.pid,
-                "{e}. Sampling its machine code instead: PHP functions will not be named"
-            ),
-        }
-    }
-    match Profiler::start(info.pid, settings.frequency, settings.stack_bytes, rules()?) {
-        Ok(p) => {
-            let stripped = info.exe.as_deref().is_some_and(profile::is_stripped);
-            upstream.profiling(stripped, settings.frequency);
-            tracing::info!(
-                tap,
-                pid = info.pid,
-                "sampling the upstream's CPU at {} Hz per thread{}",
-                settings.frequency,
-                if stripped {
-                    "; its binary is stripped: its own code reads as one component"
-                } else {
-                    ""
-                }
-            );
-            *told = false;
-            Some(Sampler::Native(p))
-        }
-        Err(e) => {
-            upstream.sampling_failed(e.to_string());
-            if !*told {
-                tracing::warn!(
-                    tap,
-                    pid = info.pid,
-                    "{e}. Sampling is off; CPU and run-queue accounting go on"
-                );
-                *told = e.is_permission();
-            }
-            None
-        }
-    }
-}
+/// With `auto`, the group is looked for again every this many turns even when no process
+/// left it: a worker added or a new SO_REUSEPORT process is found within that many
+/// `interval`s.
+const REGROUP_TURNS: u32 = 10;

@@ -363,7 +363,8 @@ impl ThreadEvents {
     /// Closes the event of thread `tid`, if it has one, after draining its last records.
     fn close(&mut self, tid: u32, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         if let Some(mut sampler) = self.threads.remove(&tid) {
-            drain_one(&mut sampler, unwinder, &mut self.scratch, drained);
+            let stacks = self.stack_bytes > 0;
+            drain_one(&mut sampler, unwinder, stacks, &mut self.scratch, drained);
         }
     }
 
@@ -386,7 +387,14 @@ impl ThreadEvents {
     /// stacks with `unwinder` (when sampled).
     pub fn drain(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         for sampler in self.threads.values_mut() {
-            drain_one(sampler, unwinder.as_deref_mut(), &mut self.scratch, drained);
+            let stacks = self.stack_bytes > 0;
+            drain_one(
+                sampler,
+                unwinder.as_deref_mut(),
+                stacks,
+                &mut self.scratch,
+                drained,
+            );
         }
     }
 
@@ -395,9 +403,12 @@ impl ThreadEvents {
     }
 }
 
+/// Drains one thread's records; `stacks`: user stacks are sampled, and a sample drained
+/// before the unwinder is ready (it loads in the background) is a leaf cut short.
 fn drain_one(
     sampler: &mut Sampler,
     mut unwinder: Option<&mut Unwinder>,
+    stacks: bool,
     scratch: &mut Scratch,
     drained: &mut Drained,
 ) {
@@ -411,7 +422,7 @@ fn drain_one(
         match ty {
             RECORD_SAMPLE => {
                 if let Some(sample) = Sample::parse(&bytes, kernel) {
-                    sample.stack(unwinder.as_deref_mut(), scratch);
+                    sample.stack(unwinder.as_deref_mut(), stacks, scratch);
                     match drained.stacks.get_mut(scratch.stack.as_slice()) {
                         Some(count) => *count += 1,
                         None => {
@@ -492,7 +503,7 @@ impl<'a> Sample<'a> {
     }
 
     /// Writes this sample's drained stack (see [`Drained`]) into `scratch.stack`.
-    fn stack(&self, unwinder: Option<&mut Unwinder>, scratch: &mut Scratch) {
+    fn stack(&self, unwinder: Option<&mut Unwinder>, stacks: bool, scratch: &mut Scratch) {
         let out = &mut scratch.stack;
         out.clear();
         out.push(0);
@@ -518,6 +529,12 @@ impl<'a> Sample<'a> {
                     .size
                     .walked(used.bytes, used.past_copy, self.full_copy);
                 out.extend_from_slice(&scratch.user);
+            }
+            // Call stacks asked for, but the unwinder is still loading the process's unwind
+            // tables: the leaf, and a walk cut short.
+            (None, Some([_, _, ip])) if stacks => {
+                out.push(if self.kernel { ip } else { self.ip });
+                truncated = true;
             }
             // Leaf only: a user-mode sample's instruction.
             _ if !self.kernel => out.push(self.ip),

@@ -103,6 +103,24 @@ fn spawn_drainer(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Backgro
     })
 }
 
+/// Reads the process's unwind tables on a thread of its own and hands the unwinder to the
+/// sampling once ready: a binary of a hundred megabytes (node) takes seconds to read, and
+/// sampling starts at once meanwhile, its first samples a leaf each, cut short. The thread
+/// ends when the tables are read; a profiler dropped before gets nothing.
+fn spawn_unwinder_loader(sampling: &Arc<Mutex<Sampling>>, pid: u32) -> io::Result<()> {
+    let sampling = Arc::downgrade(sampling);
+    std::thread::Builder::new()
+        .name("ps-up-unwind".into())
+        .spawn(move || {
+            let unwinder = Unwinder::new(pid);
+            if let Some(sampling) = sampling.upgrade() {
+                lock(&sampling).unwinder = Some(unwinder);
+                tracing::debug!(pid, "upstream unwind tables read");
+            }
+        })
+        .map(drop)
+}
+
 impl Profiler {
     /// Opens sampling perf events (software CPU clock, user+kernel) on every thread of
     /// `pid`, copying `stack_bytes` of each sample's user stack (0: the leaf only).
@@ -117,8 +135,10 @@ impl Profiler {
         // perf wants a multiple of 8 and less than a record's 64 KiB.
         let stack_bytes = stack_bytes.min(MAX_STACK_BYTES) / 8 * 8;
         let events = ThreadEvents::open(pid, frequency_hz, stack_bytes)?;
-        let unwinder = (stack_bytes > 0).then(|| Unwinder::new(pid));
-        let symbols = Symbols::new(pid)?;
+        let mut symbols = Symbols::new(pid)?;
+        // The symbol tables of a large binary take seconds to read: the symbolizer starts
+        // on them now, beside the first samples, not at the first collect.
+        symbols.warm_up();
         let kernel_symbols = kernel_symbols_visible();
         if !kernel_symbols {
             tracing::warn!(
@@ -128,13 +148,14 @@ impl Profiler {
                  kernel.perf_event_paranoid at 1 or less"
             );
         }
-        let stacks = unwinder.is_some();
+        let stacks = stack_bytes > 0;
         let sampling = Arc::new(Mutex::new(Sampling {
             events,
-            unwinder,
+            unwinder: None,
             drained: Drained::default(),
         }));
         let drainer = if stacks {
+            spawn_unwinder_loader(&sampling, pid).map_err(ProfileError::Symbolizer)?;
             Some(spawn_drainer(sampling.clone(), pid).map_err(ProfileError::Symbolizer)?)
         } else {
             None

@@ -102,6 +102,27 @@ impl Symbols {
         })
     }
 
+    /// Asks the symbolizer to name the first address of each file the process maps
+    /// executable, without waiting for the answer: it reads their symbol tables now, so
+    /// that the first collect's batch does not wait for all of it.
+    pub fn warm_up(&mut self) {
+        let addrs: Vec<u64> = self
+            .maps
+            .ranges
+            .iter()
+            .filter(|(m, _)| m.is_file())
+            .map(|(m, _)| m.start)
+            .collect();
+        if addrs.is_empty() {
+            return;
+        }
+        self.worker.send_unanswered(Request::User {
+            pid: self.pid,
+            map_files: self.map_files,
+            addrs,
+        });
+    }
+
     /// Re-reads /proc/PID/maps; when its executable mappings changed (a library loaded,
     /// JIT code mapped), the user-space cache starts over since an address may now mean
     /// something else. Data mappings come and go with the heap and do not matter.
@@ -295,6 +316,8 @@ type Response = Result<Vec<Option<String>>, String>;
 struct Worker {
     requests: mpsc::Sender<Request>,
     responses: mpsc::Receiver<Response>,
+    /// Requests sent whose answers nobody waits for: skipped before the next answer.
+    unanswered: usize,
 }
 
 impl Worker {
@@ -347,12 +370,27 @@ impl Worker {
         Ok(Worker {
             requests,
             responses,
+            unanswered: 0,
         })
     }
 
-    fn symbolize(&self, request: Request) -> Result<Vec<Option<String>>, ProfileError> {
+    /// Sends a request whose answer is not waited for (a warm-up).
+    fn send_unanswered(&mut self, request: Request) {
+        if self.requests.send(request).is_ok() {
+            self.unanswered += 1;
+        }
+    }
+
+    fn symbolize(&mut self, request: Request) -> Result<Vec<Option<String>>, ProfileError> {
         let stopped = || ProfileError::Symbolize("the symbolizer thread stopped".into());
         self.requests.send(request).map_err(|_| stopped())?;
+        // The answers come in order: those of the warm-ups first.
+        while self.unanswered > 0 {
+            match self.responses.recv_timeout(SYMBOLIZE_DEADLINE) {
+                Ok(_) => self.unanswered -= 1,
+                Err(_) => return Err(stopped()),
+            }
+        }
         match self.responses.recv_timeout(SYMBOLIZE_DEADLINE) {
             Ok(response) => response.map_err(ProfileError::Symbolize),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(ProfileError::Symbolize(format!(
@@ -505,7 +543,7 @@ mod tests {
         let pid = std::process::id();
         let addr = through_root as *const () as u64;
         for map_files in [false, true] {
-            let worker = Worker::spawn(pid, map_files).unwrap();
+            let mut worker = Worker::spawn(pid, map_files).unwrap();
             let names = worker
                 .symbolize(Request::User {
                     pid,
@@ -564,7 +602,7 @@ mod tests {
         let names = [c"memmove", c"strlen", c"read", c"recv"];
         let addrs: Vec<u64> = names.iter().map(|n| resolve(n)).collect();
         for map_files in [false, true] {
-            let worker = Worker::spawn(pid, map_files).unwrap();
+            let mut worker = Worker::spawn(pid, map_files).unwrap();
             let got = worker
                 .symbolize(Request::User {
                     pid,

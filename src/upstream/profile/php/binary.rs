@@ -3,7 +3,7 @@
 //! loaded, the address of `executor_globals`, and the PHP version it was built as.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
@@ -98,7 +98,17 @@ pub fn find_engine(pid: u32) -> Result<Option<Engine>, PhpError> {
     // The executable through the magic link (the file the process runs, even deleted or
     // in another mount namespace), libraries through /proc/PID/root.
     let exe_path = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_owned();
-    let mut candidates = vec![(exe_path, PathBuf::from(format!("/proc/{pid}/exe")))];
+    // Every server is asked whether it is PHP, and reading a large binary's symbols to
+    // say no (node's 99 MB, V8's hundred thousand exported symbols) delayed its sampling
+    // by seconds: an executable is a PHP engine's candidate only when its name says PHP
+    // (php, php-fpm8.2, php-cgi, frankenphp); an engine in a library is libphp's.
+    let named_php = Path::new(&exe_path)
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().to_ascii_lowercase().contains("php"));
+    let mut candidates = Vec::new();
+    if named_php {
+        candidates.push((exe_path, PathBuf::from(format!("/proc/{pid}/exe"))));
+    }
     for mapping in &maps {
         if is_libphp(&mapping.path) && !candidates.iter().any(|(path, _)| *path == mapping.path) {
             let inside = PathBuf::from(format!("/proc/{pid}/root{}", mapping.path));

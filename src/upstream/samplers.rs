@@ -1,0 +1,176 @@
+//! One sampler per process of the upstream's group, following the group as its processes
+//! come and go: a worker that joins gets one, a worker that leaves takes its own away.
+//!
+//! Each process has its own address space (its own maps, symbols and unwind tables), so
+//! each gets its own profiler; their samples add up into one window. Each native profiler
+//! keeps its events within the descriptor budget counted over the whole proxy (the open
+//! descriptors include the other profilers' events), and at most
+//! [`MAX_SAMPLED_PROCESSES`] processes are sampled: the CPU of those left out is counted
+//! as unsampled, as a thread without an event is.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use super::profile::{
+    self, ComponentRules, PhpProfiler, ProfileDelta, Profiler, Sampler, UserComponentRule,
+};
+use super::Upstream;
+
+/// Processes of one group sampled at most (lowest pids first: the parent, then the
+/// workers it forked first). Each costs a profiler: its perf events, a drainer and a
+/// symbolizer thread, and its own copy of the symbol tables.
+pub const MAX_SAMPLED_PROCESSES: usize = 16;
+
+/// What `profile = true` asks for: the rate and the user's component rules.
+#[derive(Debug, Clone)]
+pub struct ProfileSettings {
+    pub frequency: u32,
+    pub stack_bytes: u32,
+    pub rules: Vec<UserComponentRule>,
+}
+
+impl ProfileSettings {
+    /// From `[tap.process]`; `None` when profiling is off.
+    pub fn of(tap: &crate::config::TapConfig) -> Option<ProfileSettings> {
+        let p = &tap.process;
+        p.profile.then(|| ProfileSettings {
+            frequency: p.frequency,
+            stack_bytes: p.stack_bytes,
+            rules: p
+                .components
+                .iter()
+                .map(|c| UserComponentRule {
+                    name: c.name.clone(),
+                    symbol: c.symbol.clone(),
+                    object: c.object.clone(),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The samplers of the group's processes, by pid.
+#[derive(Default)]
+pub struct Samplers {
+    running: BTreeMap<u32, Sampler>,
+    /// Processes a sampler was started on (or failed to start on): not tried again while
+    /// they stay in the group.
+    tried: BTreeSet<u32>,
+    /// A missing permission was logged: not again until a sampler starts.
+    told: bool,
+}
+
+impl Samplers {
+    /// Drops every sampler (the group went away).
+    pub fn clear(&mut self) {
+        self.running.clear();
+        self.tried.clear();
+    }
+
+    /// Matches the samplers to the group `members` (lowest pid first): those of
+    /// processes gone are dropped, new processes get one, up to [`MAX_SAMPLED_PROCESSES`].
+    pub fn follow(&mut self, members: &[u32], settings: &ProfileSettings, upstream: &Upstream) {
+        self.running.retain(|pid, _| members.contains(pid));
+        self.tried.retain(|pid| members.contains(pid));
+        for &pid in members.iter().take(MAX_SAMPLED_PROCESSES) {
+            if self.tried.insert(pid) {
+                if let Some(s) = start(upstream.tap(), pid, settings, upstream, &mut self.told) {
+                    self.running.insert(pid, s);
+                }
+            }
+        }
+    }
+
+    /// The pids sampled now.
+    pub fn sampled(&self) -> Vec<u32> {
+        self.running.keys().copied().collect()
+    }
+
+    /// Each sampler's samples since the last collect.
+    pub fn collect(&mut self, tap: &str) -> Vec<ProfileDelta> {
+        let mut deltas = Vec::with_capacity(self.running.len());
+        for (&pid, p) in &mut self.running {
+            match p.collect() {
+                Ok(delta) => deltas.push(delta),
+                // The process may be exiting; the read that follows tells.
+                Err(e) => tracing::debug!(tap, pid, "collecting samples: {e}"),
+            }
+        }
+        deltas
+    }
+}
+
+/// Starts sampling process `pid`; a failure is one log line (once per watcher for a
+/// missing permission) and the accounting goes on without samples.
+fn start(
+    tap: &str,
+    pid: u32,
+    settings: &ProfileSettings,
+    upstream: &Upstream,
+    told: &mut bool,
+) -> Option<Sampler> {
+    let rules = || match ComponentRules::new(&settings.rules) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(tap, "{e}; sampling is off");
+            upstream.sampling_failed(e.to_string());
+            None
+        }
+    };
+    // A PHP interpreter's own stacks say which PHP function runs; its machine code would
+    // only name the VM's handlers.
+    if settings.stack_bytes > 0 {
+        match PhpProfiler::start(pid, settings.frequency, rules()?) {
+            Ok(Some(p)) => {
+                upstream.profiling(false, settings.frequency);
+                tracing::info!(
+                    tap,
+                    pid,
+                    "sampling the upstream's PHP call stacks (PHP {}) at {} Hz while it is on a CPU",
+                    p.version(),
+                    settings.frequency
+                );
+                *told = false;
+                return Some(Sampler::Php(p));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                tap,
+                pid,
+                "{e}. Sampling its machine code instead: PHP functions will not be named"
+            ),
+        }
+    }
+    match Profiler::start(pid, settings.frequency, settings.stack_bytes, rules()?) {
+        Ok(p) => {
+            let exe: Option<PathBuf> = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            let stripped = exe.as_deref().is_some_and(profile::is_stripped);
+            upstream.profiling(stripped, settings.frequency);
+            tracing::info!(
+                tap,
+                pid,
+                "sampling the upstream's CPU (pid {pid}) at {} Hz per thread{}",
+                settings.frequency,
+                if stripped {
+                    "; its binary is stripped: its own code reads as one component"
+                } else {
+                    ""
+                }
+            );
+            *told = false;
+            Some(Sampler::Native(p))
+        }
+        Err(e) => {
+            upstream.sampling_failed(e.to_string());
+            if !*told {
+                tracing::warn!(
+                    tap,
+                    pid,
+                    "{e}. Sampling is off; CPU and run-queue accounting go on"
+                );
+                *told = e.is_permission();
+            }
+            None
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Processes that come and go under the watcher (issue 54's first case): a process is its
+//! pid and its start time, so a pid taken over by an unrelated process is not the server,
+//! and a server that exec()s another program in place is a restart with the new
+//! executable named. Each beside what it replaces: before, the watcher stayed on the
+//! reused pid (`pid 2841 python3 … restarts 0` for as long as the impostor lived, the
+//! real server never found) and an exec kept the old executable with no restart counted.
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::*;
+
+fn upstream(proxy: &Proxy) -> Value {
+    let r = proxy.admin_get("/api/snapshot");
+    let snap: Value = serde_json::from_str(&r.body_text()).unwrap();
+    snap["taps"]["webdis"]["upstream"].clone()
+}
+
+/// Waits until the tap watches `pid`; the snapshot's `upstream` then.
+fn await_watched(proxy: &Proxy, pid: u32) -> Value {
+    let found = wait_for(STARTUP_DEADLINE, || {
+        upstream(proxy)["pid"].as_u64() == Some(pid as u64)
+    });
+    assert!(
+        found,
+        "the proxy never watched pid {pid}; upstream: {}\n{}",
+        upstream(proxy),
+        proxy.log_tail()
+    );
+    upstream(proxy)
+}
+
+/// Python's one-process HTTP server on `port`.
+fn python_server(port: u16, log: &Path) -> Managed {
+    let mut c = Command::new(require_tool("python3"));
+    c.args([
+        "-m",
+        "http.server",
+        "--bind",
+        "127.0.0.1",
+        &port.to_string(),
+    ]);
+    let m = Managed::spawn("python http.server", &mut c, log);
+    assert!(
+        wait_for(STARTUP_DEADLINE, || accepts(loopback(port))),
+        "python's server did not start on {port}\n{}",
+        m.log_tail()
+    );
+    m
+}
+
+/// Starts a busy process that listens nowhere under `pid`, which was just freed: the
+/// kernel gives the next fork the pid after /proc/sys/kernel/ns_last_pid. Other processes
+/// fork on a shared machine too, so a fork that lands elsewhere is killed and tried again.
+fn impostor_at(pid: u32, log: &Path) -> Managed {
+    for _ in 0..200 {
+        let mut c = Command::new(require_tool("python3"));
+        c.args(["-c", "while True: pass"]);
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .expect("writing /proc/sys/kernel/ns_last_pid (the test runs as root)");
+        let mut m = Managed::spawn("impostor", &mut c, log);
+        if m.pid() == pid {
+            return m;
+        }
+        m.kill();
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            panic!("pid {pid} was taken by another process before the impostor");
+        }
+    }
+    panic!("could not start a process under pid {pid}");
+}
+
+#[test]
+fn a_reused_pid_is_not_the_server_and_its_successor_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut first = python_server(port, &dir.path().join("first.log"));
+    let mut proxy = Proxy::in_front_of(loopback(port), &[]);
+    await_watched(&proxy, first.pid());
+    let old = first.pid();
+    first.kill();
+    let _impostor = impostor_at(old, &dir.path().join("impostor.log"));
+    // The impostor burns a CPU under the old pid for a second, listening nowhere.
+    std::thread::sleep(Duration::from_secs(1));
+    let between = upstream(&proxy);
+    assert_ne!(
+        between["pid"].as_u64(),
+        Some(old as u64),
+        "a second after pid {old} went to another process, it is still watched: {between}"
+    );
+    let second = python_server(port, &dir.path().join("second.log"));
+    let u = await_watched(&proxy, second.pid());
+    assert_eq!(u["restarts"], 1, "{u}");
+    let log = std::fs::read_to_string(proxy.process().log_path()).unwrap();
+    assert!(
+        log.contains(&format!("the upstream process {old} is gone")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("now watching pid {}", second.pid())),
+        "{log}"
+    );
+}
+
+/// A Python server that answers its first connection by exec()ing the burn upstream in
+/// its own process, on the same port (Python's sockets close on exec; the new program
+/// binds the port again).
+const EXEC_SERVER: &str = r#"
+import os, socket, sys
+port, program = sys.argv[1], sys.argv[2]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(port)))
+s.listen()
+c, _ = s.accept()
+c.close()
+s.close()
+os.execv(program, [program, port, "30", "70"])
+"#;
+
+#[test]
+fn an_exec_in_place_is_a_restart_with_the_new_executable_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let burn = burn_upstream_binary();
+    let mut c = Command::new(require_tool("python3"));
+    c.arg("-c")
+        .arg(EXEC_SERVER)
+        .arg(port.to_string())
+        .arg(&burn);
+    let server = Managed::spawn("exec server", &mut c, &dir.path().join("server.log"));
+    let pid = server.pid();
+    // Not through `accepts`: its first connection is what makes it exec.
+    assert!(
+        wait_for(STARTUP_DEADLINE, || {
+            std::fs::read_to_string("/proc/net/tcp")
+                .is_ok_and(|t| t.contains(&format!(":{port:04X} 00000000:0000 0A")))
+        }),
+        "the exec server never listened on {port}\n{}",
+        server.log_tail()
+    );
+    let mut proxy = Proxy::in_front_of(loopback(port), &[]);
+    let before = await_watched(&proxy, pid);
+    assert!(
+        before["exe"].as_str().is_some_and(|e| e.contains("python")),
+        "{before}"
+    );
+    // Its first connection: it execs the burn upstream, which listens on the port again.
+    let mut s = TcpStream::connect(loopback(port)).unwrap();
+    let _ = s.write_all(b"x");
+    drop(s);
+    let exe = burn.canonicalize().unwrap().display().to_string();
+    let named = wait_for(STARTUP_DEADLINE, || {
+        let u = upstream(&proxy);
+        u["pid"].as_u64() == Some(pid as u64) && u["exe"].as_str() == Some(exe.as_str())
+    });
+    let u = upstream(&proxy);
+    assert!(
+        named,
+        "pid {pid} exec'd {exe}, the snapshot says {u}\n{}",
+        proxy.log_tail()
+    );
+    assert_eq!(u["restarts"], 1, "an exec in place is a restart: {u}");
+    let log = std::fs::read_to_string(proxy.process().log_path()).unwrap();
+    assert!(
+        log.contains(&format!(
+            "the upstream process {pid} exec'd another program: now {exe}"
+        )),
+        "{log}"
+    );
+}
