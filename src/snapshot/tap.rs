@@ -43,6 +43,14 @@ pub struct TapSnapshot {
     /// both).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failed: BTreeMap<String, PhaseSeries>,
+    /// The server's own error answers since `since` (an HTTP 5xx the upstream sent, not
+    /// one the proxy made): status (`"503"`; `"5xx"` for the statuses past the bound of
+    /// four per route) → phase name → route label → series. Kept out of `phases`, which
+    /// then holds the successes only, so that a fast error cannot lower their mean.
+    /// Absent when the server answered no error, and in snapshots of older builds (whose
+    /// `phases` held them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_errors: BTreeMap<String, PhaseSeries>,
     /// Client connections the client ended between exchanges since `since`: normal ends,
     /// not errors. Absent in snapshots of older builds.
     #[serde(default)]
