@@ -204,3 +204,106 @@ fn a_redis_stopped_under_load_makes_webdis_503s_the_servers_failures() {
         "no {line} in\n{metrics}"
     );
 }
+
+/// `200 ok`, or the server's own `503` for a path that asks for one.
+fn ok_or_503(head: &str) -> Vec<u8> {
+    if head.starts_with("GET /fail") {
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy".to_vec()
+    } else {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+    }
+}
+
+/// `report --prometheus` gives the same failure line: the server's error answers from
+/// `phasescope_server_errors_total`, the successes' rows from the histograms that leave
+/// the errors out.
+#[test]
+fn report_through_prometheus_names_the_servers_errors() {
+    let binary = support::require_tool("prometheus");
+    let upstream = support::slow_upstream(Duration::ZERO, ok_or_503);
+    let proxy = Proxy::in_front_of(upstream, &[]);
+    let prometheus = support::Prometheus::start(&binary, proxy.admin_addr(), &[]);
+    let mut conn = support::HttpConn::connect(proxy.addr());
+    let mut send = |path: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        support::parse_response(&conn.exchange(request.as_bytes())).status
+    };
+    // Every series exists before the load, so that increase() counts all of the load.
+    assert_eq!((send("/ok"), send("/fail")), (200, 503));
+    let scraped = |expr: &str| {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        prometheus.scalar(expr, at).unwrap_or(0.0)
+    };
+    assert!(
+        wait_for(Duration::from_secs(15), || scraped(
+            "count_over_time(phasescope_server_errors_total[1m])"
+        ) >= 2.0),
+        "Prometheus never scraped the counter twice\n{}",
+        prometheus.log_tail()
+    );
+    const FAILS: u64 = 200;
+    for _ in 0..FAILS {
+        assert_eq!((send("/ok"), send("/ok"), send("/fail")), (200, 200, 503));
+    }
+    let want = FAILS as f64;
+    assert!(
+        wait_for(Duration::from_secs(15), || scraped(
+            "sum(phasescope_server_errors_total)"
+        ) >= want + 1.0),
+        "the load never reached Prometheus\n{}",
+        prometheus.log_tail()
+    );
+    let url = prometheus.url();
+    let (code, json, err) = {
+        let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+            .args([
+                "report",
+                "--prometheus",
+                &url,
+                "--range",
+                "1m",
+                "--format",
+                "json",
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, 0, "{err}");
+    let json: Value = serde_json::from_str(&json).unwrap();
+    let all = &json["taps"][0]["all"];
+    // increase() extrapolates to the range's edges: counts are estimates, within a few
+    // scrapes' worth of the truth; the counter's first sample (the one 503 before the
+    // load) is not counted.
+    let counted = all["failures"]["server"]["503"].as_f64().unwrap_or(0.0);
+    assert!(
+        (0.8 * want..=1.25 * (want + 1.0)).contains(&counted),
+        "{counted} of {FAILS} 503s: {all}"
+    );
+    let headline = all["headline"].as_str().unwrap();
+    println!("{headline}");
+    assert!(
+        headline.starts_with(&format!("the server answered 503 to {counted} of "))
+            && headline.contains("; successes: mean total"),
+        "{headline}"
+    );
+    let total = all["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["phase"] == "total")
+        .unwrap_or_else(|| panic!("no successes' total: {all}"));
+    let successes = total["count"].as_f64().unwrap();
+    assert!(
+        (0.8 * 2.0 * want..=1.25 * 2.0 * (want + 1.0)).contains(&successes),
+        "the histograms hold the successes only: {successes} against {} sent",
+        2 * FAILS + 1
+    );
+}
