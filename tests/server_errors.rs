@@ -307,3 +307,74 @@ fn report_through_prometheus_names_the_servers_errors() {
         2 * FAILS + 1
     );
 }
+
+/// A RESP error reply is the server's error answer too, per command: `INCR` on a key that
+/// holds no integer answers `-ERR value is not an integer`, and is counted under the
+/// status `error`, its phases apart from the successes'.
+#[test]
+fn redis_error_replies_are_the_servers_error_answers_per_command() {
+    let redis = RedisServer::start();
+    redis.command(&["SET", "word", "hello"]);
+    let proxy = Proxy::in_front_of(redis.addr(), &["--protocol", "resp"]);
+    const EACH: u64 = 30;
+    for _ in 0..EACH {
+        let ok = support::resp_command(proxy.addr(), &["GET", "word"]);
+        assert!(
+            ok.starts_with(b"$5\r\nhello"),
+            "{}",
+            String::from_utf8_lossy(&ok)
+        );
+        let err = support::resp_command(proxy.addr(), &["INCR", "word"]);
+        assert!(
+            err.starts_with(b"-ERR"),
+            "{}",
+            String::from_utf8_lossy(&err)
+        );
+    }
+    let tap_of = |snap: &Value| {
+        snap["taps"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .clone()
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let snap: Value =
+                serde_json::from_slice(&proxy.admin_get("/api/snapshot").body).unwrap();
+            tap_of(&snap)["server_errors"]["error"]["total"]["INCR"]["count"].as_u64() == Some(EACH)
+        }),
+        "the error replies were not counted apart"
+    );
+    let snap: Value = serde_json::from_slice(&proxy.admin_get("/api/snapshot").body).unwrap();
+    let tap = tap_of(&snap);
+    assert_eq!(
+        tap["phases"]["total"]["GET"]["count"].as_u64(),
+        Some(EACH),
+        "{tap}"
+    );
+    assert!(
+        tap["phases"]["total"]["INCR"].is_null(),
+        "no INCR succeeded: {tap}"
+    );
+    let (code, text, err) = report(&proxy, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(&format!(
+            "the server answered an error reply to {EACH} of {} (50 %); successes: mean total",
+            2 * EACH
+        )),
+        "{text}"
+    );
+    assert!(text.contains("critical server_errors"), "{text}");
+    let metrics = proxy.admin_get("/metrics").body_text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("phasescope_server_errors_total{")
+                && l.contains("route=\"INCR\",status=\"error\"} 30")),
+        "{metrics}"
+    );
+}

@@ -133,6 +133,8 @@ pub(crate) fn build(
 pub(crate) fn server_status_label(status: u16) -> String {
     if status == crate::metrics::shard::OTHER_SERVER_STATUS {
         "5xx".to_owned()
+    } else if status == crate::metrics::tap::RESP_ERROR_STATUS {
+        "error".to_owned()
     } else {
         status.to_string()
     }

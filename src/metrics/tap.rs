@@ -97,11 +97,15 @@ pub(crate) enum Apart {
 }
 
 /// Whether an exchange the proxy did not fail is the server's error answer: an HTTP
-/// status of 500–599 it sent itself (the proxy's own 502 and 504 carry a failure).
+/// status of 500–599 it sent itself (the proxy's own 502 and 504 carry a failure), or a
+/// RESP error reply.
 #[inline]
 pub(crate) fn is_server_error(record: &ExchangeRecord<'_>) -> bool {
-    record.failure.is_none() && (500..=599).contains(&record.status)
+    record.failure.is_none() && (record.error_reply || (500..=599).contains(&record.status))
 }
+
+/// The status a RESP error reply is counted under (label `error`): no HTTP status is 1.
+pub(crate) const RESP_ERROR_STATUS: u16 = 1;
 
 /// A tap's counts added up over all threads at one scrape.
 #[derive(Debug, Default)]
@@ -372,7 +376,11 @@ impl TapMetrics {
         rs.requests[method][status] += 1;
         let server_error = is_server_error(record);
         let phases = if server_error {
-            rs.server_series(record.status)
+            rs.server_series(if record.error_reply {
+                RESP_ERROR_STATUS
+            } else {
+                record.status
+            })
         } else {
             rs.series_of(record.failure)
         };

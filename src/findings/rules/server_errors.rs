@@ -50,7 +50,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
     statuses.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let named: Vec<String> = statuses
         .iter()
-        .map(|(status, n)| format!("{status} to {n}"))
+        .map(|(status, n)| crate::snapshot::tap::answered_with(status, *n))
         .collect();
     let mut evidence = vec![met_as(
         "exchanges the server answered with an error, over all exchanges",
@@ -86,6 +86,7 @@ fn fix(statuses: &[(&str, u64)]) -> String {
         "503" => "a 503 says it could not serve the request now: a backend it cannot reach (Webdis answers 503 when Redis does not), an overload it sheds, or a restart",
         "500" => "a 500 is the server's own fault in handling the request: its log has the error",
         "502" | "504" => "a 502 or 504 sent by the server (not by the proxy) comes from a gateway of its own, or a backend behind it that failed or was slow",
+        "error" => "a RESP error reply says Redis refused the command: the clients' own mistakes (WRONGTYPE, a wrong number of arguments), a script it does not hold (NOSCRIPT: EVALSHA before SCRIPT LOAD, which clients may retry with EVAL), or its limits (OOM under maxmemory, READONLY on a replica, LOADING after a restart)",
         _ => "its log says why",
     };
     format!(

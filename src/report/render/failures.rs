@@ -118,7 +118,7 @@ impl Failures {
         statuses.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let parts: Vec<String> = statuses
             .iter()
-            .map(|(status, n)| format!("{status} to {n}"))
+            .map(|(status, n)| crate::snapshot::tap::answered_with(status, **n))
             .collect();
         Some(format!(
             "the server answered {} of {} ({})",
