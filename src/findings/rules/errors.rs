@@ -48,43 +48,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let critical = failed >= MIN_FAILURES && of_all >= MIN_SHARE;
     let (&main, &main_n) = failures.iter().max_by_key(|(_, &n)| n)?;
     let addr = v.tap.upstream_address.as_deref().unwrap_or("the upstream");
-    let protocol = if v.tap.protocol == "resp" {
-        "RESP"
-    } else {
-        "HTTP/1.x"
-    };
-    let connect = |reason: &str| v.tap.connect_failures.get(reason).copied().unwrap_or(0);
-    let (cause, fix) = match main {
-        ErrorKind::UpstreamConnect if !critical && connect("refused") >= connect("timeout").max(connect("other")) => (
-            format!("connection refused {} time{}: nothing listened on {addr} then", connect("refused"), if connect("refused") == 1 { "" } else { "s" }),
-            "The server was not accepting at those moments (a restart, a crash and its successor, a port that moved); its log at the times of the failures says which. Clients saw a 502 for each.".to_owned(),
-        ),
-        ErrorKind::UpstreamConnect if connect("refused") >= connect("timeout").max(connect("other")) => (
-            format!("connection refused: nothing listens on {addr}"),
-            format!("Start the server, or point the tap's `upstream` at the address it listens on (now {addr}); `ss -ltnp` lists what listens."),
-        ),
-        ErrorKind::UpstreamConnect if connect("timeout") >= connect("other") => (
-            format!("connecting to {addr} timed out"),
-            format!("Check that {addr} is reachable from the proxy (a firewall that drops, a host that is down) and that its accept backlog is not full; raise `timeouts.connect` only if the network is that slow."),
-        ),
-        ErrorKind::UpstreamConnect => (
-            format!("could not connect to {addr}"),
-            format!("Check the tap's `upstream` ({addr}): the name must resolve and the host be routable from the proxy; the proxy's log says why each connect failed."),
-        ),
-        ErrorKind::UpstreamReset => (
-            format!("{addr} closed or reset connections before its response was complete"),
-            "Look at the server's log for crashes, restarts or its own limits (max connections, request size, keep-alive timeout shorter than the clients'); a server that closes idle keep-alive connections should send `Connection: close` with its last response.".to_owned(),
-        ),
-        ErrorKind::UpstreamTimeout => (
-            format!("{addr} gave no answer in time (within the response timeout)"),
-            "Find what the server waits on (a backend, a lock, a full worker pool) or raise `timeouts.response` if such waits are expected.".to_owned(),
-        ),
-        ErrorKind::BadResponse => (
-            format!("what {addr} answers is not {protocol}"),
-            format!("Check that the tap's `protocol` and `upstream` match the server: {addr} speaks something else (TLS, another protocol, or a different port's service)."),
-        ),
-        _ => return None,
-    };
+    let (cause, fix) = cause_and_fix(v, main, critical, addr)?;
     let kinds: Vec<String> = failures
         .iter()
         .map(|(k, n)| format!("{} {n}", k.name()))
@@ -140,4 +104,51 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             Severity::Info
         },
     ))
+}
+
+/// The cause of the failures of kind `main` in words, and its fix: for refused connects
+/// below the critical thresholds, a server that was not accepting at those moments.
+fn cause_and_fix(
+    v: &TapView<'_>,
+    main: ErrorKind,
+    critical: bool,
+    addr: &str,
+) -> Option<(String, String)> {
+    let protocol = if v.tap.protocol == "resp" {
+        "RESP"
+    } else {
+        "HTTP/1.x"
+    };
+    let connect = |reason: &str| v.tap.connect_failures.get(reason).copied().unwrap_or(0);
+    Some(match main {
+        ErrorKind::UpstreamConnect if !critical && connect("refused") >= connect("timeout").max(connect("other")) => (
+            format!("connection refused {} time{}: nothing listened on {addr} then", connect("refused"), if connect("refused") == 1 { "" } else { "s" }),
+            "The server was not accepting at those moments (a restart, a crash and its successor, a port that moved); its log at the times of the failures says which. Clients saw a 502 for each.".to_owned(),
+        ),
+        ErrorKind::UpstreamConnect if connect("refused") >= connect("timeout").max(connect("other")) => (
+            format!("connection refused: nothing listens on {addr}"),
+            format!("Start the server, or point the tap's `upstream` at the address it listens on (now {addr}); `ss -ltnp` lists what listens."),
+        ),
+        ErrorKind::UpstreamConnect if connect("timeout") >= connect("other") => (
+            format!("connecting to {addr} timed out"),
+            format!("Check that {addr} is reachable from the proxy (a firewall that drops, a host that is down) and that its accept backlog is not full; raise `timeouts.connect` only if the network is that slow."),
+        ),
+        ErrorKind::UpstreamConnect => (
+            format!("could not connect to {addr}"),
+            format!("Check the tap's `upstream` ({addr}): the name must resolve and the host be routable from the proxy; the proxy's log says why each connect failed."),
+        ),
+        ErrorKind::UpstreamReset => (
+            format!("{addr} closed or reset connections before its response was complete"),
+            "Look at the server's log for crashes, restarts or its own limits (max connections, request size, keep-alive timeout shorter than the clients'); a server that closes idle keep-alive connections should send `Connection: close` with its last response.".to_owned(),
+        ),
+        ErrorKind::UpstreamTimeout => (
+            format!("{addr} gave no answer in time (within the response timeout)"),
+            "Find what the server waits on (a backend, a lock, a full worker pool) or raise `timeouts.response` if such waits are expected.".to_owned(),
+        ),
+        ErrorKind::BadResponse => (
+            format!("what {addr} answers is not {protocol}"),
+            format!("Check that the tap's `protocol` and `upstream` match the server: {addr} speaks something else (TLS, another protocol, or a different port's service)."),
+        ),
+        _ => return None,
+    })
 }
