@@ -61,6 +61,7 @@ fn record(tap: &TapMetrics, route: RouteId, phases: &Phases) {
         response_bytes: 120,
         phases: *phases,
         failure: None,
+        error_reply: false,
     }));
 }
 

@@ -221,6 +221,7 @@ mod tests {
             response_bytes: 90,
             phases,
             failure: None,
+            error_reply: false,
         };
         let line = format_line("webdis", &r, SystemTime::UNIX_EPOCH);
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();

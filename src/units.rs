@@ -2,7 +2,10 @@
 //! keeps the number between 1 and 1000, so that a 300 ns parse and a 30 s wait sit in the
 //! same column without a screen of zeros.
 
-/// Formats `seconds` as e.g. `312 ns`, `4.21 µs`, `12.3 ms`, `1.05 s`.
+/// Formats `seconds` as e.g. `312 ns`, `4.21 µs`, `12.3 ms`, `1.05 s`: the one rule for
+/// times everywhere people read them (the report, its findings, compare's notes, the
+/// live page's `fmtDur` mirrors it): ns below 1 µs, µs below 1 ms, ms below 1 s. A value
+/// that rounds to 1000 of a unit is written in the next (`1.00 ms`, not `1000 µs`).
 pub fn duration(seconds: f64) -> String {
     if !seconds.is_finite() {
         return if seconds > 0.0 {
@@ -14,11 +17,14 @@ pub fn duration(seconds: f64) -> String {
     if seconds == 0.0 {
         return "0 ns".into();
     }
-    let (value, unit) = if seconds < 1e-6 {
+    // Rounded as printed (three digits from 100 up: 999.5 prints 1000), so that the
+    // next unit takes what would print as 1000.
+    let below = |limit: f64| seconds.abs() < limit * 0.9995;
+    let (value, unit) = if below(1e-6) {
         (seconds * 1e9, "ns")
-    } else if seconds < 1e-3 {
+    } else if below(1e-3) {
         (seconds * 1e6, "µs")
-    } else if seconds < 1.0 {
+    } else if below(1.0) {
         (seconds * 1e3, "ms")
     } else {
         (seconds, "s")
@@ -98,10 +104,36 @@ mod tests {
         assert_eq!(duration(12.34e-3), "12.3 ms");
         assert_eq!(duration(1.054), "1.05 s");
         assert_eq!(duration(0.0), "0 ns");
-        assert_eq!(duration(999.6e-9), "1000 ns");
+        assert_eq!(duration(999.6e-9), "1.00 µs");
         assert_eq!(duration(9.996e-6), "10.0 µs");
         assert_eq!(duration(3600.0), "3600 s");
         assert_eq!(duration(f64::INFINITY), "∞");
+    }
+
+    /// The unit rule: µs below 1 ms, ms from 1 ms, whatever the figure (a CPU time per
+    /// request printed `2727.3 µs` before).
+    #[test]
+    fn times_are_in_microseconds_below_a_millisecond_and_milliseconds_above() {
+        assert_eq!(duration(2727.3e-6), "2.73 ms");
+        assert_eq!(duration(999.4e-6), "999 µs");
+        assert_eq!(duration(999.6e-6), "1.00 ms", "not 1000 µs");
+        assert_eq!(duration(1e-3), "1.00 ms");
+        assert_eq!(duration(45.04e-6), "45.0 µs");
+        assert_eq!(duration(0.9996), "1.00 s");
+        assert_eq!(duration(-2.5e-3), "-2.50 ms");
+        for s in [1e-7, 3e-6, 5e-5, 7e-4, 2e-3, 0.3, 4.0] {
+            let text = duration(s);
+            let (number, unit) = text.split_once(' ').unwrap();
+            let number: f64 = number.parse().unwrap();
+            assert!((1.0..1000.0).contains(&number), "{text}");
+            let scale = match unit {
+                "ns" => 1e-9,
+                "µs" => 1e-6,
+                "ms" => 1e-3,
+                _ => 1.0,
+            };
+            assert!((number * scale - s).abs() <= s * 0.005, "{text} for {s}");
+        }
     }
 
     #[test]

@@ -93,6 +93,7 @@ fn tap(rng: &mut Rng, n: usize, wait_us: f64, factor: f64) -> (TapSnapshot, f64)
         phases,
         errors: BTreeMap::new(),
         failed: BTreeMap::new(),
+        server_errors: BTreeMap::new(),
         client_closes: 0,
         connect_failures: BTreeMap::new(),
         request_heads: None,

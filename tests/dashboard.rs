@@ -51,7 +51,7 @@ const NEED_CORRELATED_SETUP: [&str; 6] = [
 ];
 
 /// Metric names of the contract (docs/metrics.md); histograms with their three series.
-const METRICS: [&str; 24] = [
+const METRICS: [&str; 25] = [
     "phasescope_finding",
     "phasescope_proxy_cpu_seconds_total",
     "phasescope_machine_cpu_busy_seconds_total",
@@ -72,6 +72,7 @@ const METRICS: [&str; 24] = [
     "phasescope_phase_duration_seconds_sum",
     "phasescope_phase_duration_seconds_count",
     "phasescope_requests_total",
+    "phasescope_server_errors_total",
     "phasescope_errors_total",
     "phasescope_client_closes_total",
     "phasescope_connections",

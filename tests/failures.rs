@@ -398,3 +398,64 @@ fn a_client_that_leaves_mid_response_is_an_abort_not_a_failure() {
     assert_eq!(code, 0);
     assert!(text.contains("clients abandoned 1 in flight"), "{text}");
 }
+
+/// Serves `n` connections on `listener` (each answered 200 with `Connection: close`, so
+/// the proxy connects anew for every request), then closes it: connects are refused.
+fn serve_then_close(listener: TcpListener, n: usize) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for conn in listener.incoming().take(n) {
+            let Ok(mut conn) = conn else { return };
+            read_head(&mut conn);
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    })
+}
+
+#[test]
+fn two_refused_connects_in_hundreds_of_requests_are_an_info_finding_with_their_count() {
+    const OK: usize = 150;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = serve_then_close(listener, OK);
+    let proxy = Proxy::in_front_of(addr, &[]);
+    let send = |n: usize, want: &str| {
+        for _ in 0..n {
+            let got = support::http_exchange(proxy.addr(), &support::get_request("/x"));
+            let text = String::from_utf8_lossy(&got);
+            assert!(text.starts_with(want), "{text}");
+        }
+    };
+    send(OK, "HTTP/1.1 200 ");
+    serving.join().unwrap();
+    // Nothing listens for a moment (a restart): two requests find the port closed.
+    send(2, "HTTP/1.1 502 ");
+    let serving = serve_then_close(TcpListener::bind(addr).unwrap(), OK);
+    send(OK, "HTTP/1.1 200 ");
+    serving.join().unwrap();
+    assert!(
+        support::wait_for(Duration::from_secs(10), || {
+            tap_figure(&snapshot(&proxy), &["connect_failures", "refused"]) == 2
+        }),
+        "the refused connects were not counted: {}",
+        snapshot(&proxy)["taps"]
+    );
+    let json = json_report(&proxy);
+    let finding = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "upstream_errors")
+        .unwrap_or_else(|| panic!("a small share is named too: {}", json["findings"]));
+    assert_eq!(finding["severity"], "info", "{finding}");
+    let summary = finding["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(&format!("(2 of {}: upstream_connect 2)", 2 * OK + 2))
+            && summary.contains("connection refused 2 times"),
+        "{summary}"
+    );
+    // Information does not fail a gate set at critical.
+    let (code, text, err) = report(&proxy, &["--fail-on", "critical"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("info upstream_errors"), "{text}");
+}

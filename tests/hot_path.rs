@@ -270,6 +270,27 @@ fn the_hot_path_names_the_functions_of_known_cpu_in_their_order() {
             || text.contains("hot_path: hot-upstream's CPU goes to build_uri "),
         "{text}"
     );
+
+    // The gauge holds the finding the report gives, at a later evaluation too: its window
+    // (the last minute, cut from two snapshots) has no call stacks, so the rules that read
+    // them look at the window since the reset, as the report did.
+    let gauge = "phasescope_finding{tap=\"webdis\",id=\"hot_path\"} 1";
+    let first = proxy.admin_get("/metrics").body_text();
+    // An evaluation is at most every 10 s (findings::monitor::EVERY).
+    std::thread::sleep(std::time::Duration::from_millis(10_500));
+    let later = proxy.admin_get("/metrics").body_text();
+    assert!(
+        first.contains(gauge) && later.contains(gauge),
+        "the gauge lost hot_path: first evaluation {:?}, later {:?}",
+        first
+            .lines()
+            .filter(|l| l.starts_with("phasescope_finding"))
+            .collect::<Vec<_>>(),
+        later
+            .lines()
+            .filter(|l| l.starts_with("phasescope_finding"))
+            .collect::<Vec<_>>()
+    );
     up.kill();
 }
 

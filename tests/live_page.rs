@@ -465,7 +465,7 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         .unwrap_or_else(|| panic!("no line of the proxy's own cost in\n{tap}"));
     assert!(
         own.starts_with("phasescope itself: per request ")
-            && own.contains("µs on CPU (user ")
+            && own.contains(" on CPU (user ")
             && own.contains(" cores"),
         "{own}"
     );
@@ -975,6 +975,22 @@ fn fmt_num3(x: f64) -> String {
     }
 }
 
+/// The page's `fmtDur` (the report's unit rule): `312 ns`, `41.2 µs`, `1.20 ms`, `2.50 s`.
+fn fmt_dur(s: f64) -> String {
+    let a = s.abs();
+    if a == 0.0 {
+        "0".to_owned()
+    } else if a < 1e-6 {
+        format!("{:.0} ns", s * 1e9)
+    } else if a < 1e-3 {
+        format!("{} µs", fmt_num3(s * 1e6))
+    } else if a < 1.0 {
+        format!("{} ms", fmt_num3(s * 1e3))
+    } else {
+        format!("{} s", fmt_num3(s))
+    }
+}
+
 /// The page's `fmtPct`: 3 significant digits at most, a space before `%`.
 fn fmt_pct(f: f64) -> String {
     let p = f * 100.0;
@@ -1098,8 +1114,8 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
     let saved = cpu * parser * 0.5;
     let mean_total = totals.1 / requests;
     let want = format!(
-        "what if: a parser 2× faster saves ≤ {} µs per request, {} of mean total; ",
-        fmt_num3(saved * 1e6),
+        "what if: a parser 2× faster saves ≤ {} per request, {} of mean total; ",
+        fmt_dur(saved),
         fmt_pct(saved / mean_total)
     );
     assert!(
@@ -1139,11 +1155,7 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
             shows_share(&row["share"], f["listed"].as_f64().unwrap()),
             "{name}: {row:?} vs {f}"
         );
-        assert_eq!(
-            row["cpu"],
-            format!("{} µs", fmt_num3(f["cpu"].as_f64().unwrap() * 1e6)),
-            "{name}"
-        );
+        assert_eq!(row["cpu"], fmt_dur(f["cpu"].as_f64().unwrap()), "{name}");
         if let Some(c) = f["callers"].get(0) {
             assert!(
                 row["callers"].starts_with(&format!(

@@ -10,7 +10,7 @@ use metrics_support::{exchange, phases, promtool_check, tap, Exposition, Rng};
 use phasescope::config::{MetricsConfig, Protocol, RouteRule};
 use phasescope::metrics::exposition::{
     BUILD_INFO, BYTES, CLIENT_CLOSES, CONNECTIONS, CONNECTIONS_TOTAL, CONNECT_FAILURES,
-    CORRELATIONS, ERRORS, PHASE_DURATION, PUSHED, REQUESTS,
+    CORRELATIONS, ERRORS, PHASE_DURATION, PUSHED, REQUESTS, SERVER_ERRORS,
 };
 use phasescope::metrics::{Registry, SIGNIFICANT_FIGURES};
 use phasescope::phase::Phase;
@@ -320,6 +320,7 @@ fn exposition_passes_promtool_and_follows_the_contract() {
     let expect_types = [
         (PHASE_DURATION, "histogram"),
         (REQUESTS, "counter"),
+        (SERVER_ERRORS, "counter"),
         (ERRORS, "counter"),
         (CONNECT_FAILURES, "counter"),
         (CONNECTIONS, "gauge"),
@@ -341,6 +342,7 @@ fn exposition_passes_promtool_and_follows_the_contract() {
             DURATION_BUCKET => label_set(&["tap", "phase", "route", "le"]),
             DURATION_COUNT | DURATION_SUM => label_set(&["tap", "phase", "route"]),
             REQUESTS => label_set(&["tap", "route", "method", "status_class"]),
+            SERVER_ERRORS => label_set(&["tap", "route", "status"]),
             ERRORS => label_set(&["tap", "kind"]),
             CONNECTIONS | CONNECTIONS_TOTAL => label_set(&["tap", "side"]),
             BYTES => label_set(&["tap", "direction"]),
@@ -382,6 +384,18 @@ fn exposition_passes_promtool_and_follows_the_contract() {
         99.0
     );
     assert_eq!(e.value(CLIENT_CLOSES, &[("tap", "webdis")]), 1.0);
+    // The server's 503 is its error answer: counted by route and status, and its phases
+    // kept out of the histograms, which hold the other three HTTP exchanges.
+    assert_eq!(
+        e.value(SERVER_ERRORS, &[("tap", "webdis"), ("status", "503")]),
+        1.0
+    );
+    let routes_timed: Vec<&str> = e
+        .find(DURATION_COUNT, &[("tap", "webdis"), ("phase", "total")])
+        .iter()
+        .map(|s| s.labels["route"].as_str())
+        .collect();
+    assert_eq!(routes_timed, ["GET", "PING", "SET"], "not the 503's route");
     assert_eq!(
         e.value(
             CONNECT_FAILURES,

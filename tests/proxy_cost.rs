@@ -131,7 +131,7 @@ fn the_proxys_cpu_per_request_is_what_proc_gives_over_the_same_window() {
     );
     let text = phasescope(&["report", "--from", file.to_str().unwrap()]);
     assert!(text.contains("phasescope itself (pid "), "{text}");
-    assert!(text.contains("µs on CPU (user "), "{text}");
+    assert!(text.contains(" on CPU (user "), "{text}");
     let csv = phasescope(&[
         "report",
         "--from",

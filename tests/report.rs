@@ -549,7 +549,7 @@ fn svg_shows_inside_the_upstream_when_the_snapshot_has_it() {
     for want in [
         "webdis: inside the upstream",
         "inside webdis (pid 4242, 3 threads, 30 s): per request",
-        "µs on CPU",
+        " on CPU (user ",
         "what if: a parser 2× faster saves ≤",
         "of mean total",
         "call stacks (1000 samples",
@@ -697,7 +697,8 @@ fn svg_phase_colours_are_legible_and_legends_beside_the_plots() {
 }
 
 /// A fake Prometheus: answers each /api/v1/query from `answers` by the metric named in
-/// the query, and records the queries.
+/// the query (an empty vector when none is named: the failures' counters of a proxy
+/// that had none), and records the queries.
 fn fake_prometheus(
     answers: BTreeMap<&'static str, String>,
 ) -> (String, std::sync::mpsc::Receiver<String>) {
@@ -705,7 +706,8 @@ fn fake_prometheus(
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for conn in listener.incoming().take(3) {
+        // The phase histograms' three queries and the failures' three.
+        for conn in listener.incoming().take(6) {
             let mut conn = conn.unwrap();
             let mut buf = Vec::new();
             let mut chunk = [0u8; 4096];
@@ -728,7 +730,7 @@ fn fake_prometheus(
                 .iter()
                 .find(|(k, _)| query.contains(*k))
                 .map(|(_, v)| v.clone())
-                .unwrap_or_default();
+                .unwrap_or_else(|| vector(&[]));
             tx.send(query).unwrap();
             // Chunked, as Prometheus sends larger answers.
             let reply = format!(

@@ -113,7 +113,7 @@ fn cpu_per_request_of_a_known_upstream() {
     let text = report_text(&proxy, &[]);
     let line = format!("inside burn-upstream (pid {}, ", up.process().pid());
     assert!(text.contains(&line), "no {line:?} in the report:\n{text}");
-    assert!(text.contains("µs waiting for a CPU"), "{text}");
+    assert!(text.contains(" waiting for a CPU"), "{text}");
     let m = proxy.admin_get("/metrics").body_text();
     for family in [
         "phasescope_upstream_cpu_seconds_total{tap=\"webdis\",mode=\"user\"}",

@@ -13,7 +13,7 @@ mod rules;
 mod view;
 
 pub use monitor::Recent;
-pub use view::{Agg, TapView};
+pub use view::{Agg, TapView, Thresholds};
 
 use crate::snapshot::{Finding, Snapshot};
 
@@ -37,12 +37,26 @@ pub type HotPaths = std::collections::BTreeMap<String, Vec<crate::snapshot::hot:
 /// findings, from the one view of each tap the rules read (the hot path is computed
 /// once).
 pub fn diagnose_with_hot(snapshot: &Snapshot, top: usize) -> (Vec<Finding>, HotPaths, WhatIfs) {
+    diagnose_all(snapshot, top, Thresholds::default())
+}
+
+/// [`diagnose`] with the thresholds the user set.
+pub fn diagnose_with(snapshot: &Snapshot, thresholds: Thresholds) -> Vec<Finding> {
+    diagnose_all(snapshot, 0, thresholds).0
+}
+
+fn diagnose_all(
+    snapshot: &Snapshot,
+    top: usize,
+    thresholds: Thresholds,
+) -> (Vec<Finding>, HotPaths, WhatIfs) {
     let mut out = Vec::new();
     let mut hot = HotPaths::new();
     let mut what_ifs = WhatIfs::new();
     for (name, tap) in &snapshot.taps {
         let view = TapView::new(name, tap, snapshot.taken_at_unix - snapshot.since_unix)
-            .with_proxy(snapshot.proxy.as_ref());
+            .with_proxy(snapshot.proxy.as_ref())
+            .with_thresholds(thresholds);
         out.extend(rules::failures(&view));
         if view.requests >= MIN_REQUESTS {
             out.extend(rules::all(&view));
@@ -163,7 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn upstream_failures_past_one_percent_are_critical_and_lead_whatever_was_answered() {
+    fn upstream_failures_past_one_percent_are_critical_and_any_below_is_information() {
         let with_errors = |answered: &[(&str, f64)], kind: &str, n: u64| {
             let mut s = snapshot(answered, None);
             let tap = s.taps.get_mut("web").unwrap();
@@ -178,9 +192,16 @@ mod tests {
         assert_eq!(f.id, "upstream_errors", "the most severe comes first");
         assert_eq!(f.severity, crate::snapshot::Severity::Critical);
         assert!(f.summary.contains("closed or reset"), "{}", f.summary);
-        // 10 of 1010 is under 1 %; clients' aborts are not the server's failures.
-        assert!(!ids(&with_errors(&QUICK, "upstream_reset", 10))
-            .contains(&"upstream_errors".to_owned()));
+        // 10 of 1010 is under 1 % (clients' aborts are not the server's failures): named,
+        // as information.
+        let severity = |s: &Snapshot| {
+            diagnose(s)
+                .into_iter()
+                .find(|f| f.id == "upstream_errors")
+                .map(|f| f.severity)
+        };
+        let info = Some(crate::snapshot::Severity::Info);
+        assert_eq!(severity(&with_errors(&QUICK, "upstream_reset", 10)), info);
         // Nothing answered at all (no `total`): still found, with the refusal's fix.
         let mut refused = with_errors(&[], "upstream_connect", 200);
         refused
@@ -198,8 +219,9 @@ mod tests {
             f.summary
         );
         assert!(f.fix.contains("127.0.0.1:27999"));
-        // Fewer than five failures say nothing.
-        assert!(ids(&with_errors(&[], "upstream_connect", 4)).is_empty());
+        // Fewer than five failures are information too, and none is nothing.
+        assert_eq!(severity(&with_errors(&[], "upstream_connect", 4)), info);
+        assert!(ids(&with_errors(&[], "upstream_connect", 0)).is_empty());
     }
 
     #[test]

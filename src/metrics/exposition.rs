@@ -19,12 +19,13 @@ use crate::metrics::labels::{METHODS, STATUS_CLASSES};
 use crate::metrics::native::{self, NativeBuckets};
 use crate::metrics::openmetrics;
 use crate::metrics::proto;
-use crate::metrics::tap::{SeriesCounts, TapCounts, TapMetrics};
+use crate::metrics::tap::{Apart, SeriesCounts, TapCounts, TapMetrics};
 use crate::phase::Phase;
 use crate::recorder::RouteId;
 
 pub const PHASE_DURATION: &str = "phasescope_phase_duration_seconds";
 pub const REQUESTS: &str = "phasescope_requests_total";
+pub const SERVER_ERRORS: &str = "phasescope_server_errors_total";
 pub const ERRORS: &str = counters::ERRORS.name;
 pub const CONNECTIONS: &str = counters::CONNECTIONS.name;
 pub const CONNECTIONS_TOTAL: &str = counters::CONNECTIONS_TOTAL.name;
@@ -257,6 +258,12 @@ fn families(taps: &[(&TapMetrics, TapCounts)], buckets: &Buckets) -> Vec<MetricF
         MetricType::COUNTER,
         requests(taps),
     );
+    push(
+        SERVER_ERRORS,
+        "The server's own error answers (an HTTP 5xx it sent, not one the proxy made), by route and status.",
+        MetricType::COUNTER,
+        server_errors(taps),
+    );
     for f in &FAMILIES {
         push(f.name, f.help, f.kind, counter_samples(taps, f));
     }
@@ -354,6 +361,40 @@ fn requests(taps: &[(&TapMetrics, TapCounts)]) -> Vec<Metric> {
                     }
                 }
             }
+        }
+    }
+    out
+}
+
+/// The server's error answers per (tap, route, status): the count of each status's
+/// `total` series, since start as every counter.
+fn server_errors(taps: &[(&TapMetrics, TapCounts)]) -> Vec<Metric> {
+    let mut out = Vec::new();
+    for (tap, counts) in taps {
+        let routes = tap.routes();
+        let mut rows: Vec<(&str, String, u64)> = counts
+            .failed
+            .iter()
+            .filter_map(|(&(route, apart, phase), s)| match apart {
+                Apart::Server(status) if phase == Phase::Total => Some((
+                    routes.name(route),
+                    crate::metrics::snapshot::server_status_label(status),
+                    s.buckets.iter().sum(),
+                )),
+                _ => None,
+            })
+            .collect();
+        rows.sort();
+        for (route, status, n) in rows {
+            out.push(sample(
+                MetricType::COUNTER,
+                &[
+                    ("tap", tap.name()),
+                    ("route", route),
+                    ("status", status.as_str()),
+                ],
+                n as f64,
+            ));
         }
     }
     out

@@ -50,7 +50,23 @@ pub struct RouteShard {
     /// position then `Phase::index`; allocated at the route's first failure on this
     /// thread, so a route that never fails pays one pointer.
     pub failed: Option<Box<FailedSeries>>,
+    /// The server's own error answers (an HTTP 5xx it sent, not one the proxy made), by
+    /// status: their phases kept apart from the successes' so that a fast error cannot
+    /// lower a success's mean. At most [`MAX_SERVER_STATUSES`] statuses have their own
+    /// series per route and thread; later ones share [`OTHER_SERVER_STATUS`]. Allocated
+    /// at the route's first error answer on this thread.
+    pub server: Option<Box<ServerSeries>>,
 }
+
+/// Distinct error statuses one route keeps apart on one thread: each costs a set of
+/// series (an HDR copy per phase), so a server answering every 5xx in turn cannot grow
+/// the shard past this.
+pub const MAX_SERVER_STATUSES: usize = 4;
+/// The status the statuses past [`MAX_SERVER_STATUSES`] are counted under (label `5xx`).
+pub const OTHER_SERVER_STATUS: u16 = 0;
+
+/// A route's error answers on one thread: per status, per phase.
+pub type ServerSeries = Vec<(u16, Box<[Option<Box<SeriesShard>>; Phase::COUNT]>)>;
 
 /// A route's failed exchanges on one thread: per kind, per phase.
 pub type FailedSeries = [[Option<Box<SeriesShard>>; Phase::COUNT]; ErrorKind::ALL.len()];
@@ -61,7 +77,30 @@ impl RouteShard {
             requests: [[0; STATUS_CLASSES.len()]; METHODS.len()],
             phases: Default::default(),
             failed: None,
+            server: None,
         }
+    }
+
+    /// The phase series of the server's error answers with `status`, or of the statuses
+    /// past the bound together.
+    #[inline]
+    pub fn server_series(&mut self, status: u16) -> &mut [Option<Box<SeriesShard>>; Phase::COUNT] {
+        let server = self.server.get_or_insert_with(Default::default);
+        let i = match server.iter().position(|(s, _)| *s == status) {
+            Some(i) => i,
+            None if server.len() < MAX_SERVER_STATUSES => {
+                server.push((status, Default::default()));
+                server.len() - 1
+            }
+            None => match server.iter().position(|(s, _)| *s == OTHER_SERVER_STATUS) {
+                Some(i) => i,
+                None => {
+                    server.push((OTHER_SERVER_STATUS, Default::default()));
+                    server.len() - 1
+                }
+            },
+        };
+        &mut server[i].1
     }
 
     /// The phase series of the exchanges answered (`None`), or of those that failed with

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use crate::metrics::counters::{self, Counters, Family};
 use crate::metrics::hdr::HdrSeries;
 use crate::metrics::heads::HeadShapes;
-use crate::metrics::tap::{TapCounts, TapMetrics};
+use crate::metrics::tap::{Apart, TapCounts, TapMetrics};
 use crate::snapshot::{
     Correlations, HdrLayout, PhaseSeries, PhaseStyle, ProxySnapshot, RequestHeads, SeriesSnapshot,
     Snapshot, TapSnapshot, TapTotals, UpstreamSnapshot, FORMAT, FORMAT_VERSION,
@@ -51,12 +51,16 @@ pub(crate) fn build(
                 .insert(routes.name(*route).to_owned(), series_snapshot(series));
         }
         let mut failed: BTreeMap<String, PhaseSeries> = BTreeMap::new();
-        for ((route, kind, phase), series) in &input.failed {
+        let mut server_errors: BTreeMap<String, PhaseSeries> = BTreeMap::new();
+        for ((route, apart, phase), series) in &input.failed {
             if series.count() == 0 {
                 continue;
             }
-            failed
-                .entry(kind.name().to_owned())
+            let (map, key) = match apart {
+                Apart::Failed(kind) => (&mut failed, kind.name().to_owned()),
+                Apart::Server(status) => (&mut server_errors, server_status_label(*status)),
+            };
+            map.entry(key)
                 .or_default()
                 .entry(phase.name().to_owned())
                 .or_default()
@@ -85,6 +89,7 @@ pub(crate) fn build(
                 upstream_address: Some(input.tap.upstream_address().to_owned()),
                 errors: by_label(&counters::ERRORS, &input.window),
                 failed,
+                server_errors,
                 client_closes: counters::CLIENT_CLOSES.value(&input.window, ""),
                 connect_failures: by_label(&counters::CONNECT_FAILURES, &input.window),
                 request_heads: protocol
@@ -119,6 +124,19 @@ pub(crate) fn build(
         taps: out,
         findings: Vec::new(),
         proxy,
+    }
+}
+
+/// The `status` a server's error answers are counted under: the status (`503`), or
+/// `5xx` for the statuses past the bound of a route's own
+/// ([`MAX_SERVER_STATUSES`](crate::metrics::shard::MAX_SERVER_STATUSES)).
+pub(crate) fn server_status_label(status: u16) -> String {
+    if status == crate::metrics::shard::OTHER_SERVER_STATUS {
+        "5xx".to_owned()
+    } else if status == crate::metrics::tap::RESP_ERROR_STATUS {
+        "error".to_owned()
+    } else {
+        status.to_string()
     }
 }
 

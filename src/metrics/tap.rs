@@ -81,15 +81,39 @@ pub(crate) type WindowSeries = (
     Vec<(FailedKey, HdrSeries)>,
 );
 
-/// A failed exchanges' series: its route, why they failed, the phase.
-pub(crate) type FailedKey = (RouteId, ErrorKind, Phase);
+/// A series kept apart from the answered exchanges': its route, why (the proxy's
+/// failure, or the server's error answer), the phase.
+pub(crate) type FailedKey = (RouteId, Apart, Phase);
+
+/// Why an exchange's phases are kept apart from the successes'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Apart {
+    /// It failed: the proxy answered it itself (a 502, a 504, a 400) or cut it short.
+    Failed(ErrorKind),
+    /// The server answered it with an error of its own: an HTTP 5xx it sent (status;
+    /// [`OTHER_SERVER_STATUS`](crate::metrics::shard::OTHER_SERVER_STATUS) for the
+    /// statuses past the bound).
+    Server(u16),
+}
+
+/// Whether an exchange the proxy did not fail is the server's error answer: an HTTP
+/// status of 500–599 it sent itself (the proxy's own 502 and 504 carry a failure), or a
+/// RESP error reply.
+#[inline]
+pub(crate) fn is_server_error(record: &ExchangeRecord<'_>) -> bool {
+    record.failure.is_none() && (record.error_reply || (500..=599).contains(&record.status))
+}
+
+/// The status a RESP error reply is counted under (label `error`): no HTTP status is 1.
+pub(crate) const RESP_ERROR_STATUS: u16 = 1;
 
 /// A tap's counts added up over all threads at one scrape.
 #[derive(Debug, Default)]
 pub(crate) struct TapCounts {
     /// The answered exchanges' series: what the exposition's histograms hold.
     pub series: HashMap<(RouteId, Phase), SeriesCounts>,
-    /// The failed exchanges' series (the snapshot's `failed`), kept apart.
+    /// The failed exchanges' series (the snapshot's `failed`) and the server's error
+    /// answers' (its `server_errors`), kept apart.
     pub failed: HashMap<FailedKey, SeriesCounts>,
     pub requests: HashMap<RouteId, [[u64; STATUS_CLASSES.len()]; METHODS.len()]>,
     pub counters: Counters,
@@ -182,7 +206,16 @@ impl TapMetrics {
                 {
                     for (phase, series) in Phase::ALL.iter().zip(phases) {
                         if let Some(series) = series {
-                            self.fold(acc.failed.entry((id, *kind, *phase)), series, what);
+                            let key = (id, Apart::Failed(*kind), *phase);
+                            self.fold(acc.failed.entry(key), series, what);
+                        }
+                    }
+                }
+                for (status, phases) in route.server.iter().flat_map(|s| s.iter()) {
+                    for (phase, series) in Phase::ALL.iter().zip(phases.iter()) {
+                        if let Some(series) = series {
+                            let key = (id, Apart::Server(*status), *phase);
+                            self.fold(acc.failed.entry(key), series, what);
                         }
                     }
                 }
@@ -191,6 +224,12 @@ impl TapMetrics {
                         .phases
                         .iter_mut()
                         .chain(route.failed.iter_mut().flat_map(|f| f.iter_mut().flatten()))
+                        .chain(
+                            route
+                                .server
+                                .iter_mut()
+                                .flat_map(|s| s.iter_mut().flat_map(|(_, p)| p.iter_mut())),
+                        )
                         .flatten()
                         .for_each(|s| s.restart_extremes());
                 }
@@ -335,13 +374,24 @@ impl TapMetrics {
         };
         let rs = shard.route(route);
         rs.requests[method][status] += 1;
-        let phases = rs.series_of(record.failure);
+        let server_error = is_server_error(record);
+        let phases = if server_error {
+            rs.server_series(if record.error_reply {
+                RESP_ERROR_STATUS
+            } else {
+                record.status
+            })
+        } else {
+            rs.series_of(record.failure)
+        };
+        // Exemplars lead to slow successes: the histograms they sit on hold nothing else.
+        let answered = record.failure.is_none() && !server_error;
         for (phase, ns) in record.phases.iter() {
             let series = phases[phase.index()].get_or_insert_with(|| {
                 Box::new(SeriesShard::new(
                     self.buckets.slots(),
                     &self.hdr_template,
-                    phase == Phase::Total && record.failure.is_none(),
+                    phase == Phase::Total && answered,
                 ))
             });
             // The HDR index is worked out once, for the HDR copy and to find the bucket.

@@ -90,6 +90,10 @@ pub struct ExchangeRecord<'a> {
     /// a 400) or cut it short. Its phases are then kept apart from the answered
     /// exchanges' (a 502's latency is not the server's).
     pub failure: Option<ErrorKind>,
+    /// RESP: the reply was an error (`-ERR …`, `-WRONGTYPE …`, a RESP3 bulk error), the
+    /// server's own error answer, as an HTTP 5xx is. Always false for HTTP, whose status
+    /// says it.
+    pub error_reply: bool,
 }
 
 /// Receives what happens on one tap. Implementations must be cheap and must not block:

@@ -73,6 +73,34 @@ pub struct ReportArgs {
     /// `critical` fails a CI job whose requests failed (info, warn, critical)
     #[arg(long, value_name = "SEVERITY", value_parser = parse_severity)]
     pub fail_on: Option<crate::snapshot::Severity>,
+
+    /// The share of all exchanges, in percent, from which the server's own error answers
+    /// (HTTP 5xx it sent) are a `warn` finding; below it they are `info`
+    #[arg(long, value_name = "PCT", default_value_t = 1.0, value_parser = parse_percent)]
+    pub server_errors_warn: f64,
+
+    /// The share, in percent, from which they are `critical`
+    #[arg(long, value_name = "PCT", default_value_t = 10.0, value_parser = parse_percent)]
+    pub server_errors_critical: f64,
+}
+
+impl ReportArgs {
+    /// The findings' thresholds these flags set, as fractions.
+    pub fn thresholds(&self) -> crate::findings::Thresholds {
+        crate::findings::Thresholds {
+            server_errors_warn: self.server_errors_warn / 100.0,
+            server_errors_critical: self.server_errors_critical / 100.0,
+        }
+    }
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').trim().parse::<f64>() {
+        Ok(f) if (0.0..=100.0).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "{s:?}: expected a percentage from 0 to 100, such as 10"
+        )),
+    }
 }
 
 fn parse_severity(s: &str) -> Result<crate::snapshot::Severity, String> {

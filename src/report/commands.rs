@@ -38,7 +38,7 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
             let snaps = snapshots::load_all(&sources)?;
             since_unix = snaps.iter().map(|s| s.since_unix).reduce(f64::min);
             findings = Snapshot::merged(&snaps)
-                .map(|s| crate::findings::diagnose(&s))
+                .map(|s| crate::findings::diagnose_with(&s, args.thresholds()))
                 .unwrap_or_default();
             Dataset::from_snapshots(&snaps, sources.iter().map(ToString::to_string).collect())?
         }

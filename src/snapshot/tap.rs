@@ -16,6 +16,16 @@ use super::upstream::UpstreamSnapshot;
 /// phase name → route label → series.
 pub type PhaseSeries = BTreeMap<String, BTreeMap<String, SeriesSnapshot>>;
 
+/// What the server answered, as a report's sentence says it: `503 to 1532`, or for a RESP
+/// error reply (status `error` in `server_errors`) `an error reply to 12`.
+pub fn answered_with(status: &str, n: u64) -> String {
+    if status == "error" {
+        format!("an error reply to {n}")
+    } else {
+        format!("{status} to {n}")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TapSnapshot {
     /// `http` or `resp`.
@@ -43,6 +53,15 @@ pub struct TapSnapshot {
     /// both).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failed: BTreeMap<String, PhaseSeries>,
+    /// The server's own error answers since `since` (an HTTP 5xx the upstream sent, not
+    /// one the proxy made; a RESP error reply): status (`"503"`; `"5xx"` for the statuses
+    /// past the bound of four per route; `"error"` for RESP) → phase name → route label →
+    /// series. Kept out of `phases`, which
+    /// then holds the successes only, so that a fast error cannot lower their mean.
+    /// Absent when the server answered no error, and in snapshots of older builds (whose
+    /// `phases` held them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_errors: BTreeMap<String, PhaseSeries>,
     /// Client connections the client ended between exchanges since `since`: normal ends,
     /// not errors. Absent in snapshots of older builds.
     #[serde(default)]

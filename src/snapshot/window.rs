@@ -75,6 +75,12 @@ fn tap_add(into: &mut TapSnapshot, tap: &TapSnapshot) {
     for (kind, phases) in &tap.failed {
         phases_add(into.failed.entry(kind.clone()).or_default(), phases);
     }
+    for (status, phases) in &tap.server_errors {
+        phases_add(
+            into.server_errors.entry(status.clone()).or_default(),
+            phases,
+        );
+    }
     for (kind, n) in &tap.errors {
         *into.errors.entry(kind.clone()).or_default() += n;
     }
@@ -159,6 +165,12 @@ fn tap_since(tap: &mut TapSnapshot, before: &TapSnapshot) {
         }
     }
     tap.failed.retain(|_, phases| !phases.is_empty());
+    for (status, phases) in &mut tap.server_errors {
+        if let Some(b) = before.server_errors.get(status) {
+            phases_since(phases, b);
+        }
+    }
+    tap.server_errors.retain(|_, phases| !phases.is_empty());
     for (kind, n) in &mut tap.errors {
         *n = n.saturating_sub(before.errors.get(kind).copied().unwrap_or(0));
     }

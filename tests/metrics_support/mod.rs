@@ -168,6 +168,7 @@ pub fn exchange(
         response_bytes: 0,
         phases,
         failure: None,
+        error_reply: false,
     }
 }
 

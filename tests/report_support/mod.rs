@@ -120,6 +120,7 @@ pub fn synthetic(seed: u64, taps: &[TapSpec<'_>]) -> Snapshot {
                     response_bytes: 80,
                     phases: p,
                     failure: None,
+                    error_reply: false,
                 });
             }
         }

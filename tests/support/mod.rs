@@ -806,6 +806,11 @@ impl Prometheus {
         panic!("prometheus did not start:{failures}");
     }
 
+    /// Its base URL, `http://127.0.0.1:PORT`, as `report --prometheus` takes it.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// `/api/v1/query` at `time` (Unix seconds); the `data` object. Fails the test on an
     /// error answer (a query that does not parse or evaluate).
     pub fn query(&self, expr: &str, time: f64) -> serde_json::Value {

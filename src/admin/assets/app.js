@@ -195,7 +195,7 @@
       ? `its parser is inside ${w.component}, ${fmtPct(w.share)} of its CPU: an upper bound`
       : `${w.component} is ${fmtPct(w.share)} of its CPU${w.basis === "work" ? ": it and the helpers it calls, not its callbacks" : ""}`;
     const ofTotal = w.saved_of_total != null ? `, ${fmtPct(w.saved_of_total)} of mean total` : "";
-    return `what if: a parser ${w.factor}× faster saves ≤ ${num3(w.saved * 1e6)} µs per request${ofTotal}; if the server is CPU-bound, at most ${fmtPct(w.throughput_gain)} more throughput (${which})`;
+    return `what if: a parser ${w.factor}× faster saves ≤ ${fmtDur(w.saved)} per request${ofTotal}; if the server is CPU-bound, at most ${fmtPct(w.throughput_gain)} more throughput (${which})`;
   }
 
   function fmtClock(unix) {
@@ -360,6 +360,16 @@
 
   function sumValues(obj) {
     return Object.values(obj || {}).reduce((a, b) => a + b, 0);
+  }
+
+  /* The server's own error answers of a tap's window (`server_errors`: an HTTP 5xx it sent,
+   * kept apart from the successes' phases), by status over every route. */
+  function serverErrors(tap) {
+    const out = {};
+    for (const [status, phases] of Object.entries(tap.server_errors || {})) {
+      out[status] = sumValues(Object.fromEntries(Object.entries((phases || {}).total || {}).map(([r, s]) => [r, s.count])));
+    }
+    return out;
   }
 
   // ---------------------------------------------------------------------------------
@@ -626,6 +636,9 @@
       for (const [phase, byRoute] of Object.entries(tap.phases)) merged[phase] = mergeRoutes(byRoute);
       const total = merged.total || null;
       const n = total ? total.count : 0;
+      // The server spent its CPU on its error answers too: per request is per exchange it
+      // answered, as in the report (docs/report.md, "The server's errors").
+      const answered = n + sumValues(serverErrors(tap));
       const sums = phaseSums(tap);
       const errors = sumValues(tap.totals.errors);
       const totalHist = histMap(total);
@@ -680,8 +693,8 @@
       this.renderHead(tap, snap, merged, segs, n);
       this.renderCards(tap, snap, total, n, cardRate, errors, cardErrRate);
       this.renderBreakdown(segs, n, sums.total || 0, snap);
-      this.renderProxy(snap.proxy, tap.upstream, n, Object.keys(snap.taps || {}).length);
-      this.renderInside(tap.upstream, n, snap);
+      this.renderProxy(snap.proxy, tap.upstream, answered, Object.keys(snap.taps || {}).length);
+      this.renderInside(tap.upstream, answered, snap);
       this.renderHot((snap.hot || {})[this.name] || []);
       this.renderPhases(merged, sums.total || 0, snap);
       this.renderRoutes(tap, routeRates, (snap.route_cpu || {})[this.name]);
@@ -750,6 +763,8 @@
       if (byServer > 0) parts.push(`${fmtInt(byServer)} by the server`);
       if (byClients > 0) parts.push(`${fmtInt(byClients)} by clients`);
       if (aborts > 0) parts.push(`${fmtInt(aborts)} aborted by clients`);
+      const answeredWithErrors = sumValues(serverErrors(tap));
+      if (answeredWithErrors > 0) parts.push(`the server answered ${fmtInt(answeredWithErrors)} with a 5xx`);
       if (tap.client_closes !== undefined) parts.push(`${fmtInt(tap.client_closes)} closes (no error)`);
       parts.push(`${fmtInt(errors)} since start`);
       if (errRate !== null) parts.push(`${fmtRate(errRate)} / s now`);
@@ -770,7 +785,7 @@
         this.proxyLine.textContent = "phasescope itself: no requests in this window yet";
         return;
       }
-      const us = (s) => `${num3((s * 1e6) / n)} µs`;
+      const us = (s) => fmtDur(s / n);
       const cpu = p.cpu_user_seconds + p.cpu_system_seconds;
       const cores = p.watched_seconds > 0 ? cpu / p.watched_seconds : 0;
       let line = `phasescope itself: per request ${us(cpu)} on CPU (user ${us(p.cpu_user_seconds)}, system ${us(p.cpu_system_seconds)}), ${us(p.runqueue_seconds)} waiting for a CPU; ${num3(cores)} of the ${p.cpus} cores`;
@@ -797,7 +812,7 @@
         this.insideNote.textContent = "";
         return;
       }
-      const us = (s) => `${num3((s * 1e6) / n)} µs`;
+      const us = (s) => fmtDur(s / n);
       let line = `per request ${us(u.cpu_user_seconds + u.cpu_system_seconds)} on CPU (user ${us(u.cpu_user_seconds)}, system ${us(u.cpu_system_seconds)}), ${us(u.runqueue_seconds)} waiting for a CPU`;
       const samples = u.samples || {};
       const total = sumValues(samples);
@@ -839,10 +854,10 @@
         h("td", { class: "name", "data-col": "name", text: name(f), title: `${f.object || "built in"} · component ${f.component}` }),
         h("td", { "data-col": "share", text: fmtPct(f.listed),
           title: `${fmtPct(f.inclusive)} with all it calls, ${fmtPct(f.self)} itself · ${fmtInt(f.samples)} samples` }),
-        h("td", { "data-col": "cpu", text: `${num3(f.cpu * 1e6)} µs` }),
+        h("td", { "data-col": "cpu", text: fmtDur(f.cpu) }),
         h("td", { "data-col": "callers", text: f.callers.map((c) => `${c.name} ${fmtPct(c.share)}`).join(", ") || "–" }),
         h("td", { "data-col": "what-if",
-          text: `${num3(f.what_if.saved * 1e6)} µs`,
+          text: fmtDur(f.what_if.saved),
           title: `${f.what_if.saved_of_total == null ? "" : `${fmtPct(f.what_if.saved_of_total)} of mean total; `}if CPU-bound, at most ${fmtPct(f.what_if.throughput_gain)} more throughput` }))));
     }
 
@@ -981,6 +996,13 @@
         }, k, client ? h("i", { text: abort ? "client left" : "client" }) : h("i", { text: "server" }),
         h("b", { text: fmtInt(v) }), h("small", { text: `/ ${fmtInt(all)}` }));
       });
+      // The server's own error answers, by status: its failures, apart from the proxy's.
+      for (const [status, v] of Object.entries(serverErrors(tap))) {
+        chips.unshift(h("span", {
+          class: "err nonzero", "data-server-status": status, "data-window": String(v),
+          title: `the server answered ${status} to ${fmtInt(v)} in this window — its own error answers, kept apart from the successes' times`,
+        }, `answered ${status}`, h("i", { text: "server" }), h("b", { text: fmtInt(v) })));
+      }
       // Clients ending their connections between exchanges: counted, and no error.
       if (tap.client_closes !== undefined) {
         const all = (tap.totals || {}).client_closes || 0;

@@ -2,7 +2,7 @@
 //! upstream, so the upstream's wait for a CPU — inside every phase the proxy times on it
 //! — is partly the proxy's doing.
 
-use super::{met, per_request, shown, Draft};
+use super::{met, per_exchange, shown, Draft};
 use crate::findings::TapView;
 use crate::snapshot::Finding;
 use crate::units::{duration, share, three_digits};
@@ -30,9 +30,9 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let upstream_cpu = u.cpu_user_seconds + u.cpu_system_seconds;
     let others = (p.machine_busy_seconds - upstream_cpu).max(p.cpu());
     let proxy_of_others = if others > 0.0 { p.cpu() / others } else { 0.0 };
-    let waited = per_request(v, u.runqueue_seconds);
+    let waited = per_exchange(v, u.runqueue_seconds);
     let seconds = waited * proxy_of_others;
-    let proxy_cpu = per_request(v, p.cpu());
+    let proxy_cpu = per_exchange(v, p.cpu());
     Some(
         Draft {
             id: "proxy_competes",

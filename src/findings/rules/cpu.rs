@@ -1,7 +1,7 @@
 //! `upstream_cpu_bound` and `upstream_runqueue`: the server's threads are busy all the
 //! time, or wait for a CPU longer than they run.
 
-use super::{met, met_as, per_request, shown, Draft};
+use super::{met, met_as, per_exchange, per_request, shown, Draft};
 use crate::findings::TapView;
 use crate::snapshot::{Finding, Severity};
 use crate::units::{duration, share, three_digits};
@@ -108,7 +108,7 @@ pub fn runqueue(v: &TapView<'_>) -> Option<Finding> {
         return None;
     }
     let cpu = u.cpu_user_seconds + u.cpu_system_seconds;
-    let waited = per_request(v, u.runqueue_seconds);
+    let waited = per_exchange(v, u.runqueue_seconds);
     let of_total = v.of_total(waited)?;
     if u.runqueue_seconds < cpu || of_total < MIN_RUNQUEUE_OF_TOTAL {
         return None;

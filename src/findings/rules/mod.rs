@@ -11,6 +11,7 @@ mod hot;
 mod nagle;
 mod parser;
 mod proxy;
+mod server_errors;
 
 use super::TapView;
 use crate::snapshot::summary::{Component, Inside};
@@ -22,7 +23,10 @@ const WARN_SHARE: f64 = 0.2;
 /// The rules that look at a tap whatever its number of answered requests: its
 /// failures (a tap whose every request failed has none answered).
 pub fn failures(v: &TapView<'_>) -> Vec<Finding> {
-    errors::check(v).into_iter().collect()
+    errors::check(v)
+        .into_iter()
+        .chain(server_errors::check(v))
+        .collect()
 }
 
 /// Every rule's findings for one tap that answered enough requests.
@@ -142,7 +146,18 @@ fn largest_part(i: &Inside, skip: impl Fn(&Component) -> bool) -> String {
         .unwrap_or_default()
 }
 
-/// `x` per request of the tap's window.
+/// `x`, a process's figure (CPU, waiting for a CPU), per exchange its server answered in
+/// the tap's window: the successes and its error answers, which cost it too.
+fn per_exchange(v: &TapView<'_>, x: f64) -> f64 {
+    let n = v.requests + v.server_errors;
+    if n == 0 {
+        0.0
+    } else {
+        x / n as f64
+    }
+}
+
+/// `x`, a sum over the successes' phases, per request of the tap's window.
 fn per_request(v: &TapView<'_>, x: f64) -> f64 {
     if v.requests == 0 {
         0.0

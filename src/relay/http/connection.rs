@@ -622,6 +622,7 @@ impl HttpConnection {
             response_bytes,
             phases,
             failure,
+            error_reply: false,
         };
         // The probe's requests stay out of the head shapes the probe reads back
         // (docs/probe.md). The byte counts travel with the record.

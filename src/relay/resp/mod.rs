@@ -128,6 +128,9 @@ struct Replied {
     /// Absolute offset, in the upstream→client stream, just past its last byte.
     end: u64,
     bytes: u64,
+    /// The reply was an error (`-ERR …`, a RESP3 bulk error): the server's own error
+    /// answer, kept apart from the successes.
+    error: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

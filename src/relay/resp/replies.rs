@@ -143,6 +143,7 @@ impl RespConnection {
             cmd,
             end,
             bytes: end - self.reply_start,
+            error: kind.is_some_and(Kind::is_error),
         });
     }
 
@@ -181,6 +182,7 @@ impl RespConnection {
             response_bytes: r.bytes,
             phases,
             failure: None,
+            error_reply: r.error,
         });
     }
 }

@@ -43,7 +43,7 @@ pub(super) fn compare_notes(a: &[Snapshot], b: &[Snapshot]) -> Vec<String> {
         let (Some(x), Some(y)) = (side(a, tap), side(b, tap)) else {
             continue;
         };
-        let us = |s: f64| format!("{:.1} µs", s * 1e6);
+        let us = crate::units::duration;
         let mut line = format!(
             "inside the upstream of tap {tap} ({} → {}): CPU per request {} → {} (user {} → {}, system {} → {}), waiting for a CPU {} → {}",
             x.comm,
@@ -113,7 +113,7 @@ mod tests {
         let n = &notes[0];
         // 1000 requests: (0.05 + 0.01) s → 60 µs; the other side 2000 requests, 80 ms → 40 µs.
         assert!(n.contains("CPU per request 60.0 µs → 40.0 µs"), "{n}");
-        assert!(n.contains("waiting for a CPU 2.0 µs → 2.0 µs"), "{n}");
+        assert!(n.contains("waiting for a CPU 2.00 µs → 2.00 µs"), "{n}");
         assert!(n.contains("HTTP parser 30 % → 10 % of its CPU"), "{n}");
     }
 

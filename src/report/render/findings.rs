@@ -39,8 +39,10 @@ pub fn lines(f: &Finding) -> Vec<String> {
             f.evidence.iter().map(figure).collect::<Vec<_>>().join("; ")
         ),
     ];
-    // Failures explain no share of the answered requests' time: they are failures.
-    if f.severity != Severity::Critical {
+    // Failures explain no share of the answered requests' time: they are failures, and
+    // say so by explaining none (`upstream_errors`, `server_errors` at any severity).
+    let explains_none = f.impact.seconds_per_request == 0.0 && f.impact.share_of_total.is_none();
+    if f.severity != Severity::Critical && !explains_none {
         out.push(format!("  explains: {impact}"));
     }
     out.push(format!("  fix: {}", f.fix));

@@ -121,7 +121,7 @@ impl Inside {
 
     /// The section as text lines, for the table and markdown reports.
     pub fn lines(&self) -> Vec<String> {
-        let us = |s: f64| format!("{:.1}", s * 1e6);
+        let us = units::duration;
         let pid = self
             .pid
             .map_or_else(|| "no process now".to_owned(), |p| format!("pid {p}"));
@@ -141,7 +141,7 @@ impl Inside {
         }
         head.push_str(&self.processes_shown());
         head.push_str(&format!(
-            "): per request {} µs on CPU (user {}, system {}), {} µs waiting for a CPU",
+            "): per request {} on CPU (user {}, system {}), {} waiting for a CPU",
             us(self.cpu_user + self.cpu_system),
             us(self.cpu_user),
             us(self.cpu_system),
@@ -342,7 +342,7 @@ mod tests {
         assert!((i.runqueue - 14.0e-6).abs() < 1e-12);
         let l = &i.lines()[0];
         assert!(
-            l.starts_with("inside webdis (pid 4242, 3 threads, 30 s): per request 21.3 µs on CPU (user 9.1, system 12.2), 14.0 µs waiting for a CPU"),
+            l.starts_with("inside webdis (pid 4242, 3 threads, 30 s): per request 21.3 µs on CPU (user 9.10 µs, system 12.2 µs), 14.0 µs waiting for a CPU"),
             "{l}"
         );
         assert!(l.contains("not sampled"), "{l}");

@@ -65,9 +65,9 @@ impl ProxyCost {
 
     /// The line under the headline.
     pub fn line(&self) -> String {
-        let us = |s: f64| format!("{:.1}", s * 1e6);
+        let us = crate::units::duration;
         let mut l = format!(
-            "phasescope itself (pid {}, {} threads, {:.0} s): per request {} µs on CPU (user {}, system {}), {} µs waiting for a CPU; {} of the {} cores",
+            "phasescope itself (pid {}, {} threads, {:.0} s): per request {} on CPU (user {}, system {}), {} waiting for a CPU; {} of the {} cores",
             self.pid,
             self.threads,
             self.watched_seconds,

@@ -175,9 +175,10 @@ impl Report {
                 .filter(|_| no_process.is_none())
                 .map(|u| {
                     let total = all.rows.iter().find(|r| r.phase == Phase::Total.name());
+                    // The server's CPU went into its error answers too.
                     let mut inside = super::inside::Inside::new(
                         u,
-                        total.map_or(0, |r| r.count),
+                        total.map_or(0, |r| r.count) + all.failures.server_failed,
                         total.map(|r| r.mean),
                         what_if,
                     );
@@ -191,7 +192,8 @@ impl Report {
                 .iter()
                 .find(|r| r.phase == Phase::Total.name())
                 .map_or(0, |r| r.count)
-                + all.failures.failed;
+                + all.failures.failed
+                + all.failures.server_failed;
             let proxy = ds.proxy.as_ref().filter(|_| exchanges > 0).map(|p| {
                 super::own::ProxyCost::new(p, exchanges, tap.upstream.as_ref(), ds.taps.len())
             });
@@ -308,10 +310,16 @@ fn section(tap: &TapData, route: Option<&str>) -> anyhow::Result<Section> {
         .find(|r| r.phase == Phase::Total.name())
         .map_or(0, |r| r.count);
     let failures = super::failures::Failures::of(tap, route, answered)?;
+    // With the server's errors apart, the figures that follow are the successes'.
+    let (answered_word, none_word) = if failures.server_failed > 0 {
+        ("successes", "no success")
+    } else {
+        ("answered", "none answered")
+    };
     let headline = match failures.clause(answered, tap.protocol.as_deref()) {
         None => headline::headline(&rows),
-        Some(clause) if answered == 0 => format!("{clause}; none answered"),
-        Some(clause) => format!("{clause}; answered: {}", headline::headline(&rows)),
+        Some(clause) if answered == 0 => format!("{clause}; {none_word}"),
+        Some(clause) => format!("{clause}; {answered_word}: {}", headline::headline(&rows)),
     };
     Ok(Section {
         route: route.unwrap_or(ALL_ROUTES).to_owned(),

@@ -164,6 +164,9 @@ fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "{}", paint("1", &title(tap, protocol, s)));
         let _ = writeln!(out, "  {}", s.headline);
+        if let Some(l) = s.failures.server_line() {
+            let _ = writeln!(out, "  {l}");
+        }
         for l in proxy_lines(report, tap, s) {
             let _ = writeln!(out, "  {l}");
         }
@@ -181,12 +184,20 @@ fn text(report: &Report, colour: bool) -> String {
             let _ = writeln!(out, "\n  {FAILED_TITLE}\n");
             text_table(&mut out, &s.failures.rows, None, &paint);
         }
+        if !s.failures.server_rows.is_empty() {
+            let _ = writeln!(out, "\n  {SERVER_ERRORS_TITLE}\n");
+            text_table(&mut out, &s.failures.server_rows, None, &paint);
+        }
     }
     for n in &report.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
     out
 }
+
+/// The title of the table of the server's error answers' phases.
+pub const SERVER_ERRORS_TITLE: &str =
+    "the server's error answers (HTTP 5xx it sent; apart from the successes above):";
 
 /// The title of a section's second table, the failed exchanges' phases.
 pub const FAILED_TITLE: &str =
@@ -242,6 +253,9 @@ fn markdown(report: &Report) -> String {
     for (tap, protocol, s) in sections(report) {
         let _ = writeln!(out, "\n### {}\n", md_escape(&title(tap, protocol, s)));
         let _ = writeln!(out, "{}\n", md_escape(&s.headline));
+        if let Some(l) = s.failures.server_line() {
+            let _ = writeln!(out, "{}\n", md_escape(&upper_first(&l)));
+        }
         for l in proxy_lines(report, tap, s) {
             let _ = writeln!(out, "{}\n", md_escape(&l));
         }
@@ -272,6 +286,10 @@ fn markdown(report: &Report) -> String {
         if !s.failures.rows.is_empty() {
             let _ = writeln!(out, "\n{}\n", md_escape(&upper_first(FAILED_TITLE)));
             md_table(&mut out, &s.failures.rows);
+        }
+        if !s.failures.server_rows.is_empty() {
+            let _ = writeln!(out, "\n{}\n", md_escape(&upper_first(SERVER_ERRORS_TITLE)));
+            md_table(&mut out, &s.failures.server_rows);
         }
     }
     for n in &report.notes {
@@ -317,6 +335,10 @@ pub const CSV_UPSTREAM_PREFIX: &str = "upstream.";
 /// The `phase` prefix of the CSV records of the failed exchanges' phases
 /// (`failed.total`), after the answered exchanges' rows of the same section.
 pub const CSV_FAILED_PREFIX: &str = "failed.";
+
+/// The `phase` prefix of the CSV records of the server's error answers' phases
+/// (`server_error.total`), after the failed exchanges' rows.
+pub const CSV_SERVER_PREFIX: &str = "server_error.";
 
 /// The inside-the-upstream section as records of the same table, so that one CSV stays
 /// one table: `upstream.cpu_user`, `upstream.cpu_system` and `upstream.runqueue` with the
@@ -421,7 +443,12 @@ fn csv(report: &Report) -> String {
                 .rows
                 .iter()
                 .map(|r| (r, format!("{CSV_FAILED_PREFIX}{}", r.phase)));
-            for (r, phase) in answered.chain(failed) {
+            let server = s
+                .failures
+                .server_rows
+                .iter()
+                .map(|r| (r, format!("{CSV_SERVER_PREFIX}{}", r.phase)));
+            for (r, phase) in answered.chain(failed).chain(server) {
                 let _ = writeln!(
                     out,
                     "{},{},{},{},{},{},{},{},{},{},{},{}",

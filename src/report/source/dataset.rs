@@ -45,6 +45,13 @@ pub struct TapData {
     /// The exchanges that failed: error kind → phase name → route → series (snapshots of
     /// older builds and Prometheus have none: their failures, if any, are in `phases`).
     pub failed: BTreeMap<String, BTreeMap<String, BTreeMap<String, Series>>>,
+    /// The server's own error answers (an HTTP 5xx it sent): status → phase name → route
+    /// → series, kept out of `phases` (snapshots of older builds have none: their errors
+    /// are in `phases`). From Prometheus, the `total` series' counts only.
+    pub server_errors: BTreeMap<String, BTreeMap<String, BTreeMap<String, Series>>>,
+    /// The server's error answers counted without their phases (from Prometheus): status
+    /// → route → count.
+    pub server_counts: BTreeMap<String, BTreeMap<String, u64>>,
     /// Errors by kind over the window (snapshots only).
     pub errors: BTreeMap<String, u64>,
     /// Failed upstream connects by reason over the window (snapshots only).
@@ -257,12 +264,17 @@ impl TapData {
         names
     }
 
-    /// Routes present in any phase, answered or failed, sorted.
+    /// Routes present in any phase, answered, failed or the server's errors, sorted.
     pub fn routes(&self) -> Vec<&str> {
         let mut routes: Vec<&str> = self
             .phases
             .values()
             .chain(self.failed.values().flat_map(|phases| phases.values()))
+            .chain(
+                self.server_errors
+                    .values()
+                    .flat_map(|phases| phases.values()),
+            )
             .flat_map(|r| r.keys().map(String::as_str))
             .collect();
         routes.sort_unstable();
@@ -285,45 +297,95 @@ impl TapData {
         phase: &str,
         route: Option<&str>,
     ) -> anyhow::Result<Option<Series>> {
-        let mut out: Option<Series> = None;
-        for phases in self.failed.values() {
-            if let Some(routes) = phases.get(phase) {
-                merge_routes(&mut out, routes, route)?;
-            }
-        }
-        Ok(out)
+        apart_series(&self.failed, phase, route)
     }
 
     /// Phase names of the failed exchanges, in timeline order.
     pub fn failed_phase_names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self
-            .failed
-            .values()
-            .flat_map(|phases| phases.keys().map(String::as_str))
-            .collect();
-        names.sort_by_key(|n| phase_order(n));
-        names.dedup();
-        names
+        apart_phase_names(&self.failed)
     }
 
     /// The failed exchanges of one route (or all) by kind: the count of each kind's
     /// `total` series.
     pub fn failed_by_kind(&self, route: Option<&str>) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
-        for (kind, phases) in &self.failed {
-            let n: u64 = phases
-                .get(Phase::Total.name())
-                .into_iter()
-                .flatten()
+        apart_counts(&self.failed, route)
+    }
+
+    /// One phase of the server's error answers, every status together, over all routes
+    /// or one.
+    pub fn server_series(
+        &self,
+        phase: &str,
+        route: Option<&str>,
+    ) -> anyhow::Result<Option<Series>> {
+        apart_series(&self.server_errors, phase, route)
+    }
+
+    /// Phase names of the server's error answers, in timeline order.
+    pub fn server_phase_names(&self) -> Vec<&str> {
+        apart_phase_names(&self.server_errors)
+    }
+
+    /// The server's error answers of one route (or all) by status.
+    pub fn server_by_status(&self, route: Option<&str>) -> BTreeMap<String, u64> {
+        let mut out = apart_counts(&self.server_errors, route);
+        for (status, routes) in &self.server_counts {
+            let n: u64 = routes
+                .iter()
                 .filter(|(name, _)| route.is_none_or(|r| r == name.as_str()))
-                .map(|(_, s)| s.count)
+                .map(|(_, n)| n)
                 .sum();
             if n > 0 {
-                out.insert(kind.clone(), n);
+                *out.entry(status.clone()).or_default() += n;
             }
         }
         out
     }
+}
+
+/// Exchanges kept apart from the successes, by why (an error kind, a status): why →
+/// phase name → route → series.
+type Apart = BTreeMap<String, BTreeMap<String, BTreeMap<String, Series>>>;
+
+/// One phase of `apart`, every why together, over all routes or one.
+fn apart_series(apart: &Apart, phase: &str, route: Option<&str>) -> anyhow::Result<Option<Series>> {
+    let mut out: Option<Series> = None;
+    for phases in apart.values() {
+        if let Some(routes) = phases.get(phase) {
+            merge_routes(&mut out, routes, route)?;
+        }
+    }
+    Ok(out)
+}
+
+/// Phase names of `apart`, in timeline order.
+fn apart_phase_names(apart: &Apart) -> Vec<&str> {
+    let mut names: Vec<&str> = apart
+        .values()
+        .flat_map(|phases| phases.keys().map(String::as_str))
+        .collect();
+    names.sort_by_key(|n| phase_order(n));
+    names.dedup();
+    names
+}
+
+/// The exchanges of `apart` of one route (or all) by why: the count of each why's
+/// `total` series.
+fn apart_counts(apart: &Apart, route: Option<&str>) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (kind, phases) in apart {
+        let n: u64 = phases
+            .get(Phase::Total.name())
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| route.is_none_or(|r| r == name.as_str()))
+            .map(|(_, s)| s.count)
+            .sum();
+        if n > 0 {
+            out.insert(kind.clone(), n);
+        }
+    }
+    out
 }
 
 /// Merges the series of `routes` (or of the one route named) into `out`.
@@ -425,6 +487,11 @@ impl Dataset {
                     let into = data.failed.entry(kind.clone()).or_default();
                     merge_phases(into, phases, &snap.hdr)
                         .with_context(|| format!("{name}: {tap_name}, failed {kind}"))?;
+                }
+                for (status, phases) in &tap.server_errors {
+                    let into = data.server_errors.entry(status.clone()).or_default();
+                    merge_phases(into, phases, &snap.hdr)
+                        .with_context(|| format!("{name}: {tap_name}, server {status}"))?;
                 }
                 if data.backend.is_none() {
                     data.backend.clone_from(&tap.backend);

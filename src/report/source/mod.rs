@@ -8,6 +8,7 @@ pub mod dataset;
 pub mod http;
 pub mod prometheus;
 pub mod prometheus_answer;
+pub mod prometheus_failures;
 pub mod prometheus_native;
 pub mod snapshots;
 

@@ -67,6 +67,13 @@ pub fn load(base: &str, range: Duration) -> anyhow::Result<Dataset> {
             .with_context(|| format!("Prometheus query {q}"))?;
         ds.notes = vec![NATIVE_NOTE.to_owned()];
     }
+    // The failures, the proxy's and the server's, beside the answered exchanges.
+    let [errors, connects, server] = super::prometheus_failures::queries(&range_text).map(|q| {
+        get(&q)
+            .and_then(|body| parse_vector(&body))
+            .with_context(|| format!("Prometheus query {q}"))
+    });
+    super::prometheus_failures::add(&mut ds.taps, &errors?, &connects?, &server?);
     if ds.taps.is_empty() {
         explain_empty(&base, &prefix, range, at)?;
     }
