@@ -59,11 +59,20 @@ pub(super) fn compare_notes(a: &[Snapshot], b: &[Snapshot]) -> Vec<String> {
         );
         let parser = |i: &Inside| i.components.iter().find(|c| c.name == PARSER).cloned();
         if let (Some(p), Some(q)) = (parser(&x), parser(&y)) {
-            // Both shares where both sides took call stacks: with all it calls is what a
-            // faster parser could save at most (in Webdis the callbacks it runs handle
-            // the whole request), itself is the parsing alone.
-            match (p.inclusive, q.inclusive) {
-                (Some(pi), Some(qi)) => line.push_str(&format!(
+            // Where both sides took call stacks: its own work, what a faster parser could
+            // save at most (docs/report.md, "A component's own work"), with its share with
+            // all it calls beside it (in Webdis the callbacks it runs handle the whole
+            // request). With the inclusive counts alone (a window's part without its
+            // stacks), that share and the parsing alone.
+            match (p.work.zip(q.work), p.inclusive.zip(q.inclusive)) {
+                (Some((pw, qw)), Some((pi, qi))) => line.push_str(&format!(
+                    "; HTTP parser {} → {} of its CPU, its own work ({} → {} with all it calls)",
+                    units::share(pw),
+                    units::share(qw),
+                    units::share(pi),
+                    units::share(qi)
+                )),
+                (None, Some((pi, qi))) => line.push_str(&format!(
                     "; HTTP parser {} → {} of its CPU with all it calls ({} → {} itself)",
                     units::share(pi),
                     units::share(qi),
