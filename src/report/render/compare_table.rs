@@ -338,7 +338,8 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             in_group = 0;
         }
         in_group += 1;
-        if in_group > shown && r.verdict != Outcome::Different {
+        // What one side alone has is shown whatever the cut: a build's replaced function.
+        if in_group > shown && r.verdict != Outcome::Different && r.only.is_none() {
             left_out += 1;
             continue;
         }
@@ -352,8 +353,11 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             Some(d) => format!("{} ({d})", r.verdict),
             None => r.verdict.to_string(),
         };
-        if let Some(n) = &r.note {
-            verdict.push_str(&format!(" — {n}"));
+        match (&r.note, r.only) {
+            // `only in A: 307 ns a request [...]` says it all: no verdict to give.
+            (Some(n), Some(_)) => verdict = n.clone(),
+            (Some(n), None) => verdict.push_str(&format!(" — {n}")),
+            (None, _) => {}
         }
         table.push([
             match r.kind {
@@ -381,6 +385,7 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
         taps.into_iter().collect::<Vec<_>>().join(", "),
         c.alpha
     )];
+    out.extend(c.builds.iter().map(|b| format!("  {}", b.sentence())));
     for row in &table {
         let mut l = String::from(" ");
         for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
@@ -398,6 +403,12 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             "  ({left_out} more rows, none different, in the JSON's functions[])"
         ));
     }
+    out.extend(
+        c.functions
+            .iter()
+            .filter_map(|r| r.swap.as_ref())
+            .map(|s| format!("  swapped: {s}")),
+    );
     out
 }
 
