@@ -371,12 +371,6 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             verdict,
         ]);
     }
-    let mut widths = [0usize; 6];
-    for row in &table {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
     let taps: std::collections::BTreeSet<&str> =
         c.functions.iter().map(|r| r.tap.as_str()).collect();
     let mut out = vec![format!(
@@ -386,18 +380,7 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
         c.alpha
     )];
     out.extend(c.builds.iter().map(|b| format!("  {}", b.sentence())));
-    for row in &table {
-        let mut l = String::from(" ");
-        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
-            let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
-            match i {
-                5 => l.push_str(&format!("  {cell}")),
-                3 | 4 => l.push_str(&format!("  {pad}{cell}")),
-                _ => l.push_str(&format!(" {cell}{pad}")),
-            }
-        }
-        out.push(l.trim_end().to_owned());
-    }
+    out.extend(aligned(&table));
     if left_out > 0 {
         out.push(format!(
             "  ({left_out} more rows, none different, in the JSON's functions[])"
@@ -409,6 +392,30 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             .filter_map(|r| r.swap.as_ref())
             .map(|s| format!("  swapped: {s}")),
     );
+    out
+}
+
+/// The function rows' cells as aligned lines: names left, figures right, the verdict last.
+fn aligned(table: &[[String; 6]]) -> Vec<String> {
+    let mut widths = [0usize; 6];
+    for row in table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = Vec::new();
+    for row in table {
+        let mut l = String::from(" ");
+        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
+            match i {
+                5 => l.push_str(&format!("  {cell}")),
+                3 | 4 => l.push_str(&format!("  {pad}{cell}")),
+                _ => l.push_str(&format!(" {cell}{pad}")),
+            }
+        }
+        out.push(l.trim_end().to_owned());
+    }
     out
 }
 
