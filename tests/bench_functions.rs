@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use support::{BurnTruth, BurnUpstream};
+use support::{burn_upstream_variant, BurnTruth, BurnUpstream};
 
 /// The lock the other bench tests take: two benches at once on two cores would measure
 /// each other.
@@ -377,13 +377,42 @@ fn two_identical_servers_differ_in_no_function() {
 
 /// A server benched against itself (`--a` and `--b` the same address), sampled: what the
 /// findings find on side A they find on side B, so none is gone and none appeared (they
-/// were once matched by tap name, and every finding of tap `a` read as gone in B).
+/// were once matched by tap name, and every finding of tap `a` read as gone in B). Its
+/// CPU is one process's, measured once: a request's CPU (the `cpu` row, the same on both
+/// sides) is what the server's own clocks put in its two burns a request, not twice that
+/// (an A/A of one Webdis read 42.1 µs against 22 µs), and it is not compared.
 #[test]
 fn a_server_against_itself_keeps_every_finding() {
     let _serial = serial();
     let up = BurnUpstream::start(100, 300);
     let addr = up.addr().to_string();
+    let before = up.truth();
     let v = bench(&addr, &addr, &["--runs", "2", "--duration", "2s"]);
+    let burns = up.truth().burn_us_per_request_since(&before);
+    let cpu = v["rows"]
+        .as_array()
+        .and_then(|rows| {
+            rows.iter()
+                .find(|r| r["phase"] == "cpu" && r["statistic"] == "per_request")
+        })
+        .unwrap_or_else(|| panic!("no cpu row: {:#}", v["rows"]));
+    let a = cpu["a"].as_f64().unwrap_or(f64::NAN) * 1e6;
+    println!(
+        "cpu row: {cpu:#}
+the server's burns: {burns:.1} µs a request"
+    );
+    assert_eq!(cpu["a"], cpu["b"], "{cpu:#}");
+    // The burns are most of a request's CPU; the rest (the kernel's network, the reads
+    // and writes) is far less than another request's worth.
+    assert!(
+        a >= 0.95 * burns && a <= 1.5 * burns,
+        "CPU per request {a:.1} µs against the burns' {burns:.1} µs"
+    );
+    assert_eq!(cpu["verdict"], "unknown", "{cpu:#}");
+    assert!(
+        cpu["note"].as_str().unwrap_or("").contains("one process"),
+        "{cpu:#}"
+    );
     let f = &v["findings"];
     println!("{f:#}");
     assert_eq!(f["gone"].as_array().map(Vec::len), Some(0), "{f:#}");
@@ -394,4 +423,220 @@ fn a_server_against_itself_keeps_every_finding() {
         kept.iter().all(|k| k["tap"] == "b"),
         "B's findings name B's tap: {f:#}"
     );
+}
+
+/// Two builds of the burn fixture with different file names, one calibration: A's parser
+/// `parse_a` (300 µs a request), B's renamed `parse_b` (400 µs), the rest the same code
+/// (`backend_query` 300 µs, `serve`). The rest is one row each, not split by binary; the
+/// parsers are a row each, only on their side, with their CPU per request near the
+/// servers' own clocks; the own code's component names both; `compare` of the kept
+/// windows says the same. B's graph paints `parse_b` red and `backend_query` neutral; A's
+/// graph holds `parse_a`, which B has not, in blue.
+#[test]
+fn two_builds_match_by_function_and_say_the_swap() {
+    let _serial = serial();
+    let a_bin = burn_upstream_variant("burn-build-a", &["-Dhttp_parser_execute=parse_a"]);
+    let b_bin = burn_upstream_variant("burn-build-b", &["-Dhttp_parser_execute=parse_b"]);
+    let mut a = BurnUpstream::start_binary(&a_bin, 300, 300, |_| {});
+    let log = a.process().log_tail();
+    let rate = log
+        .split_whitespace()
+        .zip(log.split_whitespace().skip(1))
+        .find(|(_, unit)| unit.starts_with("iterations/us"))
+        .map(|(n, _)| n.to_owned())
+        .unwrap_or_else(|| panic!("no calibration in the upstream's log: {log}"));
+    let b = BurnUpstream::start_binary(&b_bin, 400, 300, |c| {
+        c.env("BURN_ITERATIONS_PER_US", &rate);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("builds.svg");
+    let kept = dir.path().join("windows");
+    let before = [a.truth(), b.truth()];
+    let v = bench(
+        &a.addr().to_string(),
+        &b.addr().to_string(),
+        &[
+            "--runs",
+            "3",
+            "--duration",
+            "2s",
+            "--diff-flamegraph",
+            svg.to_str().unwrap(),
+            "--keep",
+            kept.to_str().unwrap(),
+        ],
+    );
+    let pa = a.truth().parser_us_per_request_since(&before[0]);
+    let pb = b.truth().parser_us_per_request_since(&before[1]);
+    for r in functions(&v) {
+        println!("{} {:?}", line(r), r["note"].as_str());
+    }
+    assert_eq!(v["builds"][0]["a"], "burn-build-a", "{:#}", v["builds"]);
+    assert_eq!(v["builds"][0]["b"], "burn-build-b", "{:#}", v["builds"]);
+    for name in ["backend_query", "serve"] {
+        for view in ["self", "with_callees"] {
+            let n = functions(&v)
+                .iter()
+                .filter(|r| r["name"] == name && r["view"] == view)
+                .count();
+            assert!(n <= 1, "{name} ({view}) split into {n} rows");
+        }
+        let r = function(&v, name, "with_callees");
+        assert!(
+            r["only"].is_null() && r["a"].is_number() && r["b"].is_number(),
+            "{}",
+            line(r)
+        );
+    }
+    for (name, side, truth) in [("parse_a", "a", pa), ("parse_b", "b", pb)] {
+        let r = function(&v, name, "self");
+        assert_eq!(r["only"], side, "{}", line(r));
+        let us = r[side].as_f64().unwrap_or(f64::NAN) * 1e6;
+        // The samples put a function within a few percent of the server's own clock.
+        assert!(
+            (us / truth - 1.0).abs() < 0.1,
+            "{name}: {us:.1} µs a request against the server's {truth:.1}"
+        );
+        let note = r["note"].as_str().unwrap_or("");
+        let letter = side.to_uppercase();
+        assert!(note.starts_with(&format!("only in {letter}: ")), "{note}");
+        assert!(!note.contains("without a sample"), "{note}");
+    }
+    let own = functions(&v)
+        .iter()
+        .find(|r| r["kind"] == "component" && r["view"] == "self" && r["name"] == "own code")
+        .unwrap_or_else(|| panic!("no own code component: {:#}", v["functions"]));
+    let swap = own["swap"].as_str().unwrap_or("");
+    println!("{swap}");
+    assert!(
+        swap.starts_with("own code: parse_a ") && swap.contains(" → parse_b "),
+        "{swap}"
+    );
+
+    // B's graph: the renamed, dearer parser red; the unchanged backend neutral.
+    let drawn = frames(&std::fs::read_to_string(&svg).unwrap());
+    let fill = |frames: &[(String, String)], name: &str| {
+        frames
+            .iter()
+            .find(|(t, _)| t.starts_with(&format!("{name} (")))
+            .map(|(_, f)| rgb(f))
+            .unwrap_or_else(|| panic!("no frame {name}: {frames:?}"))
+    };
+    let (r, g, b_) = fill(&drawn, "parse_b");
+    assert!(
+        r == 255 && g < 200 && b_ < 200,
+        "parse_b red: {:?}",
+        (r, g, b_)
+    );
+    if function(&v, "backend_query", "self")["verdict"] != "different" {
+        assert_eq!(fill(&drawn, "backend_query"), (0xdd, 0xdd, 0xdd));
+    }
+    // A's graph: what B has not, in blue.
+    let of_a = frames(&std::fs::read_to_string(dir.path().join("builds.a.svg")).unwrap());
+    let (r, g, b_) = fill(&of_a, "parse_a");
+    assert!(
+        b_ == 255 && r < 200 && g < 200,
+        "parse_a blue: {:?}",
+        (r, g, b_)
+    );
+
+    // compare of the kept windows: the same rows.
+    let mut windows: Vec<String> = std::fs::read_dir(&kept)
+        .unwrap()
+        .map(|e| e.unwrap().path().to_string_lossy().into_owned())
+        .filter(|p| p.ends_with(".json"))
+        .collect();
+    windows.sort();
+    let out = Command::new(support::release_phasescope())
+        .arg("compare")
+        .args(&windows)
+        .arg("--vs")
+        .args(&windows)
+        .args(["--tap", "a", "--vs-tap", "b", "--paired"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(
+        text.contains("two builds, A burn-build-a and B burn-build-b"),
+        "{text}"
+    );
+    assert!(text.contains("only in A: "), "{text}");
+    assert!(text.contains("swapped: own code: parse_a "), "{text}");
+}
+
+/// The same two builds of one code under two file names (an A/A across builds): no row
+/// split or one-sided, no own-code function `different`, and no frame coloured that is
+/// not a `different` row's (the kernel's may move under load, as above).
+#[test]
+fn two_builds_of_one_code_split_no_row() {
+    let _serial = serial();
+    let a_bin = burn_upstream_variant("burn-same-a", &[]);
+    let b_bin = burn_upstream_variant("burn-same-b", &[]);
+    let mut a = BurnUpstream::start_binary(&a_bin, 300, 300, |_| {});
+    let log = a.process().log_tail();
+    let rate = log
+        .split_whitespace()
+        .zip(log.split_whitespace().skip(1))
+        .find(|(_, unit)| unit.starts_with("iterations/us"))
+        .map(|(n, _)| n.to_owned())
+        .unwrap_or_else(|| panic!("no calibration in the upstream's log: {log}"));
+    let b = BurnUpstream::start_binary(&b_bin, 300, 300, |c| {
+        c.env("BURN_ITERATIONS_PER_US", &rate);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("same.svg");
+    let v = bench(
+        &a.addr().to_string(),
+        &b.addr().to_string(),
+        &[
+            "--runs",
+            "3",
+            "--duration",
+            "2s",
+            "--diff-flamegraph",
+            svg.to_str().unwrap(),
+        ],
+    );
+    for r in functions(&v) {
+        println!("{}", line(r));
+        assert!(r["only"].is_null(), "one-sided: {}", line(r));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for r in functions(&v) {
+        let key = format!("{} {} {}", r["kind"], r["view"], r["name"]);
+        assert!(seen.insert(key.clone()), "split: {key}");
+    }
+    for name in ["http_parser_execute", "backend_query", "serve"] {
+        for view in ["self", "with_callees"] {
+            if let Some(r) = functions(&v)
+                .iter()
+                .find(|r| r["name"] == name && r["view"] == view)
+            {
+                assert_ne!(r["verdict"], "different", "{}", line(r));
+            }
+        }
+    }
+    let different: Vec<&str> = functions(&v)
+        .iter()
+        .filter(|r| r["verdict"] == "different" && r["view"] == "self")
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    for path in [svg.clone(), dir.path().join("same.a.svg")] {
+        for (title, fill) in frames(&std::fs::read_to_string(&path).unwrap()) {
+            let name = title.split(" (").next().unwrap_or("");
+            if rgb(&fill) != (0xdd, 0xdd, 0xdd) {
+                assert!(
+                    different.contains(&name),
+                    "{title} coloured {fill} without a row different ({})",
+                    path.display()
+                );
+            }
+        }
+    }
 }

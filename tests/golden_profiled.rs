@@ -184,6 +184,7 @@ fn compare_outputs_of_two_profiled_runs() {
     );
     for name in [
         "diff.svg",
+        "diff.a.svg",
         "diff.a.folded",
         "diff.b.folded",
         "diff.a.pb.gz",

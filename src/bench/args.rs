@@ -121,9 +121,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "A_CPUS:B_CPUS:LOAD_CPUS", value_parser = super::pin::Cpus::parse)]
     pub cpus: Option<super::pin::Cpus>,
 
-    /// Write a differential flame graph of the servers' call stacks to FILE.svg: B's
-    /// stacks, red where B costs more CPU per request than A, blue where less (needs
-    /// sampled stacks on both sides)
+    /// Write the differential flame graphs of the servers' call stacks: B's stacks to
+    /// FILE.svg, A's to FILE.a.svg; a frame red or blue only where its function's row is
+    /// different (dearer, cheaper) or on one side only, grey elsewhere (needs sampled
+    /// stacks on both sides)
     #[arg(long = "diff-flamegraph", value_name = "FILE.svg")]
     pub diff_flamegraph: Option<PathBuf>,
 

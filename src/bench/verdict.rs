@@ -54,7 +54,12 @@ impl Bench<'_> {
                     folded: args.folded.as_deref(),
                     pprof: args.pprof.as_deref(),
                 }
-                .write(&m.a, &m.b, &[("a".to_owned(), "b".to_owned())])?;
+                .write(
+                    &m.a,
+                    &m.b,
+                    &[("a".to_owned(), "b".to_owned())],
+                    &c.functions,
+                )?;
                 Some(c)
             }
         };

@@ -218,9 +218,10 @@ pub struct CompareArgs {
     /// Seed of the resampling, so that a rerun gives the same intervals
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// Write a differential flame graph of the servers' call stacks to FILE.svg: B's
-    /// stacks, red where B costs more CPU per request than A, blue where less (needs
-    /// sampled stacks on both sides)
+    /// Write the differential flame graphs of the servers' call stacks: B's stacks to
+    /// FILE.svg, A's to FILE.a.svg; a frame red or blue only where its function's row is
+    /// different (dearer, cheaper) or on one side only, grey elsewhere (needs sampled
+    /// stacks on both sides)
     #[arg(long = "diff-flamegraph", value_name = "FILE.svg")]
     pub diff_flamegraph: Option<PathBuf>,
 

@@ -201,7 +201,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
         pprof: args.pprof.as_deref(),
     };
     if exports.wanted() {
-        exports.write(&a, &b, &stack_taps(&a, &b, &opts))?;
+        exports.write(&a, &b, &stack_taps(&a, &b, &opts), &c.functions)?;
     }
     print(&compare_table::render(
         &c,

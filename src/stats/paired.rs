@@ -132,6 +132,52 @@ pub fn of_cells(
     })
 }
 
+/// One side's ratio of totals over its windows (Σ sum / Σ count), with its interval at
+/// `confidence`: the same block bootstrap, for a figure the other side has none of (a
+/// function that one build has and the other has not), where there is no ratio of B to
+/// A to measure. `None` with fewer than [`MIN_PAIRS`] windows or nothing in them.
+pub fn one_side(
+    cells: &[Cell],
+    resamples: usize,
+    rng: &mut Rng,
+    confidence: f64,
+) -> Option<(f64, [f64; 2])> {
+    let n = cells.len();
+    let level = |pick: &dyn Fn(usize) -> usize| -> f64 {
+        let (c, s) = (0..n).fold((0.0, 0.0), |(c, s), i| {
+            let x = cells[pick(i)];
+            (c + x.count, s + x.sum)
+        });
+        (s / c).ln()
+    };
+    let point = level(&|i| i);
+    if n < MIN_PAIRS || !point.is_finite() {
+        return None;
+    }
+    let block = block_length(Statistic::PerRequest, n);
+    let mut picks = vec![0usize; n];
+    let mut replicates = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        for chunk in picks.chunks_mut(block) {
+            let start = rng.below(n - block + 1);
+            for (k, p) in chunk.iter_mut().enumerate() {
+                *p = start + k;
+            }
+        }
+        let r = level(&|i| picks[i]);
+        if r.is_finite() {
+            replicates.push(r);
+        }
+    }
+    let se = std_dev(&replicates);
+    let df = degrees_of_freedom(Statistic::PerRequest, n);
+    let t = super::verdict::t_quantile(1.0 - (1.0 - confidence) / 2.0, df);
+    Some((
+        point.exp(),
+        [(point - t * se).exp(), (point + t * se).exp()],
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,6 +108,9 @@ fn draft(
         return None;
     }
     let key: Key = (tap.to_owned(), figure.0.to_owned(), ROUTE.to_owned());
+    if let Some(pid) = super::one_process::of(a, b, tap) {
+        return Some(super::one_process::draft(key, pid, &oa, &ob));
+    }
     per_request(key, &oa, &ob, opts)
 }
 

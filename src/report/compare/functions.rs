@@ -20,7 +20,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use super::builds::{renamed, Builds};
 use super::cpu;
+use super::one_sided::{self, Only};
 use super::options::Options;
 use super::row::{decide, Draft, Row, ROUTE};
 use crate::snapshot::Snapshot;
@@ -101,6 +103,13 @@ pub struct FunctionRow {
     /// `slower` (dearer) or `faster` (cheaper) when `different`.
     pub direction: Option<Direction>,
     pub note: Option<String>,
+    /// The side that alone has it (`a`, `b`), or null: then `note` gives its CPU per
+    /// request there, with that side's interval, and there is no change to measure.
+    pub only: Option<Only>,
+    /// A component's `self` row whose functions include some only one side has: the
+    /// swap in words (`HTTP parser: http_parser_execute 307 ns → llhttp__internal_execute
+    /// 249 ns, −19.1 % [−45.5, +20.2] (the component, itself)`).
+    pub swap: Option<String>,
 }
 
 impl FunctionRow {
@@ -134,7 +143,9 @@ struct Window {
 }
 
 impl Window {
-    fn of(snap: &Snapshot, tap: &str) -> Option<Window> {
+    /// `own`: the file of the side's binary when the two sides run different builds
+    /// ([`Builds`]): its functions and component are counted as [`super::builds::OWN_CODE`].
+    fn of(snap: &Snapshot, tap: &str, own: Option<&str>) -> Option<Window> {
         let t = snap.taps.get(tap)?;
         let u = t.upstream.as_ref()?;
         let stacks = u.stacks()?;
@@ -161,9 +172,9 @@ impl Window {
                     kind: Kind::Function,
                     view,
                     name: f.name.clone(),
-                    object: f.object.clone(),
+                    object: renamed(&f.object, own).to_owned(),
                     line: f.line,
-                    component: f.component.clone(),
+                    component: renamed(&f.component, own).to_owned(),
                 };
                 if depth == last {
                     *samples.entry(subject(View::Own)).or_default() += n;
@@ -178,14 +189,15 @@ impl Window {
         let components = [(View::Own, u.samples()), (View::WithCallees, u.inclusive())];
         for (view, map) in components {
             for (name, &n) in map.into_iter().flatten() {
+                let name = renamed(name, own);
                 samples.insert(
                     Subject {
                         kind: Kind::Component,
                         view,
-                        name: name.clone(),
+                        name: name.to_owned(),
                         object: String::new(),
                         line: None,
-                        component: name.clone(),
+                        component: name.to_owned(),
                     },
                     n,
                 );
@@ -217,38 +229,78 @@ fn on_cpu(u: &UpstreamSnapshot) -> f64 {
         .unwrap_or(u.cpu_user_seconds + u.cpu_system_seconds)
 }
 
+/// A row before the family's control: what it is about, its samples on each side, its
+/// draft, and the side that alone has it.
+type Drafted = (Subject, u64, u64, Draft, Option<Only>);
+
 /// Every tap with sampled stacks on both sides: its functions' and components' rows,
-/// those that changed most first. `opts` as for the phases' rows (paired or not, α, the
+/// those that changed most first, and the taps whose sides run different builds (their
+/// own code matched across them). `opts` as for the phases' rows (paired or not, α, the
 /// threshold, the seed).
-pub(super) fn rows(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<FunctionRow> {
+pub(super) fn rows(
+    a: &[Snapshot],
+    b: &[Snapshot],
+    opts: &Options,
+) -> (Vec<FunctionRow>, Vec<Builds>) {
     let taps: BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
-    let mut drafts: Vec<(Subject, u64, u64, Draft)> = Vec::new();
+    let mut drafts: Vec<Drafted> = Vec::new();
+    let mut builds = Vec::new();
     for tap in taps {
-        let wa: Vec<Option<Window>> = a.iter().map(|s| Window::of(s, tap)).collect();
-        let wb: Vec<Option<Window>> = b.iter().map(|s| Window::of(s, tap)).collect();
+        if super::one_process::of(a, b, tap).is_some() {
+            // Both sides' samples are one process's (the notes say so).
+            continue;
+        }
+        let two = Builds::of(a, b, tap);
+        let own = |side_b: bool| two.as_ref().map(|x| x.file(side_b));
+        let wa: Vec<Option<Window>> = a.iter().map(|s| Window::of(s, tap, own(false))).collect();
+        let wb: Vec<Option<Window>> = b.iter().map(|s| Window::of(s, tap, own(true))).collect();
         if wa.iter().all(Option::is_none) || wb.iter().all(Option::is_none) {
             continue;
         }
-        for subject in subjects(&wa, &wb) {
-            let cells = |ws: &[Option<Window>]| -> Vec<Option<Cell>> {
-                ws.iter()
-                    .map(|w| w.as_ref().map(|w| w.cell(&subject)))
-                    .collect()
-            };
-            let key = (tap.clone(), key_of(&subject), ROUTE.to_owned());
-            let Some(d) = cpu::per_request(key, &cells(&wa), &cells(&wb), opts) else {
-                continue;
-            };
-            let samples = |ws: &[Option<Window>]| -> u64 {
-                ws.iter()
-                    .flatten()
-                    .map(|w| w.samples.get(&subject).copied().unwrap_or(0))
-                    .sum()
-            };
-            let (sa, sb) = (samples(&wa), samples(&wb));
-            drafts.push((subject, sa, sb, d));
+        builds.extend(two.clone());
+        drafts.extend(tap_drafts(tap, &wa, &wb, opts));
+    }
+    let mut out = decided(drafts, opts);
+    one_sided::swaps(&mut out);
+    (out, builds)
+}
+
+/// The drafts of one tap's subjects.
+fn tap_drafts(
+    tap: &str,
+    wa: &[Option<Window>],
+    wb: &[Option<Window>],
+    opts: &Options,
+) -> Vec<Drafted> {
+    let mut out = Vec::new();
+    for subject in subjects(wa, wb) {
+        let cells = |ws: &[Option<Window>]| -> Vec<Option<Cell>> {
+            ws.iter()
+                .map(|w| w.as_ref().map(|w| w.cell(&subject)))
+                .collect()
+        };
+        let samples = |ws: &[Option<Window>]| -> u64 {
+            ws.iter()
+                .flatten()
+                .map(|w| w.samples.get(&subject).copied().unwrap_or(0))
+                .sum()
+        };
+        let (sa, sb) = (samples(wa), samples(wb));
+        let only = Only::of(sa, sb);
+        let key = (tap.to_owned(), key_of(&subject), ROUTE.to_owned());
+        let d = match only {
+            Some(side) => one_sided::draft(key, side, &cells(wa), &cells(wb), opts),
+            None => cpu::per_request(key, &cells(wa), &cells(wb), opts),
+        };
+        if let Some(d) = d {
+            out.push((subject, sa, sb, d, only));
         }
     }
+    out
+}
+
+/// The rows of the drafts, each decided under the family's control, in their order.
+fn decided(drafts: Vec<Drafted>, opts: &Options) -> Vec<FunctionRow> {
     // The family: every row with a spread, Benjamini–Hochberg at q = α.
     let tested: Vec<usize> = (0..drafts.len())
         .filter(|&i| {
@@ -271,16 +323,18 @@ pub(super) fn rows(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<Functi
     let mut out: Vec<FunctionRow> = drafts
         .into_iter()
         .zip(discovered)
-        .map(|((subject, sa, sb, d), found)| {
+        .map(|((subject, sa, sb, d, only), found)| {
             let row = decide(d, found, 1.0 - opts.alpha, opts);
-            function_row(subject, sa, sb, row)
+            function_row(subject, [sa, sb], only, row)
         })
         .collect();
     out.sort_by(|x, y| {
         let changed = |r: &FunctionRow| r.verdict != Outcome::Different;
+        // A row one side alone has moved by all of its CPU per request.
         let moved = |r: &FunctionRow| match (r.a, r.b) {
             (Some(a), Some(b)) => -(b - a).abs(),
-            _ => 0.0,
+            (Some(x), None) | (None, Some(x)) => -x.abs(),
+            (None, None) => 0.0,
         };
         (x.kind, x.view, changed(x))
             .cmp(&(y.kind, y.view, changed(y)))
@@ -322,7 +376,9 @@ fn subjects(wa: &[Option<Window>], wb: &[Option<Window>]) -> Vec<Subject> {
     }
     let (ta, all_a) = totals(wa);
     let (tb, all_b) = totals(wb);
-    let mut ranked: BTreeMap<(Kind, View), Vec<(f64, &Subject)>> = BTreeMap::new();
+    // Per kind and view: (its larger share, whether one side alone has it, the subject).
+    type Ranked<'s> = Vec<(f64, bool, &'s Subject)>;
+    let mut ranked: BTreeMap<(Kind, View), Ranked<'_>> = BTreeMap::new();
     let every: BTreeSet<&Subject> = ta.keys().chain(tb.keys()).copied().collect();
     for s in every {
         let (na, nb) = (
@@ -331,13 +387,24 @@ fn subjects(wa: &[Option<Window>], wb: &[Option<Window>]) -> Vec<Subject> {
         );
         let share = (na as f64 / all_a as f64).max(nb as f64 / all_b as f64);
         if na + nb >= MIN_SAMPLES && share >= MIN_SHARE {
-            ranked.entry((s.kind, s.view)).or_default().push((share, s));
+            let one_sided = Only::of(na, nb).is_some();
+            ranked
+                .entry((s.kind, s.view))
+                .or_default()
+                .push((share, one_sided, s));
         }
     }
     let mut out = Vec::new();
     for (_, mut list) in ranked {
-        list.sort_by(|x, y| y.0.total_cmp(&x.0).then_with(|| x.1.cmp(y.1)));
-        out.extend(list.into_iter().take(MAX_ROWS).map(|(_, s)| s.clone()));
+        list.sort_by(|x, y| y.0.total_cmp(&x.0).then_with(|| x.2.cmp(y.2)));
+        // What only one side has is kept whatever the cut: a function a build replaced
+        // (its parser) is the answer to its A/B, and was once below the 30th row.
+        out.extend(
+            list.into_iter()
+                .enumerate()
+                .filter(|(i, (_, one_sided, _))| *i < MAX_ROWS || *one_sided)
+                .map(|(_, (_, _, s))| s.clone()),
+        );
     }
     out
 }
@@ -356,7 +423,12 @@ pub(super) fn note(rows: &[FunctionRow], opts: &Options) -> String {
     )
 }
 
-fn function_row(s: Subject, samples_a: u64, samples_b: u64, r: Row) -> FunctionRow {
+fn function_row(
+    s: Subject,
+    [samples_a, samples_b]: [u64; 2],
+    only: Option<Only>,
+    r: Row,
+) -> FunctionRow {
     FunctionRow {
         tap: r.tap,
         kind: s.kind,
@@ -380,6 +452,8 @@ fn function_row(s: Subject, samples_a: u64, samples_b: u64, r: Row) -> FunctionR
         verdict: r.verdict,
         direction: r.direction,
         note: r.note,
+        only,
+        swap: None,
     }
 }
 
@@ -388,18 +462,25 @@ mod tests {
     use super::*;
     use crate::snapshot::{Frame, Stack, Stacks};
 
-    fn frame(name: &str) -> Frame {
+    fn frame(name: &str, build: &str) -> Frame {
         Frame {
             name: name.to_owned(),
-            object: "server".to_owned(),
-            component: "server (own code)".to_owned(),
+            object: build.to_owned(),
+            component: build.to_owned(),
             line: None,
         }
     }
 
-    /// One window of a tap `t`: `requests` exchanges, `cpu` seconds, and samples of
-    /// main→parse and main→backend.
-    fn window(requests: u64, cpu: f64, parse: u64, backend: u64) -> Snapshot {
+    /// One window of a tap `t` of process `pid`: `requests` exchanges, `cpu` seconds,
+    /// and samples of main→parse and main→backend.
+    fn window(pid: u32, requests: u64, cpu: f64, parse: u64, backend: u64) -> Snapshot {
+        build_window((pid, "server"), "parse", [requests, parse, backend], cpu)
+    }
+
+    /// [`window`] of the binary `build` (its file name, its own code's component) whose
+    /// parser is the function `parser`; `n`: requests, parser and backend samples.
+    fn build_window((pid, build): (u32, &str), parser: &str, n: [u64; 3], cpu: f64) -> Snapshot {
+        let [requests, parse, backend] = n;
         let mean = 1e-3;
         let series = serde_json::json!({
             "count": requests, "sum": mean * requests as f64, "mean": mean, "min": mean,
@@ -416,16 +497,20 @@ mod tests {
                 "totals": { "requests": requests, "errors": {}, "connections_open": {},
                             "connections": { "client": 1 }, "bytes": {} },
                 "upstream": {
-                    "pid": 1, "comm": "server", "exe": "/usr/bin/server", "threads": 4,
+                    "pid": pid, "comm": build, "exe": format!("/usr/bin/{build}"), "threads": 4,
                     "interval_seconds": 1.0, "watched_seconds": 1.0,
                     "cpu_user_seconds": cpu, "cpu_system_seconds": 0.0, "cpu_seconds": cpu,
                     "runqueue_seconds": 0.0, "busiest_thread_seconds": 1.0,
                     "context_switches_voluntary": 0, "context_switches_involuntary": 0,
                     "restarts": 0,
-                    "samples": { "server (own code)": parse + backend },
-                    "inclusive": { "server (own code)": parse + backend },
+                    "samples": { build: parse + backend },
+                    "inclusive": { build: parse + backend },
                     "stacks": Stacks {
-                        frames: vec![frame("main"), frame("parse"), frame("backend")],
+                        frames: vec![
+                            frame("main", build),
+                            frame(parser, build),
+                            frame("backend", build),
+                        ],
                         stacks: vec![
                             Stack { frames: vec![0, 1], samples: parse },
                             Stack { frames: vec![0, 2], samples: backend },
@@ -460,12 +545,14 @@ mod tests {
             let (pb, bb) = (400.0 + jitter(11), 300.0 + jitter(13));
             let r = requests as f64;
             a.push(window(
+                1,
                 requests,
                 (pa + ba) * 1e-6 * r,
                 (pa * 10.0) as u64,
                 (ba * 10.0) as u64,
             ));
             b.push(window(
+                2,
                 requests,
                 (pb + bb) * 1e-6 * r,
                 (pb * 10.0) as u64,
@@ -476,7 +563,7 @@ mod tests {
             paired: true,
             ..Options::default()
         };
-        let rows = rows(&a, &b, &opts);
+        let (rows, _) = rows(&a, &b, &opts);
         let parse = find(&rows, "parse", View::Own);
         assert_eq!(parse.verdict, Outcome::Different, "{parse:#?}");
         assert_eq!(parse.direction_word(), Some("dearer"));
@@ -495,5 +582,103 @@ mod tests {
             Some("dearer")
         );
         assert_eq!(rows[0].name, "parse", "the changed first: {rows:#?}");
+    }
+
+    /// Two builds of different file names, B's parser renamed (`parse_a` → `parse_b`) and
+    /// a third dearer: `main` and `backend` are one row each, not split by binary; the
+    /// parsers are a row each, only on their side, with their CPU per request and no
+    /// "run without a sample"; the own code's component is one row, and says the swap.
+    #[test]
+    fn two_builds_match_by_function_and_say_the_swap() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..20u64 {
+            let requests = 1000 + 37 * (i % 7);
+            let r = requests as f64;
+            let w = i % 3;
+            a.push(build_window(
+                (1, "burn-a"),
+                "parse_a",
+                [requests, 3000 + w, 3000],
+                600e-6 * r,
+            ));
+            b.push(build_window(
+                (2, "burn-b"),
+                "parse_b",
+                [requests, 4000 + w, 3000],
+                700e-6 * r,
+            ));
+        }
+        let opts = Options {
+            paired: true,
+            ..Options::default()
+        };
+        let (rows, builds) = rows(&a, &b, &opts);
+        assert_eq!(builds.len(), 1, "{builds:?}");
+        assert_eq!(
+            (builds[0].a.as_str(), builds[0].b.as_str()),
+            ("burn-a", "burn-b")
+        );
+        // One row a view (main never runs itself: with callees only).
+        for (name, views) in [("main", 1), ("backend", 2)] {
+            let n = rows.iter().filter(|r| r.name == name).count();
+            assert_eq!(n, views, "{name}: one row a view: {rows:#?}");
+            let r = find(&rows, name, View::WithCallees);
+            assert!(r.a.is_some() && r.b.is_some() && r.only.is_none(), "{r:#?}");
+        }
+        let pa = find(&rows, "parse_a", View::Own);
+        assert_eq!(pa.only, Some(Only::A), "{pa:#?}");
+        assert!((pa.a.unwrap_or(0.0) - 300e-6).abs() < 5e-6, "{pa:#?}");
+        let note = pa.note.clone().unwrap_or_default();
+        assert!(note.starts_with("only in A: 300 µs a request ["), "{note}");
+        let pb = find(&rows, "parse_b", View::Own);
+        assert_eq!(pb.only, Some(Only::B), "{pb:#?}");
+        assert!((pb.b.unwrap_or(0.0) - 400e-6).abs() < 5e-6, "{pb:#?}");
+        let own: Vec<&FunctionRow> = rows
+            .iter()
+            .filter(|r| r.kind == Kind::Component && r.view == View::Own)
+            .collect();
+        assert_eq!(own.len(), 1, "{own:#?}");
+        assert_eq!(own[0].name, super::super::builds::OWN_CODE);
+        let swap = own[0].swap.clone().unwrap_or_default();
+        assert!(
+            swap.starts_with("own code: parse_a 300 µs → parse_b 400 µs, +16.7 %"),
+            "{swap}"
+        );
+    }
+
+    /// The same two builds with the same code: no row split, none one-sided, none
+    /// `different`.
+    #[test]
+    fn two_builds_of_the_same_code_split_no_row() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..20u64 {
+            let requests = 1000 + 37 * (i % 7);
+            let r = requests as f64;
+            let w = i % 3;
+            a.push(build_window(
+                (1, "burn-a"),
+                "parse",
+                [requests, 3000 + w, 3000],
+                600e-6 * r,
+            ));
+            b.push(build_window(
+                (2, "burn-b"),
+                "parse",
+                [requests, 3000 + 2 - w, 3000],
+                600e-6 * r,
+            ));
+        }
+        let opts = Options {
+            paired: true,
+            ..Options::default()
+        };
+        let (rows, _) = rows(&a, &b, &opts);
+        assert!(
+            rows.iter()
+                .all(|r| r.only.is_none() && r.verdict != Outcome::Different && r.swap.is_none()),
+            "{rows:#?}"
+        );
+        // main with callees, parse and backend in two views, the own code in two.
+        assert_eq!(rows.len(), 7, "{rows:#?}");
     }
 }

@@ -9,9 +9,23 @@ use crate::units;
 /// One side of a compare: the tap's upstream merged over the side's snapshots that have
 /// it, with the requests (the `total` count) and mean `total` of the same windows (a
 /// bench's first windows may come before its watcher found the process).
-fn side(runs: &[Snapshot], tap: &str) -> Option<Inside> {
+///
+/// `also`: the other side's snapshots when both sides are one process in the same
+/// windows ([`super::one_process`]): its CPU is then per request of both sides'
+/// exchanges, not of this side's alone.
+fn side(runs: &[Snapshot], tap: &str, also: Option<&[Snapshot]>) -> Option<Inside> {
     let mut merged: Option<UpstreamSnapshot> = None;
     let (mut requests, mut total_sum) = (0u64, 0.0);
+    let mut others = 0u64;
+    for snap in also.unwrap_or_default() {
+        let t = snap.taps.get(tap).filter(|t| t.upstream.is_some());
+        let totals = t.and_then(|t| t.phases.get("total"));
+        others += totals
+            .into_iter()
+            .flat_map(|r| r.values())
+            .map(|s| s.count)
+            .sum::<u64>();
+    }
     for snap in runs {
         let Some(t) = snap.taps.get(tap) else {
             continue;
@@ -29,7 +43,7 @@ fn side(runs: &[Snapshot], tap: &str) -> Option<Inside> {
         }
     }
     let mean = (requests > 0).then(|| total_sum / requests as f64);
-    merged.map(|u| Inside::new(&u, requests, mean, DEFAULT_WHAT_IF))
+    merged.map(|u| Inside::new(&u, requests + others, mean, DEFAULT_WHAT_IF))
 }
 
 /// `compare`'s lines for taps whose upstream was watched on both sides: CPU and waiting
@@ -40,7 +54,11 @@ pub(super) fn compare_notes(a: &[Snapshot], b: &[Snapshot]) -> Vec<String> {
     let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
     let mut out = Vec::new();
     for tap in taps {
-        let (Some(x), Some(y)) = (side(a, tap), side(b, tap)) else {
+        let one = super::one_process::of(a, b, tap).is_some();
+        let (Some(x), Some(y)) = (
+            side(a, tap, one.then_some(b)),
+            side(b, tap, one.then_some(a)),
+        ) else {
             continue;
         };
         let us = crate::units::duration;
@@ -115,9 +133,28 @@ mod tests {
         crate::snapshot::Snapshot::from_json(&text).unwrap()
     }
 
+    /// `s` watching another process than [`run`]'s (pid 2): two sides of one window
+    /// watching one pid are one process ([`super::super::one_process`]).
+    fn other(mut s: crate::snapshot::Snapshot) -> crate::snapshot::Snapshot {
+        if let Some(u) = s.taps.get_mut("w").and_then(|t| t.upstream.as_mut()) {
+            u.pid = Some(2);
+        }
+        s
+    }
+
+    /// One process behind both sides of the same windows: its CPU over both sides'
+    /// exchanges, the same on each side, not twice as much.
+    #[test]
+    fn one_process_on_both_sides_is_counted_once() {
+        let notes = compare_notes(&[run(0.05, 30)], &[run(0.05, 30)]);
+        let n = &notes[0];
+        // 60 ms over 1000 + 1000 requests.
+        assert!(n.contains("CPU per request 30.0 µs → 30.0 µs"), "{n}");
+    }
+
     #[test]
     fn compare_puts_both_sides_cpu_per_request_and_parser_share_side_by_side() {
-        let notes = compare_notes(&[run(0.05, 30)], &[run(0.03, 10), run(0.03, 10)]);
+        let notes = compare_notes(&[run(0.05, 30)], &[other(run(0.03, 10)), run(0.03, 10)]);
         assert_eq!(notes.len(), 1, "{notes:?}");
         let n = &notes[0];
         // 1000 requests: (0.05 + 0.01) s → 60 µs; the other side 2000 requests, 80 ms → 40 µs.
@@ -142,14 +179,17 @@ mod tests {
             }
             s
         };
-        let notes = compare_notes(&[stacks(run(0.05, 1), 7)], &[stacks(run(0.05, 2), 6)]);
+        let notes = compare_notes(
+            &[stacks(run(0.05, 1), 7)],
+            &[other(stacks(run(0.05, 2), 6))],
+        );
         let n = &notes[0];
         assert!(
             n.contains("HTTP parser 7 % → 6 % of its CPU with all it calls (1 % → 2 % itself)"),
             "{n}"
         );
         // One side without stacks: its own shares on both sides, never one of each.
-        let notes = compare_notes(&[stacks(run(0.05, 1), 7)], &[run(0.05, 2)]);
+        let notes = compare_notes(&[stacks(run(0.05, 1), 7)], &[other(run(0.05, 2))]);
         assert!(
             notes[0].contains("HTTP parser 1 % → 2 % of its CPU:"),
             "{}",

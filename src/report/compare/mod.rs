@@ -21,12 +21,15 @@
 //! those of the servers' CPU, [`family`] shares α among them, [`row::decide`] gives each
 //! its verdict, and [`summary`] and [`notes`] say what they mean.
 
+pub mod builds;
 mod cpu;
 mod family;
 pub mod findings;
 pub mod functions;
 mod inside;
 mod notes;
+mod one_process;
+pub mod one_sided;
 mod options;
 mod route_cpu;
 mod row;
@@ -72,6 +75,9 @@ pub struct Comparison {
     /// per request on each side with its verdict, those that changed most first
     /// ([`functions`]).
     pub functions: Vec<functions::FunctionRow>,
+    /// The taps whose two sides run different builds (binaries of different file
+    /// names): their own code is matched by function name ([`builds`]).
+    pub builds: Vec<builds::Builds>,
 }
 
 /// Compares runs `a` against runs `b` (names for the header in `a_names`, `b_names`), in
@@ -105,10 +111,10 @@ pub fn compare(
         .chain(rows.iter().filter(|r| row::in_summary(r)))
         .map(|r| summary::statement(r, opts))
         .collect();
-    let functions = if opts.functions {
+    let (functions, builds) = if opts.functions {
         functions::rows(&a, &b, opts)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     let mut notes = notes::notes(&rows, &a, &b, &family, opts);
     if !functions.is_empty() {
@@ -131,6 +137,7 @@ pub fn compare(
         failures,
         notes,
         functions,
+        builds,
         findings: findings::FindingsChange::of(
             &a,
             &b,

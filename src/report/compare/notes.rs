@@ -67,6 +67,7 @@ pub(super) fn notes(
         ));
     }
     notes.extend(inside::compare_notes(a, b));
+    notes.extend(super::one_process::notes(a, b));
     if rows.iter().any(in_summary) {
         notes.push(format!(
             "phase cpu, route *: the server's time on a CPU per request (its threads' \

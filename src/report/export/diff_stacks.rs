@@ -3,12 +3,13 @@
 //! (`--pprof`, which `go tool pprof -diff_base` reads) (docs/compare.md, "The
 //! differential flame graph").
 //!
-//! The flame graph is B's stacks, each frame as wide as its CPU per request in B and
-//! coloured by how its own CPU per request (where it runs itself, as Brendan Gregg's
-//! `difffolded.pl` and inferno's differential colour it) changed from A: red dearer, blue
-//! cheaper, white the same. CPU per request and not the samples' share: when B is cheaper
-//! overall, every function it did not change takes a larger share of its samples, and a
-//! graph of shares paints them all red.
+//! The flame graphs are two, as Brendan Gregg's differential flame graphs are: B's stacks
+//! and A's (where what vanished in B was), each frame as wide as its CPU per request on
+//! its side, both coloured by the comparison's rows ([`diff_colours`]): red or blue only
+//! where the function's `self` row is `different` or one-sided, neutral elsewhere. CPU
+//! per request and not the samples' share: when B is cheaper overall, every function it
+//! did not change takes a larger share of its samples, and a graph of shares paints them
+//! all red.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -16,9 +17,12 @@ use std::path::Path;
 use anyhow::Context;
 use inferno::flamegraph;
 
+use super::diff_colours;
 use super::pprof;
 use super::pprof_proto as pb;
 use super::stacks::{self, FrameKind, TapStacks};
+use crate::report::compare::builds::{file_of, renamed};
+use crate::report::compare::functions::FunctionRow;
 use crate::snapshot::Snapshot;
 use crate::snapshot::{Frame, Stacks};
 
@@ -127,75 +131,139 @@ fn folded(s: &Stacks, labels: &HashMap<&Frame, String>) -> BTreeMap<String, u64>
 /// stack of one sample over 10,000 requests is 100 ns a request.
 const PER_SECOND: f64 = 1e12;
 
-/// The differential flame graph of B against A, as SVG.
-pub fn flamegraph(a: &Side<'_>, b: &Side<'_>) -> anyhow::Result<Vec<u8>> {
+/// Each side's stacks with its own code named alike (`own code`) when the two sides run
+/// builds of different file names, so that `json_reply` of one build is one frame with
+/// `json_reply` of the other, as the rows match them ([`crate::report::compare::builds`]).
+fn named_alike(a: &Side<'_>, b: &Side<'_>) -> (Stacks, Stacks) {
+    let (fa, fb) = (file_of(a.stacks.upstream), file_of(b.stacks.upstream));
+    let differ = fa.is_some() && fb.is_some() && fa != fb;
+    let rename = |s: &Stacks, own: Option<&str>| {
+        let mut s = s.clone();
+        if differ {
+            for f in &mut s.frames {
+                f.object = renamed(&f.object, own).to_owned();
+                f.component = renamed(&f.component, own).to_owned();
+            }
+        }
+        s
+    };
+    (
+        rename(a.stacks.stacks, fa.as_deref()),
+        rename(b.stacks.stacks, fb.as_deref()),
+    )
+}
+
+/// The differential flame graphs of B against A, as SVG: B's stacks (what B costs,
+/// coloured by the change from A) and A's (where what B made cheaper or removed was).
+/// Each frame is as wide as its CPU per request on its side and coloured by its
+/// function's `self` row in `rows` (of A's tap `tap`): red or blue only where that row is
+/// `different` or one-sided, neutral elsewhere ([`diff_colours`]).
+pub fn flamegraphs(
+    a: &Side<'_>,
+    b: &Side<'_>,
+    rows: &[FunctionRow],
+    tap: &str,
+) -> anyhow::Result<[Vec<u8>; 2]> {
     let kind = b.stacks.kind();
-    let labels = labels(a.stacks.stacks, b.stacks.stacks, kind);
-    let (fa, fb) = (
-        folded(a.stacks.stacks, &labels),
-        folded(b.stacks.stacks, &labels),
-    );
-    let (ka, kb) = (a.per_sample() * PER_SECOND, b.per_sample() * PER_SECOND);
-    let mut lines: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for (stack, &n) in &fa {
-        lines.entry(stack).or_default().0 = (n as f64 * ka).round() as u64;
-    }
-    for (stack, &n) in &fb {
-        lines.entry(stack).or_default().1 = (n as f64 * kb).round() as u64;
-    }
-    let lines: Vec<String> = lines
-        .into_iter()
-        .map(|(stack, (x, y))| format!("{stack} {x} {y}"))
-        .collect();
+    let (sa, sb) = named_alike(a, b);
+    let labels = labels(&sa, &sb, kind);
+    let changes = diff_colours::Changes::of(rows, tap);
     let us = |s: &Side<'_>| crate::units::duration(s.cpu / s.requests.max(1) as f64);
-    let mut opts = flamegraph::Options::default();
-    opts.title = format!(
-        "CPU per request: B ({}) against A ({})",
+    let title_b = format!(
+        "CPU per request of B ({}), coloured by the change from A ({})",
         b.stacks.describe(),
         a.stacks.describe()
     );
-    opts.subtitle = Some(format!(
-        "B's stacks, as wide as their CPU per request; red: dearer in B, blue: cheaper (each \
-         frame by its own CPU per request); A {} a request, B {}",
+    let title_a = format!(
+        "CPU per request of A ({}): where B ({}) is cheaper or has nothing, in blue",
+        a.stacks.describe(),
+        b.stacks.describe()
+    );
+    let subtitle = format!(
+        "{}; A {} a request, B {}",
+        diff_colours::LEGEND,
         us(a),
         us(b)
-    ));
+    );
+    Ok([
+        graph(b, &sb, &labels, &changes, (title_b, subtitle.clone()))?,
+        graph(a, &sa, &labels, &changes, (title_a, subtitle))?,
+    ])
+}
+
+/// One side's graph: its stacks as wide as their CPU per request, each label in its
+/// function's colour, each tooltip with its row in words.
+fn graph(
+    side: &Side<'_>,
+    stacks: &Stacks,
+    labels: &HashMap<&Frame, String>,
+    changes: &diff_colours::Changes,
+    (title, subtitle): (String, String),
+) -> anyhow::Result<Vec<u8>> {
+    let k = side.per_sample() * PER_SECOND;
+    let lines: Vec<String> = folded(stacks, labels)
+        .into_iter()
+        .map(|(stack, n)| format!("{stack} {}", (n as f64 * k).round() as u64))
+        .collect();
+    let mut palette = diff_colours::palette(
+        labels
+            .iter()
+            .map(|(f, l)| (l.as_str(), f.name.as_str(), f.object.as_str())),
+        changes,
+    );
+    let words: HashMap<&str, &str> = labels
+        .iter()
+        .filter_map(|(f, l)| Some((l.as_str(), changes.words(&f.name, &f.object)?)))
+        .collect();
+    let mut opts = flamegraph::Options::default();
+    opts.title = title;
+    opts.subtitle = Some(subtitle);
     opts.count_name = "ns per request".to_owned();
     opts.factor = 1e9 / PER_SECOND;
     opts.deterministic = true;
+    // A long name keeps its start, the function's name, where it does not fit.
+    opts.text_truncate_direction = flamegraph::TextTruncateDirection::Right;
+    opts.palette_map = Some(&mut palette);
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
         .context("drawing the differential flame graph")?;
-    let width: u64 = fb.values().map(|&n| (n as f64 * kb).round() as u64).sum();
-    Ok(own_change_in_titles(&svg, width as f64, opts.factor))
+    Ok(rows_in_titles(&svg, &words))
 }
 
-/// inferno's tooltip gives a frame's own change as a percentage of the graph's width,
-/// but divides the unscaled count by the scaled width (off by 1/`factor`): each tooltip's
-/// `; +X%)` is rewritten as the change in CPU per request it stands for, `; +97.1 µs
-/// itself)`. `width` is the sum of the graph's (B's) counts.
-fn own_change_in_titles(svg: &[u8], width: f64, factor: f64) -> Vec<u8> {
+/// Each frame's tooltip, `json_reply (6,070 ns per request, 22.1%)`, with its `self`
+/// row in words after it: `; itself 6.03 µs → 6.07 µs a request, +0.7 % [−2.1, +3.4],
+/// unknown`.
+fn rows_in_titles(svg: &[u8], words: &HashMap<&str, &str>) -> Vec<u8> {
     let text = String::from_utf8_lossy(svg);
-    let Ok(re) = regex::Regex::new(r"; ([+-]?[0-9.]+)%\)</title>") else {
+    let Ok(re) =
+        regex::Regex::new(r"<title>([^<]*) \(([0-9,]+ ns per request, [0-9.]+%)\)</title>")
+    else {
         return svg.to_vec();
     };
     let out = re.replace_all(&text, |c: &regex::Captures<'_>| {
-        let pct: f64 = c[1].parse().unwrap_or(0.0);
-        // pct = 100 · delta / (width · factor); delta in the counts' unit (ps).
-        let seconds = pct / 100.0 * width * factor / PER_SECOND;
-        let sign = if seconds > 0.0 {
-            "+"
-        } else if seconds < 0.0 {
-            "−"
-        } else {
-            "±"
-        };
-        format!(
-            "; {sign}{} a request itself)</title>",
-            crate::units::duration(seconds.abs())
-        )
+        let label = unescape(&c[1]);
+        match words.get(label.as_str()) {
+            Some(w) => format!("<title>{} ({}; {})</title>", &c[1], &c[2], escape(w)),
+            None => c[0].to_owned(),
+        }
     });
     out.into_owned().into_bytes()
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&#39;", "'")
+        .replace("&#34;", "\"")
+        .replace("&amp;", "&")
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// A side's pprof profile: the samples and CPU of `report --pprof`, plus
@@ -238,11 +306,13 @@ impl Exports<'_> {
         self.diff_flamegraph.is_some() || self.folded.is_some() || self.pprof.is_some()
     }
 
+    /// `rows`: the comparison's function rows, which colour the differential graphs.
     pub fn write(
         &self,
         a: &[Snapshot],
         b: &[Snapshot],
         taps: &[(String, String)],
+        rows: &[FunctionRow],
     ) -> anyhow::Result<()> {
         if !self.wanted() {
             return Ok(());
@@ -260,12 +330,17 @@ impl Exports<'_> {
             };
             if let Some(path) = self.diff_flamegraph {
                 let out = stacks::path_for(path, ta, several);
-                crate::report::file::write_output(&out, &flamegraph(&sa, &sb)?)?;
+                let [of_b, of_a] = flamegraphs(&sa, &sb, rows, ta)?;
+                crate::report::file::write_output(&out, &of_b)?;
+                let out_a = named(path, "a");
+                crate::report::file::write_output(&out_a, &of_a)?;
                 eprintln!(
-                    "wrote the differential flame graph of B ({}) against A ({}) to {}",
+                    "wrote the differential flame graphs of B ({}) against A ({}) to {} (B's \
+                     stacks) and {} (A's: what B made cheaper or removed)",
                     sb.stacks.describe(),
                     sa.stacks.describe(),
-                    out.display()
+                    out.display(),
+                    out_a.display()
                 );
             }
             for s in [&sa, &sb] {

@@ -5,6 +5,7 @@
 //! pprof). Each export reads the snapshots' stacks and writes through
 //! [`crate::report::file`].
 
+pub mod diff_colours;
 pub mod diff_stacks;
 pub mod flame_colours;
 pub mod pprof;

@@ -338,7 +338,8 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             in_group = 0;
         }
         in_group += 1;
-        if in_group > shown && r.verdict != Outcome::Different {
+        // What one side alone has is shown whatever the cut: a build's replaced function.
+        if in_group > shown && r.verdict != Outcome::Different && r.only.is_none() {
             left_out += 1;
             continue;
         }
@@ -352,8 +353,11 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             Some(d) => format!("{} ({d})", r.verdict),
             None => r.verdict.to_string(),
         };
-        if let Some(n) = &r.note {
-            verdict.push_str(&format!(" — {n}"));
+        match (&r.note, r.only) {
+            // `only in A: 307 ns a request [...]` says it all: no verdict to give.
+            (Some(n), Some(_)) => verdict = n.clone(),
+            (Some(n), None) => verdict.push_str(&format!(" — {n}")),
+            (None, _) => {}
         }
         table.push([
             match r.kind {
@@ -367,12 +371,6 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             verdict,
         ]);
     }
-    let mut widths = [0usize; 6];
-    for row in &table {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
     let taps: std::collections::BTreeSet<&str> =
         c.functions.iter().map(|r| r.tap.as_str()).collect();
     let mut out = vec![format!(
@@ -381,7 +379,32 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
         taps.into_iter().collect::<Vec<_>>().join(", "),
         c.alpha
     )];
-    for row in &table {
+    out.extend(c.builds.iter().map(|b| format!("  {}", b.sentence())));
+    out.extend(aligned(&table));
+    if left_out > 0 {
+        out.push(format!(
+            "  ({left_out} more rows, none different, in the JSON's functions[])"
+        ));
+    }
+    out.extend(
+        c.functions
+            .iter()
+            .filter_map(|r| r.swap.as_ref())
+            .map(|s| format!("  swapped: {s}")),
+    );
+    out
+}
+
+/// The function rows' cells as aligned lines: names left, figures right, the verdict last.
+fn aligned(table: &[[String; 6]]) -> Vec<String> {
+    let mut widths = [0usize; 6];
+    for row in table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = Vec::new();
+    for row in table {
         let mut l = String::from(" ");
         for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
             let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
@@ -392,11 +415,6 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             }
         }
         out.push(l.trim_end().to_owned());
-    }
-    if left_out > 0 {
-        out.push(format!(
-            "  ({left_out} more rows, none different, in the JSON's functions[])"
-        ));
     }
     out
 }
