@@ -8,21 +8,26 @@
 //! *units*, disjoint sets of nodes, each named by one function:
 //!
 //! - A node whose heaviest child carries at least [`PASS_THROUGH`] of its samples only
-//!   leads there: the child continues the node's unit (a *chain*). Chains run from a root
-//!   or a split-off callee down to the first node that splits its samples (a *split
-//!   point*).
+//!   leads there: the child continues the node's unit (a *chain*), unless the unit is
+//!   named by a function already and the child is of another component that is no
+//!   helper (a library's entry, the server's code a parser calls back, the event loop a
+//!   worker runs): another piece of work begins there. Chains run from a root or a
+//!   split-off callee down to the first node that splits its samples (a *split point*).
 //! - A child of any other node starts a unit of its own when its *function* carries at
-//!   least [`MIN_SPLIT`] of all samples over all its paths (so a `sprintf` called from ten
-//!   places at 0.5 % each is still split off everywhere and listed once), else it and
-//!   what it calls stay in the parent's unit.
+//!   least [`MIN_SPLIT`] of all samples over all its paths, and it is a piece of its own:
+//!   its caller's unit names nothing yet (a loop's dispatch), or it is of another
+//!   component, or it carries at least [`MIN_PART`] of its caller's samples, or its
+//!   function is called from two places or more (so a `sprintf` called from ten places
+//!   at 0.5 % each is split off everywhere and listed once). Else it and what it calls
+//!   stay in the parent's unit: a function made of many small pieces (`json_reply`) is
+//!   one unit.
 //! - Below a user-space frame the kernel is that frame's cost (a `write` is its system
 //!   call): kernel frames never start units there, nor do functions built into PHP
-//!   below a PHP function (`parseHeaders` is its `preg_match_all`s: a PHP function's
-//!   cost is largely the built-ins it calls, and a user changes the call, not
-//!   `sqrt`; a callback a built-in runs is still split off when it is hot). Likewise,
-//!   below a unit named by a shared library's function, the same library's functions
-//!   are that call's cost (`___sprintf_chk` → `__vfprintf_internal`, which `snprintf`
-//!   reaches too, would otherwise be split off both and named by libc's inner function).
+//!   below a PHP function (`parseHeaders` is its `preg_match_all`s), nor the runtime
+//!   below JIT-compiled code (`Math.sin` is V8's). Likewise, below a unit named by a
+//!   shared library's function, the same library's functions are that call's cost
+//!   (`___sprintf_chk` → `__vfprintf_internal`), and below a Composer package's, its
+//!   group's (`league/uri` → `league/uri-interfaces`).
 //! - A unit is named by the top frame of its chain, unless that frame is a generic leader
 //!   ([`is_generic`]: thread start, `main`, an event loop, a Fiber or closure runner,
 //!   syscall entry) or a placeholder; then by the first chain frame below that is
@@ -34,7 +39,12 @@
 //!   to at most 1).
 //! - Units of the same function (reached by several paths) are one entry; its inclusive
 //!   and self shares are the function's over all stacks (a recursive function counts
-//!   once per sample), as `perf report --children` gives them.
+//!   once per sample), as `perf report --children` gives them. A unit whose chain only
+//!   leads to a function listed in its own right is that function's (a leaf reached
+//!   from several callers is listed once), and an entry lists no more than its stacks
+//!   hold.
+//! - An entry's what-if is over its listed share: what it calls and is listed apart is
+//!   those entries' to save.
 //!
 //! Why not simply the functions by inclusive share: on a real server the top of that list
 //! is `main`, the event loop and syscall entry at 90–99 %, the answer buried below. Why
