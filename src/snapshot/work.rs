@@ -94,12 +94,16 @@ pub fn owner<'a>(root_first: impl Iterator<Item = &'a Frame>) -> Option<&'a str>
 }
 
 /// Whether `f`, called by the parser's frame `parser`, is a helper of the parser's own
-/// (see [`owner`]).
+/// (see [`owner`]): a function no rule names (its component is its file's name, or its
+/// Composer package) of the parser's own file or package.
 fn parsers_own_helper(parser: &Frame, f: &Frame) -> bool {
-    parser.component == PARSER
-        && f.object == parser.object
-        && f.component == f.object
-        && !is_callback(&f.name)
+    let file = |object: &str| object.rsplit('/').next().unwrap_or(object).to_owned();
+    let unnamed = f.component == file(&f.object);
+    let same_file = f.object == parser.object && unnamed;
+    // A PHP parser's package (`…/vendor/amphp/http/…`) and a function of it no rule names.
+    let same_package =
+        f.component.contains('/') && parser.object.contains(&format!("/vendor/{}/", f.component));
+    parser.component == PARSER && (same_file || same_package) && !is_callback(&f.name)
 }
 
 /// A function named as a parser's callback is: `on_` and an event at the start of a name
@@ -243,6 +247,36 @@ mod tests {
         for name in ["scan_token", "json_on", "cron_job", "parse_one_line", "on_"] {
             assert!(!is_callback(name), "{name}");
         }
+    }
+
+    /// PHP frames: the parser's burn in a function of its own script (php-burn.php's
+    /// `Cpu::spin`) or of its own package is its own; the script's handler it returns to
+    /// is not below it.
+    #[test]
+    fn a_php_parsers_helpers_in_its_script_or_package_are_its_own() {
+        let php = |name: &str, object: &str, component: &str| Frame {
+            name: name.into(),
+            object: object.into(),
+            component: component.into(),
+            line: Some(1),
+        };
+        let parse = php(r"Burn\Parser::parseHead", "/t/php-burn.php", PARSER);
+        let spin = php(r"Burn\Cpu::spin", "/t/php-burn.php", "php-burn.php");
+        let sqrt = php("sqrt", "", "php_builtin");
+        assert_eq!(owner([&parse, &spin, &sqrt].into_iter()), Some(PARSER));
+        let amp = php(
+            r"Amp\Http\Http1\Rfc7230::parseHeaders",
+            "/s/vendor/amphp/http/src/Http1/Rfc7230.php",
+            PARSER,
+        );
+        let helper = php(
+            r"Amp\Http\HttpMessage::normalize",
+            "/s/vendor/amphp/http/src/HttpMessage.php",
+            "amphp/http",
+        );
+        assert_eq!(owner([&amp, &helper].into_iter()), Some(PARSER));
+        let app = php(r"App\onRequest", "/s/src/App.php", "App.php");
+        assert_eq!(owner([&amp, &app].into_iter()), Some("App.php"));
     }
 
     #[test]
