@@ -198,6 +198,13 @@ impl Profiler {
         lock(&self.sampling).events.threads()
     }
 
+    /// Whether the process's unwind tables are read, so that samples from now on carry
+    /// their whole stack (before, each is a leaf cut short: `spawn_unwinder_loader`). A
+    /// comparison with another profiler waits for it.
+    pub fn stacks_ready(&self) -> bool {
+        lock(&self.sampling).unwinder.is_some()
+    }
+
     /// Drains the ring buffers, picks up threads created since the last call, symbolizes
     /// and folds. Returns the samples since the previous call.
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
