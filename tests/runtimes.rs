@@ -136,7 +136,9 @@ fn node_the_handler_is_the_place_to_act_not_the_parser_that_calls_it() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/node-server.js");
     let (mut server, addr) = start_server(
         "node-server",
+        // In the scratch folder: node writes a log of its own there (`isolate-…-v8.log`).
         Command::new(node)
+            .current_dir(dir.path())
             .args(["--perf-basic-prof", "--no-turbo-inlining", "--cpu-prof"])
             .arg("--cpu-prof-dir")
             .arg(&profiles)
