@@ -38,7 +38,8 @@ fn a_large_binary_is_sampled_within_a_second_of_being_found() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut c = Command::new(require_tool("node"));
-    c.current_dir(dir.path()).args(["-e", SERVER, &port.to_string()]);
+    c.current_dir(dir.path())
+        .args(["-e", SERVER, &port.to_string()]);
     let _server = Managed::spawn("node", &mut c, &dir.path().join("node.log"));
     assert!(
         wait_for(STARTUP_DEADLINE, || accepts(loopback(port))),
