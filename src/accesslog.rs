@@ -136,9 +136,12 @@ pub fn format_line(tap: &str, r: &ExchangeRecord<'_>, now: SystemTime) -> String
     let mut line = String::with_capacity(256);
     let ts = humantime::format_rfc3339_millis(now);
     let target = String::from_utf8_lossy(r.target);
+    // The object's braces as characters, each once: the line reads as balanced to a
+    // reader (or a tool) counting them.
+    line.push('{');
     let _ = write!(
         line,
-        "{{\"ts\":\"{ts}\",\"exchange_id\":\"{}\",\"tap\":{},\"method\":{},\"target\":{},\"status\":{},\"request_bytes\":{},\"response_bytes\":{},",
+        "\"ts\":\"{ts}\",\"exchange_id\":\"{}\",\"tap\":{},\"method\":{},\"target\":{},\"status\":{},\"request_bytes\":{},\"response_bytes\":{},",
         r.id,
         json(tap),
         json(r.method),

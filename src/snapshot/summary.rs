@@ -151,35 +151,7 @@ impl Inside {
         let own = own
             .as_ref()
             .map(|(name, label)| (name.as_str(), label.as_str()));
-        let mut components = components(u.samples(), own);
-        let total: u64 = components.iter().map(|c| c.samples).sum();
-        if let (Some(inclusive), true) = (u.inclusive(), total > 0) {
-            for c in &mut components {
-                c.inclusive = Some(
-                    inclusive.get(&c.name).copied().unwrap_or(c.samples) as f64 / total as f64,
-                );
-            }
-            // A component that is never the running function but holds frames.
-            for (name, &n) in inclusive {
-                if n > 0 && !components.iter().any(|c| &c.name == name) {
-                    components.push(Component {
-                        label: label(name, own),
-                        name: name.clone(),
-                        samples: 0,
-                        share: 0.0,
-                        inclusive: Some(n as f64 / total as f64),
-                        work: None,
-                        parts: Vec::new(),
-                    });
-                }
-            }
-        }
-        if let Some(stacks) = u.stacks().filter(|_| total > 0) {
-            let work = Work::of(stacks);
-            for c in &mut components {
-                c.work = work.share(&c.name);
-            }
-        }
+        let (components, total) = shares(u, own);
         let components = grouped(components, u, total);
         let functions = match (u.functions(), total > 0) {
             (Some(f), true) => f
@@ -271,6 +243,40 @@ fn own_component(u: &UpstreamSnapshot) -> Option<String> {
 
 /// The own code's component and its label.
 type Own<'a> = Option<(&'a str, &'a str)>;
+
+/// The components' self shares, and with call stacks their inclusive shares and their own
+/// work, over `total` samples (returned beside them).
+fn shares(u: &UpstreamSnapshot, own: Own<'_>) -> (Vec<Component>, u64) {
+    let mut components = components(u.samples(), own);
+    let total: u64 = components.iter().map(|c| c.samples).sum();
+    if let (Some(inclusive), true) = (u.inclusive(), total > 0) {
+        for c in &mut components {
+            c.inclusive =
+                Some(inclusive.get(&c.name).copied().unwrap_or(c.samples) as f64 / total as f64);
+        }
+        // A component that is never the running function but holds frames.
+        for (name, &n) in inclusive {
+            if n > 0 && !components.iter().any(|c| &c.name == name) {
+                components.push(Component {
+                    label: label(name, own),
+                    name: name.clone(),
+                    samples: 0,
+                    share: 0.0,
+                    inclusive: Some(n as f64 / total as f64),
+                    work: None,
+                    parts: Vec::new(),
+                });
+            }
+        }
+    }
+    if let Some(stacks) = u.stacks().filter(|_| total > 0) {
+        let work = Work::of(stacks);
+        for c in &mut components {
+            c.work = work.share(&c.name);
+        }
+    }
+    (components, total)
+}
 
 fn components(samples: Option<&BTreeMap<String, u64>>, own: Own<'_>) -> Vec<Component> {
     let Some(samples) = samples else {

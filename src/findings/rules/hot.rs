@@ -5,7 +5,8 @@
 
 use super::{met, shown, Draft};
 use crate::findings::TapView;
-use crate::snapshot::{Finding, Severity};
+use crate::snapshot::hot::HotFunction;
+use crate::snapshot::{Evidence, Finding, Severity};
 use crate::units::{duration, share};
 
 /// Samples of call stacks the rule needs before it names anything.
@@ -33,53 +34,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
         .map(|(_, h)| h)
         .take(MAX_NAMED)
         .collect();
-    let mut evidence = Vec::new();
-    let mut parts = Vec::new();
-    for h in &named {
-        // The evidence names the function alone; the summary says where it leads.
-        let name = match h.line {
-            Some(line) => format!("{}:{line}", h.name),
-            None => h.name.clone(),
-        };
-        evidence.push(shown(
-            &format!("{name}: share of the server's CPU on the hot path"),
-            h.listed,
-            "ratio",
-        ));
-        // Its share with all it calls, where that is what the entry stands for (not a
-        // driver whose callees are listed apart: see `HotFunction::line`).
-        if h.inclusive <= 2.0 * h.listed && !h.generic {
-            evidence.push(shown(
-                &format!("{name}: share with all it calls"),
-                h.inclusive,
-                "ratio",
-            ));
-        }
-        evidence.push(shown(&format!("{name}: CPU per request"), h.cpu, "seconds"));
-        evidence.push(shown(
-            &format!("{name}: samples"),
-            h.samples as f64,
-            "count",
-        ));
-        if let Some(c) = h.callers.first() {
-            evidence.push(shown(
-                &format!("{name}: share of its samples called from {}", c.name),
-                c.share,
-                "ratio",
-            ));
-        }
-        let from = h
-            .callers
-            .first()
-            .map(|c| format!(", from {}", c.name))
-            .unwrap_or_default();
-        parts.push(format!(
-            "{} {} ({} per request{from})",
-            h.shown(),
-            share(h.listed),
-            duration(h.cpu)
-        ));
-    }
+    let (mut evidence, parts) = described(&named);
     let w = &first.what_if;
     let saved_of_total = w.saved_of_total.unwrap_or(0.0);
     let worth = saved_of_total >= WORTH;
@@ -135,4 +90,57 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
             },
         ),
     )
+}
+
+/// Each named function's evidence (the function alone) and its part of the summary (where
+/// it leads, its share, CPU per request and first caller).
+fn described(named: &[&HotFunction]) -> (Vec<Evidence>, Vec<String>) {
+    let mut evidence = Vec::new();
+    let mut parts = Vec::new();
+    for h in named {
+        // The evidence names the function alone; the summary says where it leads.
+        let name = match h.line {
+            Some(line) => format!("{}:{line}", h.name),
+            None => h.name.clone(),
+        };
+        evidence.push(shown(
+            &format!("{name}: share of the server's CPU on the hot path"),
+            h.listed,
+            "ratio",
+        ));
+        // Its share with all it calls, where that is what the entry stands for (not a
+        // driver whose callees are listed apart: see `HotFunction::line`).
+        if h.inclusive_is_its_own() {
+            evidence.push(shown(
+                &format!("{name}: share with all it calls"),
+                h.inclusive,
+                "ratio",
+            ));
+        }
+        evidence.push(shown(&format!("{name}: CPU per request"), h.cpu, "seconds"));
+        evidence.push(shown(
+            &format!("{name}: samples"),
+            h.samples as f64,
+            "count",
+        ));
+        if let Some(c) = h.callers.first() {
+            evidence.push(shown(
+                &format!("{name}: share of its samples called from {}", c.name),
+                c.share,
+                "ratio",
+            ));
+        }
+        let from = h
+            .callers
+            .first()
+            .map(|c| format!(", from {}", c.name))
+            .unwrap_or_default();
+        parts.push(format!(
+            "{} {} ({} per request{from})",
+            h.shown(),
+            share(h.listed),
+            duration(h.cpu)
+        ));
+    }
+    (evidence, parts)
 }

@@ -56,13 +56,8 @@ impl HotFunction {
     /// One line of the hot path: its share and CPU per request, its callers, its what-if.
     pub fn line(&self) -> String {
         let mut l = format!("{} {}", self.shown(), units::share(self.listed));
-        // A share well above what it lists: what it calls is listed apart. Not when most
-        // of it is: a driver or a loop whose callees are listed would read as nearly all
-        // of the CPU (`handleClient 18 % (98 % with all it calls)`).
-        if self.inclusive - self.listed >= 0.005
-            && self.inclusive <= 2.0 * self.listed
-            && !self.generic
-        {
+        // A share well above what it lists: what it calls is listed apart.
+        if self.inclusive - self.listed >= 0.005 && self.inclusive_is_its_own() {
             l.push_str(&format!(
                 " ({} with all it calls)",
                 units::share(self.inclusive)

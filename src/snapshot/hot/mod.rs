@@ -143,6 +143,14 @@ pub struct HotWhatIf {
 }
 
 impl HotFunction {
+    /// Whether its share with all it calls stands for it: not when most of that is listed
+    /// apart (more than twice its listed share: a driver or a loop whose callees are
+    /// listed would read as nearly all of the CPU), nor when a frame that only leads to
+    /// the work names it.
+    pub fn inclusive_is_its_own(&self) -> bool {
+        self.inclusive <= 2.0 * self.listed && !self.generic
+    }
+
     /// The name as the report shows it: a PHP function with its script and first line
     /// (PHP names every closure of a namespace alike).
     /// `through` follows an arrow.
