@@ -44,10 +44,6 @@ fn built(name: &str) -> PathBuf {
     c_fixture(name, name, &[])
 }
 
-fn binary() -> PathBuf {
-    built("hot-upstream")
-}
-
 /// What the server's own CPU clock counted so far.
 #[derive(Debug, Clone, Copy)]
 struct Truth {
@@ -82,6 +78,30 @@ impl Truth {
             write_ns: n[4],
         }
     }
+}
+
+/// The C fixture `name` started with `args` (its port first), a proxy in front of it
+/// sampling it with call stacks once it watches it, and a fresh window.
+fn sampled_fixture(
+    name: &'static str,
+    args: &[u32],
+    dir: &Path,
+) -> (Managed, std::net::SocketAddr, Proxy) {
+    let up = Managed::spawn(
+        name,
+        Command::new(built(name)).args(args.iter().map(u32::to_string)),
+        &dir.join(format!("{name}.log")),
+    );
+    let addr = loopback(u16::try_from(args[0]).unwrap());
+    assert!(
+        wait_for(STARTUP_DEADLINE, || accepts(addr)),
+        "{}",
+        up.log_tail()
+    );
+    let proxy = Proxy::in_front_of(addr, &["--profile-upstream"]);
+    await_watched(&proxy, up.pid());
+    reset(&proxy);
+    (up, addr, proxy)
 }
 
 fn await_watched(proxy: &Proxy, pid: u32) {
@@ -122,28 +142,13 @@ fn report(saved: &Path, flags: &[&str]) -> String {
 #[test]
 fn the_hot_path_names_the_functions_of_known_cpu_in_their_order() {
     let _serial = serial();
-    let port = free_port();
+    let port = u32::from(free_port());
     let dir = tempfile::tempdir().unwrap();
-    let mut up = Managed::spawn(
+    let (mut up, addr, proxy) = sampled_fixture(
         "hot-upstream",
-        Command::new(binary()).args([
-            port.to_string(),
-            URI_US.to_string(),
-            PARSE_US.to_string(),
-            FORMAT_US.to_string(),
-            WRITES.to_string(),
-        ]),
-        &dir.path().join("hot-upstream.log"),
+        &[port, URI_US, PARSE_US, FORMAT_US, WRITES],
+        dir.path(),
     );
-    let addr = loopback(port);
-    assert!(
-        wait_for(STARTUP_DEADLINE, || accepts(addr)),
-        "{}",
-        up.log_tail()
-    );
-    let proxy = Proxy::in_front_of(addr, &["--profile-upstream"]);
-    await_watched(&proxy, up.pid());
-    reset(&proxy);
     let before = Truth::read(addr);
     load_until_sampled(&proxy, "webdis", 3000);
     let after = Truth::read(addr);
@@ -414,27 +419,13 @@ const CALLBACK_REPLY_US: u32 = 36;
 #[test]
 fn a_parsers_callbacks_are_not_its_cost() {
     let _serial = serial();
-    let port = free_port();
+    let port = u32::from(free_port());
     let dir = tempfile::tempdir().unwrap();
-    let mut up = Managed::spawn(
+    let (mut up, addr, proxy) = sampled_fixture(
         "callback-upstream",
-        Command::new(built("callback-upstream")).args([
-            port.to_string(),
-            CALLBACK_PARSE_US.to_string(),
-            CALLBACK_APP_US.to_string(),
-            CALLBACK_REPLY_US.to_string(),
-        ]),
-        &dir.path().join("callback-upstream.log"),
+        &[port, CALLBACK_PARSE_US, CALLBACK_APP_US, CALLBACK_REPLY_US],
+        dir.path(),
     );
-    let addr = loopback(port);
-    assert!(
-        wait_for(STARTUP_DEADLINE, || accepts(addr)),
-        "{}",
-        up.log_tail()
-    );
-    let proxy = Proxy::in_front_of(addr, &["--profile-upstream"]);
-    await_watched(&proxy, up.pid());
-    reset(&proxy);
     let before = counters(addr);
     load_until_sampled(&proxy, "webdis", 3000);
     let after = counters(addr);
