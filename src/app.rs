@@ -105,6 +105,13 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
             .collect(),
     );
     registry.set_exemplar_threshold(config.log.slow_threshold);
+    // Time the proxy does not run is its own, not the upstream's wait (`stalls`).
+    if let Err(e) = crate::stalls::start() {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "the proxy's own stalls will be counted as the upstream's wait"
+        );
+    }
     // The proxy's own cost, as the upstream's: without /proc it is left out, and the
     // proxy runs all the same.
     if let Err(e) = registry.watch_own() {

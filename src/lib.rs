@@ -27,6 +27,7 @@ pub mod resp;
 pub mod rng;
 pub mod routes;
 pub mod snapshot;
+pub mod stalls;
 pub mod stats;
 mod sync;
 pub mod units;

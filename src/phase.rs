@@ -34,10 +34,14 @@ pub enum Phase {
     /// The time response bytes waited for the client's socket to take them, inside
     /// `write`: a client reading slowly (or a network in its way).
     WriteBlocked,
+    /// The part of the wait for the upstream during which phasescope itself did not run
+    /// (stopped, throttled, given no CPU), inside `proxy_overhead`: taken out of
+    /// `upstream_wait`, where it would blame the backend for the proxy's stall.
+    ProxyStalled,
 }
 
 impl Phase {
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 18;
 
     /// Every phase, in timeline order (the derived ones last). This is also the order
     /// readers show them in: the text report, the SVG and (through the snapshot's
@@ -61,6 +65,7 @@ impl Phase {
         Phase::BackendQueue,
         Phase::UpstreamRecvGap,
         Phase::WriteBlocked,
+        Phase::ProxyStalled,
     ];
 
     /// The phase this one lies inside, for those that are not laid end to end along the
@@ -72,6 +77,7 @@ impl Phase {
             Phase::Parse => Some(Phase::ClientRecv),
             Phase::ResponseParse | Phase::UpstreamRecvGap => Some(Phase::UpstreamRecv),
             Phase::WriteBlocked => Some(Phase::Write),
+            Phase::ProxyStalled => Some(Phase::ProxyOverhead),
             Phase::BackendIn | Phase::Backend | Phase::BackendOut => Some(Phase::UpstreamWait),
             Phase::BackendQueue => Some(Phase::Backend),
             _ => None,
@@ -98,6 +104,7 @@ impl Phase {
             Phase::BackendQueue => "backend_queue",
             Phase::UpstreamRecvGap => "upstream_recv_gap",
             Phase::WriteBlocked => "write_blocked",
+            Phase::ProxyStalled => "proxy_stalled",
         }
     }
 
@@ -171,6 +178,7 @@ impl Phase {
             Phase::BackendQueue => ("#7a0029", "backend_queue (Redis queue)", None),
             Phase::UpstreamRecvGap => ("#07837b", "upstream_recv_gap", None),
             Phase::WriteBlocked => ("#6a5acd", "write_blocked", None),
+            Phase::ProxyStalled => ("#5c1040", "proxy_stalled", None),
         };
         let (description, note) = self.about();
         Style {
@@ -260,6 +268,10 @@ impl Phase {
             Phase::WriteBlocked => (
                 "the time response bytes waited for the client's socket to take them (a client reading slowly)",
                 Some("in write"),
+            ),
+            Phase::ProxyStalled => (
+                "the part of the wait for the upstream during which phasescope itself did not run (stopped, throttled, given no CPU)",
+                Some("in proxy_overhead"),
             ),
         }
     }

@@ -12,6 +12,8 @@ pub const RUNQUEUE: &str = "phasescope_proxy_runqueue_seconds_total";
 pub const THREADS: &str = "phasescope_proxy_threads";
 pub const MACHINE_CPUS: &str = "phasescope_machine_cpus";
 pub const MACHINE_BUSY: &str = "phasescope_machine_cpu_busy_seconds_total";
+pub const STALLS: &str = "phasescope_proxy_stalls_total";
+pub const STALLED: &str = "phasescope_proxy_stalled_seconds_total";
 
 /// The families, read now; none before the proxy's own process is read.
 pub fn families(own: Option<&Own>) -> Vec<MetricFamily> {
@@ -54,6 +56,18 @@ pub fn families(own: Option<&Own>) -> Vec<MetricFamily> {
             "CPU time the machine's CPUs were not idle (/proc/stat: user, nice, system, irq, softirq, steal), all CPUs, since phasescope started.",
             c,
             vec![sample(c, &[], s(t.machine_busy_ns))],
+        ),
+        (
+            STALLS,
+            "Times phasescope itself did not run for 50 ms or more (stopped, throttled, given no CPU) since it started.",
+            c,
+            vec![sample(c, &[], t.stalls.count as f64)],
+        ),
+        (
+            STALLED,
+            "Time phasescope itself did not run, summed over its stalls, since it started.",
+            c,
+            vec![sample(c, &[], s(t.stalls.nanos))],
         ),
     ];
     table

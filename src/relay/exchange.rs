@@ -18,6 +18,7 @@
 use crate::clock::{nanos_between, At, Tick};
 use crate::correlate::Seen;
 use crate::phase::{Phase, Phases};
+use crate::stalls;
 
 /// What the request waited for between its complete head and a ready upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,7 +161,10 @@ impl Exchange {
             Wait::None => {}
         }
         set(Phase::UpstreamSend, self.t_up_write.to(self.t_sent));
-        set(Phase::UpstreamWait, self.wait_from().to(self.t_resp_first));
+        // The part of the wait the proxy itself did not run is its own (`stalls`).
+        let stalled = self.stalled();
+        let wait = self.wait_from().to(self.t_resp_first);
+        set(Phase::UpstreamWait, wait.map(|w| w - stalled));
         set(Phase::UpstreamRecv, self.t_resp_first.to(self.t_resp_last));
         set(Phase::UpstreamRecvGap, self.t_gap_start.to(self.t_gap_end));
         if self.t_resp_first.is_set() && !self.headless {
@@ -181,15 +185,27 @@ impl Exchange {
             self.t_up_ready.to(first_write),
             self.t_resp_first.to(self.t_write_first),
         ) {
-            set(Phase::ProxyOverhead, Some(before + after));
+            set(Phase::ProxyOverhead, Some(before + after + stalled));
+        }
+        if stalled > 0 {
+            set(Phase::ProxyStalled, Some(stalled));
         }
         set(Phase::Total, self.t_first.to(self.t_write_last));
         if let Some(redis) = backend {
             if let (Some(sent), Some(resp_first)) = (self.t_sent.get(), self.t_resp_first.get()) {
-                split_wait(&mut p, sent, resp_first, redis);
+                split_wait(&mut p, sent, resp_first, redis, stalled);
             }
         }
         p
+    }
+
+    /// Nanoseconds of the wait for the upstream during which the proxy did not run: at
+    /// most the wait (both from the same two instants).
+    fn stalled(&self) -> u64 {
+        match (self.wait_from().get(), self.t_resp_first.get()) {
+            (Some(from), Some(to)) => stalls::overlap(from, to).min(nanos_between(from, to)),
+            _ => 0,
+        }
     }
 }
 
@@ -197,9 +213,11 @@ impl Exchange {
 /// response began at `t_resp_first`, given its Redis command. The three always add up to
 /// the request's `upstream_wait`: for a true pair they are the three spans between the
 /// four instants; for a swapped pair (see `Correlator::take`) Redis's span is kept and
-/// what would fall outside the wait is taken from `backend_in`, then `backend_out`.
-fn split_wait(phases: &mut Phases, t_sent: Tick, t_resp_first: Tick, redis: &Seen) {
-    let wait = nanos_between(t_sent, t_resp_first);
+/// what would fall outside the wait is taken from `backend_in`, then `backend_out`. The
+/// `stalled` part of the wait, the proxy's own, is taken from `backend_out` first (the
+/// answer waiting to be read), then from the others.
+fn split_wait(phases: &mut Phases, t_sent: Tick, t_resp_first: Tick, redis: &Seen, stalled: u64) {
+    let wait = nanos_between(t_sent, t_resp_first).saturating_sub(stalled);
     let backend = nanos_between(redis.t_sent, redis.t_reply).min(wait);
     let backend_in = nanos_between(t_sent, redis.t_sent).min(wait - backend);
     phases.set(Phase::BackendIn, backend_in);
@@ -227,6 +245,33 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         t
+    }
+
+    #[test]
+    fn a_stall_of_the_proxy_moves_from_upstream_wait_to_proxy_overhead() {
+        // Ticks long before now, apart from any other test's (the stall record is the
+        // process's): a stall of 300 ms inside a wait of 500 ms.
+        let t0 = clock::after(1_000, std::time::Duration::from_secs(100));
+        let at = |ms: u64| clock::after(t0, std::time::Duration::from_millis(ms));
+        crate::stalls::record(at(100), at(400));
+        let ex = Exchange {
+            t_first: At::tick(at(0)),
+            t_head: At::tick(at(0)),
+            t_up_ready: At::tick(at(0)),
+            t_up_write: At::tick(at(0)),
+            t_sent: At::tick(at(0)),
+            t_resp_first: At::tick(at(500)),
+            t_resp_last: At::tick(at(500)),
+            t_write_first: At::tick(at(500)),
+            t_write_last: At::tick(at(500)),
+            ..Exchange::default()
+        };
+        let p = ex.phases();
+        let ms = |phase| p.get(phase).map(|n| (n as f64 / 1e6).round() as u64);
+        assert_eq!(ms(Phase::UpstreamWait), Some(200));
+        assert_eq!(ms(Phase::ProxyStalled), Some(300));
+        assert_eq!(ms(Phase::ProxyOverhead), Some(300));
+        assert_eq!(ms(Phase::Total), Some(500));
     }
 
     #[test]

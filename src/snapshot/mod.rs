@@ -45,7 +45,7 @@ pub mod work;
 
 pub use document::{PhaseStyle, Snapshot, FORMAT, FORMAT_VERSION};
 pub use finding::{Evidence, Finding, Impact, Severity};
-pub use proxy::ProxySnapshot;
+pub use proxy::{ProxySnapshot, Stalls};
 pub use series::{HdrLayout, SeriesSnapshot, HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
 pub use slices::{RouteSlices, Slice};
 pub use stacks::{

@@ -33,6 +33,20 @@ pub struct ProxySnapshot {
     /// irq, softirq, steal of every CPU): what all its cores did, the proxy and the
     /// upstream included.
     pub machine_busy_seconds: f64,
+    /// The times it did not run (`stalls`): stopped, throttled, given no CPU.
+    #[serde(default)]
+    pub stalls: Stalls,
+}
+
+/// The snapshot's `proxy.stalls`: wake-ups of the proxy's watching thread later than
+/// `stalls::STALL_MIN`, over the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stalls {
+    pub count: u64,
+    pub seconds: f64,
+    /// The longest of them. In a difference of two snapshots, the later one's longest
+    /// when a stall happened in between (it may be older: an upper bound).
+    pub longest_seconds: f64,
 }
 
 impl ProxySnapshot {
@@ -87,6 +101,11 @@ pub fn merge(a: ProxySnapshot, b: &ProxySnapshot) -> ProxySnapshot {
             b.cpus_allowed.clone()
         },
         machine_busy_seconds: a.machine_busy_seconds + b.machine_busy_seconds,
+        stalls: Stalls {
+            count: a.stalls.count + b.stalls.count,
+            seconds: a.stalls.seconds + b.stalls.seconds,
+            longest_seconds: a.stalls.longest_seconds.max(b.stalls.longest_seconds),
+        },
     }
 }
 
@@ -103,6 +122,15 @@ pub fn since(now: &ProxySnapshot, before: &ProxySnapshot) -> ProxySnapshot {
             .map(|(a, b)| sub(a, b)),
         runqueue_seconds: sub(now.runqueue_seconds, before.runqueue_seconds),
         machine_busy_seconds: sub(now.machine_busy_seconds, before.machine_busy_seconds),
+        stalls: if now.stalls.count > before.stalls.count {
+            Stalls {
+                count: now.stalls.count - before.stalls.count,
+                seconds: sub(now.stalls.seconds, before.stalls.seconds),
+                longest_seconds: now.stalls.longest_seconds,
+            }
+        } else {
+            Stalls::default()
+        },
         ..now.clone()
     }
 }

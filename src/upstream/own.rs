@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::Upstream;
-use crate::snapshot::{ProxySnapshot, UpstreamSnapshot};
+use crate::clock::{self, Tick};
+use crate::snapshot::{ProxySnapshot, Stalls, UpstreamSnapshot};
+use crate::stalls;
 use crate::sync::lock;
 
 /// How often the proxy's own process and /proc/stat are read.
@@ -28,9 +30,12 @@ pub struct Own {
     cpus: u64,
 }
 
-/// The machine's busy CPU time: since start (`/metrics`) and at the last reset.
+/// The machine's busy CPU time: since start (`/metrics`) and at the last reset; and the
+/// proxy's stalls at the last reset, with when it was.
 #[derive(Default)]
 struct Machine {
+    stalls_baseline: stalls::Totals,
+    window_start: Tick,
     /// Busy nanoseconds counted since the proxy started.
     busy_ns: u64,
     /// /proc/stat's busy ticks at the last read.
@@ -46,6 +51,8 @@ pub struct OwnTotals {
     pub threads: u64,
     pub cpus: u64,
     pub machine_busy_ns: u64,
+    /// The proxy's stalls since it started.
+    pub stalls: stalls::Totals,
 }
 
 impl Own {
@@ -92,6 +99,7 @@ impl Own {
             threads: info.map_or(0, |p| p.threads),
             cpus: self.cpus,
             machine_busy_ns: lock(&self.machine).busy_ns,
+            stalls: stalls::totals(),
         }
     }
 
@@ -99,24 +107,26 @@ impl Own {
     pub fn snapshot(&self) -> ProxySnapshot {
         self.read_machine();
         let u = self.process.snapshot();
-        let busy = {
+        let (busy, stalled) = {
             let m = lock(&self.machine);
-            m.busy_ns.saturating_sub(m.baseline_ns)
+            (m.busy_ns.saturating_sub(m.baseline_ns), m.stalls_since())
         };
-        self.window(&u, busy)
+        self.window(&u, busy, stalled)
     }
 
     /// The window since the last reset, and a new window from the same read.
     pub fn cut(&self) -> ProxySnapshot {
         self.read_machine();
         let u = self.process.cut();
-        let busy = {
+        let (busy, stalled) = {
             let mut m = lock(&self.machine);
             let busy = m.busy_ns.saturating_sub(m.baseline_ns);
+            let stalled = m.stalls_since();
             m.baseline_ns = m.busy_ns;
-            busy
+            m.new_window();
+            (busy, stalled)
         };
-        self.window(&u, busy)
+        self.window(&u, busy, stalled)
     }
 
     /// Starts a new window (`POST /api/reset`).
@@ -125,9 +135,10 @@ impl Own {
         self.process.reset();
         let mut m = lock(&self.machine);
         m.baseline_ns = m.busy_ns;
+        m.new_window();
     }
 
-    fn window(&self, u: &UpstreamSnapshot, busy_ns: u64) -> ProxySnapshot {
+    fn window(&self, u: &UpstreamSnapshot, busy_ns: u64, stalls: Stalls) -> ProxySnapshot {
         ProxySnapshot {
             pid: std::process::id(),
             threads: u.threads,
@@ -140,6 +151,7 @@ impl Own {
             // Read each time: it may be pinned after it started (taskset -p).
             cpus_allowed: cpus_allowed(std::process::id()).unwrap_or_default(),
             machine_busy_seconds: busy_ns as f64 / 1e9,
+            stalls,
         }
     }
 
@@ -154,6 +166,28 @@ impl Own {
             m.busy_ns += (u128::from(delta) * 1_000_000_000 / u128::from(per_second)) as u64;
         }
         m.last_ticks = Some(ticks.max(m.last_ticks.unwrap_or(0)));
+    }
+}
+
+impl Machine {
+    /// The proxy's stalls since the window began.
+    fn stalls_since(&self) -> Stalls {
+        let now = stalls::totals();
+        let count = now.count.saturating_sub(self.stalls_baseline.count);
+        Stalls {
+            count,
+            seconds: now.nanos.saturating_sub(self.stalls_baseline.nanos) as f64 / 1e9,
+            longest_seconds: if count > 0 {
+                stalls::longest_since(self.window_start) as f64 / 1e9
+            } else {
+                0.0
+            },
+        }
+    }
+
+    fn new_window(&mut self) {
+        self.stalls_baseline = stalls::totals();
+        self.window_start = clock::now();
     }
 }
 

@@ -12,6 +12,7 @@ mod nagle;
 mod parser;
 mod proxy;
 mod server_errors;
+mod stalled;
 
 use super::TapView;
 use crate::snapshot::summary::{Component, Inside};
@@ -26,6 +27,7 @@ pub fn failures(v: &TapView<'_>) -> Vec<Finding> {
     errors::check(v)
         .into_iter()
         .chain(server_errors::check(v))
+        .chain(stalled::check(v))
         .collect()
 }
 
