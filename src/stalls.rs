@@ -14,8 +14,10 @@
 //!
 //! What it sees is its own thread not running. A whole process stopped or throttled
 //! stops it with the workers; one worker starved while the others run is not seen.
-//! A thread waking after a sleep is favoured by the scheduler, so a busy machine delays
-//! it by a few milliseconds, far below [`STALL_MIN`].
+//! The thread is of the workers' scheduling class on purpose: a real-time one would
+//! outrun a cgroup's CPU quota (which throttles the normal class only) and miss the
+//! workers' throttling. A thread waking after a sleep is favoured by the scheduler, so a
+//! busy machine delays it by a few milliseconds, far below [`STALL_MIN`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
