@@ -600,16 +600,23 @@ struct ExcimerRound {
 }
 
 fn excimer_round() -> ExcimerRound {
+    excimer_round_with(&[])
+}
+
+/// [`excimer_round`] with the fixture's environment extended by `extra`.
+fn excimer_round_with(extra: &[(&str, &str)]) -> ExcimerRound {
     let excimer_out = tempfile::Builder::new()
         .prefix("excimer-")
         .tempdir()
         .unwrap();
     let out = excimer_out.path().join("collapsed.txt");
-    let burn = Burn::start(&[
+    let mut env = vec![
         ("BURN_PARSE_US", PARSE_US),
         ("BURN_QUERY_US", QUERY_US),
         ("EXCIMER_OUT", out.to_str().unwrap()),
-    ]);
+    ];
+    env.extend_from_slice(extra);
+    let burn = Burn::start(&env);
     let _ = &burn.dir;
     assert_eq!(burn.get("/profile/start"), "started\n");
     let sampled = sample_under_load(&burn, || {
@@ -666,6 +673,55 @@ fn excimer_round() -> ExcimerRound {
         late_share: sampled.late_share,
         stacks: show(&sampled.stacks, 8),
     }
+}
+
+/// Which sampler is off when PHP code spends its CPU in the kernel (issue: on an amphp
+/// server ours and Excimer parted by 10 to 14 points on League\Uri and on the stream's
+/// writes, and which side was wrong was not known). Here `Backend::query` spends its
+/// time writing 16 KiB to a local socket and reading it back, timed by the script with
+/// getrusage, system time included. Ours must follow the script's clock; Excimer's
+/// offset is printed, not held: its CPU timer is served at the next VM interrupt check,
+/// after the system call has returned, so what the kernel did is charged to whatever PHP
+/// code runs next (two runs, quiet: Excimer query 61.4 %, rest 12.0 % against 64.8 % and
+/// 6.9 % measured; ours 64.4 % and 7.2 %).
+#[test]
+fn in_the_kernel_ours_follows_the_scripts_clock() {
+    let _serial = serial();
+    for _ in 0..3 {
+        let round = excimer_round_with(&[("BURN_QUERY_WRITES", "16384")]);
+        let (ours, excimer, truth) = (round.ours, round.excimer, round.truth);
+        println!(
+            "socket writes: ours parseHead {:.1}%, query {:.1}%; Excimer {:.1}%, {:.1}%; \
+             measured {:.1}%, {:.1}% ({:.1}% of our stacks read late)",
+            ours.0,
+            ours.1,
+            excimer.0,
+            excimer.1,
+            truth.0,
+            truth.1,
+            100.0 * round.late_share
+        );
+        let off = (ours.0 - truth.0).abs() > TOLERANCE || (ours.1 - truth.1).abs() > TOLERANCE;
+        if !off {
+            return;
+        }
+        // Read late, as in `shares_agree_with_excimer`: the round measured the machine.
+        assert!(
+            round.late_share >= LATE_LIMIT,
+            "ours off the script's clock: parseHead {:.1}% against {:.1}%, query {:.1}% \
+             against {:.1}%\n{}",
+            ours.0,
+            truth.0,
+            ours.1,
+            truth.1,
+            round.stacks
+        );
+    }
+    println!(
+        "SKIPPED: in three rounds ours was off while {:.0}% or more of its stacks were read \
+         late; the machine is too loud",
+        100.0 * LATE_LIMIT
+    );
 }
 
 /// A loop that makes no system call: the thread's CPU time in /proc is only brought up
