@@ -106,6 +106,14 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
         Some(r"^[^\[]"),
         Some(r"^\[anon-exec\]$"),
     ),
+    // A runtime's JIT code without its perf map, named for what to start it with
+    // (native/jit.rs): the application's code all the same.
+    (
+        "jit",
+        Space::User,
+        Some(r"^\[JIT code"),
+        Some(r"^\[anon-exec\]$"),
+    ),
     ("regex", Space::User, None, Some(r"^\[anon-exec\]$")),
     // hiredis.
     ("redis_client", Space::User, Some(r"^(redis|__redis)"), None),
@@ -365,6 +373,12 @@ mod tests {
                 "jit",
             ),
             ("RegExp:^/api/", ANON_EXEC_OBJECT, false, "regex"),
+            (
+                "[JIT code: no perf map; start node with --perf-basic-prof]",
+                ANON_EXEC_OBJECT,
+                false,
+                "jit",
+            ),
             (
                 "Lcom/example/Handler;::handle",
                 ANON_EXEC_OBJECT,
