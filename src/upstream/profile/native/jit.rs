@@ -5,17 +5,20 @@
 //! tables. Its frames are walked by frame pointer ([`super::unwind`]: both runtimes keep
 //! one in compiled frames, HotSpot with `-XX:+PreserveFramePointer`), and named from the
 //! runtime's perf map, `/tmp/perf-PID.map` as the process sees /tmp (`START SIZE name`
-//! per compiled function; blazesym reads it, and reads it again when it changed). node
-//! writes it with `--perf-basic-prof`, a line per function as it compiles; a JVM writes a
-//! copy of its code cache's table at `jcmd PID Compiler.perfmap`, what is compiled after
-//! that is not in it until it is run again. So the map grows while the process runs: an
-//! address named `[anon-exec]` before its line was written is named again once the map
-//! has grown ([`PerfMap::grew`]).
+//! per compiled function), read here: blazesym's reader takes the numbers without `0x`
+//! only, and a JVM writes them with it (its whole batch failed then). node writes the map
+//! with `--perf-basic-prof`, a line per function as it compiles; a JVM writes a copy of
+//! its code cache's table at `jcmd PID Compiler.perfmap`, and what is compiled after that
+//! is not in it until it is run again. So the map changes while the process runs: it is
+//! read again when its size changed ([`PerfMap::refresh`]), and the addresses named
+//! before are named again.
 //!
 //! Without a map a frame of JIT code would read `[anon-exec]`, which says nothing of what
 //! to do. In a process recognised as node or a JVM it reads instead as what to start the
-//! runtime with ([`Runtime::unnamed_frame`]); docs/deploy.md says what that costs.
+//! runtime with, and code the map does not name as what to do about it
+//! ([`Runtime::unnamed_frame`]); docs/deploy.md says what that costs.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
 
@@ -50,28 +53,38 @@ impl Runtime {
     }
 
     /// The name of a frame of JIT code no perf map names: what to start the runtime with
-    /// so that it does. The leading `[` keeps it apart from a function's name.
-    pub fn unnamed_frame(self) -> &'static str {
-        match self {
-            Runtime::Node => "[JIT code: no perf map; start node with --perf-basic-prof]",
-            Runtime::Jvm => {
+    /// so that it does (`mapped`: the map exists but leaves the address out). The leading
+    /// `[` keeps it apart from a function's name.
+    pub fn unnamed_frame(self, mapped: bool) -> &'static str {
+        match (self, mapped) {
+            (Runtime::Node, false) => "[JIT code: no perf map; start node with --perf-basic-prof]",
+            (Runtime::Node, true) => "[JIT code the perf map leaves out]",
+            (Runtime::Jvm, false) => {
                 "[JIT code: no perf map; start java with -XX:+PreserveFramePointer, then run \
                  jcmd PID Compiler.perfmap]"
+            }
+            (Runtime::Jvm, true) => {
+                "[JIT code compiled since the perf map was written: run jcmd PID \
+                 Compiler.perfmap again]"
             }
         }
     }
 }
 
-/// The perf map of one process, and its size when last looked at.
+/// The perf map of one process as last read, and its size then.
 #[derive(Debug)]
 pub struct PerfMap {
     path: PathBuf,
     len: Option<u64>,
+    /// Each function's start, its end and its name; a later line for the same start (code
+    /// freed and compiled again in its place) replaces the earlier.
+    functions: BTreeMap<u64, (u64, String)>,
 }
 
 impl PerfMap {
     /// The map of `pid` as the process sees /tmp (its own root; in a container the file is
-    /// named after the process's pid in its own namespace, the last of `NStgid`).
+    /// named after the process's pid in its own namespace, the last of `NStgid`). Read at
+    /// the first [`PerfMap::refresh`].
     pub fn of(pid: u32) -> PerfMap {
         let ns_pid = fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
@@ -82,24 +95,63 @@ impl PerfMap {
                     .and_then(|ids| ids.split_whitespace().last()?.parse::<u32>().ok())
             })
             .unwrap_or(pid);
+        PerfMap::at(PathBuf::from(format!(
+            "/proc/{pid}/root/tmp/perf-{ns_pid}.map"
+        )))
+    }
+
+    fn at(path: PathBuf) -> PerfMap {
         PerfMap {
-            path: PathBuf::from(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map")),
+            path,
             len: None,
+            functions: BTreeMap::new(),
         }
     }
 
-    /// Whether the map exists (as of the last [`PerfMap::grew`]).
+    /// Whether the map existed at the last [`PerfMap::refresh`].
     pub fn exists(&self) -> bool {
         self.len.is_some()
     }
 
-    /// Looks at the map's size again: true when it appeared or changed since the last look.
-    pub fn grew(&mut self) -> bool {
+    /// Reads the map again when its size changed since the last read (node appends a line
+    /// per compiled function; `jcmd` writes the whole table anew): true when it did. A map
+    /// that cannot be read counts as none.
+    pub fn refresh(&mut self) -> bool {
         let len = fs::metadata(&self.path).ok().map(|m| m.len());
-        let changed = len != self.len;
+        if len == self.len {
+            return false;
+        }
         self.len = len;
-        changed
+        self.functions.clear();
+        let Ok(text) = fs::read(&self.path) else {
+            self.len = None;
+            return true;
+        };
+        for line in String::from_utf8_lossy(&text).lines() {
+            if let Some((start, size, name)) = parse_line(line) {
+                self.functions
+                    .insert(start, (start.saturating_add(size), name.to_owned()));
+            }
+        }
+        true
     }
+
+    /// The name of the function `addr` lies in.
+    pub fn name(&self, addr: u64) -> Option<&str> {
+        let (_, (end, name)) = self.functions.range(..=addr).next_back()?;
+        (addr < *end).then_some(name.as_str())
+    }
+}
+
+/// `START SIZE name`, the numbers in hex: node writes them bare, a JVM with `0x`. A line
+/// that is not one is skipped.
+fn parse_line(line: &str) -> Option<(u64, u64, &str)> {
+    let hex = |s: &str| u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok();
+    let mut parts = line.splitn(3, ' ');
+    let start = hex(parts.next()?)?;
+    let size = hex(parts.next()?)?;
+    let name = parts.next()?.trim();
+    (size > 0 && !name.is_empty()).then_some((start, size, name))
 }
 
 #[cfg(test)]
@@ -140,25 +192,40 @@ mod tests {
         assert_eq!(of(&["/usr/bin/webdis", ""]), None);
     }
 
+    /// node's lines (bare hex) and a JVM's (`0x`), read again as the map grows.
     #[test]
-    fn a_map_that_grows_is_seen_to() {
+    fn a_map_is_read_again_when_it_grows() {
         let dir = tempfile::tempdir().unwrap();
-        let mut map = PerfMap {
-            path: dir.path().join("perf-1.map"),
-            len: None,
-        };
-        assert!(!map.grew(), "no map, none before");
+        let mut map = PerfMap::at(dir.path().join("perf-1.map"));
+        assert!(!map.refresh(), "no map, none before");
         assert!(!map.exists());
-        fs::write(&map.path, "7f0000001000 40 JS:*f a.js:1:1\n").unwrap();
-        assert!(map.grew());
+        fs::write(&map.path, "7f0000001000 40 JS:*f /srv/a.js:1:1\n").unwrap();
+        assert!(map.refresh());
         assert!(map.exists());
-        assert!(!map.grew(), "unchanged");
+        assert_eq!(map.name(0x7f0000001000), Some("JS:*f /srv/a.js:1:1"));
+        assert_eq!(map.name(0x7f000000103f), Some("JS:*f /srv/a.js:1:1"));
+        assert_eq!(map.name(0x7f0000001040), None, "the end is exclusive");
+        assert_eq!(map.name(0x7f0000002010), None, "not yet written");
+        assert!(!map.refresh(), "unchanged");
         fs::write(
             &map.path,
-            "7f0000001000 40 JS:*f a.js:1:1\n7f0000002000 40 g\n",
+            "7f0000001000 40 JS:*f /srv/a.js:1:1\n\
+             0x00007f0000002000 0x0000000000000178 double Server.computeReport(int)\n\
+             garbage\n\
+             7f0000001000 20 JS:*g /srv/a.js:9:1\n",
         )
         .unwrap();
-        assert!(map.grew());
+        assert!(map.refresh());
+        assert_eq!(
+            map.name(0x7f0000002010),
+            Some("double Server.computeReport(int)")
+        );
+        assert_eq!(
+            map.name(0x7f0000001010),
+            Some("JS:*g /srv/a.js:9:1"),
+            "a later line for the same start replaces the earlier"
+        );
+        assert_eq!(map.name(0x7f0000001030), None);
     }
 
     #[test]

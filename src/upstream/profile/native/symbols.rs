@@ -95,7 +95,7 @@ impl Symbols {
         let files: Vec<&Mapping> = maps.ranges.iter().map(|(m, _)| m).collect();
         let runtime = Runtime::of(&files);
         let mut perf_map = PerfMap::of(pid);
-        perf_map.grew();
+        perf_map.refresh();
         Ok(Symbols {
             pid,
             map_files,
@@ -144,7 +144,7 @@ impl Symbols {
             self.user.clear();
         }
         // JIT code named before the runtime wrote its line is named again.
-        if self.perf_map.grew() {
+        if self.perf_map.refresh() {
             let names = &self.names;
             self.user
                 .retain(|_, id| names[*id as usize].object != ANON_EXEC_OBJECT);
@@ -185,15 +185,18 @@ impl Symbols {
         })?;
         for (&addr, symbol) in addrs.iter().zip(symbols) {
             let object = self.maps.object(addr).to_owned();
-            let symbol = symbol.unwrap_or_else(|| match self.runtime {
-                Some(runtime) if object == ANON_EXEC_OBJECT && !self.perf_map.exists() => {
-                    runtime.unnamed_frame().to_owned()
-                }
-                _ => {
-                    let mapping = self.maps.mapping(addr).map(|(m, _)| m);
-                    self.unnamed.name(self.pid, addr, mapping, &object)
-                }
-            });
+            let jit = object == ANON_EXEC_OBJECT;
+            let symbol = symbol
+                .or_else(|| jit.then(|| self.perf_map.name(addr).map(str::to_owned))?)
+                .unwrap_or_else(|| match self.runtime {
+                    Some(runtime) if jit => {
+                        runtime.unnamed_frame(self.perf_map.exists()).to_owned()
+                    }
+                    _ => {
+                        let mapping = self.maps.mapping(addr).map(|(m, _)| m);
+                        self.unnamed.name(self.pid, addr, mapping, &object)
+                    }
+                });
             let id = self.intern(Name {
                 symbol,
                 object,
@@ -526,6 +529,8 @@ fn symbolize_in(
             let mut process = Process::new(Pid::from(*pid));
             process.debug_syms = debug_syms;
             process.map_files = *map_files;
+            // JIT code is named from the perf map by `jit`, which reads a JVM's too.
+            process.perf_map = false;
             (Source::Process(process), addrs)
         }
         Request::Kernel { addrs } => {
