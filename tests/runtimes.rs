@@ -341,13 +341,15 @@ fn node_the_handler_is_the_place_to_act_not_the_parser_that_calls_it() {
     let before = stack_samples(&snapshot(&proxy));
     let (json, text) = load_and_report(&proxy, dir.path(), 2500);
     let walked = Walked::between(&before, &stack_samples(&snapshot(&proxy)));
-    // node writes its profile as it exits.
+    // node writes its profile as it exits; its perf map stays in /tmp.
+    let perf_map = format!("/tmp/perf-{}.map", server.pid());
     server.signal(libc::SIGTERM);
     assert!(
         wait_for(STARTUP_DEADLINE, || server.exited().is_some()),
         "{}",
         server.log_tail()
     );
+    let _ = fs::remove_file(perf_map);
     let truth = cpu_prof_self_share(&profiles, "computeReport");
     let truth_with_callees = cpu_prof_inclusive_share(&profiles, "computeReport");
     let ours = walked.share("computeReport");
@@ -601,6 +603,8 @@ fn java_the_handlers_method_is_named_and_its_share_agrees_with_perf() {
     assert!(perf.wait().unwrap().success(), "perf record failed");
     let perf_share = perf_jit_share(&perf_data, "JavaServer.computeReport(");
     server.signal(libc::SIGTERM);
+    // jcmd's map stays in /tmp.
+    let _ = fs::remove_file(format!("/tmp/perf-{pid}.map"));
     assert!(
         wait_for(STARTUP_DEADLINE, || server.exited().is_some()),
         "{}",
@@ -646,6 +650,52 @@ fn java_the_handlers_method_is_named_and_its_share_agrees_with_perf() {
         walked.cut_short() * 100.0,
         walked.total,
         walked.cut_examples()
+    );
+}
+
+/// Node started without a perf map: its JIT frames say what to start it with, as the
+/// application's code (`jit`), and none reads a bare `[anon-exec]`.
+#[test]
+fn node_without_a_perf_map_its_jit_frames_say_what_to_start_it_with() {
+    let node = require_tool("node");
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/node-server.js");
+    let (mut server, addr) = start_server(
+        "node-server",
+        Command::new(node)
+            .current_dir(dir.path())
+            .arg(&script)
+            .args(["0", "20000"]),
+        dir.path(),
+    );
+    let proxy = sampling_proxy(addr, server.pid(), &[]);
+    load_until_sampled(&proxy, "webdis", 500);
+    let snap = snapshot(&proxy);
+    server.kill();
+    let frames = snap["taps"]["webdis"]["upstream"]["stacks"]["frames"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let jit: Vec<(&str, &str)> = frames
+        .iter()
+        .filter(|f| f["object"] == "[anon-exec]")
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap_or(""),
+                f["component"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(
+        jit.contains(&(
+            "[JIT code: no perf map; start node with --perf-basic-prof]",
+            "jit"
+        )),
+        "{jit:?}"
+    );
+    assert!(
+        !jit.iter().any(|(name, _)| *name == "[anon-exec]"),
+        "{jit:?}"
     );
 }
 

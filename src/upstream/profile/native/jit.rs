@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::upstream::profile::maps::Mapping;
 
@@ -75,6 +76,9 @@ impl Runtime {
 #[derive(Debug)]
 pub struct PerfMap {
     path: PathBuf,
+    /// When the process started: a map last written before is another process's, one
+    /// that had the same pid (node's and a JVM's maps stay in /tmp after they exit).
+    started: Option<SystemTime>,
     len: Option<u64>,
     /// Each function's start, its end and its name; a later line for the same start (code
     /// freed and compiled again in its place) replaces the earlier.
@@ -95,14 +99,17 @@ impl PerfMap {
                     .and_then(|ids| ids.split_whitespace().last()?.parse::<u32>().ok())
             })
             .unwrap_or(pid);
-        PerfMap::at(PathBuf::from(format!(
+        let mut map = PerfMap::at(PathBuf::from(format!(
             "/proc/{pid}/root/tmp/perf-{ns_pid}.map"
-        )))
+        )));
+        map.started = process_start(pid);
+        map
     }
 
     fn at(path: PathBuf) -> PerfMap {
         PerfMap {
             path,
+            started: None,
             len: None,
             functions: BTreeMap::new(),
         }
@@ -117,7 +124,16 @@ impl PerfMap {
     /// per compiled function; `jcmd` writes the whole table anew): true when it did. A map
     /// that cannot be read counts as none.
     pub fn refresh(&mut self) -> bool {
-        let len = fs::metadata(&self.path).ok().map(|m| m.len());
+        let len = fs::metadata(&self.path)
+            .ok()
+            .filter(|m| {
+                // A second of slack: the start time is read in clock ticks.
+                let (Some(started), Ok(written)) = (self.started, m.modified()) else {
+                    return true;
+                };
+                written + Duration::from_secs(1) >= started
+            })
+            .map(|m| m.len());
         if len == self.len {
             return false;
         }
@@ -141,6 +157,29 @@ impl PerfMap {
         let (_, (end, name)) = self.functions.range(..=addr).next_back()?;
         (addr < *end).then_some(name.as_str())
     }
+}
+
+/// When process `pid` started, from its start in clock ticks after boot
+/// (/proc/PID/stat) and the boot time (/proc/stat's `btime`).
+fn process_start(pid: u32) -> Option<SystemTime> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's closing parenthesis: state is the 3rd field of the
+    // line, starttime the 22nd.
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: u64 = fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&t| t > 0)?;
+    let after_boot = Duration::from_millis(ticks.saturating_mul(1000) / per_second);
+    Some(UNIX_EPOCH + Duration::from_secs(boot) + after_boot)
 }
 
 /// `START SIZE name`, the numbers in hex: node writes them bare, a JVM with `0x`. A line
@@ -226,6 +265,25 @@ mod tests {
             "a later line for the same start replaces the earlier"
         );
         assert_eq!(map.name(0x7f0000001030), None);
+    }
+
+    /// A map written before the process started is another process's (a pid reused).
+    #[test]
+    fn a_map_older_than_the_process_is_not_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf-1.map");
+        fs::write(&path, "7f0000001000 40 JS:*old /srv/a.js:1:1\n").unwrap();
+        let mut map = PerfMap::at(path.clone());
+        map.started = Some(SystemTime::now() + Duration::from_secs(60));
+        map.refresh();
+        assert!(!map.exists());
+        assert_eq!(map.name(0x7f0000001000), None);
+        let mut map = PerfMap::at(path);
+        map.started = process_start(std::process::id());
+        let started = map.started.expect("this process's start");
+        assert!(started <= SystemTime::now(), "{started:?}");
+        assert!(map.refresh());
+        assert_eq!(map.name(0x7f0000001000), Some("JS:*old /srv/a.js:1:1"));
     }
 
     #[test]
