@@ -42,9 +42,11 @@
 //! unwind table covers: from `computeReport` through V8's `JSEntry` to node's C++ and
 //! libuv, from a Java method through HotSpot's call stub to `JavaCalls::call_helper`. Both
 //! runtimes keep a frame pointer in their compiled frames (HotSpot with
-//! `-XX:+PreserveFramePointer`, without which its compiled frames use rbp as a register
-//! and the walk goes astray at the first one: cut short where the caller's address lies
-//! in no code). C++ that omits the frame pointer and calls into JIT code saves rbp on the
+//! `-XX:+PreserveFramePointer`; without it a compiled frame does not link rbp, so the walk
+//! skips its caller, or, where C2's code uses rbp for data, may go astray: cut short
+//! where the caller's address lies in no code, wrong where it happens to lie in code.
+//! Without the flag, the test's server compiled by C1 alone still walked with 0.1 % cut
+//! short: frames skipped are not seen as cut). C++ that omits the frame pointer and calls into JIT code saves rbp on the
 //! way in (`JSEntry`, the call stub), so the chain holds across the switch. Checked on
 //! node 20 (2 to 4 % of stacks cut short, all of them walks that began before the
 //! unwind tables were read or ended in a prologue) and on OpenJDK 17 (0 to 0.2 %), in
