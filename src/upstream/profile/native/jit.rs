@@ -80,6 +80,10 @@ pub struct PerfMap {
     /// that had the same pid (node's and a JVM's maps stay in /tmp after they exit).
     started: Option<SystemTime>,
     len: Option<u64>,
+    /// The runtime only appends to it (node), and the bytes read so far, up to the end of
+    /// the last whole line.
+    append_only: bool,
+    read_from: u64,
     /// Each function's start, its end and its name; a later line for the same start (code
     /// freed and compiled again in its place) replaces the earlier.
     functions: BTreeMap<u64, (u64, String)>,
@@ -111,6 +115,8 @@ impl PerfMap {
             path,
             started: None,
             len: None,
+            append_only: false,
+            read_from: 0,
             functions: BTreeMap::new(),
         }
     }
@@ -122,7 +128,9 @@ impl PerfMap {
 
     /// Reads the map again when its size changed since the last read (node appends a line
     /// per compiled function; `jcmd` writes the whole table anew): true when it did. A map
-    /// that cannot be read counts as none.
+    /// that cannot be read counts as none. An append-only map ([`PerfMap::append_only`])
+    /// that grew is read from where the last read's last whole line ended, so a node
+    /// running for days does not have its megabytes read again at every collect.
     pub fn refresh(&mut self) -> bool {
         let len = fs::metadata(&self.path)
             .ok()
@@ -137,19 +145,43 @@ impl PerfMap {
         if len == self.len {
             return false;
         }
+        let grew = matches!((self.len, len), (Some(old), Some(new)) if new > old);
         self.len = len;
-        self.functions.clear();
-        let Ok(text) = fs::read(&self.path) else {
+        if !(self.append_only && grew) {
+            self.functions.clear();
+            self.read_from = 0;
+        }
+        if self.read_new_lines().is_err() {
             self.len = None;
-            return true;
-        };
-        for line in String::from_utf8_lossy(&text).lines() {
+            self.functions.clear();
+            self.read_from = 0;
+        }
+        true
+    }
+
+    /// Reads the whole lines from `read_from` on, and moves it past them.
+    fn read_new_lines(&mut self) -> std::io::Result<()> {
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let mut file = fs::File::open(&self.path)?;
+        file.seek(SeekFrom::Start(self.read_from))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        // A line being written is read once whole, at a later refresh.
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        for line in String::from_utf8_lossy(&bytes[..whole]).lines() {
             if let Some((start, size, name)) = parse_line(line) {
                 self.functions
                     .insert(start, (start.saturating_add(size), name.to_owned()));
             }
         }
-        true
+        self.read_from += whole as u64;
+        Ok(())
+    }
+
+    /// Marks the map as one the runtime only appends to (node's), read from where the last
+    /// read ended when it grows.
+    pub fn append_only(&mut self) {
+        self.append_only = true;
     }
 
     /// The name of the function `addr` lies in.
@@ -265,6 +297,26 @@ mod tests {
             "a later line for the same start replaces the earlier"
         );
         assert_eq!(map.name(0x7f0000001030), None);
+    }
+
+    /// node's map, appended to, a line at a time: a line being written is read once whole.
+    #[test]
+    fn an_append_only_map_is_read_from_where_it_was_left() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("perf-1.map");
+        let mut file = fs::File::create(&path).unwrap();
+        let mut map = PerfMap::at(path);
+        map.append_only();
+        file.write_all(b"7f0000001000 40 JS:*f /srv/a.js:1:1\n7f00000020")
+            .unwrap();
+        assert!(map.refresh());
+        assert_eq!(map.name(0x7f0000001010), Some("JS:*f /srv/a.js:1:1"));
+        assert_eq!(map.name(0x7f0000002010), None, "half a line");
+        file.write_all(b"00 40 JS:*g /srv/a.js:5:1\n").unwrap();
+        assert!(map.refresh());
+        assert_eq!(map.name(0x7f0000002010), Some("JS:*g /srv/a.js:5:1"));
+        assert_eq!(map.name(0x7f0000001010), Some("JS:*f /srv/a.js:1:1"));
     }
 
     /// A map written before the process started is another process's (a pid reused).

@@ -95,6 +95,9 @@ impl Symbols {
         let files: Vec<&Mapping> = maps.ranges.iter().map(|(m, _)| m).collect();
         let runtime = Runtime::of(&files);
         let mut perf_map = PerfMap::of(pid);
+        if runtime == Some(Runtime::Node) {
+            perf_map.append_only();
+        }
         perf_map.refresh();
         Ok(Symbols {
             pid,
