@@ -21,6 +21,8 @@ pub const LABELS: &[(&str, &str)] = &[
     ("jit", "JIT-compiled code"),
     ("v8", "V8 (JavaScript runtime)"),
     ("jvm", "JVM"),
+    ("gc", "garbage collector"),
+    ("jit_compiler", "JIT compiler"),
 ];
 
 /// The label a report gives component `name`: its built-in label, else the name itself

@@ -88,6 +88,19 @@ impl Target {
 #[error("{0} is not an address of this host, so its process cannot be read here; set [tap.process] pid or pid_file, or find = \"none\"")]
 pub struct NotLocal(pub String);
 
+/// The children of process `pid` forked by its main thread (/proc/PID/task/PID/children:
+/// a forking server forks from it; the other threads' files are not read, a process of
+/// hundreds of threads would cost as many reads a turn). Empty when unreadable.
+pub fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|text| {
+            text.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The thread ids of process `pid` (the entries of /proc/PID/task).
 pub fn threads(pid: u32) -> std::io::Result<Vec<u32>> {
     let mut tids = Vec::new();

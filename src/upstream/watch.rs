@@ -10,7 +10,7 @@ use anyhow::Context;
 use crate::sync::Background;
 
 use super::account::Read;
-use super::find::Target;
+use super::find::{self, Target};
 use super::samplers::{ProfileSettings, Samplers};
 use super::slices::SLICE;
 use super::Upstream;
@@ -67,6 +67,7 @@ fn run(
         exec: false,
         samplers: Samplers::default(),
         turns: 0,
+        children: std::collections::HashSet::new(),
     };
     loop {
         let turn = match w.attached {
@@ -130,6 +131,8 @@ struct Watch<'a> {
     samplers: Samplers,
     /// Turns since the group was last looked for.
     turns: u32,
+    /// The children of the group's processes at the last turn (see [`Watch::regroup`]).
+    children: std::collections::HashSet<u32>,
 }
 
 impl Watch<'_> {
@@ -240,14 +243,17 @@ impl Watch<'_> {
     }
 
     /// With `auto`, looks for the group's processes again when one left (a master
-    /// replaces the workers that exit) and every [`REGROUP_TURNS`] turns (a worker added,
-    /// a new SO_REUSEPORT process): finding scans every process's open files, so not
-    /// every turn.
+    /// replaces the workers that exit), when one forked a child not seen before (a
+    /// forking server's child for a connection, which holds the listening socket it
+    /// inherited: found within a turn, not ten) and every [`REGROUP_TURNS`] turns (a
+    /// worker added, a new SO_REUSEPORT process): finding scans every process's open
+    /// files, so not every turn.
     fn regroup(&mut self) {
         let tap = self.upstream.tap();
         self.turns += 1;
         let left = self.upstream.take_left();
-        if self.target.finds_groups() && (left || self.turns >= REGROUP_TURNS) {
+        let forked = self.target.finds_groups() && self.forked();
+        if self.target.finds_groups() && (left || forked || self.turns >= REGROUP_TURNS) {
             self.turns = 0;
             let members = self.upstream.members();
             for pid in self.target.locate_group().unwrap_or_default() {
@@ -322,6 +328,23 @@ impl Watch<'_> {
         } else {
             interval
         }
+    }
+}
+
+impl Watch<'_> {
+    /// Whether a process of the group has a child that was not there at the last turn and
+    /// is not in the group: one file per process ([`find::children`]).
+    fn forked(&mut self) -> bool {
+        let members = self.upstream.members();
+        let now: std::collections::HashSet<u32> = members
+            .iter()
+            .flat_map(|&pid| find::children(pid))
+            .collect();
+        let new = now
+            .iter()
+            .any(|c| !members.contains(c) && !self.children.contains(c));
+        self.children = now;
+        new
     }
 }
 

@@ -300,6 +300,11 @@ pub fn is_generic(f: &Frame) -> bool {
         "JavaMain",
         "thread_native_entry",
         "JavaThread::",
+        // HotSpot's thread start and its entry into Java (the call stub, named so by
+        // the JVM's perf map), and a Java thread's own start.
+        "Thread::call_run",
+        "StubRoutines",
+        "void java.lang.Thread.run(",
     ];
     const CONTAINS: &[&str] = &["__rust_begin_short_backtrace", "\\{closure}", "\\EventLoop"];
     // A trait method reads `<Type as Trait>::method`: the type says what runs it.

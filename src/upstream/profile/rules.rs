@@ -106,6 +106,14 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
         Some(r"^[^\[]"),
         Some(r"^\[anon-exec\]$"),
     ),
+    // A runtime's JIT code without its perf map, named for what to start it with
+    // (native/jit.rs): the application's code all the same.
+    (
+        "jit",
+        Space::User,
+        Some(r"^\[JIT code"),
+        Some(r"^\[anon-exec\]$"),
+    ),
     ("regex", Space::User, None, Some(r"^\[anon-exec\]$")),
     // hiredis.
     ("redis_client", Space::User, Some(r"^(redis|__redis)"), None),
@@ -134,6 +142,42 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
             r"^(ep_|do_epoll_|__x64_sys_epoll_|__ia32_sys_epoll_|__do_sys_epoll_|__se_sys_epoll_|sys_epoll_|epoll_)",
         ),
         None,
+    ),
+    // A JIT runtime's garbage collector and its compiler, on their own threads (V8's
+    // `V8 Worker`s, HotSpot's `GC Thread#0`, `C2 CompilerThre…`) or on the application's
+    // (a scavenge, a compile in the main thread): the runtime's cost of the code, not the
+    // code. Known by their functions, which every thread name leaves out.
+    (
+        "gc",
+        Space::User,
+        Some(
+            r"^(v8::internal::(Heap::|Scavenger|ScavengerCollector|MarkCompactCollector|MinorMarkCompactCollector|MinorMarkSweepCollector|ConcurrentMarking|IncrementalMarking|MarkingVisitorBase|MainMarkingVisitor|ConcurrentMarkingVisitor|Sweeper|Evacuator|FullEvacuator|EvacuateVisitorBase|PointersUpdatingJob|MarkingWorklists|ArrayBufferSweeper|GCTracer)|cppgc::)",
+        ),
+        None,
+    ),
+    (
+        "gc",
+        Space::User,
+        Some(
+            r"^(G1|PSScavenge|PSPromotion|PSParallelCompact|ParallelScavengeHeap|Shenandoah|ZHeap|ZMark|ZRelocate|ZDriver|ZCollectedHeap|CardTable|DefNewGeneration|TenuredGeneration|SerialHeap|GenCollectedHeap|MarkSweep|ReferenceProcessor|WeakProcessor|HeapRegion|PLAB|OopOopIterate|GCTaskThread|WorkerThread::run|StringDedup)",
+        ),
+        Some(r"^libjvm\.so"),
+    ),
+    (
+        "jit_compiler",
+        Space::User,
+        Some(
+            r"^v8::internal::(compiler::|maglev::|baseline::|Compiler::|OptimizingCompileDispatcher|TurbofanCompilationJob|OptimizedCompilationJob)",
+        ),
+        None,
+    ),
+    (
+        "jit_compiler",
+        Space::User,
+        Some(
+            r"^(Compile::|C2Compiler|Compilation::|Compiler::|CompileBroker::|Phase[A-Z]|Matcher::|LinearScan|GraphBuilder|GraphKit|LIR_|Parse::|ciEnv|ciMethod|ciObject|ConnectionGraph|IdealLoopTree|SuperWord|MachNode|Node::|PhaseOutput)",
+        ),
+        Some(r"^libjvm\.so"),
     ),
     // The runtimes that run JIT-compiled code: V8 (its C++ and its builtins, inside
     // node's binary) and HotSpot's libjvm. What JavaScript or Java calls in them (Math.sin
@@ -366,6 +410,12 @@ mod tests {
             ),
             ("RegExp:^/api/", ANON_EXEC_OBJECT, false, "regex"),
             (
+                "[JIT code: no perf map; start node with --perf-basic-prof]",
+                ANON_EXEC_OBJECT,
+                false,
+                "jit",
+            ),
+            (
                 "Lcom/example/Handler;::handle",
                 ANON_EXEC_OBJECT,
                 false,
@@ -388,6 +438,45 @@ mod tests {
                 "node",
             ),
             ("JVM_Sleep", "libjvm.so", false, "jvm"),
+            (
+                "G1ParScanThreadState::trim_queue_to_threshold(unsigned int)",
+                "libjvm.so",
+                false,
+                "gc",
+            ),
+            (
+                "PhaseChaitin::Split(unsigned int, ResourceArea*)",
+                "libjvm.so",
+                false,
+                "jit_compiler",
+            ),
+            (
+                "Compilation::compile_method()",
+                "libjvm.so",
+                false,
+                "jit_compiler",
+            ),
+            ("Thread::call_run()", "libjvm.so", false, "jvm"),
+            (
+                "v8::internal::Scavenger::ScavengePage(v8::internal::MemoryChunk*)",
+                "node",
+                false,
+                "gc",
+            ),
+            ("cppgc::internal::MarkerBase::AdvanceMarkingWithLimits", "node", false, "gc"),
+            (
+                "v8::internal::compiler::PipelineImpl::OptimizeGraph(v8::internal::compiler::Linkage*)",
+                "node",
+                false,
+                "jit_compiler",
+            ),
+            (
+                "v8::internal::Isolate::Init(v8::internal::SnapshotData*)",
+                "node",
+                false,
+                "v8",
+            ),
+            ("G1Something", "libother.so", false, "libother.so"),
             ("event_base_loop", "libevent-2.1.so.7", false, "event_loop"),
             ("evmap_io_active_", "libevent-2.1.so.7", false, "event_loop"),
             ("", "libevent-2.1.so.7", false, "event_loop"),

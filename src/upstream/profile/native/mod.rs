@@ -37,6 +37,7 @@
 mod budget;
 mod busiest;
 mod events;
+mod jit;
 mod stack_size;
 mod symbols;
 mod unnamed;

@@ -42,6 +42,7 @@ use blazesym::symbolize::{
 };
 use blazesym::{MaybeDefault, Pid};
 
+use super::jit::{PerfMap, Runtime};
 use super::unnamed::{Unnamed, UNMAPPED_OBJECT};
 use crate::upstream::profile::maps::Mapping;
 use crate::upstream::profile::rules::{ANON_EXEC_OBJECT, KERNEL_OBJECT};
@@ -77,6 +78,9 @@ pub struct Symbols {
     worker: Worker,
     maps: Maps,
     unnamed: Unnamed,
+    /// The JIT runtime the process runs, if it is one, and its perf map ([`super::jit`]).
+    runtime: Option<Runtime>,
+    perf_map: PerfMap,
     user: HashMap<u64, NameId>,
     kernel: HashMap<u64, NameId>,
     names: Vec<Name>,
@@ -88,12 +92,21 @@ impl Symbols {
     pub fn new(pid: u32) -> Result<Symbols, ProfileError> {
         let maps = Maps::read(pid)?;
         let map_files = map_files_readable(pid, &maps);
+        let files: Vec<&Mapping> = maps.ranges.iter().map(|(m, _)| m).collect();
+        let runtime = Runtime::of(&files);
+        let mut perf_map = PerfMap::of(pid);
+        if runtime == Some(Runtime::Node) {
+            perf_map.append_only();
+        }
+        perf_map.refresh();
         Ok(Symbols {
             pid,
             map_files,
             worker: Worker::spawn(pid, map_files).map_err(ProfileError::Symbolizer)?,
             maps,
             unnamed: Unnamed::default(),
+            runtime,
+            perf_map,
             user: HashMap::new(),
             kernel: HashMap::new(),
             names: Vec::new(),
@@ -125,12 +138,19 @@ impl Symbols {
 
     /// Re-reads /proc/PID/maps; when its executable mappings changed (a library loaded,
     /// JIT code mapped), the user-space cache starts over since an address may now mean
-    /// something else. Data mappings come and go with the heap and do not matter.
+    /// something else. Data mappings come and go with the heap and do not matter. When the
+    /// perf map changed, the JIT code's names start over.
     pub fn refresh_maps(&mut self) -> Result<(), ProfileError> {
         let maps = Maps::read(self.pid)?;
         if maps != self.maps {
             self.maps = maps;
             self.user.clear();
+        }
+        // JIT code named before the runtime wrote its line is named again.
+        if self.perf_map.refresh() {
+            let names = &self.names;
+            self.user
+                .retain(|_, id| names[*id as usize].object != ANON_EXEC_OBJECT);
         }
         Ok(())
     }
@@ -168,10 +188,18 @@ impl Symbols {
         })?;
         for (&addr, symbol) in addrs.iter().zip(symbols) {
             let object = self.maps.object(addr).to_owned();
-            let symbol = symbol.unwrap_or_else(|| {
-                let mapping = self.maps.mapping(addr).map(|(m, _)| m);
-                self.unnamed.name(self.pid, addr, mapping, &object)
-            });
+            let jit = object == ANON_EXEC_OBJECT;
+            let symbol = symbol
+                .or_else(|| jit.then(|| self.perf_map.name(addr).map(str::to_owned))?)
+                .unwrap_or_else(|| match self.runtime {
+                    Some(runtime) if jit => {
+                        runtime.unnamed_frame(self.perf_map.exists()).to_owned()
+                    }
+                    _ => {
+                        let mapping = self.maps.mapping(addr).map(|(m, _)| m);
+                        self.unnamed.name(self.pid, addr, mapping, &object)
+                    }
+                });
             let id = self.intern(Name {
                 symbol,
                 object,
@@ -504,6 +532,8 @@ fn symbolize_in(
             let mut process = Process::new(Pid::from(*pid));
             process.debug_syms = debug_syms;
             process.map_files = *map_files;
+            // JIT code is named from the perf map by `jit`, which reads a JVM's too.
+            process.perf_map = false;
             (Source::Process(process), addrs)
         }
         Request::Kernel { addrs } => {
