@@ -135,6 +135,11 @@ pub struct ProfileSnapshot {
     /// seconds of CPU). Absent in older snapshots: [`DEFAULT_FREQUENCY_HZ`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frequency_hz: Option<u32>,
+    /// The proxy's own CPU time spent sampling in the window: draining the ring buffers,
+    /// unwinding, naming and folding the samples (the kernel's work at each sample is
+    /// charged to the sampled process itself, inside its CPU). Absent in older snapshots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampler_cpu_seconds: Option<f64>,
 }
 
 /// One process of a server of several: its CPU (user + system) in the window.
@@ -231,6 +236,8 @@ struct UpstreamWire {
     #[serde(default)]
     frequency_hz: Option<u32>,
     #[serde(default)]
+    sampler_cpu_seconds: Option<f64>,
+    #[serde(default)]
     slices: Option<RouteSlices>,
 }
 
@@ -248,6 +255,7 @@ impl From<UpstreamWire> for UpstreamSnapshot {
             functions: w.functions,
             stacks: w.stacks,
             frequency_hz: w.frequency_hz,
+            sampler_cpu_seconds: w.sampler_cpu_seconds,
         });
         UpstreamSnapshot {
             pid: w.pid,
@@ -421,6 +429,10 @@ fn merge_profiles(a: ProfileSnapshot, b: &ProfileSnapshot) -> ProfileSnapshot {
         // Windows sampled at different rates weigh their samples differently; the later
         // rate is kept, as for the process's name.
         frequency_hz: b.frequency_hz.or(a.frequency_hz),
+        sampler_cpu_seconds: match (a.sampler_cpu_seconds, b.sampler_cpu_seconds) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
+        },
     }
 }
 
@@ -509,6 +521,9 @@ fn profile_since(now: &ProfileSnapshot, before: Option<&ProfileSnapshot>) -> Pro
         unsampled_cpu_seconds: now
             .unsampled_cpu_seconds
             .map(|s| (s - before.and_then(|b| b.unsampled_cpu_seconds).unwrap_or(0.0)).max(0.0)),
+        sampler_cpu_seconds: now
+            .sampler_cpu_seconds
+            .map(|s| (s - before.and_then(|b| b.sampler_cpu_seconds).unwrap_or(0.0)).max(0.0)),
         top_symbols: None,
         functions: None,
         stacks: None,

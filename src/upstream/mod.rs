@@ -72,6 +72,8 @@ struct Samples {
     unsampled_threads: u64,
     /// CPU time of the threads without an event, in the window.
     window_unsampled_cpu_ns: u64,
+    /// The proxy's own CPU time spent sampling, in the window.
+    window_sampler_cpu_ns: u64,
     /// With call stacks: component → samples with a frame of it, since start (the
     /// exposition) and in the window.
     inclusive_total: BTreeMap<String, u64>,
@@ -212,6 +214,7 @@ impl Upstream {
             samples.window_symbols.clear();
             samples.window_lost = 0;
             samples.window_unsampled_cpu_ns = 0;
+            samples.window_sampler_cpu_ns = 0;
             samples.window_inclusive.clear();
             samples.window_stacks.clear();
         }
@@ -292,6 +295,7 @@ impl Samples {
         samples.window_lost += delta.lost;
         samples.unsampled_threads += delta.unsampled_threads;
         samples.window_unsampled_cpu_ns += delta.unsampled_cpu_ns;
+        samples.window_sampler_cpu_ns += delta.sampler_cpu_ns;
         if let Some(frames) = delta.frames {
             samples.frames = Some(frames);
             for (component, n) in &delta.inclusive {
@@ -376,6 +380,7 @@ impl Samples {
             functions: stacks.then(|| self.window_stacks.functions()),
             stacks: stacks.then(|| self.window_stacks.snapshot()),
             frequency_hz: Some(self.frequency_hz).filter(|&f| f > 0),
+            sampler_cpu_seconds: Some(self.window_sampler_cpu_ns as f64 / 1e9),
         }
     }
 }

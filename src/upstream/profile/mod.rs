@@ -140,6 +140,9 @@ pub struct ProfileDelta {
     /// CPU time, since the previous collect, of the threads that had no event: the
     /// samples stand for the rest of the process's CPU.
     pub unsampled_cpu_ns: u64,
+    /// The proxy's own CPU time spent sampling since the previous collect: the drainer
+    /// thread's and the collect's own (naming, unwinding, folding).
+    pub sampler_cpu_ns: u64,
 }
 
 impl ProfileDelta {
@@ -175,11 +178,16 @@ pub enum Sampler {
 }
 
 impl Sampler {
+    /// The samples since the last collect, with the CPU this collect took on the calling
+    /// thread counted in [`ProfileDelta::sampler_cpu_ns`].
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
-        match self {
-            Sampler::Native(p) => p.collect(),
-            Sampler::Php(p) => Ok(p.collect()),
-        }
+        let start = crate::clock::thread_cpu_ns();
+        let mut delta = match self {
+            Sampler::Native(p) => p.collect()?,
+            Sampler::Php(p) => p.collect(),
+        };
+        delta.sampler_cpu_ns += crate::clock::thread_cpu_ns().saturating_sub(start);
+        Ok(delta)
     }
 }
 

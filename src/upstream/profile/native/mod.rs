@@ -84,6 +84,8 @@ struct Sampling {
     events: ThreadEvents,
     unwinder: Option<Unwinder>,
     drained: Drained,
+    /// The drainer thread's CPU time since the last collect (it drains and unwinds).
+    drainer_cpu_ns: u64,
 }
 
 impl Sampling {
@@ -96,8 +98,14 @@ impl Sampling {
 /// dropped (its wait ends at once then).
 fn spawn_drainer(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Background> {
     Background::spawn("ps-up-drain", move |stopped| {
+        let mut cpu = crate::clock::thread_cpu_ns();
         while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(DRAIN_EVERY) {
-            lock(&sampling).drain();
+            let mut sampling = lock(&sampling);
+            sampling.drain();
+            // Counted under the lock, so a collect takes all of it up to its own drain.
+            let now = crate::clock::thread_cpu_ns();
+            sampling.drainer_cpu_ns += now.saturating_sub(cpu);
+            cpu = now;
         }
         tracing::trace!(pid, "upstream sample drainer stopped");
     })
@@ -153,6 +161,7 @@ impl Profiler {
             events,
             unwinder: None,
             drained: Drained::default(),
+            drainer_cpu_ns: 0,
         }));
         let drainer = if stacks {
             spawn_unwinder_loader(&sampling, pid).map_err(ProfileError::Symbolizer)?;
@@ -209,6 +218,7 @@ impl Profiler {
     /// and folds. Returns the samples since the previous call.
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
         let unsampled;
+        let drainer_cpu_ns;
         {
             let mut sampling = lock(&self.sampling);
             let sampling = &mut *sampling;
@@ -229,6 +239,7 @@ impl Profiler {
                 sampling.events.unsampled_threads() as u64,
                 sampling.events.take_unsampled_cpu_ns(),
             );
+            drainer_cpu_ns = std::mem::take(&mut sampling.drainer_cpu_ns);
         }
         self.symbols.refresh_maps()?;
         fn split(stack: &[u64]) -> (&[u64], &[u64]) {
@@ -250,6 +261,7 @@ impl Profiler {
         self.update_components();
         let mut delta = self.fold();
         (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
+        delta.sampler_cpu_ns = drainer_cpu_ns;
         Ok(delta)
     }
 

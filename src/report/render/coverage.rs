@@ -1,0 +1,93 @@
+//! The inside section's line on the samples themselves: how much of the server's CPU
+//! they cover, at what rate, what sampling cost the proxy, and a plain warning when the
+//! shares above it stand for a part of the server only ([`Coverage`]).
+
+use crate::snapshot::coverage::{Coverage, LOW_COVERAGE};
+use crate::snapshot::MAX_STACKS;
+use crate::units;
+
+impl Coverage {
+    /// `samples: 4812 at 997 Hz cover 96 % of its CPU (4.83 s of 5.02 s); sampling cost
+    /// the proxy 120 ms of CPU (1 % of a core)`, then a line per warning.
+    pub fn lines(&self) -> Vec<String> {
+        let cover = match self.share {
+            Some(share) => format!(
+                "cover {} of its CPU ({} of {})",
+                units::share(share),
+                units::duration(self.sampled_cpu_seconds),
+                units::duration(self.cpu_seconds)
+            ),
+            None => format!(
+                "cover an unknown share of its CPU (it ran {} in the window, too little to compare)",
+                units::duration(self.cpu_seconds)
+            ),
+        };
+        let cost = match self.sampler_cpu_seconds {
+            Some(cpu) if self.watched_seconds > 0.0 => format!(
+                "sampling cost the proxy {} of CPU ({} of a core)",
+                units::duration(cpu),
+                units::share(cpu / self.watched_seconds)
+            ),
+            Some(cpu) => format!("sampling cost the proxy {} of CPU", units::duration(cpu)),
+            None => "what sampling cost the proxy is unknown (not recorded)".to_owned(),
+        };
+        let mut out = vec![format!(
+            "samples: {} at {} Hz of each thread's CPU {cover}; {cost}",
+            self.samples, self.frequency_hz
+        )];
+        if self.low() {
+            out.push(format!(
+                "warning: the samples cover only {} of its CPU (under {}): every share above is of that part, not of the whole server (threads too short-lived for the sampler to find, more threads than it holds events for, or samples lost)",
+                units::share(self.share.unwrap_or(0.0)),
+                units::share(LOW_COVERAGE)
+            ));
+        }
+        if self.mostly_other_stacks() {
+            let other = self.other_stacks.unwrap_or(0.0);
+            out.push(format!(
+                "warning: {} of the samples fell in [other stacks] (past the {MAX_STACKS} distinct stacks a window keeps): the hot path, the functions and the flame graph describe the other {} only",
+                units::share(other),
+                units::share(1.0 - other)
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn coverage(share: Option<f64>, other: Option<f64>) -> Coverage {
+        Coverage {
+            samples: 321,
+            frequency_hz: 997,
+            sampled_cpu_seconds: 0.322,
+            cpu_seconds: 6.8,
+            share,
+            other_stacks: other,
+            sampler_cpu_seconds: Some(0.12),
+            watched_seconds: 10.0,
+        }
+    }
+
+    #[test]
+    fn low_coverage_and_other_stacks_are_said_plainly() {
+        let lines = coverage(Some(0.047), Some(0.84)).lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].starts_with("samples: 321 at 997 Hz"), "{}", lines[0]);
+        assert!(lines[0].contains("cover 5 % of its CPU (322 ms of 6.80 s)"));
+        assert!(lines[0].contains("sampling cost the proxy 120 ms of CPU (1 % of a core)"));
+        assert!(lines[1].contains("cover only 5 %"), "{}", lines[1]);
+        assert!(lines[2].contains("84 % of the samples fell in [other stacks]"));
+        assert!(lines[2].contains("the other 16 % only"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn full_coverage_has_no_warning_and_unknown_says_why() {
+        assert_eq!(coverage(Some(0.97), Some(0.1)).lines().len(), 1);
+        let lines = coverage(None, None).lines();
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("unknown share"), "{}", lines[0]);
+    }
+}
