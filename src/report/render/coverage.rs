@@ -37,7 +37,7 @@ impl Coverage {
         )];
         if self.low() {
             out.push(format!(
-                "warning: the samples cover only {} of its CPU (under {}): every share above is of that part, not of the whole server (threads too short-lived for the sampler to find, more threads than it holds events for, or samples lost)",
+                "warning: the samples cover only {} of its CPU (under {}): every share above is of that part, not of the whole server (threads that each ran less than a sampling period, which a thread's clock counts from zero, more threads than the sampler holds events for, or samples lost)",
                 units::share(self.share.unwrap_or(0.0)),
                 units::share(LOW_COVERAGE)
             ));
@@ -75,7 +75,11 @@ mod tests {
     fn low_coverage_and_other_stacks_are_said_plainly() {
         let lines = coverage(Some(0.047), Some(0.84)).lines();
         assert_eq!(lines.len(), 3, "{lines:?}");
-        assert!(lines[0].starts_with("samples: 321 at 997 Hz"), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with("samples: 321 at 997 Hz"),
+            "{}",
+            lines[0]
+        );
         assert!(lines[0].contains("cover 5 % of its CPU (322 ms of 6.80 s)"));
         assert!(lines[0].contains("sampling cost the proxy 120 ms of CPU (1 % of a core)"));
         assert!(lines[1].contains("cover only 5 %"), "{}", lines[1]);

@@ -669,7 +669,10 @@ mod tests {
         let i = Inside::new(&s, 1000, Some(10e-3), 2.0);
         let lines = i.lines();
         // The samples' coverage qualifies every share: it follows the headline.
-        assert!(lines[1].starts_with("samples: 100 at 1000 Hz"), "{lines:#?}");
+        assert!(
+            lines[1].starts_with("samples: 100 at 1000 Hz"),
+            "{lines:#?}"
+        );
         // (It covers 5 % here: 100 samples of 2.13 s; its warning follows it.)
         let at = lines
             .iter()

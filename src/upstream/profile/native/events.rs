@@ -19,6 +19,7 @@ use perf_event::{Builder, SampleFlag, Sampler};
 
 use super::budget::Descriptors;
 use super::busiest::{self, ThreadCpu};
+use super::inherited::{self, Inherited};
 use super::stack_size::StackSize;
 use super::unwind::{self, StackUse, Unwinder, Walk};
 use crate::upstream::find::threads;
@@ -143,6 +144,10 @@ pub struct ThreadEvents {
     unsampled_threads: usize,
     /// CPU time of threads that had no event, since the last [`Self::take_unsampled_cpu_ns`].
     unsampled_cpu_ns: u64,
+    /// When every thread fits in the budget once per CPU: inherited per-CPU events, which
+    /// sample the threads born since from their first instruction ([`inherited`]); the
+    /// per-thread `threads` are then empty.
+    inherited: Option<Inherited>,
 }
 
 /// Buffers reused from one sample to the next, and what the walks used of the copies.
@@ -181,9 +186,13 @@ impl ThreadEvents {
             deltas: Vec::new(),
             unsampled_threads: 0,
             unsampled_cpu_ns: 0,
+            inherited: None,
         };
         let tids = threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
         let budget = Descriptors::now().events(0);
+        if events.inherit(&tids, budget) {
+            return Ok(events);
+        }
         events.ring = first_ring(tids.len().min(budget), stack_bytes > 0);
         // The first read ranks by all the CPU time each thread ever had.
         events.cpu.read(pid, &tids, &mut events.deltas);
@@ -226,8 +235,50 @@ impl ThreadEvents {
         }
     }
 
-    fn open_thread(&mut self, tid: u32) -> Result<Sampler, ThreadError> {
-        let tid = libc_pid(tid).map_err(ThreadError::Open)?;
+    /// Opens inherited per-CPU events on every thread of `tids` when threads × CPUs fit
+    /// in `budget`; false (nothing open) when they do not or the kernel refuses them (an
+    /// `inherit_thread` older than Linux 5.13, a missing permission: the per-thread open
+    /// then says which).
+    fn inherit(&mut self, tids: &[u32], budget: usize) -> bool {
+        let Some(cpus) = inherited::online_cpus() else {
+            return false;
+        };
+        if tids.is_empty() || tids.len().saturating_mul(cpus.len()) > budget {
+            return false;
+        }
+        // A CPU runs one thread at a time: its buffer fills like one busy thread's.
+        let sizes = &RING_BYTES[first_ring(1, self.stack_bytes > 0)..];
+        let build = |tid: u32, cpu: usize| {
+            let mut builder = self.builder();
+            inherited::per_cpu(&mut builder, libc_pid(tid)?, cpu);
+            builder.build()
+        };
+        match Inherited::open(tids, cpus, sizes, build) {
+            Ok(events) => {
+                tracing::debug!(
+                    pid = self.pid,
+                    threads = tids.len(),
+                    descriptors = events.descriptors(),
+                    "sampling every thread with inherited per-CPU events"
+                );
+                self.unsampled_threads = 0;
+                self.inherited = Some(events);
+                true
+            }
+            Err(error) => {
+                tracing::debug!(
+                    pid = self.pid,
+                    %error,
+                    "inherited per-CPU events refused: sampling per thread"
+                );
+                false
+            }
+        }
+    }
+
+    /// The event every thread gets: the CPU clock at the period, with callchains and, with
+    /// user stacks, the registers and the top of the stack.
+    fn builder(&self) -> Builder<'static> {
         let mut builder = Builder::new(Software::CPU_CLOCK);
         let mut sample = SampleFlag::IP | SampleFlag::CALLCHAIN;
         if self.stack_bytes > 0 {
@@ -241,8 +292,6 @@ impl ThreadEvents {
                 .sample_stack_user(self.stack_bytes);
         }
         builder
-            .observe_pid(tid)
-            .any_cpu()
             .include_kernel()
             .sample_period(self.period_ns)
             .sample(sample)
@@ -253,6 +302,13 @@ impl ThreadEvents {
         } else {
             KERNEL_STACK_DEPTH
         };
+        builder
+    }
+
+    fn open_thread(&mut self, tid: u32) -> Result<Sampler, ThreadError> {
+        let tid = libc_pid(tid).map_err(ThreadError::Open)?;
+        let mut builder = self.builder();
+        builder.observe_pid(tid).any_cpu();
         loop {
             let counter = builder.build().map_err(ThreadError::Open)?;
             match counter.sampled(RING_BYTES[self.ring]) {
@@ -285,6 +341,10 @@ impl ThreadEvents {
     ) -> Result<usize, ProfileError> {
         let pid = self.pid;
         let tids = threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
+        if let Some(inherited) = &mut self.inherited {
+            inherited.follow(&tids);
+            return Ok(inherited.threads());
+        }
         self.cpu.read(pid, &tids, &mut self.deltas);
         let threads = &self.threads;
         self.unsampled_cpu_ns += self
@@ -343,6 +403,10 @@ impl ThreadEvents {
         if self.stack_bytes == 0 {
             return;
         }
+        if self.inherited.is_some() {
+            self.resize_inherited(unwinder, drained);
+            return;
+        }
         let Some(bytes) = self.scratch.size.next() else {
             return;
         };
@@ -358,6 +422,37 @@ impl ThreadEvents {
             self.close(tid, unwinder.as_deref_mut(), drained);
             self.open_new(tid);
         }
+    }
+
+    /// [`Self::resize_stacks`] with inherited events: all reopened on the threads there
+    /// are now, when they still fit in the budget (else the copy keeps its size: reopening
+    /// on some would leave the others unsampled). Should the kernel refuse, the next
+    /// refresh samples per thread.
+    fn resize_inherited(&mut self, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
+        let (Ok(tids), Some(cpus), Some(held)) = (
+            threads(self.pid),
+            inherited::online_cpus(),
+            self.inherited.as_ref().map(Inherited::descriptors),
+        ) else {
+            return;
+        };
+        let budget = Descriptors::now().events(held);
+        if tids.len().saturating_mul(cpus.len()) > budget {
+            return;
+        }
+        let Some(bytes) = self.scratch.size.next() else {
+            return;
+        };
+        tracing::debug!(
+            pid = self.pid,
+            from = self.stack_bytes,
+            to = bytes,
+            "user stack copied per sample resized to what the walks use"
+        );
+        self.drain(unwinder, drained);
+        self.inherited = None;
+        self.stack_bytes = bytes;
+        self.inherit(&tids, budget);
     }
 
     /// Closes the event of thread `tid`, if it has one, after draining its last records.
@@ -386,8 +481,9 @@ impl ThreadEvents {
     /// Reads every record waiting in the ring buffers into `drained`, unwinding user
     /// stacks with `unwinder` (when sampled).
     pub fn drain(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
-        for sampler in self.threads.values_mut() {
-            let stacks = self.stack_bytes > 0;
+        let stacks = self.stack_bytes > 0;
+        let inherited = self.inherited.iter_mut().flat_map(Inherited::rings);
+        for sampler in self.threads.values_mut().chain(inherited) {
             drain_one(
                 sampler,
                 unwinder.as_deref_mut(),
@@ -398,8 +494,11 @@ impl ThreadEvents {
         }
     }
 
+    /// Threads sampled: those with an event, or with inherited events every thread.
     pub fn threads(&self) -> usize {
-        self.threads.len()
+        self.inherited
+            .as_ref()
+            .map_or(self.threads.len(), Inherited::threads)
     }
 }
 

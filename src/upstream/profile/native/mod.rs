@@ -37,6 +37,7 @@
 mod budget;
 mod busiest;
 mod events;
+mod inherited;
 mod stack_size;
 mod symbols;
 mod unnamed;
