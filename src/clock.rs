@@ -121,8 +121,9 @@ pub fn source() -> &'static str {
     })
 }
 
-/// This thread's CPU time in nanoseconds: the sampler counts its own cost with it, and
-/// the tests that burn a known CPU time measure it with this.
+/// This thread's CPU time in nanoseconds: the tests that burn a known CPU time measure it
+/// with this.
+#[cfg(test)]
 pub(crate) fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -157,6 +157,10 @@ pub struct ProcessConfig {
     /// Samples per second and thread when profiling.
     #[serde(default = "defaults::profile_frequency")]
     pub frequency: u32,
+    /// Samples per second of the whole process when profiling: the period doubles (up to
+    /// 32×) while it gives more; 0 keeps `frequency` fixed.
+    #[serde(default)]
+    pub sample_budget: u32,
     /// Bytes of each sampled thread's user stack copied for unwinding (call stacks); 0
     /// samples the leaf only.
     #[serde(default = "defaults::stack_bytes")]
@@ -175,6 +179,7 @@ impl Default for ProcessConfig {
             interval: defaults::process_interval(),
             profile: false,
             frequency: defaults::profile_frequency(),
+            sample_budget: 0,
             stack_bytes: defaults::stack_bytes(),
             components: Vec::new(),
         }

@@ -48,6 +48,11 @@ pub struct Coverage {
     pub sampler_cpu_seconds: Option<f64>,
     /// The window's wall time, for the sampler's CPU as a share of one core.
     pub watched_seconds: f64,
+    /// Samples taken, each once; `samples` counts each by its period's multiple of
+    /// 1/`frequency_hz` when the rate adapts. `None` in older snapshots.
+    pub samples_taken: Option<u64>,
+    /// The rate at the end of the window; `None` in older snapshots.
+    pub rate_hz: Option<f64>,
 }
 
 impl Coverage {
@@ -87,6 +92,8 @@ impl Coverage {
             other_stacks,
             sampler_cpu_seconds: profile.sampler_cpu_seconds,
             watched_seconds: u.watched_seconds,
+            samples_taken: profile.samples_taken,
+            rate_hz: profile.rate_hz,
         })
     }
 

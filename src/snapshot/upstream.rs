@@ -140,6 +140,18 @@ pub struct ProfileSnapshot {
     /// charged to the sampled process itself, inside its CPU). Absent in older snapshots.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampler_cpu_seconds: Option<f64>,
+    /// Samples taken in the window, each once. With a rate that adapts to a budget
+    /// (`sample_budget`), a sample taken at `k` times the period of `frequency_hz` counts
+    /// `k` in `samples`, `stacks` and every count above (`k` a power of two, so the counts
+    /// stay whole): they stay in units of 1/`frequency_hz` of CPU whatever the rate did in
+    /// the window, and readers weigh them as before. Absent in older snapshots (every
+    /// sample counted 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples_taken: Option<u64>,
+    /// The sampling rate at the end of the window, samples per second of a thread's CPU
+    /// (`frequency_hz` over the period's multiple). Absent in older snapshots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_hz: Option<f64>,
 }
 
 /// One process of a server of several: its CPU (user + system) in the window.
@@ -238,6 +250,10 @@ struct UpstreamWire {
     #[serde(default)]
     sampler_cpu_seconds: Option<f64>,
     #[serde(default)]
+    samples_taken: Option<u64>,
+    #[serde(default)]
+    rate_hz: Option<f64>,
+    #[serde(default)]
     slices: Option<RouteSlices>,
 }
 
@@ -256,6 +272,8 @@ impl From<UpstreamWire> for UpstreamSnapshot {
             stacks: w.stacks,
             frequency_hz: w.frequency_hz,
             sampler_cpu_seconds: w.sampler_cpu_seconds,
+            samples_taken: w.samples_taken,
+            rate_hz: w.rate_hz,
         });
         UpstreamSnapshot {
             pid: w.pid,
@@ -433,6 +451,8 @@ fn merge_profiles(a: ProfileSnapshot, b: &ProfileSnapshot) -> ProfileSnapshot {
             (None, None) => None,
             (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
         },
+        samples_taken: add(a.samples_taken, b.samples_taken),
+        rate_hz: b.rate_hz.or(a.rate_hz),
     }
 }
 
@@ -521,6 +541,9 @@ fn profile_since(now: &ProfileSnapshot, before: Option<&ProfileSnapshot>) -> Pro
         unsampled_cpu_seconds: now
             .unsampled_cpu_seconds
             .map(|s| (s - before.and_then(|b| b.unsampled_cpu_seconds).unwrap_or(0.0)).max(0.0)),
+        samples_taken: now
+            .samples_taken
+            .map(|n| n.saturating_sub(before.and_then(|b| b.samples_taken).unwrap_or(0))),
         sampler_cpu_seconds: now
             .sampler_cpu_seconds
             .map(|s| (s - before.and_then(|b| b.sampler_cpu_seconds).unwrap_or(0.0)).max(0.0)),

@@ -74,6 +74,11 @@ struct Samples {
     window_unsampled_cpu_ns: u64,
     /// The proxy's own CPU time spent sampling, in the window.
     window_sampler_cpu_ns: u64,
+    /// Samples taken in the window, each once (the counts weigh them by their period).
+    window_taken: u64,
+    /// The period's multiple of the configured one at the latest collect (0: never
+    /// adapts).
+    period_multiple: u64,
     /// With call stacks: component → samples with a frame of it, since start (the
     /// exposition) and in the window.
     inclusive_total: BTreeMap<String, u64>,
@@ -215,6 +220,7 @@ impl Upstream {
             samples.window_lost = 0;
             samples.window_unsampled_cpu_ns = 0;
             samples.window_sampler_cpu_ns = 0;
+            samples.window_taken = 0;
             samples.window_inclusive.clear();
             samples.window_stacks.clear();
         }
@@ -296,6 +302,10 @@ impl Samples {
         samples.unsampled_threads += delta.unsampled_threads;
         samples.window_unsampled_cpu_ns += delta.unsampled_cpu_ns;
         samples.window_sampler_cpu_ns += delta.sampler_cpu_ns;
+        samples.window_taken += delta.taken;
+        if delta.period_multiple > 0 {
+            samples.period_multiple = delta.period_multiple;
+        }
         if let Some(frames) = delta.frames {
             samples.frames = Some(frames);
             for (component, n) in &delta.inclusive {
@@ -381,6 +391,15 @@ impl Samples {
             stacks: stacks.then(|| self.window_stacks.snapshot()),
             frequency_hz: Some(self.frequency_hz).filter(|&f| f > 0),
             sampler_cpu_seconds: Some(self.window_sampler_cpu_ns as f64 / 1e9),
+            // PHP's sampler counts each sample once and never adapts: its total is it.
+            samples_taken: Some(if self.period_multiple > 0 {
+                self.window_taken
+            } else {
+                self.window.values().sum()
+            }),
+            rate_hz: Some(self.frequency_hz)
+                .filter(|&f| f > 0)
+                .map(|f| f64::from(f) / self.period_multiple.max(1) as f64),
         }
     }
 }

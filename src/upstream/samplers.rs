@@ -25,6 +25,8 @@ pub const MAX_SAMPLED_PROCESSES: usize = 16;
 #[derive(Debug, Clone)]
 pub struct ProfileSettings {
     pub frequency: u32,
+    /// Samples per second of each process, the rate adapting to it; 0: `frequency`, fixed.
+    pub sample_budget: u32,
     pub stack_bytes: u32,
     pub rules: Vec<UserComponentRule>,
 }
@@ -35,6 +37,7 @@ impl ProfileSettings {
         let p = &tap.process;
         p.profile.then(|| ProfileSettings {
             frequency: p.frequency,
+            sample_budget: p.sample_budget,
             stack_bytes: p.stack_bytes,
             rules: p
                 .components
@@ -142,7 +145,8 @@ fn start(
         }
     }
     match Profiler::start(pid, settings.frequency, settings.stack_bytes, rules()?) {
-        Ok(p) => {
+        Ok(mut p) => {
+            p.set_budget(settings.sample_budget);
             let exe: Option<PathBuf> = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
             let stripped = exe.as_deref().is_some_and(profile::is_stripped);
             upstream.profiling(stripped, settings.frequency);

@@ -31,10 +31,20 @@ impl Coverage {
             Some(cpu) => format!("sampling cost the proxy {} of CPU", units::duration(cpu)),
             None => "what sampling cost the proxy is unknown (not recorded)".to_owned(),
         };
-        let mut out = vec![format!(
-            "samples: {} at {} Hz of each thread's CPU {cover}; {cost}",
-            self.samples, self.frequency_hz
-        )];
+        let taken = match (self.samples_taken, self.rate_hz) {
+            // The rate adapted in the window: what was taken, and what it weighs.
+            (Some(taken), Some(rate)) if taken != self.samples => format!(
+                "{taken} taken at a rate kept to the budget ({} Hz at the end), counting as {} at {} Hz of each thread's CPU,",
+                units::three_digits(rate),
+                self.samples,
+                self.frequency_hz
+            ),
+            _ => format!(
+                "{} at {} Hz of each thread's CPU",
+                self.samples, self.frequency_hz
+            ),
+        };
+        let mut out = vec![format!("samples: {taken} {cover}; {cost}")];
         if self.low() {
             out.push(format!(
                 "warning: the samples cover only {} of its CPU (under {}): every share above is of that part, not of the whole server (threads that each ran less than a sampling period, which a thread's clock counts from zero, more threads than the sampler holds events for, or samples lost)",
@@ -68,6 +78,8 @@ mod tests {
             other_stacks: other,
             sampler_cpu_seconds: Some(0.12),
             watched_seconds: 10.0,
+            samples_taken: Some(321),
+            rate_hz: Some(997.0),
         }
     }
 
@@ -85,6 +97,18 @@ mod tests {
         assert!(lines[1].contains("cover only 5 %"), "{}", lines[1]);
         assert!(lines[2].contains("84 % of the samples fell in [other stacks]"));
         assert!(lines[2].contains("the other 16 % only"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn an_adapted_rate_says_what_was_taken_and_what_it_weighs() {
+        let mut c = coverage(Some(0.97), None);
+        c.samples_taken = Some(40);
+        c.rate_hz = Some(62.3125);
+        let line = &c.lines()[0];
+        assert!(
+            line.starts_with("samples: 40 taken at a rate kept to the budget (62.3 Hz at the end), counting as 321 at 997 Hz of each thread's CPU, cover 97 %"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -76,12 +76,16 @@ pub struct Drained {
     pub stacks: HashMap<Box<[u64]>, u64>,
     /// Samples the kernel dropped (ring buffer full).
     pub lost: u64,
+    /// Samples read, each counted once: the counts in `stacks` weigh each sample by its
+    /// period ([`super::rate`]).
+    pub taken: u64,
 }
 
 impl Drained {
     pub fn clear(&mut self) {
         self.stacks.clear();
         self.lost = 0;
+        self.taken = 0;
     }
 }
 
@@ -128,6 +132,9 @@ impl StackHead {
 pub struct ThreadEvents {
     pid: u32,
     period_ns: u64,
+    /// The events' period is `period_ns × 2^shift` ([`super::rate`]); a sample counts
+    /// `2^shift`.
+    shift: u32,
     threads: HashMap<u32, Sampler>,
     /// Index into [`RING_BYTES`] of the size that last worked.
     ring: usize,
@@ -173,6 +180,7 @@ impl ThreadEvents {
         let mut events = ThreadEvents {
             pid,
             period_ns: 1_000_000_000 / u64::from(frequency_hz),
+            shift: 0,
             threads: HashMap::new(),
             ring: 0,
             stack_bytes,
@@ -293,7 +301,7 @@ impl ThreadEvents {
         }
         builder
             .include_kernel()
-            .sample_period(self.period_ns)
+            .sample_period(self.period_ns << self.shift)
             .sample(sample)
             .exclude_callchain_user(true)
             .enabled(true);
@@ -399,14 +407,13 @@ impl ThreadEvents {
     /// Reopens every event with the copy's size [`StackSize`] now wants, when it wants
     /// another; the records of the old events are drained first. A thread whose event
     /// cannot be reopened is picked up again by the next refresh.
-    pub fn resize_stacks(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
+    pub fn resize_stacks(&mut self, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         if self.stack_bytes == 0 {
             return;
         }
-        if self.inherited.is_some() {
-            self.resize_inherited(unwinder, drained);
+        let Some(fit) = self.inherited_fit() else {
             return;
-        }
+        };
         let Some(bytes) = self.scratch.size.next() else {
             return;
         };
@@ -416,50 +423,82 @@ impl ThreadEvents {
             to = bytes,
             "user stack copied per sample resized to what the walks use"
         );
-        self.stack_bytes = bytes;
-        let tids: Vec<u32> = self.threads.keys().copied().collect();
-        for tid in tids {
-            self.close(tid, unwinder.as_deref_mut(), drained);
-            self.open_new(tid);
-        }
+        self.reopen(|e| e.stack_bytes = bytes, fit, unwinder, drained);
     }
 
-    /// [`Self::resize_stacks`] with inherited events: all reopened on the threads there
-    /// are now, when they still fit in the budget (else the copy keeps its size: reopening
-    /// on some would leave the others unsampled). Should the kernel refuse, the next
-    /// refresh samples per thread.
-    fn resize_inherited(&mut self, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
-        let (Ok(tids), Some(cpus), Some(held)) = (
-            threads(self.pid),
-            inherited::online_cpus(),
-            self.inherited.as_ref().map(Inherited::descriptors),
-        ) else {
-            return;
-        };
-        let budget = Descriptors::now().events(held);
-        if tids.len().saturating_mul(cpus.len()) > budget {
-            return;
-        }
-        let Some(bytes) = self.scratch.size.next() else {
-            return;
+    /// Reopens every event with the period `2^shift` times the configured one
+    /// ([`super::rate`]); false when it cannot (inherited events that would no longer
+    /// fit in the budget), and the period stays.
+    pub fn set_shift(
+        &mut self,
+        shift: u32,
+        unwinder: Option<&mut Unwinder>,
+        drained: &mut Drained,
+    ) -> bool {
+        let Some(fit) = self.inherited_fit() else {
+            return false;
         };
         tracing::debug!(
             pid = self.pid,
-            from = self.stack_bytes,
-            to = bytes,
-            "user stack copied per sample resized to what the walks use"
+            from = self.shift,
+            to = shift,
+            "sampling period changed"
         );
-        self.drain(unwinder, drained);
-        self.inherited = None;
-        self.stack_bytes = bytes;
-        self.inherit(&tids, budget);
+        self.reopen(|e| e.shift = shift, fit, unwinder, drained);
+        true
+    }
+
+    /// `Some(None)` for per-thread events (they can always be reopened); with inherited
+    /// events, `Some(Some((threads now, budget)))` when all of them fit in the budget
+    /// once per CPU (reopening on some would leave the others unsampled), else `None`.
+    #[allow(clippy::option_option)]
+    fn inherited_fit(&self) -> Option<Option<(Vec<u32>, usize)>> {
+        let Some(held) = self.inherited.as_ref().map(Inherited::descriptors) else {
+            return Some(None);
+        };
+        let tids = threads(self.pid).ok()?;
+        let cpus = inherited::online_cpus()?;
+        let budget = Descriptors::now().events(held);
+        (tids.len().saturating_mul(cpus.len()) <= budget).then_some(Some((tids, budget)))
+    }
+
+    /// Drains and closes every event, applies `change` (the copy's size, the period),
+    /// and opens them again: inherited ones on `fit`'s threads, per-thread ones on the
+    /// same threads. Should the kernel refuse inherited events now, the next refresh
+    /// samples per thread.
+    fn reopen(
+        &mut self,
+        change: impl FnOnce(&mut Self),
+        fit: Option<(Vec<u32>, usize)>,
+        mut unwinder: Option<&mut Unwinder>,
+        drained: &mut Drained,
+    ) {
+        match fit {
+            Some((tids, budget)) => {
+                self.drain(unwinder, drained);
+                self.inherited = None;
+                change(self);
+                self.inherit(&tids, budget);
+            }
+            None => {
+                let tids: Vec<u32> = self.threads.keys().copied().collect();
+                for &tid in &tids {
+                    self.close(tid, unwinder.as_deref_mut(), drained);
+                }
+                change(self);
+                for tid in tids {
+                    self.open_new(tid);
+                }
+            }
+        }
     }
 
     /// Closes the event of thread `tid`, if it has one, after draining its last records.
     fn close(&mut self, tid: u32, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         if let Some(mut sampler) = self.threads.remove(&tid) {
             let stacks = self.stack_bytes > 0;
-            drain_one(&mut sampler, unwinder, stacks, &mut self.scratch, drained);
+            let how = (stacks, 1 << self.shift);
+            drain_one(&mut sampler, unwinder, how, &mut self.scratch, drained);
         }
     }
 
@@ -481,13 +520,13 @@ impl ThreadEvents {
     /// Reads every record waiting in the ring buffers into `drained`, unwinding user
     /// stacks with `unwinder` (when sampled).
     pub fn drain(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
-        let stacks = self.stack_bytes > 0;
+        let how = (self.stack_bytes > 0, 1 << self.shift);
         let inherited = self.inherited.iter_mut().flat_map(Inherited::rings);
         for sampler in self.threads.values_mut().chain(inherited) {
             drain_one(
                 sampler,
                 unwinder.as_deref_mut(),
-                stacks,
+                how,
                 &mut self.scratch,
                 drained,
             );
@@ -504,10 +543,11 @@ impl ThreadEvents {
 
 /// Drains one thread's records; `stacks`: user stacks are sampled, and a sample drained
 /// before the unwinder is ready (it loads in the background) is a leaf cut short.
+/// `weight`: what a sample counts, in periods of the configured rate.
 fn drain_one(
     sampler: &mut Sampler,
     mut unwinder: Option<&mut Unwinder>,
-    stacks: bool,
+    (stacks, weight): (bool, u64),
     scratch: &mut Scratch,
     drained: &mut Drained,
 ) {
@@ -522,18 +562,21 @@ fn drain_one(
             RECORD_SAMPLE => {
                 if let Some(sample) = Sample::parse(&bytes, kernel) {
                     sample.stack(unwinder.as_deref_mut(), stacks, scratch);
+                    drained.taken += 1;
                     match drained.stacks.get_mut(scratch.stack.as_slice()) {
-                        Some(count) => *count += 1,
+                        Some(count) => *count += weight,
                         None => {
-                            drained.stacks.insert(scratch.stack.as_slice().into(), 1);
+                            drained
+                                .stacks
+                                .insert(scratch.stack.as_slice().into(), weight);
                         }
                     }
                 }
             }
             // PERF_RECORD_LOST: `id`, `lost`.
-            RECORD_LOST => drained.lost += word(&bytes, 1).unwrap_or(0),
+            RECORD_LOST => drained.lost += word(&bytes, 1).unwrap_or(0) * weight,
             // PERF_RECORD_LOST_SAMPLES: `lost`.
-            _ => drained.lost += word(&bytes, 0).unwrap_or(0),
+            _ => drained.lost += word(&bytes, 0).unwrap_or(0) * weight,
         }
     }
 }
