@@ -53,6 +53,10 @@ pub struct Coverage {
     pub samples_taken: Option<u64>,
     /// The rate at the end of the window; `None` in older snapshots.
     pub rate_hz: Option<f64>,
+    /// With `profile = "on-demand"`: the wall time sampled in the window (`cpu_seconds`
+    /// is then the process's CPU during it); `None` when sampled all along.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled_seconds: Option<f64>,
 }
 
 impl Coverage {
@@ -62,7 +66,12 @@ impl Coverage {
         let samples: u64 = profile.samples.values().sum();
         let frequency_hz = profile.frequency_hz.unwrap_or(DEFAULT_FREQUENCY_HZ).max(1);
         let sampled_cpu_seconds = samples as f64 / f64::from(frequency_hz);
-        let cpu_seconds = u.cpu_user_seconds + u.cpu_system_seconds;
+        // On demand, the samples stand for the sampled part of the window only.
+        let on_demand = profile.on_demand == Some(true);
+        let cpu_seconds = match (on_demand, profile.sampled_cpu_seconds) {
+            (true, Some(cpu)) => cpu,
+            _ => u.cpu_user_seconds + u.cpu_system_seconds,
+        };
         let share = (cpu_seconds >= MIN_CPU_SECONDS).then(|| sampled_cpu_seconds / cpu_seconds);
         let other_stacks = profile
             .stacks
@@ -94,6 +103,7 @@ impl Coverage {
             watched_seconds: u.watched_seconds,
             samples_taken: profile.samples_taken,
             rate_hz: profile.rate_hz,
+            sampled_seconds: profile.sampled_seconds.filter(|_| on_demand),
         })
     }
 

@@ -152,6 +152,15 @@ pub struct ProfileSnapshot {
     /// (`frequency_hz` over the period's multiple). Absent in older snapshots.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_hz: Option<f64>,
+    /// With `profile = "on-demand"`: true, and the part of the window sampled —
+    /// `sampled_seconds` of wall time, during which the sampled processes ran
+    /// `sampled_cpu_seconds` of CPU (what the samples stand for). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled_cpu_seconds: Option<f64>,
 }
 
 /// One process of a server of several: its CPU (user + system) in the window.
@@ -254,6 +263,12 @@ struct UpstreamWire {
     #[serde(default)]
     rate_hz: Option<f64>,
     #[serde(default)]
+    on_demand: Option<bool>,
+    #[serde(default)]
+    sampled_seconds: Option<f64>,
+    #[serde(default)]
+    sampled_cpu_seconds: Option<f64>,
+    #[serde(default)]
     slices: Option<RouteSlices>,
 }
 
@@ -274,6 +289,9 @@ impl From<UpstreamWire> for UpstreamSnapshot {
             sampler_cpu_seconds: w.sampler_cpu_seconds,
             samples_taken: w.samples_taken,
             rate_hz: w.rate_hz,
+            on_demand: w.on_demand,
+            sampled_seconds: w.sampled_seconds,
+            sampled_cpu_seconds: w.sampled_cpu_seconds,
         });
         UpstreamSnapshot {
             pid: w.pid,
@@ -453,6 +471,17 @@ fn merge_profiles(a: ProfileSnapshot, b: &ProfileSnapshot) -> ProfileSnapshot {
         },
         samples_taken: add(a.samples_taken, b.samples_taken),
         rate_hz: b.rate_hz.or(a.rate_hz),
+        on_demand: b.on_demand.or(a.on_demand),
+        sampled_seconds: add_f64(a.sampled_seconds, b.sampled_seconds),
+        sampled_cpu_seconds: add_f64(a.sampled_cpu_seconds, b.sampled_cpu_seconds),
+    }
+}
+
+/// Two optional figures added, absent only when both are.
+fn add_f64(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
     }
 }
 
@@ -541,6 +570,12 @@ fn profile_since(now: &ProfileSnapshot, before: Option<&ProfileSnapshot>) -> Pro
         unsampled_cpu_seconds: now
             .unsampled_cpu_seconds
             .map(|s| (s - before.and_then(|b| b.unsampled_cpu_seconds).unwrap_or(0.0)).max(0.0)),
+        sampled_seconds: now
+            .sampled_seconds
+            .map(|s| (s - before.and_then(|b| b.sampled_seconds).unwrap_or(0.0)).max(0.0)),
+        sampled_cpu_seconds: now
+            .sampled_cpu_seconds
+            .map(|s| (s - before.and_then(|b| b.sampled_cpu_seconds).unwrap_or(0.0)).max(0.0)),
         samples_taken: now
             .samples_taken
             .map(|n| n.saturating_sub(before.and_then(|b| b.samples_taken).unwrap_or(0))),

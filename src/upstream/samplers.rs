@@ -24,6 +24,8 @@ pub const MAX_SAMPLED_PROCESSES: usize = 16;
 /// What `profile = true` asks for: the rate and the user's component rules.
 #[derive(Debug, Clone)]
 pub struct ProfileSettings {
+    /// Sampled only while asked ([`super::Upstream::profile_for`]).
+    pub on_demand: bool,
     pub frequency: u32,
     /// Samples per second of each process, the rate adapting to it; 0: `frequency`, fixed.
     pub sample_budget: u32,
@@ -35,7 +37,8 @@ impl ProfileSettings {
     /// From `[tap.process]`; `None` when profiling is off.
     pub fn of(tap: &crate::config::TapConfig) -> Option<ProfileSettings> {
         let p = &tap.process;
-        p.profile.then(|| ProfileSettings {
+        p.profile.any().then(|| ProfileSettings {
+            on_demand: p.profile == crate::config::Profile::OnDemand,
             frequency: p.frequency,
             sample_budget: p.sample_budget,
             stack_bytes: p.stack_bytes,

@@ -10,6 +10,19 @@ impl Coverage {
     /// `samples: 4812 at 997 Hz cover 96 % of its CPU (4.83 s of 5.02 s); sampling cost
     /// the proxy 120 ms of CPU (1 % of a core)`, then a line per warning.
     pub fn lines(&self) -> Vec<String> {
+        let part = match self.sampled_seconds {
+            Some(s) if s <= 0.0 => {
+                return vec![
+                    "samples: none in this window (profile = \"on-demand\": POST /api/profile?seconds=N, or phasescope profile, samples it)".to_owned(),
+                ];
+            }
+            Some(s) => format!(
+                "sampled on demand for {} of the {} window; ",
+                units::duration(s),
+                units::duration(self.watched_seconds)
+            ),
+            None => String::new(),
+        };
         let cover = match self.share {
             Some(share) => format!(
                 "cover {} of its CPU ({} of {})",
@@ -44,7 +57,7 @@ impl Coverage {
                 self.samples, self.frequency_hz
             ),
         };
-        let mut out = vec![format!("samples: {taken} {cover}; {cost}")];
+        let mut out = vec![format!("{part}samples: {taken} {cover}; {cost}")];
         if self.low() {
             out.push(format!(
                 "warning: the samples cover only {} of its CPU (under {}): every share above is of that part, not of the whole server (threads that each ran less than a sampling period, which a thread's clock counts from zero, more threads than the sampler holds events for, or samples lost)",
@@ -80,6 +93,7 @@ mod tests {
             watched_seconds: 10.0,
             samples_taken: Some(321),
             rate_hz: Some(997.0),
+            sampled_seconds: None,
         }
     }
 
@@ -108,6 +122,24 @@ mod tests {
         assert!(
             line.starts_with("samples: 40 taken at a rate kept to the budget (62.3 Hz at the end), counting as 321 at 997 Hz of each thread's CPU, cover 97 %"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn on_demand_says_which_part_was_sampled() {
+        let mut c = coverage(Some(0.95), None);
+        c.sampled_seconds = Some(3.0);
+        let line = &c.lines()[0];
+        assert!(
+            line.starts_with("sampled on demand for 3.00 s of the 10.0 s window; samples: 321"),
+            "{line}"
+        );
+        c.sampled_seconds = Some(0.0);
+        let lines = c.lines();
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with("samples: none in this window"),
+            "{lines:?}"
         );
     }
 
