@@ -175,3 +175,57 @@ fn nothing_is_sampled_until_asked_then_for_the_seconds_asked() {
         "{covered:.2} of the sampled CPU"
     );
 }
+
+/// `phasescope profile --from URL --seconds N`: asks, waits, and reports the window with
+/// the exports `report` writes; the report says which part of the window was sampled.
+#[test]
+fn the_profile_command_samples_then_reports_with_its_exports() {
+    let mut burn = BurnUpstream::start(30, 70);
+    let upstream_pid = u64::from(burn.process().pid());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("on-demand.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"webdis\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{}\"\n\
+             [tap.process]\nprofile = \"on-demand\"\ninterval = \"250ms\"\n",
+            burn.addr()
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::in_front_of(burn.addr(), &["--config", config.to_str().unwrap()]);
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            let r = proxy.admin_get("/api/snapshot");
+            let v: Value = serde_json::from_str(&r.body_text()).unwrap_or_default();
+            v["taps"]["webdis"]["upstream"]["pid"].as_u64() == Some(upstream_pid)
+        }),
+        "never watched\n{}",
+        proxy.log_tail()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = client(proxy.addr(), stop.clone());
+    let folded = dir.path().join("cpu.folded");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["profile", "--seconds", "2", "--format", "json", "--from"])
+        .arg(format!("http://{}", proxy.admin_addr()))
+        .arg("--folded")
+        .arg(&folded)
+        .output()
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("sampling webdis for 2 s"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let coverage = &report["taps"][0]["inside"]["coverage"];
+    let sampled = coverage["sampled_seconds"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        (1.5..=3.5).contains(&sampled),
+        "sampled {sampled} s for 2: {coverage}"
+    );
+    assert!(coverage["samples"].as_u64().unwrap_or(0) > 0, "{coverage}");
+    let stacks = fs::read_to_string(&folded).unwrap_or_default();
+    assert!(stacks.contains("backend_query"), "{stacks}");
+}
