@@ -16,19 +16,28 @@ use support::{BurnUpstream, IO_TIMEOUT};
 
 const HZ: u32 = 997;
 
-/// Keep-alive clients sending `GET /` until `stop`.
-fn load(addr: SocketAddr, clients: usize, stop: Arc<AtomicBool>) -> Vec<thread::JoinHandle<()>> {
+/// Keep-alive clients sending `GET /` until `stop`, or `GET /cpu300` (300 µs in
+/// `backend_query` instead of 70) while `heavy`.
+fn load(
+    addr: SocketAddr,
+    clients: usize,
+    stop: Arc<AtomicBool>,
+    heavy: Arc<AtomicBool>,
+) -> Vec<thread::JoinHandle<()>> {
     (0..clients)
         .map(|_| {
-            let stop = stop.clone();
+            let (stop, heavy) = (stop.clone(), heavy.clone());
             thread::spawn(move || {
                 let mut stream = TcpStream::connect(addr).unwrap();
                 stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
                 let mut buf = [0u8; 4096];
                 while !stop.load(Ordering::Relaxed) {
-                    stream
-                        .write_all(b"GET / HTTP/1.1\r\nHost: b\r\n\r\n")
-                        .unwrap();
+                    let request: &[u8] = if heavy.load(Ordering::Relaxed) {
+                        b"GET /cpu300 HTTP/1.1\r\nHost: b\r\n\r\n"
+                    } else {
+                        b"GET / HTTP/1.1\r\nHost: b\r\n\r\n"
+                    };
+                    stream.write_all(request).unwrap();
                     let mut got = Vec::new();
                     while !got.ends_with(b"\r\n\r\nok") {
                         let n = stream.read(&mut buf).unwrap();
@@ -69,18 +78,21 @@ enum Budget {
     OfFirstSecond(f64),
 }
 
-/// A profiler of the burn upstream under `clients` keep-alive clients: the first second
-/// at the configured rate, then with `budget`, for `seconds`. Returns the collects after
-/// the budget was set, the process's CPU over them, and the budget.
+/// A profiler of the burn upstream under `clients` keep-alive clients: a second at the
+/// configured rate, then with `budget` for `seconds` (and, when `switch`, requests of
+/// another split from then on). Returns every collect from that first second on, the
+/// process's CPU over them, and the budget.
 fn budgeted(
     clients: usize,
     budget: Budget,
     seconds: u64,
+    switch: bool,
 ) -> (Vec<ProfileDelta>, f64, u32, BurnUpstreamRun) {
     let mut burn = BurnUpstream::start(30, 70);
     let pid = burn.process().pid();
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = load(burn.addr(), clients, stop.clone());
+    let heavy = Arc::new(AtomicBool::new(false));
+    let clients = load(burn.addr(), clients, stop.clone(), heavy.clone());
     let rules = ComponentRules::new(&[]).unwrap();
     let mut profiler = Profiler::start(pid, HZ, DEFAULT_STACK_BYTES, rules).unwrap();
     let until = Instant::now() + Duration::from_secs(30);
@@ -91,25 +103,19 @@ fn budgeted(
     profiler.collect().unwrap();
     thread::sleep(Duration::from_secs(1));
     profiler.collect().unwrap();
+    let truth_before = burn.truth();
+    let cpu_before = process_cpu(pid);
     let start = Instant::now();
     thread::sleep(Duration::from_secs(1));
-    let cpu_first = process_cpu(pid);
     let first = profiler.collect().unwrap();
     let per_second = first.taken as f64 / start.elapsed().as_secs_f64();
-    eprintln!(
-        "measured second: {} taken, {:.2} s of CPU, {:.2} s",
-        first.taken,
-        process_cpu(pid) - cpu_first,
-        start.elapsed().as_secs_f64()
-    );
     let budget = match budget {
         Budget::Fixed(n) => n,
         Budget::OfFirstSecond(divisor) => (per_second / divisor).max(5.0) as u32,
     };
     profiler.set_budget(budget);
-    let truth_before = burn.truth();
-    let cpu_before = process_cpu(pid);
-    let mut deltas = Vec::new();
+    heavy.store(switch, Ordering::Relaxed);
+    let mut deltas = vec![first];
     for _ in 0..seconds {
         thread::sleep(Duration::from_secs(1));
         deltas.push(profiler.collect().unwrap());
@@ -154,7 +160,7 @@ fn a_busy_server_is_sampled_at_tens_of_hz_and_still_fills_its_budget() {
     // One client keeps one thread of the server burning: up to a core. 80 samples a
     // second is 2,400 in a 30 s window.
     let seconds = 10;
-    let (deltas, cpu, budget, _) = budgeted(1, Budget::Fixed(80), seconds);
+    let (deltas, cpu, budget, _) = budgeted(1, Budget::Fixed(80), seconds, false);
     let last = deltas.last().unwrap();
     let rate = f64::from(HZ) / last.period_multiple as f64;
     let cores = cpu / seconds as f64;
@@ -166,7 +172,7 @@ fn a_busy_server_is_sampled_at_tens_of_hz_and_still_fills_its_budget() {
     }
     // After the first collect the rate is kept: the budget is met, at least a third of it
     // (below that the period halves), never more than half again over it.
-    let settled = &deltas[2..];
+    let settled = &deltas[3..];
     let per_second = settled.iter().map(|d| d.taken).sum::<u64>() as f64 / settled.len() as f64;
     assert!(
         per_second >= f64::from(budget) / 3.0 && per_second <= 1.5 * f64::from(budget),
@@ -178,23 +184,36 @@ fn a_busy_server_is_sampled_at_tens_of_hz_and_still_fills_its_budget() {
 
 #[test]
 fn shares_stay_within_two_points_across_a_rate_change() {
-    // A budget under what the configured rate gave: the period doubles once.
-    let (deltas, cpu, _, truth) = budgeted(2, Budget::OfFirstSecond(1.8), 10);
+    // A second at 997 Hz with the parser at 30 % of the burns, then a budget a
+    // third of what that gave (the period doubles or quadruples) while the requests burn
+    // 300 µs in the backend (the parser at 9 %): counted once each, the many samples of
+    // the first second would pull the share up by points; weighed by their period they
+    // give the truth of the whole.
+    let (deltas, cpu, _, truth) = budgeted(2, Budget::OfFirstSecond(3.0), 10, true);
     let multiples: Vec<u64> = deltas.iter().map(|d| d.period_multiple).collect();
     assert!(
         multiples.iter().any(|&m| m > 1),
         "the rate never changed: {multiples:?}"
     );
-    let parser: u64 = deltas
-        .iter()
-        .map(|d| samples_of(d, "http_parser_execute"))
-        .sum();
-    let backend: u64 = deltas.iter().map(|d| samples_of(d, "backend_query")).sum();
-    let sampled = parser as f64 / (parser + backend) as f64;
+    let share = |weigh: bool| {
+        let (mut parser, mut backend) = (0.0, 0.0);
+        let mut weight = 1.0;
+        for d in &deltas {
+            // Counted once each: undo the weight of the period the samples were taken at
+            // (the one before this collect changed it).
+            let w = if weigh { 1.0 } else { 1.0 / weight };
+            parser += samples_of(d, "http_parser_execute") as f64 * w;
+            backend += samples_of(d, "backend_query") as f64 * w;
+            weight = d.period_multiple as f64;
+        }
+        parser / (parser + backend)
+    };
+    let (sampled, unweighted) = (share(true), share(false));
     let real = truth.parser_ns as f64 / (truth.parser_ns + truth.backend_ns) as f64;
     eprintln!(
-        "parser {:.1} % of the two burns sampled, {:.1} % by their clocks",
+        "parser {:.1} % of the two burns sampled ({:.1} % counting each sample once), {:.1} % by their clocks",
         sampled * 100.0,
+        unweighted * 100.0,
         real * 100.0
     );
     assert!(
