@@ -49,6 +49,9 @@ pub enum Command {
     Report(crate::report::ReportArgs),
     /// Save a running proxy's snapshot to a file, optionally resetting it for the next run.
     Snapshot(crate::report::SnapshotArgs),
+    /// Sample the upstreams of a running proxy (taps with profile = "on-demand") for
+    /// --seconds, then report its window with every export `report` writes.
+    Profile(crate::report::ProfileArgs),
     /// Compare runs A with runs B: per phase, same, different (slower, faster) or unknown.
     /// Exit 1 when --fail-if-slower trips, 2 when the inputs cannot be read.
     Compare(crate::report::CompareArgs),

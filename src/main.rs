@@ -45,6 +45,7 @@ fn main() -> ExitCode {
             };
             outcome(phasescope::report::commands::snapshot(args, &from))
         }
+        Command::Profile(args) => profile(&cli, args),
         Command::Compare(args) => match phasescope::report::commands::compare(args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(EXIT_FAILED),
@@ -59,6 +60,28 @@ fn main() -> ExitCode {
         Command::DemoUpstream(args) => outcome(phasescope::demo::upstream_command(args)),
         Command::Bench(args) => outcome(phasescope::bench::command(args)),
     }
+}
+
+/// `phasescope profile`: asks for the seconds of sampling, waits them out, reports.
+fn profile(cli: &Cli, args: &phasescope::report::ProfileArgs) -> ExitCode {
+    use phasescope::report::profile_cmd;
+
+    let from = match args.report.from.first() {
+        Some(from) => from.clone(),
+        None => match default_admin(cli) {
+            Ok(admin) => format!("http://{admin}"),
+            Err(code) => return code,
+        },
+    };
+    match profile_cmd::ask(&from, args.seconds) {
+        Ok(taps) => eprintln!("sampling {} for {} s…", taps.join(", "), args.seconds),
+        Err(e) => {
+            print_error(&e);
+            return ExitCode::from(EXIT_FAILED);
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_secs(args.seconds) + profile_cmd::SETTLE);
+    report(cli, &args.report)
 }
 
 fn report(cli: &Cli, args: &ReportArgs) -> ExitCode {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::Parser;
 use phasescope::cli::{Cli, Command as Sub};
 use phasescope::config::{
-    Config, ConfigError, ConfigOrigin, Limits, Location, LogFormat, Overrides, Protocol, RouteRule,
-    Source, Timeouts,
+    Config, ConfigError, ConfigOrigin, Limits, Location, LogFormat, Overrides, Profile, Protocol,
+    RouteRule, Source, Timeouts,
 };
 
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml");
@@ -172,7 +172,14 @@ fn the_process_section_names_one_process_and_usable_values() {
     let c = Config::from_toml_str(&ok, Path::new("t.toml")).unwrap();
     let p = &c.taps[0].process;
     assert_eq!(p.interval, Duration::from_millis(250));
-    assert_eq!((p.profile, p.frequency), (true, 499));
+    assert_eq!((p.profile, p.frequency), (Profile::On, 499));
+    // On demand beside true and false; anything else says which three it takes.
+    let demand = ok.replace("profile = true", "profile = \"on-demand\"");
+    let c = Config::from_toml_str(&demand, Path::new("t.toml")).unwrap();
+    assert_eq!(c.taps[0].process.profile, Profile::OnDemand);
+    let wrong = ok.replace("profile = true", "profile = \"sometimes\"");
+    let e = Config::from_toml_str(&wrong, Path::new("t.toml")).unwrap_err();
+    assert!(e.to_string().contains("\"on-demand\""), "{e}");
     assert_eq!(p.components[0].name, "json");
     fails_at(
         &format!("{TAP_A}[tap.process]\npid = 7\npid_file = \"/run/x.pid\"\n"),

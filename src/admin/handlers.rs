@@ -102,14 +102,52 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             })
             .await
         }
+        "/api/profile" if method == Method::POST => {
+            if !guard::may_change_state(req.headers(), &shared.allowed_hosts) {
+                return reply(
+                    StatusCode::FORBIDDEN,
+                    TEXT,
+                    "asking for a profile needs Content-Type: application/json (or an X-Phasescope-* header) and no cross-site Origin\n",
+                );
+            }
+            profile_on_demand(req.uri().query(), &registry)
+        }
         "/metrics" | "/healthz" | "/api/snapshot" => not_allowed("GET, HEAD"),
-        "/api/reset" => not_allowed("POST"),
+        "/api/reset" | "/api/profile" => not_allowed("POST"),
         path => match page::asset(path) {
             Some(asset) if read => page_file(asset),
             Some(_) => not_allowed("GET, HEAD"),
             None => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
         },
     }
+}
+
+/// `POST /api/profile?seconds=N`: the taps with `profile = "on-demand"` sample their
+/// upstream for N seconds (1 to 3600) from their watcher's next turn.
+fn profile_on_demand(query: Option<&str>, registry: &crate::metrics::Registry) -> Reply {
+    let seconds = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("seconds="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|s| (1..=3600).contains(s));
+    let Some(seconds) = seconds else {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            TEXT,
+            "give ?seconds=N, 1 to 3600\n",
+        );
+    };
+    let taps = registry.profile_for(std::time::Duration::from_secs(seconds));
+    if taps.is_empty() {
+        return reply(
+            StatusCode::CONFLICT,
+            TEXT,
+            "no tap samples on demand: set profile = \"on-demand\" in its [tap.process]\n",
+        );
+    }
+    let body = serde_json::json!({ "profiling": taps, "seconds": seconds });
+    reply(StatusCode::OK, JSON, body.to_string())
 }
 
 /// Hot functions per tap `/api/snapshot` carries for the live page.

@@ -116,7 +116,7 @@ async fn bench(args: &BenchArgs, pinned: &mut pin::Pinned) -> anyhow::Result<Ben
         }
     }
     for tap in config.taps.iter_mut().take(2) {
-        tap.process.profile = args.profile_upstream;
+        tap.process.profile = crate::config::Profile::from(args.profile_upstream);
         // A duet's windows and an interleave's slices are short: read the servers'
         // threads once a window or slice, so that each one's CPU is its own (a read
         // covers the time since the last).

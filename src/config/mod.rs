@@ -151,12 +151,17 @@ pub struct ProcessConfig {
     /// How often the process's threads are read.
     #[serde(default = "defaults::process_interval", with = "humantime_serde")]
     pub interval: Duration,
-    /// Sample where the process's CPU goes (perf events); also `--profile-upstream`.
+    /// Sample where the process's CPU goes (perf events): `true` (also
+    /// `--profile-upstream`), `false`, or `"on-demand"`.
     #[serde(default)]
-    pub profile: bool,
+    pub profile: Profile,
     /// Samples per second and thread when profiling.
     #[serde(default = "defaults::profile_frequency")]
     pub frequency: u32,
+    /// Samples per second of the whole process when profiling: the period doubles (up to
+    /// 32×) while it gives more; 0 keeps `frequency` fixed.
+    #[serde(default)]
+    pub sample_budget: u32,
     /// Bytes of each sampled thread's user stack copied for unwinding (call stacks); 0
     /// samples the leaf only.
     #[serde(default = "defaults::stack_bytes")]
@@ -166,6 +171,53 @@ pub struct ProcessConfig {
     pub components: Vec<ComponentRuleConfig>,
 }
 
+/// `[tap.process] profile`: `true`, `false` or `"on-demand"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Profile {
+    #[default]
+    Off,
+    /// Sampled all the time.
+    On,
+    /// Sampled only while asked (`POST /api/profile?seconds=N`, `phasescope profile`): no
+    /// perf event is open otherwise.
+    OnDemand,
+}
+
+impl Profile {
+    /// Whether sampling may happen at all (always, or when asked).
+    pub fn any(self) -> bool {
+        self != Profile::Off
+    }
+}
+
+impl From<bool> for Profile {
+    fn from(on: bool) -> Self {
+        if on {
+            Profile::On
+        } else {
+            Profile::Off
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Profile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(on) => Ok(Profile::from(on)),
+            Raw::Text(t) if t == "on-demand" => Ok(Profile::OnDemand),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "profile is {t:?}; it must be true, false or \"on-demand\""
+            ))),
+        }
+    }
+}
+
 impl Default for ProcessConfig {
     fn default() -> Self {
         Self {
@@ -173,8 +225,9 @@ impl Default for ProcessConfig {
             pid: None,
             pid_file: None,
             interval: defaults::process_interval(),
-            profile: false,
+            profile: Profile::Off,
             frequency: defaults::profile_frequency(),
+            sample_budget: 0,
             stack_bytes: defaults::stack_bytes(),
             components: Vec::new(),
         }

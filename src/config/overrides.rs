@@ -344,7 +344,7 @@ pub(crate) fn apply_unchecked(
     }
     if let Some(v) = &o.profile_upstream {
         for tap in &mut config.taps {
-            tap.process.profile = v.value;
+            tap.process.profile = super::Profile::from(v.value);
         }
     }
     if let Some(v) = &o.stack_bytes {

@@ -208,6 +208,16 @@ fn check_process(i: usize, tap: &TapConfig, who: &str) -> Result<(), Problem> {
             ),
         ));
     }
+    if p.sample_budget > MAX_PROFILE_FREQUENCY * 64 {
+        return Err(Problem::at(
+            key("sample_budget"),
+            format!(
+                "{who}: process.sample_budget is {}; it must be at most {} samples per second (0 keeps `frequency` fixed)",
+                p.sample_budget,
+                MAX_PROFILE_FREQUENCY * 64
+            ),
+        ));
+    }
     let max_stack = MAX_STACK_BYTES;
     if p.stack_bytes > max_stack || !p.stack_bytes.is_multiple_of(8) {
         return Err(Problem::at(

@@ -122,7 +122,7 @@ fn demo_config(upstream: SocketAddr, pid: u32) -> anyhow::Result<Config> {
     tap.routes = RouteRule::Prefix;
     tap.route_segments = 2;
     tap.process.pid = Some(pid);
-    tap.process.profile = true;
+    tap.process.profile = crate::config::Profile::On;
     tap.process.interval = PROCESS_INTERVAL;
     tap.process.components = vec![ComponentRuleConfig {
         name: BACKEND_COMPONENT.to_owned(),

@@ -257,6 +257,16 @@ impl Registry {
             .clone()
     }
 
+    /// Asks every tap that samples on demand (`profile = "on-demand"`) for `seconds` of
+    /// sampling; the names of those that do.
+    pub fn profile_for(&self, seconds: std::time::Duration) -> Vec<String> {
+        self.upstreams()
+            .iter()
+            .filter(|u| u.profile_for(seconds))
+            .map(|u| u.tap().to_owned())
+            .collect()
+    }
+
     /// Exact percentiles of every series since the last reset, with the histograms.
     pub fn snapshot(&self) -> Snapshot {
         self.take(false).0

@@ -4,6 +4,17 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+/// `phasescope profile`: sample on demand for `seconds`, then `report`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// How long the taps with `profile = "on-demand"` sample their upstream, 1 to 3600
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub seconds: u64,
+
+    #[command(flatten)]
+    pub report: ReportArgs,
+}
+
 /// `phasescope report`.
 #[derive(Debug, Args)]
 pub struct ReportArgs {

@@ -15,12 +15,13 @@ pub mod commands;
 pub mod compare;
 pub mod export;
 pub mod file;
+pub mod profile_cmd;
 pub mod render;
 pub mod snapshot_cmd;
 pub mod source;
 
 pub use crate::stats::{Direction, Outcome, Statistic};
-pub use args::{CompareArgs, ReportArgs, SnapshotArgs};
+pub use args::{CompareArgs, ProfileArgs, ReportArgs, SnapshotArgs};
 pub use compare::{compare, Comparison, Options as CompareOptions};
 pub use render::rows::Report;
 pub use render::table::Format;

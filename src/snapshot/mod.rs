@@ -21,6 +21,8 @@
 //! - [`finding`]: a finding as the snapshot carries it;
 //! - `window`: the window between two snapshots ([`Snapshot::since`]), and several
 //!   merged into one ([`Snapshot::merged`]);
+//! - [`coverage`]: how much of the upstream's CPU its samples cover, and the sampler's
+//!   own cost;
 //! - [`components`]: how readers label and group the components samples fall in;
 //! - [`work`]: a component's own work, its callbacks into other code left out;
 //! - [`summary`], [`hot`], [`route_cpu`]: the per-request analysis readers share (CPU per
@@ -28,6 +30,7 @@
 //!   fit over the slices).
 
 pub mod components;
+pub mod coverage;
 pub mod document;
 pub mod finding;
 pub mod hot;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::components::{component_group, component_label};
+use super::coverage::Coverage;
 use super::hot::{hot_path, HotFunction};
 use super::stacks::FrameKind;
 use super::upstream::{ProcessCpu, UpstreamSnapshot};
@@ -55,6 +56,10 @@ pub struct Inside {
     /// component named after it.
     pub stripped: bool,
     pub what_if: Option<WhatIf>,
+    /// When sampled: how much of the process's CPU the samples cover, and the sampler's
+    /// own CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<Coverage>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -208,6 +213,7 @@ impl Inside {
             unmapped,
             stripped,
             what_if,
+            coverage: Coverage::of(u),
         }
     }
 }

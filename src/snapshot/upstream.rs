@@ -135,6 +135,32 @@ pub struct ProfileSnapshot {
     /// seconds of CPU). Absent in older snapshots: [`DEFAULT_FREQUENCY_HZ`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frequency_hz: Option<u32>,
+    /// The proxy's own CPU time spent sampling in the window: draining the ring buffers,
+    /// unwinding, naming and folding the samples (the kernel's work at each sample is
+    /// charged to the sampled process itself, inside its CPU). Absent in older snapshots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampler_cpu_seconds: Option<f64>,
+    /// Samples taken in the window, each once. With a rate that adapts to a budget
+    /// (`sample_budget`), a sample taken at `k` times the period of `frequency_hz` counts
+    /// `k` in `samples`, `stacks` and every count above (`k` a power of two, so the counts
+    /// stay whole): they stay in units of 1/`frequency_hz` of CPU whatever the rate did in
+    /// the window, and readers weigh them as before. Absent in older snapshots (every
+    /// sample counted 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples_taken: Option<u64>,
+    /// The sampling rate at the end of the window, samples per second of a thread's CPU
+    /// (`frequency_hz` over the period's multiple). Absent in older snapshots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_hz: Option<f64>,
+    /// With `profile = "on-demand"`: true, and the part of the window sampled —
+    /// `sampled_seconds` of wall time, during which the sampled processes ran
+    /// `sampled_cpu_seconds` of CPU (what the samples stand for). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled_cpu_seconds: Option<f64>,
 }
 
 /// One process of a server of several: its CPU (user + system) in the window.
@@ -231,6 +257,18 @@ struct UpstreamWire {
     #[serde(default)]
     frequency_hz: Option<u32>,
     #[serde(default)]
+    sampler_cpu_seconds: Option<f64>,
+    #[serde(default)]
+    samples_taken: Option<u64>,
+    #[serde(default)]
+    rate_hz: Option<f64>,
+    #[serde(default)]
+    on_demand: Option<bool>,
+    #[serde(default)]
+    sampled_seconds: Option<f64>,
+    #[serde(default)]
+    sampled_cpu_seconds: Option<f64>,
+    #[serde(default)]
     slices: Option<RouteSlices>,
 }
 
@@ -248,6 +286,12 @@ impl From<UpstreamWire> for UpstreamSnapshot {
             functions: w.functions,
             stacks: w.stacks,
             frequency_hz: w.frequency_hz,
+            sampler_cpu_seconds: w.sampler_cpu_seconds,
+            samples_taken: w.samples_taken,
+            rate_hz: w.rate_hz,
+            on_demand: w.on_demand,
+            sampled_seconds: w.sampled_seconds,
+            sampled_cpu_seconds: w.sampled_cpu_seconds,
         });
         UpstreamSnapshot {
             pid: w.pid,
@@ -421,6 +465,23 @@ fn merge_profiles(a: ProfileSnapshot, b: &ProfileSnapshot) -> ProfileSnapshot {
         // Windows sampled at different rates weigh their samples differently; the later
         // rate is kept, as for the process's name.
         frequency_hz: b.frequency_hz.or(a.frequency_hz),
+        sampler_cpu_seconds: match (a.sampler_cpu_seconds, b.sampler_cpu_seconds) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
+        },
+        samples_taken: add(a.samples_taken, b.samples_taken),
+        rate_hz: b.rate_hz.or(a.rate_hz),
+        on_demand: b.on_demand.or(a.on_demand),
+        sampled_seconds: add_f64(a.sampled_seconds, b.sampled_seconds),
+        sampled_cpu_seconds: add_f64(a.sampled_cpu_seconds, b.sampled_cpu_seconds),
+    }
+}
+
+/// Two optional figures added, absent only when both are.
+fn add_f64(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0.0) + y.unwrap_or(0.0)),
     }
 }
 
@@ -509,6 +570,18 @@ fn profile_since(now: &ProfileSnapshot, before: Option<&ProfileSnapshot>) -> Pro
         unsampled_cpu_seconds: now
             .unsampled_cpu_seconds
             .map(|s| (s - before.and_then(|b| b.unsampled_cpu_seconds).unwrap_or(0.0)).max(0.0)),
+        sampled_seconds: now
+            .sampled_seconds
+            .map(|s| (s - before.and_then(|b| b.sampled_seconds).unwrap_or(0.0)).max(0.0)),
+        sampled_cpu_seconds: now
+            .sampled_cpu_seconds
+            .map(|s| (s - before.and_then(|b| b.sampled_cpu_seconds).unwrap_or(0.0)).max(0.0)),
+        samples_taken: now
+            .samples_taken
+            .map(|n| n.saturating_sub(before.and_then(|b| b.samples_taken).unwrap_or(0))),
+        sampler_cpu_seconds: now
+            .sampler_cpu_seconds
+            .map(|s| (s - before.and_then(|b| b.sampler_cpu_seconds).unwrap_or(0.0)).max(0.0)),
         top_symbols: None,
         functions: None,
         stacks: None,

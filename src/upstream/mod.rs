@@ -8,6 +8,7 @@
 //! them.
 
 pub mod account;
+mod demand;
 pub mod find;
 mod member;
 pub mod own;
@@ -30,6 +31,7 @@ use crate::snapshot::upstream::TOP_SYMBOLS;
 use crate::snapshot::{FrameKind, ProfileSnapshot, SymbolSnapshot, UpstreamSnapshot};
 use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
+use demand::Demand;
 use slices::{RouteCounts, SliceWindow};
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.
@@ -52,6 +54,10 @@ struct State {
     samples: Option<Samples>,
     /// Why sampling asked for is not running, as the watcher logged it.
     sampling_off: Option<String>,
+    /// With `profile = "on-demand"`: what was asked, and the part of the window sampled.
+    demand: Demand,
+    /// Whether the tap samples on demand only.
+    on_demand: bool,
     /// Collects of samples so far: one who needs the samples of a stretch of time waits
     /// for a collect that began after it ([`Upstream::collects`]).
     collects: u64,
@@ -72,6 +78,13 @@ struct Samples {
     unsampled_threads: u64,
     /// CPU time of the threads without an event, in the window.
     window_unsampled_cpu_ns: u64,
+    /// The proxy's own CPU time spent sampling, in the window.
+    window_sampler_cpu_ns: u64,
+    /// Samples taken in the window, each once (the counts weigh them by their period).
+    window_taken: u64,
+    /// The period's multiple of the configured one at the latest collect (0: never
+    /// adapts).
+    period_multiple: u64,
     /// With call stacks: component → samples with a frame of it, since start (the
     /// exposition) and in the window.
     inclusive_total: BTreeMap<String, u64>,
@@ -96,6 +109,8 @@ impl Upstream {
                 share_collected: BTreeMap::new(),
                 samples: None,
                 sampling_off: None,
+                demand: Demand::default(),
+                on_demand: false,
                 collects: 0,
                 slices: SliceWindow::default(),
             }),
@@ -207,11 +222,14 @@ impl Upstream {
         s.accountant.forget_departed();
         s.share_baseline = cpu_by_process(&s.accountant);
         s.slices.restart();
+        s.demand.restart_window();
         if let Some(samples) = &mut s.samples {
             samples.window.clear();
             samples.window_symbols.clear();
             samples.window_lost = 0;
             samples.window_unsampled_cpu_ns = 0;
+            samples.window_sampler_cpu_ns = 0;
+            samples.window_taken = 0;
             samples.window_inclusive.clear();
             samples.window_stacks.clear();
         }
@@ -235,6 +253,41 @@ impl Upstream {
         let samples = s.samples.get_or_insert_with(Samples::default);
         samples.stripped = stripped;
         samples.frequency_hz = frequency_hz;
+    }
+
+    /// Asks for the process to be sampled for `seconds` from now (`profile =
+    /// "on-demand"`; `POST /api/profile`); false when this tap does not sample on demand.
+    pub fn profile_for(&self, seconds: Duration) -> bool {
+        let mut s = lock(&self.state);
+        if !s.on_demand {
+            return false;
+        }
+        s.demand.ask(seconds);
+        true
+    }
+
+    /// Whether this tap samples on demand, and whether it is asked to now.
+    pub(crate) fn demand(&self) -> (bool, bool) {
+        let s = lock(&self.state);
+        (s.on_demand, s.demand.wanted())
+    }
+
+    /// This tap samples on demand only (the watcher says so at its start).
+    pub(crate) fn set_on_demand(&self) {
+        lock(&self.state).on_demand = true;
+    }
+
+    /// The samplers started on demand: what the processes run from now is sampled (their
+    /// CPU counts from the latest read).
+    pub(crate) fn sampling_started(&self) {
+        let mut s = lock(&self.state);
+        s.share_collected = cpu_by_process(&s.accountant);
+        s.demand.started();
+    }
+
+    /// The samplers stopped (an on-demand stretch ended): what follows is not sampled.
+    pub(crate) fn sampling_stopped(&self) {
+        lock(&self.state).demand.stopped();
     }
 
     /// Whether a profiler samples the process now (it started, and no failure since).
@@ -261,6 +314,12 @@ impl Upstream {
             .filter(|((pid, _), _)| !sampled.contains(pid))
             .map(|(key, &ns)| ns.saturating_sub(s.share_collected.get(key).copied().unwrap_or(0)))
             .sum();
+        let sampled_cpu: u64 = now
+            .iter()
+            .filter(|((pid, _), _)| sampled.contains(pid))
+            .map(|(key, &ns)| ns.saturating_sub(s.share_collected.get(key).copied().unwrap_or(ns)))
+            .sum();
+        s.demand.collected(sampled_cpu);
         s.share_collected = now;
         let samples = s.samples.get_or_insert_with(Samples::default);
         samples.window_unsampled_cpu_ns += unsampled;
@@ -292,6 +351,11 @@ impl Samples {
         samples.window_lost += delta.lost;
         samples.unsampled_threads += delta.unsampled_threads;
         samples.window_unsampled_cpu_ns += delta.unsampled_cpu_ns;
+        samples.window_sampler_cpu_ns += delta.sampler_cpu_ns;
+        samples.window_taken += delta.taken;
+        if delta.period_multiple > 0 {
+            samples.period_multiple = delta.period_multiple;
+        }
         if let Some(frames) = delta.frames {
             samples.frames = Some(frames);
             for (component, n) in &delta.inclusive {
@@ -340,6 +404,12 @@ impl Upstream {
         snap.slices = s.slices.snapshot();
         snap.processes = processes_in_window(&s.accountant, &s.share_baseline);
         snap.profile = s.samples.as_ref().map(Samples::snapshot);
+        if let (Some(profile), true) = (&mut snap.profile, s.on_demand) {
+            let (seconds, cpu) = s.demand.window();
+            profile.on_demand = Some(true);
+            profile.sampled_seconds = Some(seconds);
+            profile.sampled_cpu_seconds = Some(cpu);
+        }
         snap
     }
 }
@@ -376,6 +446,20 @@ impl Samples {
             functions: stacks.then(|| self.window_stacks.functions()),
             stacks: stacks.then(|| self.window_stacks.snapshot()),
             frequency_hz: Some(self.frequency_hz).filter(|&f| f > 0),
+            sampler_cpu_seconds: Some(self.window_sampler_cpu_ns as f64 / 1e9),
+            // PHP's sampler counts each sample once and never adapts: its total is it.
+            samples_taken: Some(if self.period_multiple > 0 {
+                self.window_taken
+            } else {
+                self.window.values().sum()
+            }),
+            rate_hz: Some(self.frequency_hz)
+                .filter(|&f| f > 0)
+                .map(|f| f64::from(f) / self.period_multiple.max(1) as f64),
+            // Filled by the window when the tap samples on demand.
+            on_demand: None,
+            sampled_seconds: None,
+            sampled_cpu_seconds: None,
         }
     }
 }

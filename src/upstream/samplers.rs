@@ -24,7 +24,11 @@ pub const MAX_SAMPLED_PROCESSES: usize = 16;
 /// What `profile = true` asks for: the rate and the user's component rules.
 #[derive(Debug, Clone)]
 pub struct ProfileSettings {
+    /// Sampled only while asked ([`super::Upstream::profile_for`]).
+    pub on_demand: bool,
     pub frequency: u32,
+    /// Samples per second of each process, the rate adapting to it; 0: `frequency`, fixed.
+    pub sample_budget: u32,
     pub stack_bytes: u32,
     pub rules: Vec<UserComponentRule>,
 }
@@ -33,8 +37,10 @@ impl ProfileSettings {
     /// From `[tap.process]`; `None` when profiling is off.
     pub fn of(tap: &crate::config::TapConfig) -> Option<ProfileSettings> {
         let p = &tap.process;
-        p.profile.then(|| ProfileSettings {
+        p.profile.any().then(|| ProfileSettings {
+            on_demand: p.profile == crate::config::Profile::OnDemand,
             frequency: p.frequency,
+            sample_budget: p.sample_budget,
             stack_bytes: p.stack_bytes,
             rules: p
                 .components
@@ -142,7 +148,8 @@ fn start(
         }
     }
     match Profiler::start(pid, settings.frequency, settings.stack_bytes, rules()?) {
-        Ok(p) => {
+        Ok(mut p) => {
+            p.set_budget(settings.sample_budget);
             let exe: Option<PathBuf> = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
             let stripped = exe.as_deref().is_some_and(profile::is_stripped);
             upstream.profiling(stripped, settings.frequency);

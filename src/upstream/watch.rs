@@ -55,6 +55,9 @@ fn run(
         tracing::warn!(tap, "{e:#}; upstream accounting is off for this tap");
         return;
     }
+    if profile.is_some_and(|p| p.on_demand) {
+        upstream.set_on_demand();
+    }
     let mut w = Watch {
         target,
         upstream,
@@ -237,6 +240,10 @@ impl Watch<'_> {
     /// that left.
     fn follow_samplers(&mut self) {
         if let Some(settings) = self.profile {
+            // On demand: only while asked ([`Self::follow_demand`]).
+            if settings.on_demand && !self.upstream.demand().1 {
+                return;
+            }
             let members = self.upstream.members();
             self.samplers.follow(&members, settings, self.upstream);
         }
@@ -288,6 +295,7 @@ impl Watch<'_> {
             let deltas = self.samplers.collect(tap);
             self.upstream.add_samples(&deltas, &sampled);
         }
+        self.follow_demand();
         match self.upstream.read() {
             Read::Gone => {
                 self.let_go();
@@ -311,6 +319,27 @@ impl Watch<'_> {
             Read::Alive | Read::Skipped | Read::Detached => self.regroup(),
         }
         Turn::Wait
+    }
+
+    /// With `profile = "on-demand"`: starts the samplers when asked, and stops them,
+    /// their last samples added, once the asked time is over: no perf event stays open.
+    fn follow_demand(&mut self) {
+        let Some(settings) = self.profile.filter(|p| p.on_demand) else {
+            return;
+        };
+        let tap = self.upstream.tap();
+        let wanted = self.upstream.demand().1;
+        let running = !self.samplers.sampled().is_empty();
+        if wanted && !running {
+            let members = self.upstream.members();
+            self.samplers.follow(&members, settings, self.upstream);
+            self.upstream.sampling_started();
+            tracing::info!(tap, "sampling on demand");
+        } else if !wanted && running {
+            self.samplers.clear();
+            self.upstream.sampling_stopped();
+            tracing::info!(tap, "sampling on demand ended: no perf event open");
+        }
     }
 
     /// Stops reading and sampling the process attached.

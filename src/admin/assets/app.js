@@ -1077,6 +1077,7 @@
   const statusText = document.getElementById("status-text");
   const pauseButton = document.getElementById("pause");
   const resetButton = document.getElementById("reset");
+  const profileButton = document.getElementById("profile");
   let paused = false;
   let timer = null;
 
@@ -1225,6 +1226,21 @@
     for (const view of views.values()) view.remove();
     views.clear();
     if (!paused) { if (timer) clearTimeout(timer); loop(); }
+  });
+
+  // On-demand sampling (docs/deploy.md): the taps with profile = "on-demand" sample for
+  // 30 s; the button says until when, and the next polls show the samples.
+  profileButton.addEventListener("click", async () => {
+    try {
+      const r = await api("/api/profile?seconds=30", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+      if (r.status === 409) throw new Error("no tap samples on demand: set profile = \"on-demand\" in its [tap.process]");
+      if (!r.ok) throw new Error(`/api/profile answered ${r.status}`);
+      const until = new Date(Date.now() + 30000);
+      profileButton.textContent = `Profiling until ${until.toLocaleTimeString()}`;
+      setTimeout(() => { profileButton.textContent = "Profile 30 s"; }, 30000);
+    } catch (e) {
+      setStatus("error", e.message);
+    }
   });
 
   loop();

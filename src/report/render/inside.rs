@@ -159,6 +159,9 @@ impl Inside {
             head.push_str(&format!("; its CPU: {}{more}", parts.join(", ")));
         }
         let mut out = vec![head];
+        if let Some(coverage) = &self.coverage {
+            out.extend(coverage.lines());
+        }
         out.extend(self.hot_lines());
         out.extend(self.stack_lines());
         if self.requests == 0 {
@@ -617,7 +620,7 @@ mod tests {
         assert!(text.contains("php_builtin 86 %, league/uri 14 %"), "{text}");
     }
 
-    /// The hot path comes first after the headline: one line per function with its share,
+    /// The hot path comes first after the headline and the samples' coverage: one line per function with its share,
     /// CPU per request, callers and what-if; a PHP function with its script and line.
     #[test]
     fn the_hot_path_leads_the_stack_lines() {
@@ -665,19 +668,29 @@ mod tests {
         // 2.13 ms per request (0.91 + 1.22 s over 1000), mean total 10 ms.
         let i = Inside::new(&s, 1000, Some(10e-3), 2.0);
         let lines = i.lines();
-        assert!(lines[1].starts_with("hot path (top 2:"), "{lines:#?}");
+        // The samples' coverage qualifies every share: it follows the headline.
+        assert!(
+            lines[1].starts_with("samples: 100 at 1000 Hz"),
+            "{lines:#?}"
+        );
+        // (It covers 5 % here: 100 samples of 2.13 s; its warning follows it.)
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("hot path (top 2:"))
+            .unwrap_or_else(|| panic!("{lines:#?}"));
+        assert_eq!(at, 3, "{lines:#?}");
         assert_eq!(
-            lines[2],
+            lines[at + 1],
             r"  League\Uri\Http::createFromComponents (uri.php:40) 60 %, 1.28 ms per request, from App\Driver::handle 100 %; 2× faster saves ≤ 639 µs per request (6 % of mean total), ≤ 43 % more throughput if CPU-bound",
         );
         // fwrite, built into PHP, is the handler's cost; the URI library, listed apart, is
         // not its to save, nor shown as its share with all it calls.
         assert!(
-            lines[3].starts_with(r"  App\Driver::handle (uri.php:10) 40 %, 852 µs per request, from Fiber::resume 100 %; 2× faster saves ≤ 426 µs"),
+            lines[at + 2].starts_with(r"  App\Driver::handle (uri.php:10) 40 %, 852 µs per request, from Fiber::resume 100 %; 2× faster saves ≤ 426 µs"),
             "{lines:#?}"
         );
         assert!(
-            lines[4].starts_with("with all they call (php call stacks)"),
+            lines[at + 3].starts_with("with all they call (php call stacks)"),
             "{lines:#?}"
         );
     }

@@ -7,6 +7,7 @@
 
 pub mod backend_split;
 pub mod compare_table;
+pub mod coverage;
 pub mod failures;
 pub mod findings;
 pub mod headline;

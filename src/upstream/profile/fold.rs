@@ -118,6 +118,9 @@ impl<K: Hash + Eq, L: Hash + Eq, C: AsRef<str> + Hash + Eq + Clone> Fold<K, L, C
             frames,
             unsampled_threads: 0,
             unsampled_cpu_ns: 0,
+            sampler_cpu_ns: 0,
+            taken: 0,
+            period_multiple: 0,
         }
     }
 }

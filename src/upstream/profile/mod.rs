@@ -140,6 +140,16 @@ pub struct ProfileDelta {
     /// CPU time, since the previous collect, of the threads that had no event: the
     /// samples stand for the rest of the process's CPU.
     pub unsampled_cpu_ns: u64,
+    /// The proxy's own CPU time spent sampling since the previous collect: the drainer
+    /// thread's and the collect's own (naming, unwinding, folding).
+    pub sampler_cpu_ns: u64,
+    /// Samples read, each once: with a rate that adapts, a sample counts its period's
+    /// multiple of the configured one in the counts above, which are in periods of the
+    /// configured rate.
+    pub taken: u64,
+    /// The period at the end of the collect as a multiple of the configured one (the rate
+    /// is the configured one over it); 0 where the rate never adapts (PHP), as 1.
+    pub period_multiple: u64,
 }
 
 impl ProfileDelta {
@@ -175,12 +185,29 @@ pub enum Sampler {
 }
 
 impl Sampler {
+    /// The samples since the last collect, with the CPU this collect took on the calling
+    /// thread counted in [`ProfileDelta::sampler_cpu_ns`].
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
-        match self {
-            Sampler::Native(p) => p.collect(),
-            Sampler::Php(p) => Ok(p.collect()),
-        }
+        let start = thread_cpu_ns();
+        let mut delta = match self {
+            Sampler::Native(p) => p.collect()?,
+            Sampler::Php(p) => p.collect(),
+        };
+        delta.sampler_cpu_ns += thread_cpu_ns().saturating_sub(start);
+        Ok(delta)
     }
+}
+
+/// This thread's CPU time in nanoseconds: what the sampler costs the proxy is counted
+/// on the threads that do its work (the collects, the drainer).
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a timespec on the stack.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 /// Counts by name, most first, then by name.

@@ -19,6 +19,7 @@ use perf_event::{Builder, SampleFlag, Sampler};
 
 use super::budget::Descriptors;
 use super::busiest::{self, ThreadCpu};
+use super::inherited::{self, Inherited};
 use super::stack_size::StackSize;
 use super::unwind::{self, StackUse, Unwinder, Walk};
 use crate::upstream::find::threads;
@@ -75,12 +76,16 @@ pub struct Drained {
     pub stacks: HashMap<Box<[u64]>, u64>,
     /// Samples the kernel dropped (ring buffer full).
     pub lost: u64,
+    /// Samples read, each counted once: the counts in `stacks` weigh each sample by its
+    /// period ([`super::rate`]).
+    pub taken: u64,
 }
 
 impl Drained {
     pub fn clear(&mut self) {
         self.stacks.clear();
         self.lost = 0;
+        self.taken = 0;
     }
 }
 
@@ -127,6 +132,9 @@ impl StackHead {
 pub struct ThreadEvents {
     pid: u32,
     period_ns: u64,
+    /// The events' period is `period_ns × 2^shift` ([`super::rate`]); a sample counts
+    /// `2^shift`.
+    shift: u32,
     threads: HashMap<u32, Sampler>,
     /// Index into [`RING_BYTES`] of the size that last worked.
     ring: usize,
@@ -143,6 +151,10 @@ pub struct ThreadEvents {
     unsampled_threads: usize,
     /// CPU time of threads that had no event, since the last [`Self::take_unsampled_cpu_ns`].
     unsampled_cpu_ns: u64,
+    /// When every thread fits in the budget once per CPU: inherited per-CPU events, which
+    /// sample the threads born since from their first instruction ([`inherited`]); the
+    /// per-thread `threads` are then empty.
+    inherited: Option<Inherited>,
 }
 
 /// Buffers reused from one sample to the next, and what the walks used of the copies.
@@ -168,6 +180,7 @@ impl ThreadEvents {
         let mut events = ThreadEvents {
             pid,
             period_ns: 1_000_000_000 / u64::from(frequency_hz),
+            shift: 0,
             threads: HashMap::new(),
             ring: 0,
             stack_bytes,
@@ -181,9 +194,13 @@ impl ThreadEvents {
             deltas: Vec::new(),
             unsampled_threads: 0,
             unsampled_cpu_ns: 0,
+            inherited: None,
         };
         let tids = threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
         let budget = Descriptors::now().events(0);
+        if events.inherit(&tids, budget) {
+            return Ok(events);
+        }
         events.ring = first_ring(tids.len().min(budget), stack_bytes > 0);
         // The first read ranks by all the CPU time each thread ever had.
         events.cpu.read(pid, &tids, &mut events.deltas);
@@ -226,8 +243,50 @@ impl ThreadEvents {
         }
     }
 
-    fn open_thread(&mut self, tid: u32) -> Result<Sampler, ThreadError> {
-        let tid = libc_pid(tid).map_err(ThreadError::Open)?;
+    /// Opens inherited per-CPU events on every thread of `tids` when threads × CPUs fit
+    /// in `budget`; false (nothing open) when they do not or the kernel refuses them (an
+    /// `inherit_thread` older than Linux 5.13, a missing permission: the per-thread open
+    /// then says which).
+    fn inherit(&mut self, tids: &[u32], budget: usize) -> bool {
+        let Some(cpus) = inherited::online_cpus() else {
+            return false;
+        };
+        if tids.is_empty() || tids.len().saturating_mul(cpus.len()) > budget {
+            return false;
+        }
+        // A CPU runs one thread at a time: its buffer fills like one busy thread's.
+        let sizes = &RING_BYTES[first_ring(1, self.stack_bytes > 0)..];
+        let build = |tid: u32, cpu: usize| {
+            let mut builder = self.builder();
+            inherited::per_cpu(&mut builder, libc_pid(tid)?, cpu);
+            builder.build()
+        };
+        match Inherited::open(tids, cpus, sizes, build) {
+            Ok(events) => {
+                tracing::debug!(
+                    pid = self.pid,
+                    threads = tids.len(),
+                    descriptors = events.descriptors(),
+                    "sampling every thread with inherited per-CPU events"
+                );
+                self.unsampled_threads = 0;
+                self.inherited = Some(events);
+                true
+            }
+            Err(error) => {
+                tracing::debug!(
+                    pid = self.pid,
+                    %error,
+                    "inherited per-CPU events refused: sampling per thread"
+                );
+                false
+            }
+        }
+    }
+
+    /// The event every thread gets: the CPU clock at the period, with callchains and, with
+    /// user stacks, the registers and the top of the stack.
+    fn builder(&self) -> Builder<'static> {
         let mut builder = Builder::new(Software::CPU_CLOCK);
         let mut sample = SampleFlag::IP | SampleFlag::CALLCHAIN;
         if self.stack_bytes > 0 {
@@ -241,10 +300,8 @@ impl ThreadEvents {
                 .sample_stack_user(self.stack_bytes);
         }
         builder
-            .observe_pid(tid)
-            .any_cpu()
             .include_kernel()
-            .sample_period(self.period_ns)
+            .sample_period(self.period_ns << self.shift)
             .sample(sample)
             .exclude_callchain_user(true)
             .enabled(true);
@@ -253,6 +310,13 @@ impl ThreadEvents {
         } else {
             KERNEL_STACK_DEPTH
         };
+        builder
+    }
+
+    fn open_thread(&mut self, tid: u32) -> Result<Sampler, ThreadError> {
+        let tid = libc_pid(tid).map_err(ThreadError::Open)?;
+        let mut builder = self.builder();
+        builder.observe_pid(tid).any_cpu();
         loop {
             let counter = builder.build().map_err(ThreadError::Open)?;
             match counter.sampled(RING_BYTES[self.ring]) {
@@ -285,6 +349,10 @@ impl ThreadEvents {
     ) -> Result<usize, ProfileError> {
         let pid = self.pid;
         let tids = threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
+        if let Some(inherited) = &mut self.inherited {
+            inherited.follow(&tids);
+            return Ok(inherited.threads());
+        }
         self.cpu.read(pid, &tids, &mut self.deltas);
         let threads = &self.threads;
         self.unsampled_cpu_ns += self
@@ -339,10 +407,13 @@ impl ThreadEvents {
     /// Reopens every event with the copy's size [`StackSize`] now wants, when it wants
     /// another; the records of the old events are drained first. A thread whose event
     /// cannot be reopened is picked up again by the next refresh.
-    pub fn resize_stacks(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
+    pub fn resize_stacks(&mut self, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         if self.stack_bytes == 0 {
             return;
         }
+        let Some(fit) = self.inherited_fit() else {
+            return;
+        };
         let Some(bytes) = self.scratch.size.next() else {
             return;
         };
@@ -352,11 +423,73 @@ impl ThreadEvents {
             to = bytes,
             "user stack copied per sample resized to what the walks use"
         );
-        self.stack_bytes = bytes;
-        let tids: Vec<u32> = self.threads.keys().copied().collect();
-        for tid in tids {
-            self.close(tid, unwinder.as_deref_mut(), drained);
-            self.open_new(tid);
+        self.reopen(|e| e.stack_bytes = bytes, fit, unwinder, drained);
+    }
+
+    /// Reopens every event with the period `2^shift` times the configured one
+    /// ([`super::rate`]); false when it cannot (inherited events that would no longer
+    /// fit in the budget), and the period stays.
+    pub fn set_shift(
+        &mut self,
+        shift: u32,
+        unwinder: Option<&mut Unwinder>,
+        drained: &mut Drained,
+    ) -> bool {
+        let Some(fit) = self.inherited_fit() else {
+            return false;
+        };
+        tracing::debug!(
+            pid = self.pid,
+            from = self.shift,
+            to = shift,
+            "sampling period changed"
+        );
+        self.reopen(|e| e.shift = shift, fit, unwinder, drained);
+        true
+    }
+
+    /// `Some(None)` for per-thread events (they can always be reopened); with inherited
+    /// events, `Some(Some((threads now, budget)))` when all of them fit in the budget
+    /// once per CPU (reopening on some would leave the others unsampled), else `None`.
+    #[allow(clippy::option_option)]
+    fn inherited_fit(&self) -> Option<Option<(Vec<u32>, usize)>> {
+        let Some(held) = self.inherited.as_ref().map(Inherited::descriptors) else {
+            return Some(None);
+        };
+        let tids = threads(self.pid).ok()?;
+        let cpus = inherited::online_cpus()?;
+        let budget = Descriptors::now().events(held);
+        (tids.len().saturating_mul(cpus.len()) <= budget).then_some(Some((tids, budget)))
+    }
+
+    /// Drains and closes every event, applies `change` (the copy's size, the period),
+    /// and opens them again: inherited ones on `fit`'s threads, per-thread ones on the
+    /// same threads. Should the kernel refuse inherited events now, the next refresh
+    /// samples per thread.
+    fn reopen(
+        &mut self,
+        change: impl FnOnce(&mut Self),
+        fit: Option<(Vec<u32>, usize)>,
+        mut unwinder: Option<&mut Unwinder>,
+        drained: &mut Drained,
+    ) {
+        match fit {
+            Some((tids, budget)) => {
+                self.drain(unwinder, drained);
+                self.inherited = None;
+                change(self);
+                self.inherit(&tids, budget);
+            }
+            None => {
+                let tids: Vec<u32> = self.threads.keys().copied().collect();
+                for &tid in &tids {
+                    self.close(tid, unwinder.as_deref_mut(), drained);
+                }
+                change(self);
+                for tid in tids {
+                    self.open_new(tid);
+                }
+            }
         }
     }
 
@@ -364,7 +497,8 @@ impl ThreadEvents {
     fn close(&mut self, tid: u32, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         if let Some(mut sampler) = self.threads.remove(&tid) {
             let stacks = self.stack_bytes > 0;
-            drain_one(&mut sampler, unwinder, stacks, &mut self.scratch, drained);
+            let how = (stacks, 1 << self.shift);
+            drain_one(&mut sampler, unwinder, how, &mut self.scratch, drained);
         }
     }
 
@@ -386,29 +520,34 @@ impl ThreadEvents {
     /// Reads every record waiting in the ring buffers into `drained`, unwinding user
     /// stacks with `unwinder` (when sampled).
     pub fn drain(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
-        for sampler in self.threads.values_mut() {
-            let stacks = self.stack_bytes > 0;
+        let how = (self.stack_bytes > 0, 1 << self.shift);
+        let inherited = self.inherited.iter_mut().flat_map(Inherited::rings);
+        for sampler in self.threads.values_mut().chain(inherited) {
             drain_one(
                 sampler,
                 unwinder.as_deref_mut(),
-                stacks,
+                how,
                 &mut self.scratch,
                 drained,
             );
         }
     }
 
+    /// Threads sampled: those with an event, or with inherited events every thread.
     pub fn threads(&self) -> usize {
-        self.threads.len()
+        self.inherited
+            .as_ref()
+            .map_or(self.threads.len(), Inherited::threads)
     }
 }
 
 /// Drains one thread's records; `stacks`: user stacks are sampled, and a sample drained
 /// before the unwinder is ready (it loads in the background) is a leaf cut short.
+/// `weight`: what a sample counts, in periods of the configured rate.
 fn drain_one(
     sampler: &mut Sampler,
     mut unwinder: Option<&mut Unwinder>,
-    stacks: bool,
+    (stacks, weight): (bool, u64),
     scratch: &mut Scratch,
     drained: &mut Drained,
 ) {
@@ -423,18 +562,21 @@ fn drain_one(
             RECORD_SAMPLE => {
                 if let Some(sample) = Sample::parse(&bytes, kernel) {
                     sample.stack(unwinder.as_deref_mut(), stacks, scratch);
+                    drained.taken += 1;
                     match drained.stacks.get_mut(scratch.stack.as_slice()) {
-                        Some(count) => *count += 1,
+                        Some(count) => *count += weight,
                         None => {
-                            drained.stacks.insert(scratch.stack.as_slice().into(), 1);
+                            drained
+                                .stacks
+                                .insert(scratch.stack.as_slice().into(), weight);
                         }
                     }
                 }
             }
             // PERF_RECORD_LOST: `id`, `lost`.
-            RECORD_LOST => drained.lost += word(&bytes, 1).unwrap_or(0),
+            RECORD_LOST => drained.lost += word(&bytes, 1).unwrap_or(0) * weight,
             // PERF_RECORD_LOST_SAMPLES: `lost`.
-            _ => drained.lost += word(&bytes, 0).unwrap_or(0),
+            _ => drained.lost += word(&bytes, 0).unwrap_or(0) * weight,
         }
     }
 }

@@ -37,7 +37,9 @@
 mod budget;
 mod busiest;
 mod events;
+mod inherited;
 mod jit;
+mod rate;
 mod stack_size;
 mod symbols;
 mod unnamed;
@@ -46,7 +48,7 @@ mod unwind;
 use std::io;
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use budget::MAX_SAMPLED_THREADS;
 pub use symbols::UNKNOWN_SYMBOL;
@@ -58,6 +60,7 @@ use super::{ComponentRules, ProfileDelta, ProfileError, MAX_STACK_BYTES};
 use crate::snapshot::stacks::{Frame, FrameKind, THREAD_ROOTS, TRUNCATED};
 use crate::sync::{lock, Background};
 use events::{Drained, StackHead, ThreadEvents};
+use rate::Rate;
 use symbols::{NameId, Symbols};
 use unwind::Unwinder;
 
@@ -78,6 +81,11 @@ pub struct Profiler {
     /// Component of each interned name by its leaf rule, indexed by `NameId`.
     components: Vec<String>,
     kernel_symbols: bool,
+    /// The configured rate, and the rate adapting to the budget ([`rate`]).
+    frequency_hz: u32,
+    rate: Rate,
+    /// When the previous collect drained, for the samples per second.
+    last_collect: Instant,
 }
 
 /// The perf events and what was drained from them: shared by `collect` and the drainer.
@@ -85,6 +93,8 @@ struct Sampling {
     events: ThreadEvents,
     unwinder: Option<Unwinder>,
     drained: Drained,
+    /// The drainer thread's CPU time since the last collect (it drains and unwinds).
+    drainer_cpu_ns: u64,
 }
 
 impl Sampling {
@@ -97,8 +107,14 @@ impl Sampling {
 /// dropped (its wait ends at once then).
 fn spawn_drainer(sampling: Arc<Mutex<Sampling>>, pid: u32) -> io::Result<Background> {
     Background::spawn("ps-up-drain", move |stopped| {
+        let mut cpu = super::thread_cpu_ns();
         while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(DRAIN_EVERY) {
-            lock(&sampling).drain();
+            let mut sampling = lock(&sampling);
+            sampling.drain();
+            // Counted under the lock, so a collect takes all of it up to its own drain.
+            let now = super::thread_cpu_ns();
+            sampling.drainer_cpu_ns += now.saturating_sub(cpu);
+            cpu = now;
         }
         tracing::trace!(pid, "upstream sample drainer stopped");
     })
@@ -154,6 +170,7 @@ impl Profiler {
             events,
             unwinder: None,
             drained: Drained::default(),
+            drainer_cpu_ns: 0,
         }));
         let drainer = if stacks {
             spawn_unwinder_loader(&sampling, pid).map_err(ProfileError::Symbolizer)?;
@@ -170,7 +187,23 @@ impl Profiler {
             drained: Drained::default(),
             components: Vec::new(),
             kernel_symbols,
+            frequency_hz,
+            rate: Rate::new(0),
+            last_collect: Instant::now(),
         })
+    }
+
+    /// Samples per second the whole process may give: the period doubles while it gives
+    /// more, and comes back to the configured one while it gives under a third
+    /// ([`rate`]); 0 keeps the configured rate.
+    pub fn set_budget(&mut self, samples_per_second: u32) {
+        self.rate = Rate::new(samples_per_second);
+    }
+
+    /// Samples per second of a thread's CPU now: the configured rate over the period's
+    /// multiple.
+    pub fn rate_hz(&self) -> f64 {
+        f64::from(self.frequency_hz) / self.rate.weight() as f64
     }
 
     /// Bytes of user stack each sample copies now: the configured size at first, then
@@ -210,6 +243,7 @@ impl Profiler {
     /// and folds. Returns the samples since the previous call.
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
         let unsampled;
+        let drainer_cpu_ns;
         {
             let mut sampling = lock(&self.sampling);
             let sampling = &mut *sampling;
@@ -220,6 +254,16 @@ impl Profiler {
             sampling
                 .events
                 .resize_stacks(sampling.unwinder.as_mut(), &mut sampling.drained);
+            let now = Instant::now();
+            let seconds = now.duration_since(self.last_collect).as_secs_f64();
+            self.last_collect = now;
+            let before = self.rate.shift();
+            if let Some(shift) = self.rate.next(sampling.drained.taken, seconds) {
+                let events = &mut sampling.events;
+                if !events.set_shift(shift, sampling.unwinder.as_mut(), &mut sampling.drained) {
+                    self.rate.set_shift(before);
+                }
+            }
             // A library loaded since: its frames unwind from the next samples on.
             if let Some(unwinder) = &mut sampling.unwinder {
                 unwinder.refresh();
@@ -230,6 +274,7 @@ impl Profiler {
                 sampling.events.unsampled_threads() as u64,
                 sampling.events.take_unsampled_cpu_ns(),
             );
+            drainer_cpu_ns = std::mem::take(&mut sampling.drainer_cpu_ns);
         }
         self.symbols.refresh_maps()?;
         fn split(stack: &[u64]) -> (&[u64], &[u64]) {
@@ -251,6 +296,9 @@ impl Profiler {
         self.update_components();
         let mut delta = self.fold();
         (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
+        delta.sampler_cpu_ns = drainer_cpu_ns;
+        delta.taken = self.drained.taken;
+        delta.period_multiple = self.rate.weight();
         Ok(delta)
     }
 

@@ -1,0 +1,100 @@
+//! A sampling rate that adapts to a budget of samples per second of the whole process.
+//!
+//! At a fixed rate a busy server pays for every sample (997 Hz per thread: +2.9 µs a
+//! request on Webdis, against +1.2 µs at 97 Hz) and an idle one gives too few to read. With
+//! a budget, the period is the configured one times a power of two: doubled while the
+//! process gives more than the budget, halved back while it gives under a third of it.
+//! Powers of two keep the counts exact: a sample taken at `2^k` times the period counts
+//! `2^k` ([`Rate::weight`]), so the samples stay in units of the configured period and
+//! every share, CPU per request and pprof weight reads them as before, whatever the rate
+//! did in the window.
+
+/// The period is at most this power of two times the configured one (997 Hz → 31 Hz).
+pub const MAX_SHIFT: u32 = 5;
+
+/// Under this share of the budget the period halves (with some margin below the budget
+/// the doubling aims for, so the rate does not swing at each collect).
+const UNDER: f64 = 1.0 / 3.0;
+
+/// The controller of one process's rate.
+#[derive(Debug, Clone)]
+pub struct Rate {
+    /// Samples per second the whole process may give; 0: the configured rate, fixed.
+    budget: u32,
+    /// The period is the configured one times `2^shift`.
+    shift: u32,
+}
+
+impl Rate {
+    pub fn new(budget: u32) -> Rate {
+        Rate { budget, shift: 0 }
+    }
+
+    /// What a sample taken now counts, in periods of the configured rate.
+    pub fn weight(&self) -> u64 {
+        1 << self.shift
+    }
+
+    pub fn shift(&self) -> u32 {
+        self.shift
+    }
+
+    /// The shift the events really have (they could not be reopened with another).
+    pub fn set_shift(&mut self, shift: u32) {
+        self.shift = shift;
+    }
+
+    /// After `taken` samples in `seconds`: the shift to reopen the events with, when it
+    /// changes.
+    pub fn next(&mut self, taken: u64, seconds: f64) -> Option<u32> {
+        if self.budget == 0 || seconds <= 0.0 {
+            return None;
+        }
+        let per_second = taken as f64 / seconds;
+        let budget = f64::from(self.budget);
+        let mut shift = self.shift;
+        if per_second > budget {
+            // Enough doublings to come under the budget at once.
+            let over = (per_second / budget).log2().ceil() as u32;
+            shift = (shift + over.max(1)).min(MAX_SHIFT);
+        } else if per_second < budget * UNDER && shift > 0 {
+            // Halve while twice the rate still stays under the budget.
+            let under = (budget / per_second.max(1e-9)).log2().floor() as u32;
+            shift = shift.saturating_sub(under.saturating_sub(1).max(1));
+        }
+        (shift != self.shift).then(|| {
+            self.shift = shift;
+            shift
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_process_is_sampled_less_and_an_idle_one_back_at_the_rate() {
+        let mut r = Rate::new(80);
+        // One core at 997 Hz: 997 samples a second, over 12 times the budget: 16× the
+        // period, 62 Hz.
+        assert_eq!(r.next(997, 1.0), Some(4));
+        assert_eq!(r.weight(), 16);
+        // 62 a second is within the budget: it stays.
+        assert_eq!(r.next(62, 1.0), None);
+        // Two cores: 125 a second, over: 32×, the most.
+        assert_eq!(r.next(125, 1.0), Some(5));
+        assert_eq!(r.next(500, 1.0), None, "at most {MAX_SHIFT}");
+        // Idle: 2 a second is a fortieth of the budget: back down by 4 doublings.
+        assert_eq!(r.next(2, 1.0), Some(1));
+        assert_eq!(r.next(0, 1.0), Some(0));
+        assert_eq!(r.next(0, 1.0), None);
+    }
+
+    #[test]
+    fn no_budget_keeps_the_rate() {
+        let mut r = Rate::new(0);
+        assert_eq!(r.next(100_000, 1.0), None);
+        assert_eq!(r.weight(), 1);
+    }
+}
