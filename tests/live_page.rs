@@ -464,10 +464,19 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         .map(|c| c[1].to_owned())
         .unwrap_or_else(|| panic!("no line of the proxy's own cost in\n{tap}"));
     assert!(
-        own.starts_with("phasescope itself: per request ")
+        Regex::new(r"^phasescope itself \(\d+ s with traffic\): per request ")
+            .unwrap()
+            .is_match(&own)
             && own.contains(" on CPU (user ")
             && own.contains(" cores"),
         "{own}"
+    );
+    // The header says how much of the window held traffic.
+    assert!(
+        Regex::new(r"window \d+ s, \d+ s with traffic, since ")
+            .unwrap()
+            .is_match(dom),
+        "no traffic seconds in the header"
     );
 
     let png = fs::read(&screenshot).expect("chromium saved a screenshot");

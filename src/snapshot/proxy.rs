@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::traffic::Traffic;
 use super::upstream::UpstreamSnapshot;
 
 /// The snapshot's top-level `proxy` object (docs/metrics.md): what phasescope's own
@@ -33,9 +34,26 @@ pub struct ProxySnapshot {
     /// irq, softirq, steal of every CPU): what all its cores did, the proxy and the
     /// upstream included.
     pub machine_busy_seconds: f64,
+    /// Of `watched_seconds`, the reads in which any tap counted exchanges, and its CPU and
+    /// the machine's over them: what its cost per request and its cores are read over.
+    /// Absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<Traffic>,
 }
 
 impl ProxySnapshot {
+    /// What per-request and per-core figures are read over: the reads that held traffic
+    /// when the snapshot says them, else the whole time watched (older snapshots).
+    pub fn work(&self) -> Traffic {
+        self.traffic.unwrap_or(Traffic {
+            seconds: self.watched_seconds,
+            cpu_user_seconds: self.cpu_user_seconds,
+            cpu_system_seconds: self.cpu_system_seconds,
+            runqueue_seconds: self.runqueue_seconds,
+            machine_busy_seconds: Some(self.machine_busy_seconds),
+        })
+    }
+
     /// User + system.
     pub fn cpu(&self) -> f64 {
         self.cpu_user_seconds + self.cpu_system_seconds
@@ -87,6 +105,7 @@ pub fn merge(a: ProxySnapshot, b: &ProxySnapshot) -> ProxySnapshot {
             b.cpus_allowed.clone()
         },
         machine_busy_seconds: a.machine_busy_seconds + b.machine_busy_seconds,
+        traffic: super::traffic::add(a.traffic, b.traffic),
     }
 }
 
@@ -103,6 +122,7 @@ pub fn since(now: &ProxySnapshot, before: &ProxySnapshot) -> ProxySnapshot {
             .map(|(a, b)| sub(a, b)),
         runqueue_seconds: sub(now.runqueue_seconds, before.runqueue_seconds),
         machine_busy_seconds: sub(now.machine_busy_seconds, before.machine_busy_seconds),
+        traffic: super::traffic::since(now.traffic, before.traffic),
         ..now.clone()
     }
 }

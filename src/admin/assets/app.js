@@ -341,7 +341,28 @@
     let n = 0;
     for (const s of Object.values(resp.phases.total || {})) n += s.count;
     if (!n) return null;
-    return { cpu: (u.cpu_user_seconds + u.cpu_system_seconds) / n, runqueue: u.runqueue_seconds / n };
+    const w = atWork(u);
+    return { cpu: (w.cpu_user_seconds + w.cpu_system_seconds) / n, runqueue: w.runqueue_seconds / n };
+  }
+
+  /* What per-request and per-core figures are read over (docs/metrics.md, `traffic`):
+   * the reads that held traffic, not the idle seconds around them; the whole window in
+   * snapshots without it. */
+  function atWork(p) {
+    if (p.traffic) return p.traffic;
+    return {
+      seconds: p.watched_seconds, cpu_user_seconds: p.cpu_user_seconds, cpu_system_seconds: p.cpu_system_seconds,
+      runqueue_seconds: p.runqueue_seconds, machine_busy_seconds: p.machine_busy_seconds,
+    };
+  }
+
+  /* How long a window held traffic: the longest of its processes' (the proxy's own is
+   * every tap's); null when no snapshot part says. */
+  function trafficSeconds(snap) {
+    const all = [];
+    if (snap.proxy && snap.proxy.traffic) all.push(snap.proxy.traffic.seconds);
+    for (const t of Object.values(snap.taps || {})) if (t.upstream && t.upstream.traffic) all.push(t.upstream.traffic.seconds);
+    return all.length ? Math.max(...all) : null;
   }
 
   function phaseSums(tap, route) {
@@ -786,10 +807,12 @@
         return;
       }
       const us = (s) => fmtDur(s / n);
-      const cpu = p.cpu_user_seconds + p.cpu_system_seconds;
-      const cores = p.watched_seconds > 0 ? cpu / p.watched_seconds : 0;
-      let line = `phasescope itself: per request ${us(cpu)} on CPU (user ${us(p.cpu_user_seconds)}, system ${us(p.cpu_system_seconds)}), ${us(p.runqueue_seconds)} waiting for a CPU; ${num3(cores)} of the ${p.cpus} cores`;
-      if (p.machine_busy_seconds > 0) line += `, ${fmtPct(Math.min(1, cpu / p.machine_busy_seconds))} of the CPU the machine did`;
+      const w = atWork(p);
+      const cpu = w.cpu_user_seconds + w.cpu_system_seconds;
+      const cores = w.seconds > 0 ? cpu / w.seconds : 0;
+      const over = p.traffic ? ` (${fmtAge(w.seconds)} with traffic)` : "";
+      let line = `phasescope itself${over}: per request ${us(cpu)} on CPU (user ${us(w.cpu_user_seconds)}, system ${us(w.cpu_system_seconds)}), ${us(w.runqueue_seconds)} waiting for a CPU; ${num3(cores)} of the ${p.cpus} cores`;
+      if (w.machine_busy_seconds > 0) line += `, ${fmtPct(Math.min(1, cpu / w.machine_busy_seconds))} of the CPU the machine did`;
       const theirs = u && u.cpus_allowed;
       const mine = p.cpus_allowed || [];
       if (theirs && mine.length) {
@@ -804,7 +827,8 @@
       if (!u) return;
       const name = u.comm || "the upstream";
       const who = u.pid == null ? "no process found yet" : `pid ${u.pid}, ${u.threads} thread${u.threads === 1 ? "" : "s"}`;
-      this.insideSub.textContent = `${name} (${who}), ${fmtAge(u.watched_seconds)} watched since ${fmtClock(snap.since_unix)}`;
+      const busy = u.traffic ? `, ${fmtAge(u.traffic.seconds)} with traffic` : "";
+      this.insideSub.textContent = `${name} (${who}), ${fmtAge(u.watched_seconds)} watched since ${fmtClock(snap.since_unix)}${busy}`;
       this.renderFunctions(u);
       if (!n) {
         this.insideLine.textContent = "no requests in this window yet";
@@ -813,7 +837,8 @@
         return;
       }
       const us = (s) => fmtDur(s / n);
-      let line = `per request ${us(u.cpu_user_seconds + u.cpu_system_seconds)} on CPU (user ${us(u.cpu_user_seconds)}, system ${us(u.cpu_system_seconds)}), ${us(u.runqueue_seconds)} waiting for a CPU`;
+      const w = atWork(u);
+      let line = `per request ${us(w.cpu_user_seconds + w.cpu_system_seconds)} on CPU (user ${us(w.cpu_user_seconds)}, system ${us(w.cpu_system_seconds)}), ${us(w.runqueue_seconds)} waiting for a CPU`;
       const samples = u.samples || {};
       const total = sumValues(samples);
       const own = u.exe ? u.exe.split("/").pop() : null;
@@ -830,7 +855,7 @@
       }
       this.insideLine.textContent = line;
       this.insideWhatIf.textContent = total > 0 ? whatIf((snap.what_if || {})[this.name]) : "";
-      const notes = ["thread-time per request: the process's CPU and run-queue time divided by this tap's requests"];
+      const notes = [`thread-time per request: the process's CPU and run-queue time${u.traffic ? " over the seconds with traffic" : ""} divided by this tap's requests`];
       if (u.restarts) notes.push(`${u.restarts} restart${u.restarts === 1 ? "" : "s"} in this window`);
       if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);
       if (!total) notes.push("not sampled: profile = true or --profile-upstream shows where its CPU goes");
@@ -1120,7 +1145,9 @@
     takeStyles(snap);
     renderFindings(snap.findings || []);
     const span = snap.taken_at_unix - snap.since_unix;
-    meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
+    const busy = trafficSeconds(snap);
+    const held = busy === null ? "" : `, ${fmtAge(busy)} with traffic`;
+    meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}${held}, since ${fmtClock(snap.since_unix)}`;
     // Front to back (the snapshot's `position`): the tap clients reach first on top.
     const taps = snap.taps || {};
     const pos = (n) => (taps[n].position === undefined ? Infinity : taps[n].position);

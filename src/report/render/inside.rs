@@ -127,6 +127,9 @@ impl Inside {
             if self.threads == 1 { "" } else { "s" },
             self.watched_seconds
         );
+        if let Some(t) = self.traffic_seconds {
+            head.push_str(&format!(" watched, {t:.0} s with traffic"));
+        }
         if self.restarts > 0 {
             head.push_str(&format!(
                 ", {} restart{}",
@@ -316,6 +319,7 @@ mod tests {
             active_seconds: None,
             active_busiest_thread_seconds: None,
             cpus_allowed: None,
+            traffic: None,
             cpu_seconds: None,
             context_switches_voluntary: 1,
             context_switches_involuntary: 1,
