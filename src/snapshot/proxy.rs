@@ -51,6 +51,7 @@ impl ProxySnapshot {
             cpu_system_seconds: self.cpu_system_seconds,
             runqueue_seconds: self.runqueue_seconds,
             machine_busy_seconds: Some(self.machine_busy_seconds),
+            exchanges: None,
         })
     }
 

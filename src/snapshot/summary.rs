@@ -36,6 +36,10 @@ pub struct Inside {
     pub traffic_seconds: Option<f64>,
     pub restarts: u64,
     pub requests: u64,
+    /// The tap's exchanges that ended while the process was watched, what the figures per
+    /// request divide (absent when the snapshot does not say: then `requests`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watched_requests: Option<u64>,
     /// Per request, in seconds: thread-time over the reads that held traffic divided by
     /// requests (docs/phases.md).
     pub cpu_user: f64,
@@ -142,11 +146,15 @@ impl Inside {
     /// `requests` and `mean_total` (seconds) come from the tap's `total` phase over the
     /// same window as `u`.
     pub fn new(u: &UpstreamSnapshot, requests: u64, mean_total: Option<f64>, factor: f64) -> Self {
+        // The exchanges served while a process was watched, when the snapshot says them:
+        // those served while it was gone or not found yet had none of their CPU counted.
+        let watched_requests = u.traffic.and_then(|t| t.exchanges).filter(|&n| n > 0);
+        let divisor = watched_requests.unwrap_or(requests);
         let per = |s: f64| {
-            if requests == 0 {
+            if divisor == 0 {
                 0.0
             } else {
-                s / requests as f64
+                s / divisor as f64
             }
         };
         let comm = runs_as(u).unwrap_or_else(|| "the upstream".to_owned());
@@ -204,6 +212,7 @@ impl Inside {
             traffic_seconds: u.traffic.map(|t| t.seconds),
             restarts: u.restarts,
             requests,
+            watched_requests,
             cpu_user: per(work.cpu_user_seconds),
             cpu_system: per(work.cpu_system_seconds),
             runqueue: per(work.runqueue_seconds),

@@ -25,6 +25,12 @@ pub struct Traffic {
     /// of what the cores did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_busy_seconds: Option<f64>,
+    /// The upstream's only: the tap's exchanges that ended in those reads, while the
+    /// process was watched. What its CPU per request divides: exchanges served while no
+    /// process was watched (it was gone, or its successor not found yet) had none of
+    /// their CPU counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchanges: Option<u64>,
 }
 
 impl Traffic {
@@ -53,6 +59,7 @@ impl Traffic {
                 .machine_busy_seconds
                 .zip(b.machine_busy_seconds)
                 .map(|(x, y)| x + y),
+            exchanges: self.exchanges.zip(b.exchanges).map(|(x, y)| x + y),
         }
     }
 
@@ -69,6 +76,10 @@ impl Traffic {
                 .machine_busy_seconds
                 .zip(before.machine_busy_seconds)
                 .map(|(a, b)| sub(a, b)),
+            exchanges: self
+                .exchanges
+                .zip(before.exchanges)
+                .map(|(a, b)| a.saturating_sub(b)),
         }
     }
 }

@@ -293,6 +293,7 @@ impl UpstreamSnapshot {
             cpu_system_seconds: self.cpu_system_seconds,
             runqueue_seconds: self.runqueue_seconds,
             machine_busy_seconds: None,
+            exchanges: None,
         })
     }
 

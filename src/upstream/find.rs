@@ -88,6 +88,12 @@ impl Target {
 #[error("{0} is not an address of this host, so its process cannot be read here; set [tap.process] pid or pid_file, or find = \"none\"")]
 pub struct NotLocal(pub String);
 
+/// No socket listens on the upstream's address: found from /proc/net/tcp alone, before
+/// any process's open files are scanned, so looking again costs little.
+#[derive(Debug, thiserror::Error)]
+#[error("nothing listens on {0} in this network namespace")]
+pub struct NothingListens(pub String);
+
 /// The thread ids of process `pid` (the entries of /proc/PID/task).
 pub fn threads(pid: u32) -> std::io::Result<Vec<u32>> {
     let mut tids = Vec::new();
@@ -126,7 +132,7 @@ fn listener_pids(upstream: &str) -> anyhow::Result<Vec<u32>> {
         }
     }
     if inodes.is_empty() {
-        bail!("nothing listens on {upstream} in this network namespace");
+        return Err(NothingListens(upstream.to_owned()).into());
     }
     let mut holders = BTreeSet::new();
     let mut unreadable = 0usize;

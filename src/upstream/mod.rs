@@ -62,8 +62,9 @@ struct State {
     slices: SliceWindow,
     /// Which reads held traffic, and what the process did over them.
     traffic: TrafficMeter,
-    /// The traffic's totals at the last snapshot reset.
+    /// The traffic's totals and exchanges at the last snapshot reset.
     traffic_baseline: Totals,
+    traffic_exchanges_baseline: u64,
 }
 
 /// Samples folded into components: since start (the exposition) and since the last reset
@@ -106,6 +107,7 @@ impl Upstream {
                 slices: SliceWindow::default(),
                 traffic: TrafficMeter::default(),
                 traffic_baseline: Totals::default(),
+                traffic_exchanges_baseline: 0,
             }),
         })
     }
@@ -146,7 +148,7 @@ impl Upstream {
         let before = s.accountant.totals();
         let read = s.accountant.read();
         let delta = s.accountant.totals().since(&before);
-        let held = s.traffic.after_read(&delta);
+        let held = s.traffic.after_read(&delta, matches!(read, Read::Alive));
         (read, held)
     }
 
@@ -184,6 +186,7 @@ impl Upstream {
     pub(crate) fn attach(&self, pids: &[u32]) -> anyhow::Result<(ProcessInfo, bool)> {
         let mut s = lock(&self.state);
         s.slices.lose_track();
+        s.traffic.restart();
         let info = s.accountant.attach(pids)?;
         Ok((info, s.accountant.threads_readable()))
     }
@@ -238,6 +241,7 @@ impl Upstream {
     fn restart_window(s: &mut State) {
         s.baseline = s.accountant.totals();
         s.traffic_baseline = s.traffic.totals();
+        s.traffic_exchanges_baseline = s.traffic.exchanges();
         s.accountant.forget_departed();
         s.share_baseline = cpu_by_process(&s.accountant);
         s.slices.restart();
@@ -372,10 +376,14 @@ impl Upstream {
             snap.cpu_seconds = None;
         }
         snap.slices = s.slices.snapshot();
-        snap.traffic = s
-            .traffic
-            .counting()
-            .then(|| traffic_snapshot(&s.traffic.totals().since(&s.traffic_baseline)));
+        snap.traffic = s.traffic.counting().then(|| crate::snapshot::Traffic {
+            exchanges: Some(
+                s.traffic
+                    .exchanges()
+                    .saturating_sub(s.traffic_exchanges_baseline),
+            ),
+            ..traffic_snapshot(&s.traffic.totals().since(&s.traffic_baseline))
+        });
         snap.processes = processes_in_window(&s.accountant, &s.share_baseline);
         snap.profile = s.samples.as_ref().map(Samples::snapshot);
         snap
@@ -462,6 +470,7 @@ fn traffic_snapshot(t: &Totals) -> crate::snapshot::Traffic {
         cpu_system_seconds: s(t.system_ns),
         runqueue_seconds: s(t.runqueue_ns),
         machine_busy_seconds: None,
+        exchanges: None,
     }
 }
 

@@ -166,6 +166,8 @@ impl Own {
             machine_busy_seconds: busy_ns as f64 / 1e9,
             traffic: u.traffic.map(|t| crate::snapshot::Traffic {
                 machine_busy_seconds: Some(traffic_busy_ns as f64 / 1e9),
+                // Every tap's: the report divides by each tap's own.
+                exchanges: None,
                 ..t
             }),
         }

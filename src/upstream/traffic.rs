@@ -23,6 +23,8 @@ pub(crate) struct TrafficMeter {
     last: Option<u64>,
     /// What the reads that held traffic added, since start.
     totals: Totals,
+    /// The exchanges that ended in reads of a live process, since start.
+    exchanges: u64,
     scratch: Vec<u64>,
 }
 
@@ -38,10 +40,17 @@ impl TrafficMeter {
         !self.sources.is_empty()
     }
 
-    /// After a read that added `delta` to the process's totals: adds it to the traffic's
-    /// when an exchange ended since the previous read. Returns whether it did.
-    pub(crate) fn after_read(&mut self, delta: &Totals) -> bool {
+    /// After a read that added `delta` to the process's totals (`alive`: the process was
+    /// read): adds it to the traffic's when an exchange ended since the previous read, and
+    /// counts those exchanges. Returns whether it did. A read of no process counts
+    /// nothing and starts over: the exchanges until the next process's first read were
+    /// served unwatched.
+    pub(crate) fn after_read(&mut self, delta: &Totals, alive: bool) -> bool {
         if self.sources.is_empty() {
+            return false;
+        }
+        if !alive {
+            self.last = None;
             return false;
         }
         let mut now = 0u64;
@@ -49,12 +58,23 @@ impl TrafficMeter {
             s.exchanges(&mut self.scratch);
             now += self.scratch.iter().sum::<u64>();
         }
-        let held = self.last.is_some_and(|last| now > last);
+        let ended = self.last.map_or(0, |last| now.saturating_sub(last));
         self.last = Some(now);
-        if held {
+        if ended > 0 {
             add(&mut self.totals, delta);
+            self.exchanges += ended;
         }
-        held
+        ended > 0
+    }
+
+    /// Another process is watched from now: its first read starts the count.
+    pub(crate) fn restart(&mut self) {
+        self.last = None;
+    }
+
+    /// The exchanges that ended in reads of a live process, since start.
+    pub(crate) fn exchanges(&self) -> u64 {
+        self.exchanges
     }
 
     /// What the reads that held traffic added since start.
@@ -100,17 +120,25 @@ mod tests {
         };
         assert!(!m.counting());
         // Nothing counted: no read holds traffic.
-        assert!(!m.after_read(&read(5)));
+        assert!(!m.after_read(&read(5), true));
         m.add_source(count.clone());
         // The first read only marks where counting starts.
         *count.0.lock().unwrap() = 10;
-        assert!(!m.after_read(&read(7)));
+        assert!(!m.after_read(&read(7), true));
         *count.0.lock().unwrap() = 12;
-        assert!(m.after_read(&read(100)));
-        assert!(!m.after_read(&read(3)));
+        assert!(m.after_read(&read(100), true));
+        assert!(!m.after_read(&read(3), true));
         *count.0.lock().unwrap() = 13;
-        assert!(m.after_read(&read(50)));
+        assert!(m.after_read(&read(50), true));
+        // The process gone: what ends until its successor's second read is unwatched.
+        *count.0.lock().unwrap() = 20;
+        assert!(!m.after_read(&read(0), false));
+        *count.0.lock().unwrap() = 30;
+        assert!(!m.after_read(&read(9), true));
+        *count.0.lock().unwrap() = 31;
+        assert!(m.after_read(&read(20), true));
         let t = m.totals();
-        assert_eq!((t.user_ns, t.watched_ns), (150, 2_000));
+        assert_eq!((t.user_ns, t.watched_ns), (170, 3_000));
+        assert_eq!(m.exchanges(), 2 + 1 + 1);
     }
 }

@@ -138,6 +138,15 @@ impl Inside {
             ));
         }
         head.push_str(&self.processes_shown());
+        if let Some(w) = self
+            .watched_requests
+            .filter(|&w| (w as f64) < 0.99 * self.requests as f64)
+        {
+            head.push_str(&format!(
+                "; per request of the {w} of {} requests served while it was watched",
+                self.requests
+            ));
+        }
         head.push_str(&format!(
             "): per request {} on CPU (user {}, system {}), {} waiting for a CPU",
             us(self.cpu_user + self.cpu_system),
