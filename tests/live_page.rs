@@ -1353,3 +1353,55 @@ fn the_route_table_shows_each_routes_cpu_per_request() {
         "{title}"
     );
 }
+
+#[test]
+fn a_route_cpu_that_cannot_be_told_gives_its_reason_in_the_cell() {
+    let chromium = require_tool("chromium");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json");
+    let mut snap = Snapshot::from_json(&fs::read_to_string(&fixture).unwrap()).unwrap();
+    let upstream = snap
+        .taps
+        .get_mut("webdis")
+        .and_then(|t| t.upstream.as_mut())
+        .expect("the fixture's webdis tap watches its process");
+    // The same mix in every slice: the two routes' costs cannot be told apart.
+    let slices: Vec<serde_json::Value> = (0..40u64)
+        .map(|i| {
+            serde_json::json!({
+                "end_unix": 1000.0 + i as f64 * 0.25, "seconds": 0.25,
+                "cpu_seconds": 0.02 + ((i * 7) % 5) as f64 * 3e-6,
+                "exchanges": [100, 100],
+            })
+        })
+        .collect();
+    upstream.slices = Some(
+        serde_json::from_value(serde_json::json!({ "routes": ["GET", "SET"], "slices": slices }))
+            .unwrap(),
+    );
+    let snapshot = phasescope::admin::served(snap).unwrap();
+    let reasons: Vec<String> = snapshot["route_cpu"]["webdis"]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["reason"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!reasons.is_empty(), "{}", snapshot["route_cpu"]);
+    let admin = ScriptedAdmin::start(snapshot);
+    let screenshot = artifacts().join("live-page-route-cpu-unknown.png");
+    let page = load_page(&chromium, &format!("http://{}/", admin.addr), &screenshot);
+    let cell = Regex::new(r#"<td data-col="cpu" class="unknown"[^>]*>([^<]*)<"#).unwrap();
+    let shown: Vec<String> = cell
+        .captures_iter(&page.dom)
+        .map(|c| c[1].replace("&amp;", "&"))
+        .collect();
+    assert!(!shown.is_empty(), "no unknown CPU cell in\n{}", page.dom);
+    for text in &shown {
+        assert!(
+            text.starts_with("unknown: ") && text.len() > "unknown: ".len() + 10,
+            "{text}"
+        );
+        assert_ne!(text, "?");
+    }
+    assert!(!page.dom.contains("explains 0"), "{}", page.dom);
+}

@@ -980,7 +980,8 @@
       const cpuCell = (route) => {
         const c = cpuOf[route];
         if (!c) return h("td", { "data-col": "cpu", text: "–", title: routeCpu ? "no exchange of the route in the slices" : "the upstream's process is not watched" });
-        if (!c.cpu_per_request) return h("td", { "data-col": "cpu", class: "unknown", text: "?", title: `unknown: ${c.reason || ""}` });
+        // The reason in the cell itself, not behind a `?` and a hover.
+        if (!c.cpu_per_request) return h("td", { "data-col": "cpu", class: "unknown", text: `unknown: ${c.reason || "the slices cannot tell"}`, title: `unknown: ${c.reason || ""}` });
         const iv = c.cpu_per_request;
         const share = c.share === null || c.share === undefined ? "" : `, ${fmtPct(c.share)} of the server's CPU`;
         return h("td", { "data-col": "cpu", "data-estimate": String(iv.estimate), text: fmtDur(iv.estimate),
@@ -1120,6 +1121,13 @@
     return `${e.name} ${v}` + (e.threshold ? ` (${e.threshold})` : "");
   }
 
+  /* Whether a finding explains none of a request's time: a failure (`upstream_errors`,
+   * `server_errors`), whose impact is 0 with no share of total. */
+  function explainsNone(f) {
+    const share = f.impact.share_of_total;
+    return !f.impact.seconds_per_request && (share === null || share === undefined);
+  }
+
   /* The findings card: what the rules of docs/findings.md find in the snapshot's window,
    * most severe first, each with its evidence, what it explains and its fix. */
   function renderFindings(findings) {
@@ -1133,7 +1141,9 @@
         h("span", { class: "id", text: f.id }),
         h("span", { class: "where", text: `tap ${f.tap}` + (f.route ? ` · route ${f.route}` : "") }),
         h("div", { class: "summary", text: f.summary }),
-        h("div", { class: "impact" }, h("b", { text: "explains " }),
+        // A failure explains no share of the answered requests' time: it says so by
+        // leaving the line out, as the report does (never `explains 0 per request`).
+        explainsNone(f) ? null : h("div", { class: "impact" }, h("b", { text: "explains " }),
           `${fmtDur(f.impact.seconds_per_request)} per request` + (share === null || share === undefined ? "" : `, ${fmtPct(share)} of total`)),
         h("div", { class: "fix" }, h("b", { text: "fix " }), f.fix),
         h("details", null, h("summary", { text: "evidence" }),
