@@ -306,6 +306,40 @@ fn report_through_prometheus_names_the_servers_errors() {
         "the histograms hold the successes only: {successes} against {} sent",
         2 * FAILS + 1
     );
+    // phasescope itself and its findings from their series too: the gauge's critical
+    // server_errors (a third of the answers were 503s) makes --fail-on critical exit 1.
+    let cost = &json["taps"][0]["proxy"];
+    assert!(
+        cost["cpu_user"].as_f64().is_some(),
+        "no phasescope itself: {json}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || scraped(
+            "max(phasescope_finding{id=\"server_errors\",severity=\"critical\"})"
+        ) >= 1.0),
+        "the gauge never held server_errors\n{}",
+        prometheus.log_tail()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--prometheus",
+            &url,
+            "--range",
+            "1m",
+            "--fail-on",
+            "critical",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("critical server_errors"), "{text}");
+    assert!(
+        text.contains("phasescope itself (from Prometheus, "),
+        "{text}"
+    );
 }
 
 /// A RESP error reply is the server's error answer too, per command: `INCR` on a key that

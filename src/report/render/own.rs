@@ -81,9 +81,14 @@ impl ProxyCost {
             .traffic_seconds
             .map(|t| format!(" watched, {t:.0} s with traffic"))
             .unwrap_or_default();
+        // From Prometheus there is no one pid: every instance is summed.
+        let who = if self.pid == 0 {
+            "from Prometheus".to_owned()
+        } else {
+            format!("pid {}", self.pid)
+        };
         let mut l = format!(
-            "phasescope itself (pid {}, {} threads, {:.0} s{traffic}): per request {} on CPU (user {}, system {}), {} waiting for a CPU; {} of the {} cores",
-            self.pid,
+            "phasescope itself ({who}, {} threads, {:.0} s{traffic}): per request {} on CPU (user {}, system {}), {} waiting for a CPU; {} of the {} cores",
             self.threads,
             self.watched_seconds,
             us(self.cpu_user + self.cpu_system),
