@@ -1041,6 +1041,16 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
     let admin = ScriptedAdmin::start(snapshot);
     let screenshot = artifacts().join("live-page-functions.png");
     let page = load_page(&chromium, &format!("http://{}/", admin.addr), &screenshot);
+    // The hot path's table, with its long names and its what-if column, fits 1280 px.
+    assert!(
+        page.dom.contains(r#"data-col="what-if""#),
+        "no hot path shown"
+    );
+    assert!(
+        !page.dom.contains("data-clipped"),
+        "a table wider than its box at 1280 px:\n{}",
+        page.dom
+    );
     for line in page.stderr.lines() {
         assert!(
             !(line.contains("Uncaught") || line.contains("Failed to load resource")),
@@ -1355,7 +1365,7 @@ fn the_route_table_shows_each_routes_cpu_per_request() {
 }
 
 #[test]
-fn a_route_cpu_that_cannot_be_told_gives_its_reason_in_the_cell() {
+fn a_route_cpu_that_cannot_be_told_gives_its_reason_and_long_hot_path_names_fit_1280_px() {
     let chromium = require_tool("chromium");
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json");
@@ -1379,7 +1389,19 @@ fn a_route_cpu_that_cannot_be_told_gives_its_reason_in_the_cell() {
         serde_json::from_value(serde_json::json!({ "routes": ["GET", "SET"], "slices": slices }))
             .unwrap(),
     );
-    let snapshot = phasescope::admin::served(snap).unwrap();
+    let mut snapshot = phasescope::admin::served(snap).unwrap();
+    // A hot path with an amphp server's long names (its table was clipped at 1400 px,
+    // its what-if column behind a scroll bar): every table must still fit 1280 px.
+    let long = "Amp\\Http\\Server\\Driver\\Internal\\Http1Driver::handleClient{closure}";
+    let hot = snapshot["hot"]["webdis"]
+        .as_array_mut()
+        .expect("a hot path");
+    for f in hot.iter_mut() {
+        f["name"] = Value::from(format!("{long}::{}", f["name"].as_str().unwrap_or("")));
+        if let Some(c) = f["callers"].as_array_mut().and_then(|c| c.first_mut()) {
+            c["name"] = Value::from(long);
+        }
+    }
     let reasons: Vec<String> = snapshot["route_cpu"]["webdis"]["routes"]
         .as_array()
         .unwrap()
@@ -1404,4 +1426,91 @@ fn a_route_cpu_that_cannot_be_told_gives_its_reason_in_the_cell() {
         assert_ne!(text, "?");
     }
     assert!(!page.dom.contains("explains 0"), "{}", page.dom);
+    assert!(
+        page.dom.contains(r#"data-col="what-if""#),
+        "no hot path shown"
+    );
+    assert!(
+        !page.dom.contains("data-clipped"),
+        "a table wider than its box at 1280 px:\n{}",
+        page.dom
+    );
+}
+
+/// Sends `n` requests to the proxy one after another on fresh connections; the statuses.
+fn statuses(proxy: &Proxy, n: usize) -> Vec<u16> {
+    (0..n)
+        .map(|_| {
+            let raw = support::http_exchange(
+                proxy.addr(),
+                b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+            );
+            support::parse_response(&raw).status
+        })
+        .collect()
+}
+
+#[test]
+fn a_page_opened_after_an_outage_shows_it_in_its_charts_and_its_tables_fit_1280_px() {
+    let chromium = require_tool("chromium");
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    // The outage: nothing listens, every request fails (the proxy answers 502).
+    let proxy = Proxy::in_front_of(support::loopback(port), &[]);
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut failed = 0;
+    while Instant::now() < until {
+        failed += statuses(&proxy, 20).iter().filter(|&&s| s == 502).count();
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(failed > 0);
+    // Then the server is back, and answers for a few seconds before anyone looks.
+    let mut c = Command::new(support::burn_upstream_binary());
+    c.args([&port.to_string(), "0", "20"]);
+    let _server = support::Managed::spawn("burn upstream", &mut c, &dir.path().join("up.log"));
+    assert!(wait_for(support::STARTUP_DEADLINE, || support::accepts(
+        support::loopback(port)
+    )));
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(statuses(&proxy, 20).iter().all(|&s| s == 200));
+        thread::sleep(Duration::from_millis(50));
+    }
+    // The server's history holds the outage's seconds.
+    let history: Value =
+        serde_json::from_str(&proxy.admin_get("/api/history").body_text()).unwrap();
+    let points = history["points"].as_array().unwrap();
+    let with_errors = points
+        .iter()
+        .filter(|p| p["taps"]["webdis"]["errors"].as_u64().unwrap_or(0) > 0)
+        .count();
+    assert!(points.len() >= 4 && with_errors >= 1, "{history}");
+    let screenshot = artifacts().join("live-page-after-an-outage.png");
+    let page = load_page(
+        &chromium,
+        &format!("http://{}/", proxy.admin_addr()),
+        &screenshot,
+    );
+    let dom = &page.dom;
+    let section = Regex::new(r#"<section[^>]*data-tap="webdis"[^>]*>"#).unwrap();
+    let tag = section
+        .find(dom)
+        .unwrap_or_else(|| panic!("no section for the tap in\n{dom}"))
+        .as_str();
+    let attr = |name: &str| -> usize {
+        Regex::new(&format!(r#"{name}="(\d+)""#))
+            .unwrap()
+            .captures(tag)
+            .map_or(0, |c| c[1].parse().unwrap())
+    };
+    // The outage came before the page opened: only the server's history can show it.
+    assert!(
+        attr("data-chart-error-points") >= with_errors.min(1),
+        "the charts have no second with errors: {tag}"
+    );
+    assert!(attr("data-chart-points") >= points.len(), "{tag}");
+    assert!(
+        !dom.contains("data-clipped"),
+        "a table wider than its box at 1280 px:\n{dom}"
+    );
 }

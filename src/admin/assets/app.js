@@ -651,7 +651,27 @@
       })), { fmt: fmtDur, stacked: true, legend: false, height: 189 });
     }
 
+    /* The window's seconds before this page's first poll, from the server's history:
+     * the same points the polls make, from the same differences (history.rs). */
+    seed(snap) {
+      for (const p of historyPoints) {
+        const tp = p.taps[this.name];
+        if (!tp || p.since !== snap.since_unix || p.t >= snap.taken_at_unix) continue;
+        let interval = null;
+        if (tp.answered > 0) {
+          const segs = {};
+          for (const [k, v] of segments(tp.sums)) segs[k] = v / tp.answered;
+          interval = { segs, p50: tp.p50, p99: tp.p99 };
+        }
+        this.record(p.t, tp.requests / p.dt, tp.errors / p.dt, interval, interval ? Object.keys(interval.segs) : []);
+      }
+    }
+
     update(tap, snap) {
+      if (!this.seeded) {
+        this.seeded = true;
+        this.seed(snap);
+      }
       const t = snap.taken_at_unix;
       const merged = {};
       for (const [phase, byRoute] of Object.entries(tap.phases)) merged[phase] = mergeRoutes(byRoute);
@@ -1068,8 +1088,12 @@
 
     renderCharts() {
       this.renderChartsNote();
-      if (!haveCharts) return;
       const hist = this.history;
+      // What the charts hold, for a reader of the page's DOM (its test): the points and
+      // those with errors, the server's history first.
+      this.root.dataset.chartPoints = String(hist.t.length);
+      this.root.dataset.chartErrorPoints = String(hist.errRate.filter((v) => v > 0).length);
+      if (!haveCharts) return;
       this.rateChart.setData([hist.t, hist.rate, hist.errRate]);
       this.latencyChart.setData([hist.t, hist.p50, hist.p99]);
       if (this.stackChart) {
@@ -1180,6 +1204,18 @@
     // A tap that appeared later was appended last: put the sections back in order.
     const shown = [...main.querySelectorAll(":scope > section.tap")].map((e) => e.dataset.tap);
     if (shown.join("\n") !== names.join("\n")) for (const name of names) main.append(views.get(name).root);
+    markWideTables();
+  }
+
+  /* Every table must be readable in the window: one wider than its box is marked
+   * (`data-clipped`), which the page's test looks for at 1280 px. */
+  function markWideTables() {
+    for (const table of main.querySelectorAll("table")) {
+      const box = table.parentElement;
+      if (!box || table.offsetParent === null) continue;
+      if (table.scrollWidth > box.clientWidth + 1) table.dataset.clipped = String(table.scrollWidth - box.clientWidth);
+      else delete table.dataset.clipped;
+    }
   }
 
   // With an admin token configured, the API wants it as a bearer token. It comes from
@@ -1228,6 +1264,8 @@
     render(snap);
   }
 
+  let historyPoints = [];
+
   async function loop() {
     timer = null;
     if (paused) return;
@@ -1264,5 +1302,16 @@
     if (!paused) { if (timer) clearTimeout(timer); loop(); }
   });
 
-  loop();
+  // What the window held before this page opened (`/api/history`, docs/metrics.md): the
+  // charts draw it first, so an outage before the page was opened is in them.
+  async function loadHistory() {
+    try {
+      const r = await api("/api/history", { cache: "no-store", headers: { Accept: "application/json" } });
+      if (r.ok) historyPoints = (await r.json()).points || [];
+    } catch (e) {
+      historyPoints = []; // an older proxy, or none reachable: the charts start with the polls
+    }
+  }
+
+  loadHistory().then(loop);
 })();
