@@ -78,9 +78,14 @@ fn sequential(proxy: &Proxy, path: &str, n: usize) {
 
 /// The gauge line of a finding, once the proxy's evaluation (every 10 s) has it.
 fn gauge_shows(proxy: &Proxy, tap: &str, id: &str) -> bool {
-    let line = format!("phasescope_finding{{tap=\"{tap}\",id=\"{id}\"}} 1");
+    // Its `severity` label follows; the line ends in 1.
+    let series = format!("phasescope_finding{{tap=\"{tap}\",id=\"{id}\",severity=\"");
     wait_for(Duration::from_secs(25), || {
-        proxy.admin_get("/metrics").body_text().contains(&line)
+        proxy
+            .admin_get("/metrics")
+            .body_text()
+            .lines()
+            .any(|l| l.starts_with(&series) && l.ends_with("} 1"))
     })
 }
 

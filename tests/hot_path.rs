@@ -279,7 +279,7 @@ fn the_hot_path_names_the_functions_of_known_cpu_in_their_order() {
     // The gauge holds the finding the report gives, at a later evaluation too: its window
     // (the last minute, cut from two snapshots) has no call stacks, so the rules that read
     // them look at the window since the reset, as the report did.
-    let gauge = "phasescope_finding{tap=\"webdis\",id=\"hot_path\"} 1";
+    let gauge = "phasescope_finding{tap=\"webdis\",id=\"hot_path\",severity=\"";
     let first = proxy.admin_get("/metrics").body_text();
     // An evaluation is at most every 10 s (findings::monitor::EVERY).
     std::thread::sleep(std::time::Duration::from_millis(10_500));

@@ -464,10 +464,19 @@ fn live_page_shows_the_phases_of_a_proxy_under_load_and_fetches_only_from_it() {
         .map(|c| c[1].to_owned())
         .unwrap_or_else(|| panic!("no line of the proxy's own cost in\n{tap}"));
     assert!(
-        own.starts_with("phasescope itself: per request ")
+        Regex::new(r"^phasescope itself \(\d+ s with traffic\): per request ")
+            .unwrap()
+            .is_match(&own)
             && own.contains(" on CPU (user ")
             && own.contains(" cores"),
         "{own}"
+    );
+    // The header says how much of the window held traffic.
+    assert!(
+        Regex::new(r"window \d+ s, \d+ s with traffic, since ")
+            .unwrap()
+            .is_match(dom),
+        "no traffic seconds in the header"
     );
 
     let png = fs::read(&screenshot).expect("chromium saved a screenshot");
@@ -1032,6 +1041,16 @@ fn the_upstreams_top_functions_and_inclusive_shares_are_shown_from_a_sampled_sna
     let admin = ScriptedAdmin::start(snapshot);
     let screenshot = artifacts().join("live-page-functions.png");
     let page = load_page(&chromium, &format!("http://{}/", admin.addr), &screenshot);
+    // The hot path's table, with its long names and its what-if column, fits 1280 px.
+    assert!(
+        page.dom.contains(r#"data-col="what-if""#),
+        "no hot path shown"
+    );
+    assert!(
+        !page.dom.contains("data-clipped"),
+        "a table wider than its box at 1280 px:\n{}",
+        page.dom
+    );
     for line in page.stderr.lines() {
         assert!(
             !(line.contains("Uncaught") || line.contains("Failed to load resource")),
@@ -1342,5 +1361,156 @@ fn the_route_table_shows_each_routes_cpu_per_request() {
     assert!(
         title.contains("95 % interval") && title.contains("of the server's CPU"),
         "{title}"
+    );
+}
+
+#[test]
+fn a_route_cpu_that_cannot_be_told_gives_its_reason_and_long_hot_path_names_fit_1280_px() {
+    let chromium = require_tool("chromium");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots/stacks.json");
+    let mut snap = Snapshot::from_json(&fs::read_to_string(&fixture).unwrap()).unwrap();
+    let upstream = snap
+        .taps
+        .get_mut("webdis")
+        .and_then(|t| t.upstream.as_mut())
+        .expect("the fixture's webdis tap watches its process");
+    // The same mix in every slice: the two routes' costs cannot be told apart.
+    let slices: Vec<serde_json::Value> = (0..40u64)
+        .map(|i| {
+            serde_json::json!({
+                "end_unix": 1000.0 + i as f64 * 0.25, "seconds": 0.25,
+                "cpu_seconds": 0.02 + ((i * 7) % 5) as f64 * 3e-6,
+                "exchanges": [100, 100],
+            })
+        })
+        .collect();
+    upstream.slices = Some(
+        serde_json::from_value(serde_json::json!({ "routes": ["GET", "SET"], "slices": slices }))
+            .unwrap(),
+    );
+    let mut snapshot = phasescope::admin::served(snap).unwrap();
+    // A hot path with an amphp server's long names (its table was clipped at 1400 px,
+    // its what-if column behind a scroll bar): every table must still fit 1280 px.
+    let long = "Amp\\Http\\Server\\Driver\\Internal\\Http1Driver::handleClient{closure}";
+    let hot = snapshot["hot"]["webdis"]
+        .as_array_mut()
+        .expect("a hot path");
+    for f in hot.iter_mut() {
+        f["name"] = Value::from(format!("{long}::{}", f["name"].as_str().unwrap_or("")));
+        if let Some(c) = f["callers"].as_array_mut().and_then(|c| c.first_mut()) {
+            c["name"] = Value::from(long);
+        }
+    }
+    let reasons: Vec<String> = snapshot["route_cpu"]["webdis"]["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["reason"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!reasons.is_empty(), "{}", snapshot["route_cpu"]);
+    let admin = ScriptedAdmin::start(snapshot);
+    let screenshot = artifacts().join("live-page-route-cpu-unknown.png");
+    let page = load_page(&chromium, &format!("http://{}/", admin.addr), &screenshot);
+    let cell = Regex::new(r#"<td data-col="cpu" class="unknown"[^>]*>([^<]*)<"#).unwrap();
+    let shown: Vec<String> = cell
+        .captures_iter(&page.dom)
+        .map(|c| c[1].replace("&amp;", "&"))
+        .collect();
+    assert!(!shown.is_empty(), "no unknown CPU cell in\n{}", page.dom);
+    for text in &shown {
+        assert!(
+            text.starts_with("unknown: ") && text.len() > "unknown: ".len() + 10,
+            "{text}"
+        );
+        assert_ne!(text, "?");
+    }
+    assert!(!page.dom.contains("explains 0"), "{}", page.dom);
+    assert!(
+        page.dom.contains(r#"data-col="what-if""#),
+        "no hot path shown"
+    );
+    assert!(
+        !page.dom.contains("data-clipped"),
+        "a table wider than its box at 1280 px:\n{}",
+        page.dom
+    );
+}
+
+/// Sends `n` requests to the proxy one after another on fresh connections; the statuses.
+fn statuses(proxy: &Proxy, n: usize) -> Vec<u16> {
+    (0..n)
+        .map(|_| {
+            let raw = support::http_exchange(
+                proxy.addr(),
+                b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+            );
+            support::parse_response(&raw).status
+        })
+        .collect()
+}
+
+#[test]
+fn a_page_opened_after_an_outage_shows_it_in_its_charts_and_its_tables_fit_1280_px() {
+    let chromium = require_tool("chromium");
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    // The outage: nothing listens, every request fails (the proxy answers 502).
+    let proxy = Proxy::in_front_of(support::loopback(port), &[]);
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut failed = 0;
+    while Instant::now() < until {
+        failed += statuses(&proxy, 20).iter().filter(|&&s| s == 502).count();
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(failed > 0);
+    // Then the server is back, and answers for a few seconds before anyone looks.
+    let mut c = Command::new(support::burn_upstream_binary());
+    c.args([&port.to_string(), "0", "20"]);
+    let _server = support::Managed::spawn("burn upstream", &mut c, &dir.path().join("up.log"));
+    assert!(wait_for(support::STARTUP_DEADLINE, || support::accepts(
+        support::loopback(port)
+    )));
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(statuses(&proxy, 20).iter().all(|&s| s == 200));
+        thread::sleep(Duration::from_millis(50));
+    }
+    // The server's history holds the outage's seconds.
+    let history: Value =
+        serde_json::from_str(&proxy.admin_get("/api/history").body_text()).unwrap();
+    let points = history["points"].as_array().unwrap();
+    let with_errors = points
+        .iter()
+        .filter(|p| p["taps"]["webdis"]["errors"].as_u64().unwrap_or(0) > 0)
+        .count();
+    assert!(points.len() >= 4 && with_errors >= 1, "{history}");
+    let screenshot = artifacts().join("live-page-after-an-outage.png");
+    let page = load_page(
+        &chromium,
+        &format!("http://{}/", proxy.admin_addr()),
+        &screenshot,
+    );
+    let dom = &page.dom;
+    let section = Regex::new(r#"<section[^>]*data-tap="webdis"[^>]*>"#).unwrap();
+    let tag = section
+        .find(dom)
+        .unwrap_or_else(|| panic!("no section for the tap in\n{dom}"))
+        .as_str();
+    let attr = |name: &str| -> usize {
+        Regex::new(&format!(r#"{name}="(\d+)""#))
+            .unwrap()
+            .captures(tag)
+            .map_or(0, |c| c[1].parse().unwrap())
+    };
+    // The outage came before the page opened: only the server's history can show it.
+    assert!(
+        attr("data-chart-error-points") >= with_errors.min(1),
+        "the charts have no second with errors: {tag}"
+    );
+    assert!(attr("data-chart-points") >= points.len(), "{tag}");
+    assert!(
+        !dom.contains("data-clipped"),
+        "a table wider than its box at 1280 px:\n{dom}"
     );
 }

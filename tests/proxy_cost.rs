@@ -251,3 +251,120 @@ fn a_proxy_that_takes_the_upstreams_cores_is_found_competing_and_one_apart_is_no
         drop(up);
     }
 }
+
+/// CPU per request of `traffic` (or of the whole window without it) over `n` requests.
+fn per_request(t: phasescope::snapshot::Traffic, n: f64) -> f64 {
+    t.cpu() / n
+}
+
+#[test]
+fn figures_per_request_are_read_over_the_seconds_with_traffic_not_the_idle_after() {
+    // 3 s of load, then 10 s without a request in which the live page polls the admin
+    // API ten times a second (the proxy's CPU, not its tap's traffic): per request, the
+    // proxy's and the upstream's CPU after the idle tail must read as they did at the
+    // end of the load, the reference measured in the same run.
+    let mut up = BurnUpstream::start(0, 100);
+    let upstream_pid = up.process().pid();
+    let proxy = Proxy::in_front_of(up.addr(), &[]);
+    assert!(watched(&proxy, upstream_pid), "{}", proxy.log_tail());
+    reset(&proxy);
+    let wrk = support::run_wrk(&proxy.url("/"), 3, 2, 1);
+    assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
+    let loaded = snapshot(&proxy);
+    let idle_until = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < idle_until {
+        let _ = proxy.admin_get("/api/snapshot");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let later = snapshot(&proxy);
+    let n = requests(&loaded) as f64;
+    assert_eq!(requests(&later) as f64, n, "no request after the load");
+    let (p0, p1) = (loaded.proxy.clone().unwrap(), later.proxy.clone().unwrap());
+    let u0 = loaded.taps[TAP].upstream.clone().unwrap();
+    let u1 = later.taps[TAP].upstream.clone().unwrap();
+    let (t0, t1) = (
+        p1.traffic.expect("the proxy's traffic"),
+        u1.traffic.expect("the upstream's traffic"),
+    );
+    let proxy_loaded = per_request(p0.work(), n);
+    let proxy_later = per_request(t0, n);
+    let proxy_whole = p1.cpu() / n;
+    let upstream_loaded = per_request(u0.work(), n);
+    let upstream_later = per_request(t1, n);
+    let upstream_whole = (u1.cpu_user_seconds + u1.cpu_system_seconds) / n;
+    eprintln!(
+        "{n} requests; the proxy per request: {:.2} µs under load, {:.2} µs after {:.1} s idle over its {:.1} s with traffic ({:.2} µs over the whole {:.1} s), {:.3} cores with traffic; the upstream: {:.2} µs, {:.2} µs over {:.1} s with traffic ({:.2} µs over {:.1} s)",
+        proxy_loaded * 1e6,
+        proxy_later * 1e6,
+        p1.watched_seconds - p0.watched_seconds,
+        t0.seconds,
+        proxy_whole * 1e6,
+        p1.watched_seconds,
+        t0.cores_used(),
+        upstream_loaded * 1e6,
+        upstream_later * 1e6,
+        t1.seconds,
+        upstream_whole * 1e6,
+        u1.watched_seconds,
+    );
+    assert!(n >= 1000.0, "too few requests to compare: {n}");
+    assert!(
+        t0.seconds < p1.watched_seconds - 8.0 && t0.seconds >= 2.5,
+        "the proxy's traffic {} s of {} s watched",
+        t0.seconds,
+        p1.watched_seconds
+    );
+    assert!(
+        t1.seconds < u1.watched_seconds - 8.0 && t1.seconds >= 2.5,
+        "the upstream's traffic {} s of {} s watched",
+        t1.seconds,
+        u1.watched_seconds
+    );
+    assert!(
+        (proxy_later - proxy_loaded).abs() <= 0.1 * proxy_loaded,
+        "the proxy: {proxy_later} s per request after the idle tail, {proxy_loaded} s under load"
+    );
+    assert!(
+        (upstream_later - upstream_loaded).abs() <= 0.1 * upstream_loaded,
+        "the upstream: {upstream_later} s per request after the idle tail, {upstream_loaded} s under load"
+    );
+    // Cores: over the seconds with traffic, not spread over the idle ones.
+    assert!(
+        t0.cores_used() >= 0.7 * p0.work().cores_used(),
+        "{:?} against {:?}",
+        t0,
+        p0.work()
+    );
+
+    // The report says how long the window held traffic and gives the same figures.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.json");
+    std::fs::write(&file, serde_json::to_string(&later).unwrap()).unwrap();
+    let text = phasescope(&["report", "--from", file.to_str().unwrap()]);
+    let line = |start: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in\n{text}"))
+            .to_owned()
+    };
+    assert!(
+        line("phasescope itself").contains(" s with traffic)"),
+        "{text}"
+    );
+    assert!(line("inside ").contains(" s with traffic"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&phasescope(&[
+        "report",
+        "--from",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+    ]))
+    .unwrap();
+    let cost = &json["taps"][0]["proxy"];
+    let reported = cost["cpu_user"].as_f64().unwrap() + cost["cpu_system"].as_f64().unwrap();
+    assert!(
+        (reported - proxy_later).abs() <= 1e-9 + 1e-6 * proxy_later,
+        "{cost}"
+    );
+    drop(up);
+}

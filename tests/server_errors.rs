@@ -222,7 +222,10 @@ fn report_through_prometheus_names_the_servers_errors() {
     let binary = support::require_tool("prometheus");
     let upstream = support::slow_upstream(Duration::ZERO, ok_or_503);
     let proxy = Proxy::in_front_of(upstream, &[]);
-    let prometheus = support::Prometheus::start(&binary, proxy.admin_addr(), &[]);
+    // With the rules that ship beside the dashboard: their alerts are seen firing below.
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/alerts.yml");
+    let prometheus =
+        support::Prometheus::start_with_rules(&binary, proxy.admin_addr(), &[], Some(&rules));
     let mut conn = support::HttpConn::connect(proxy.addr());
     let mut send = |path: &str| {
         let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -305,6 +308,66 @@ fn report_through_prometheus_names_the_servers_errors() {
         (0.8 * 2.0 * want..=1.25 * 2.0 * (want + 1.0)).contains(&successes),
         "the histograms hold the successes only: {successes} against {} sent",
         2 * FAILS + 1
+    );
+    // phasescope itself and its findings from their series too: the gauge's critical
+    // server_errors (a third of the answers were 503s) makes --fail-on critical exit 1.
+    let cost = &json["taps"][0]["proxy"];
+    assert!(
+        cost["cpu_user"].as_f64().is_some(),
+        "no phasescope itself: {json}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || scraped(
+            "max(phasescope_finding{id=\"server_errors\",severity=\"critical\"})"
+        ) >= 1.0),
+        "the gauge never held server_errors\n{}",
+        prometheus.log_tail()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--prometheus",
+            &url,
+            "--range",
+            "1m",
+            "--fail-on",
+            "critical",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("critical server_errors"), "{text}");
+    assert!(
+        text.contains("phasescope itself (from Prometheus, "),
+        "{text}"
+    );
+    // The shipped alerts, in a real Prometheus: the critical finding fires at once (no
+    // `for`), the server's errors (a third of the answers) wait out their minute.
+    let alert = |name: &str, state: &str| {
+        scraped(&format!(
+            "max(ALERTS{{alertname=\"{name}\",alertstate=\"{state}\"}})"
+        ))
+    };
+    assert!(
+        wait_for(Duration::from_secs(15), || alert(
+            "PhasescopeCriticalFinding",
+            "firing"
+        ) >= 1.0),
+        "PhasescopeCriticalFinding never fired\n{}",
+        prometheus.log_tail()
+    );
+    assert!(
+        wait_for(Duration::from_secs(15), || alert(
+            "PhasescopeServerErrorsCritical",
+            "pending"
+        ) + alert(
+            "PhasescopeServerErrorsCritical",
+            "firing"
+        ) >= 1.0),
+        "PhasescopeServerErrorsCritical never held\n{}",
+        prometheus.log_tail()
     );
 }
 

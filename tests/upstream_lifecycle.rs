@@ -175,3 +175,124 @@ fn an_exec_in_place_is_a_restart_with_the_new_executable_named() {
         "{log}"
     );
 }
+
+/// The burn upstream (100 µs of CPU a request) on `port`, once it accepts.
+fn burn_server(port: u16, log: &Path) -> Managed {
+    let mut c = Command::new(burn_upstream_binary());
+    c.args([&port.to_string(), "0", "100"]);
+    let m = Managed::spawn("burn upstream", &mut c, log);
+    assert!(
+        wait_for(STARTUP_DEADLINE, || accepts(loopback(port))),
+        "the burn upstream did not start on {port}\n{}",
+        m.log_tail()
+    );
+    m
+}
+
+/// utime + stime of `pid` from /proc/PID/stat, seconds.
+fn proc_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+const INTERVAL_MS: u64 = 300;
+
+#[test]
+fn a_successor_after_a_long_absence_is_found_within_an_interval_and_counted_once() {
+    // The watcher slowed down to every 10 intervals after 30 misses in a row, though a
+    // miss with nothing listening reads /proc/net/tcp only: a server back after two
+    // minutes was found 6 s after it listened. 10 s of absence at 300 ms is 33 misses.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut first = burn_server(port, &dir.path().join("first.log"));
+    let config = dir.path().join("restart.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"webdis\"\nlisten = \"127.0.0.1:0\"\nupstream = \"127.0.0.1:{port}\"\n\n[tap.process]\ninterval = \"{INTERVAL_MS}ms\"\n"
+        ),
+    )
+    .unwrap();
+    let mut proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+    await_watched(&proxy, first.pid());
+    first.kill();
+    // Requests while it is gone: the proxy's 502s, exchanges of the tap that no watched
+    // process served.
+    let absent = run_wrk(&proxy.url("/"), 2, 2, 1);
+    assert!(absent.non_2xx_3xx > 0, "{}", absent.output);
+    std::thread::sleep(Duration::from_secs(8));
+    let second = burn_server(port, &dir.path().join("second.log"));
+    let listening = std::time::Instant::now();
+    let found = wait_for(Duration::from_secs(30), || {
+        upstream(&proxy)["pid"].as_u64() == Some(second.pid() as u64)
+    });
+    let after = listening.elapsed();
+    assert!(found, "{}", proxy.log_tail());
+    eprintln!("the successor found {after:?} after it listened");
+    assert!(
+        after <= Duration::from_millis(INTERVAL_MS + 700),
+        "the successor was found {after:?} after it listened, the interval is {INTERVAL_MS} ms"
+    );
+    let wrk = run_wrk(&proxy.url("/"), 3, 2, 1);
+    assert_eq!(wrk.non_2xx_3xx, 0, "{}", wrk.output);
+    let served = proc_cpu(second.pid());
+    let u = upstream(&proxy);
+    assert_eq!(u["restarts"], 1, "one restart: {u}");
+
+    // The report: one restart, and CPU per request over the exchanges served while a
+    // process was watched, against the successor's own /proc over its requests.
+    let file = dir.path().join("run.json");
+    std::fs::write(&file, proxy.admin_get("/api/snapshot").body_text()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args([
+            "report",
+            "--from",
+            file.to_str().unwrap(),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let inside = &json["taps"][0]["inside"];
+    let reported = inside["cpu_user"].as_f64().unwrap() + inside["cpu_system"].as_f64().unwrap();
+    let truth = served / wrk.requests as f64;
+    eprintln!(
+        "per request {:.1} µs reported over {} watched requests of {}, /proc {:.1} µs over {} requests",
+        reported * 1e6,
+        inside["watched_requests"],
+        inside["requests"],
+        truth * 1e6,
+        wrk.requests
+    );
+    assert_eq!(inside["restarts"], 1, "{inside}");
+    assert!(
+        (reported - truth).abs() <= 0.15 * truth,
+        "the report's {reported} s a request, the successor's /proc {truth} s"
+    );
+    let text = String::from_utf8(
+        Command::new(env!("CARGO_BIN_EXE_phasescope"))
+            .args(["report", "--from", file.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(text.contains(", 1 restart"), "{text}");
+    let log = std::fs::read_to_string(proxy.process().log_path()).unwrap();
+    assert_eq!(
+        log.matches("the upstream process restarted").count(),
+        1,
+        "{log}"
+    );
+}

@@ -76,6 +76,17 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             })
             .await
         }
+        "/api/history" if read => {
+            // What the window held second by second, whether or not a page was open.
+            let body = serde_json::json!({
+                "interval_seconds": super::history::EVERY.as_secs_f64(),
+                "points": shared.history.window(),
+            });
+            match serde_json::to_vec(&body) {
+                Ok(body) => reply(StatusCode::OK, JSON, body),
+                Err(e) => internal_error(&e),
+            }
+        }
         "/api/reset" if method == Method::POST => {
             if !guard::may_change_state(req.headers(), &shared.allowed_hosts) {
                 return reply(
@@ -112,7 +123,7 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             }
             profile_on_demand(req.uri().query(), &registry)
         }
-        "/metrics" | "/healthz" | "/api/snapshot" => not_allowed("GET, HEAD"),
+        "/metrics" | "/healthz" | "/api/snapshot" | "/api/history" => not_allowed("GET, HEAD"),
         "/api/reset" | "/api/profile" => not_allowed("POST"),
         path => match page::asset(path) {
             Some(asset) if read => page_file(asset),

@@ -13,6 +13,7 @@
 mod body;
 mod guard;
 mod handlers;
+pub mod history;
 mod page;
 mod pool;
 mod slots;
@@ -75,6 +76,8 @@ pub(crate) struct Shared {
     recent: crate::findings::Recent,
     /// The CPU per route `/api/snapshot` serves, estimated at most every few seconds.
     route_cpu: crate::findings::route_cpu::Cached,
+    /// The window second by second, for `/api/history` (the live page's charts).
+    history: Arc<history::History>,
 }
 
 /// The admin server's limits (`[admin]` in docs/config.md).
@@ -170,6 +173,7 @@ impl AdminServer {
             .context("registering the admin listener with the runtime")?;
         tracing::info!(addr = %self.local_addr, "admin server listening");
         let cap = connection_cap(self.limits.max_connections);
+        let history = history::History::start(Arc::clone(&self.registry));
         let shared = Arc::new(Shared {
             registry: self.registry,
             token: self.token,
@@ -178,6 +182,7 @@ impl AdminServer {
             snapshots: pool::Pool::new(self.limits.max_snapshots, SNAPSHOT_WAIT),
             recent: crate::findings::Recent::default(),
             route_cpu: crate::findings::route_cpu::Cached::default(),
+            history,
         });
         if cap <= shared.scrapes.most_in_progress() + shared.snapshots.most_in_progress() {
             tracing::warn!(

@@ -5,12 +5,13 @@
 //! finding itself is part of the snapshot's contract ([`crate::snapshot::Finding`]); this
 //! module holds only the board, so that the exposition does not depend on the rules.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::exposition::{family, sample};
-use crate::snapshot::Finding;
+use crate::snapshot::{Finding, Severity};
 use crate::sync::lock;
 
 /// The gauge: 1 for each finding active in the last evaluation.
@@ -20,19 +21,22 @@ pub const GAUGE: &str = "phasescope_finding";
 /// the evaluation a scrape makes (at most every 10 s), read by the exposition.
 #[derive(Debug, Default)]
 pub struct Board {
-    active: Mutex<Vec<(String, String)>>,
+    /// (tap, id) → the most severe of its findings: one series per tap and rule, whose
+    /// `severity` label an alert selects on (`phasescope_finding{severity="critical"}`).
+    active: Mutex<BTreeMap<(String, String), Severity>>,
 }
 
 impl Board {
     /// Replaces the active findings with `findings`.
     pub fn set(&self, findings: &[Finding]) {
-        let mut pairs: Vec<(String, String)> = findings
-            .iter()
-            .map(|f| (f.tap.clone(), f.id.clone()))
-            .collect();
-        pairs.sort();
-        pairs.dedup();
-        *lock(&self.active) = pairs;
+        let mut active = BTreeMap::new();
+        for f in findings {
+            let s = active
+                .entry((f.tap.clone(), f.id.clone()))
+                .or_insert(f.severity);
+            *s = (*s).max(f.severity);
+        }
+        *lock(&self.active) = active;
     }
 
     /// The gauge family, for either exposition; none while nothing is active (a gauge of 1
@@ -41,7 +45,13 @@ impl Board {
         let active = lock(&self.active).clone();
         let metrics = active
             .iter()
-            .map(|(tap, id)| sample(MetricType::GAUGE, &[("tap", tap), ("id", id)], 1.0))
+            .map(|((tap, id), severity)| {
+                sample(
+                    MetricType::GAUGE,
+                    &[("tap", tap), ("id", id), ("severity", severity.name())],
+                    1.0,
+                )
+            })
             .collect();
         family(
             GAUGE,
@@ -57,7 +67,7 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Impact, Severity};
+    use crate::snapshot::Impact;
 
     fn finding(tap: &str, id: &str) -> Finding {
         Finding {
@@ -87,6 +97,18 @@ mod tests {
         let families = board.families();
         assert_eq!(families.len(), 1);
         assert_eq!(families[0].get_metric().len(), 2);
+        // The most severe of a rule's findings names the series.
+        let mut critical = finding("webdis", "backend_queue");
+        critical.severity = Severity::Critical;
+        board.set(&[finding("webdis", "backend_queue"), critical]);
+        let families = board.families();
+        let labels = families[0].get_metric()[0].get_label();
+        assert!(
+            labels
+                .iter()
+                .any(|l| l.name() == "severity" && l.value() == "critical"),
+            "{labels:?}"
+        );
         board.set(&[]);
         assert!(board.families().is_empty());
     }

@@ -127,6 +127,10 @@ impl Registry {
         for u in self.upstreams().iter().filter(|u| u.tap() == tap.name) {
             u.count_routes(metrics.clone());
         }
+        // The proxy's own traffic is every tap's.
+        if let Some(own) = self.own() {
+            own.count_traffic(metrics.clone());
+        }
         Ok(metrics)
     }
 
@@ -239,6 +243,10 @@ impl Registry {
             return Ok(());
         }
         let own = Own::start()?;
+        // Taps registered before: their exchanges are the proxy's traffic too.
+        for t in self.taps() {
+            own.count_traffic(t);
+        }
         *self.own.write().unwrap_or_else(PoisonError::into_inner) = Some(own);
         Ok(())
     }

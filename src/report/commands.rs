@@ -23,9 +23,13 @@ pub fn report(args: &ReportArgs, default_admin: &str) -> anyhow::Result<bool> {
     http::set_timeout(args.timeout);
     // The start of the earliest window read, for the pprof profile's time.
     let mut since_unix = None;
-    let mut findings = Vec::new();
+    let mut findings;
     let ds = match &args.prometheus {
-        Some(url) => prometheus::load(url, args.range)?,
+        Some(url) => {
+            let (ds, held) = prometheus::load_with_findings(url, args.range)?;
+            findings = held;
+            ds
+        }
         None => {
             let sources: Vec<Source> = if args.from.is_empty() {
                 vec![Source::admin(default_admin)?]

@@ -19,6 +19,8 @@
 //! - [`slices`]: the window in slices of CPU and exchanges per route;
 //! - [`proxy`]: the proxy's own process and the machine ([`ProxySnapshot`]);
 //! - [`finding`]: a finding as the snapshot carries it;
+//! - [`traffic`]: of a process's watched time, the reads that held traffic, and its
+//!   figures over them (what per-request and per-core figures are read over);
 //! - `window`: the window between two snapshots ([`Snapshot::since`]), and several
 //!   merged into one ([`Snapshot::merged`]);
 //! - [`coverage`]: how much of the upstream's CPU its samples cover, and the sampler's
@@ -42,6 +44,7 @@ pub mod slices;
 pub mod stacks;
 pub mod summary;
 pub mod tap;
+pub mod traffic;
 pub mod upstream;
 mod window;
 pub mod work;
@@ -56,4 +59,5 @@ pub use stacks::{
     MAX_STACKS, OTHER_STACKS, THREAD_ROOTS, TOP_FUNCTIONS, TRUNCATED,
 };
 pub use tap::{Correlations, PhaseSeries, RequestHeads, TapSnapshot, TapTotals};
+pub use traffic::Traffic;
 pub use upstream::{ProfileSnapshot, SymbolSnapshot, UpstreamSnapshot, DEFAULT_FREQUENCY_HZ};

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::traffic::Traffic;
 use super::upstream::UpstreamSnapshot;
 
 /// The snapshot's top-level `proxy` object (docs/metrics.md): what phasescope's own
@@ -33,6 +34,11 @@ pub struct ProxySnapshot {
     /// irq, softirq, steal of every CPU): what all its cores did, the proxy and the
     /// upstream included.
     pub machine_busy_seconds: f64,
+    /// Of `watched_seconds`, the reads in which any tap counted exchanges, and its CPU and
+    /// the machine's over them: what its cost per request and its cores are read over.
+    /// Absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<Traffic>,
     /// The times it did not run (`stalls`): stopped, throttled, given no CPU.
     #[serde(default)]
     pub stalls: Stalls,
@@ -50,6 +56,19 @@ pub struct Stalls {
 }
 
 impl ProxySnapshot {
+    /// What per-request and per-core figures are read over: the reads that held traffic
+    /// when the snapshot says them, else the whole time watched (older snapshots).
+    pub fn work(&self) -> Traffic {
+        self.traffic.unwrap_or(Traffic {
+            seconds: self.watched_seconds,
+            cpu_user_seconds: self.cpu_user_seconds,
+            cpu_system_seconds: self.cpu_system_seconds,
+            runqueue_seconds: self.runqueue_seconds,
+            machine_busy_seconds: Some(self.machine_busy_seconds),
+            exchanges: None,
+        })
+    }
+
     /// User + system.
     pub fn cpu(&self) -> f64 {
         self.cpu_user_seconds + self.cpu_system_seconds
@@ -106,6 +125,7 @@ pub fn merge(a: ProxySnapshot, b: &ProxySnapshot) -> ProxySnapshot {
             seconds: a.stalls.seconds + b.stalls.seconds,
             longest_seconds: a.stalls.longest_seconds.max(b.stalls.longest_seconds),
         },
+        traffic: super::traffic::add(a.traffic, b.traffic),
     }
 }
 
@@ -131,6 +151,7 @@ pub fn since(now: &ProxySnapshot, before: &ProxySnapshot) -> ProxySnapshot {
         } else {
             Stalls::default()
         },
+        traffic: super::traffic::since(now.traffic, before.traffic),
         ..now.clone()
     }
 }

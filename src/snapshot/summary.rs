@@ -31,9 +31,18 @@ pub struct Inside {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessCpu>,
     pub watched_seconds: f64,
+    /// Of `watched_seconds`, the reads that held traffic: what the figures per request
+    /// are read over. Absent when the snapshot does not say (then the whole window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_seconds: Option<f64>,
     pub restarts: u64,
     pub requests: u64,
-    /// Per request, in seconds: thread-time divided by requests (docs/phases.md).
+    /// The tap's exchanges that ended while the process was watched, what the figures per
+    /// request divide (absent when the snapshot does not say: then `requests`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watched_requests: Option<u64>,
+    /// Per request, in seconds: thread-time over the reads that held traffic divided by
+    /// requests (docs/phases.md).
     pub cpu_user: f64,
     pub cpu_system: f64,
     pub runqueue: f64,
@@ -142,11 +151,15 @@ impl Inside {
     /// `requests` and `mean_total` (seconds) come from the tap's `total` phase over the
     /// same window as `u`.
     pub fn new(u: &UpstreamSnapshot, requests: u64, mean_total: Option<f64>, factor: f64) -> Self {
+        // The exchanges served while a process was watched, when the snapshot says them:
+        // those served while it was gone or not found yet had none of their CPU counted.
+        let watched_requests = u.traffic.and_then(|t| t.exchanges).filter(|&n| n > 0);
+        let divisor = watched_requests.unwrap_or(requests);
         let per = |s: f64| {
-            if requests == 0 {
+            if divisor == 0 {
                 0.0
             } else {
-                s / requests as f64
+                s / divisor as f64
             }
         };
         let comm = runs_as(u).unwrap_or_else(|| "the upstream".to_owned());
@@ -181,7 +194,8 @@ impl Inside {
             .filter(|_| total > 0)
             .map(|s| s.unmapped_samples as f64 / total as f64);
         let stripped = u.profile.as_ref().and_then(|p| p.stripped).unwrap_or(false);
-        let cpu = per(u.cpu_user_seconds + u.cpu_system_seconds);
+        let work = u.work();
+        let cpu = per(work.cpu());
         let hot = u
             .stacks()
             .map(|s| hot_path(s, cpu, mean_total, factor))
@@ -200,11 +214,13 @@ impl Inside {
             threads: u.threads,
             processes: u.processes.clone().unwrap_or_default(),
             watched_seconds: u.watched_seconds,
+            traffic_seconds: u.traffic.map(|t| t.seconds),
             restarts: u.restarts,
             requests,
-            cpu_user: per(u.cpu_user_seconds),
-            cpu_system: per(u.cpu_system_seconds),
-            runqueue: per(u.runqueue_seconds),
+            watched_requests,
+            cpu_user: per(work.cpu_user_seconds),
+            cpu_system: per(work.cpu_system_seconds),
+            runqueue: per(work.runqueue_seconds),
             components,
             frames: u.frames(),
             functions,

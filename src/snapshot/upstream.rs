@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::slices::RouteSlices;
 use super::stacks::{keep_top_functions, FrameKind, FunctionSnapshot, Stacks};
+use super::traffic::Traffic;
 
 /// Symbols kept in a snapshot.
 pub const TOP_SYMBOLS: usize = 20;
@@ -69,6 +70,11 @@ pub struct UpstreamSnapshot {
     /// `busiest_thread_seconds` over the reads of `active_seconds` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_busiest_thread_seconds: Option<f64>,
+    /// Of `watched_seconds`, the reads in which the tap counted exchanges, and the
+    /// process's CPU over them: what CPU per request is read over. Absent when the tap's
+    /// exchanges are not counted, and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<Traffic>,
     pub context_switches_voluntary: u64,
     pub context_switches_involuntary: u64,
     /// Times the process went away and another took its place.
@@ -229,6 +235,8 @@ struct UpstreamWire {
     active_seconds: Option<f64>,
     #[serde(default)]
     active_busiest_thread_seconds: Option<f64>,
+    #[serde(default)]
+    traffic: Option<Traffic>,
     context_switches_voluntary: u64,
     context_switches_involuntary: u64,
     restarts: u64,
@@ -308,6 +316,7 @@ impl From<UpstreamWire> for UpstreamSnapshot {
             busiest_thread_seconds: w.busiest_thread_seconds,
             active_seconds: w.active_seconds,
             active_busiest_thread_seconds: w.active_busiest_thread_seconds,
+            traffic: w.traffic,
             context_switches_voluntary: w.context_switches_voluntary,
             context_switches_involuntary: w.context_switches_involuntary,
             restarts: w.restarts,
@@ -319,6 +328,19 @@ impl From<UpstreamWire> for UpstreamSnapshot {
 }
 
 impl UpstreamSnapshot {
+    /// What per-request and per-core figures are read over: the reads that held traffic
+    /// when the snapshot says them, else the whole time watched (older snapshots).
+    pub fn work(&self) -> Traffic {
+        self.traffic.unwrap_or(Traffic {
+            seconds: self.watched_seconds,
+            cpu_user_seconds: self.cpu_user_seconds,
+            cpu_system_seconds: self.cpu_system_seconds,
+            runqueue_seconds: self.runqueue_seconds,
+            machine_busy_seconds: None,
+            exchanges: None,
+        })
+    }
+
     /// The sampled stacks, when it was profiled with call stacks.
     pub fn stacks(&self) -> Option<&Stacks> {
         self.profile.as_ref()?.stacks.as_ref()
@@ -377,6 +399,7 @@ pub fn merge(a: UpstreamSnapshot, b: &UpstreamSnapshot) -> UpstreamSnapshot {
             .active_busiest_thread_seconds
             .zip(b.active_busiest_thread_seconds)
             .map(|(x, y)| x + y),
+        traffic: super::traffic::add(a.traffic, b.traffic),
         context_switches_voluntary: a.context_switches_voluntary + b.context_switches_voluntary,
         context_switches_involuntary: a.context_switches_involuntary
             + b.context_switches_involuntary,
@@ -509,6 +532,7 @@ pub fn since(now: &UpstreamSnapshot, before: &UpstreamSnapshot) -> UpstreamSnaps
             .active_busiest_thread_seconds
             .zip(before.active_busiest_thread_seconds)
             .map(|(a, b)| sub(a, b)),
+        traffic: super::traffic::since(now.traffic, before.traffic),
         context_switches_voluntary: now
             .context_switches_voluntary
             .saturating_sub(before.context_switches_voluntary),

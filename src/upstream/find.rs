@@ -101,6 +101,12 @@ pub fn children(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// No socket listens on the upstream's address: found from /proc/net/tcp alone, before
+/// any process's open files are scanned, so looking again costs little.
+#[derive(Debug, thiserror::Error)]
+#[error("nothing listens on {0} in this network namespace")]
+pub struct NothingListens(pub String);
+
 /// The thread ids of process `pid` (the entries of /proc/PID/task).
 pub fn threads(pid: u32) -> std::io::Result<Vec<u32>> {
     let mut tids = Vec::new();
@@ -139,7 +145,7 @@ fn listener_pids(upstream: &str) -> anyhow::Result<Vec<u32>> {
         }
     }
     if inodes.is_empty() {
-        bail!("nothing listens on {upstream} in this network namespace");
+        return Err(NothingListens(upstream.to_owned()).into());
     }
     let mut holders = BTreeSet::new();
     let mut unreadable = 0usize;

@@ -15,6 +15,7 @@ pub mod own;
 pub mod profile;
 mod samplers;
 pub mod slices;
+mod traffic;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +34,7 @@ use crate::sync::lock;
 use account::{Accountant, ProcessInfo, Read, Totals};
 use demand::Demand;
 use slices::{RouteCounts, SliceWindow};
+use traffic::TrafficMeter;
 
 /// One tap's upstream accounting, shared by its watcher and the admin server.
 pub struct Upstream {
@@ -64,6 +66,11 @@ struct State {
     /// The window cut into slices of CPU and exchanges per route, when the tap's routes
     /// are counted.
     slices: SliceWindow,
+    /// Which reads held traffic, and what the process did over them.
+    traffic: TrafficMeter,
+    /// The traffic's totals and exchanges at the last snapshot reset.
+    traffic_baseline: Totals,
+    traffic_exchanges_baseline: u64,
 }
 
 /// Samples folded into components: since start (the exposition) and since the last reset
@@ -113,6 +120,9 @@ impl Upstream {
                 on_demand: false,
                 collects: 0,
                 slices: SliceWindow::default(),
+                traffic: TrafficMeter::default(),
+                traffic_baseline: Totals::default(),
+                traffic_exchanges_baseline: 0,
             }),
         })
     }
@@ -129,15 +139,32 @@ impl Upstream {
     /// Gone is left for the watcher to notice and act on.
     pub fn refresh(&self) {
         let mut s = lock(&self.state);
-        let _ = s.accountant.read();
+        let _ = Self::read_now(&mut s);
+    }
+
+    /// [`Self::refresh`], and whether the read held traffic (an exchange ended since the
+    /// previous read).
+    pub(crate) fn refresh_held(&self) -> bool {
+        let mut s = lock(&self.state);
+        Self::read_now(&mut s).1
     }
 
     /// The watcher's read: the process now, and the slice in progress closed there.
     pub(crate) fn read(&self) -> Read {
         let mut s = lock(&self.state);
-        let read = s.accountant.read();
+        let (read, _) = Self::read_now(&mut s);
         Self::close_slice(&mut s, &read);
         read
+    }
+
+    /// Every read of the process goes through here: what it added counts as traffic's
+    /// too when an exchange ended since the previous read.
+    fn read_now(s: &mut State) -> (Read, bool) {
+        let before = s.accountant.totals();
+        let read = s.accountant.read();
+        let delta = s.accountant.totals().since(&before);
+        let held = s.traffic.after_read(&delta, matches!(read, Read::Alive));
+        (read, held)
     }
 
     fn close_slice(s: &mut State, read: &Read) {
@@ -154,7 +181,15 @@ impl Upstream {
     /// The tap's exchanges per route, which the slices count (the metrics registry
     /// hands them over when it has both the tap and its upstream).
     pub fn count_routes(&self, routes: Arc<dyn RouteCounts>) {
-        lock(&self.state).slices.set_routes(routes);
+        let mut s = lock(&self.state);
+        s.traffic.add_source(Arc::clone(&routes));
+        s.slices.set_routes(routes);
+    }
+
+    /// A tap whose exchanges make a read of this process one that held traffic, without
+    /// slices (the proxy's own process: every tap's).
+    pub fn count_traffic(&self, routes: Arc<dyn RouteCounts>) {
+        lock(&self.state).traffic.add_source(routes);
     }
 
     /// Whether slices are cut: the watcher then reads at least every [`slices::SLICE`].
@@ -166,6 +201,7 @@ impl Upstream {
     pub(crate) fn attach(&self, pids: &[u32]) -> anyhow::Result<(ProcessInfo, bool)> {
         let mut s = lock(&self.state);
         s.slices.lose_track();
+        s.traffic.restart();
         let info = s.accountant.attach(pids)?;
         Ok((info, s.accountant.threads_readable()))
     }
@@ -201,7 +237,7 @@ impl Upstream {
     /// Starts a new snapshot window (`POST /api/reset`); the Prometheus counters go on.
     pub fn reset(&self) {
         let mut s = lock(&self.state);
-        let _ = s.accountant.read();
+        let _ = Self::read_now(&mut s);
         Self::restart_window(&mut s);
     }
 
@@ -210,7 +246,7 @@ impl Upstream {
     /// twice, and what ran between the reads fell in neither).
     pub fn cut(&self) -> UpstreamSnapshot {
         let mut s = lock(&self.state);
-        let read = s.accountant.read();
+        let (read, _) = Self::read_now(&mut s);
         Self::close_slice(&mut s, &read);
         let snap = self.window_snapshot(&s);
         Self::restart_window(&mut s);
@@ -219,6 +255,8 @@ impl Upstream {
 
     fn restart_window(s: &mut State) {
         s.baseline = s.accountant.totals();
+        s.traffic_baseline = s.traffic.totals();
+        s.traffic_exchanges_baseline = s.traffic.exchanges();
         s.accountant.forget_departed();
         s.share_baseline = cpu_by_process(&s.accountant);
         s.slices.restart();
@@ -390,7 +428,7 @@ impl Upstream {
     /// The snapshot's `upstream` object: counters since the last reset.
     pub fn snapshot(&self) -> UpstreamSnapshot {
         let mut s = lock(&self.state);
-        let _ = s.accountant.read();
+        let _ = Self::read_now(&mut s);
         self.window_snapshot(&s)
     }
 
@@ -402,6 +440,14 @@ impl Upstream {
             snap.cpu_seconds = None;
         }
         snap.slices = s.slices.snapshot();
+        snap.traffic = s.traffic.counting().then(|| crate::snapshot::Traffic {
+            exchanges: Some(
+                s.traffic
+                    .exchanges()
+                    .saturating_sub(s.traffic_exchanges_baseline),
+            ),
+            ..traffic_snapshot(&s.traffic.totals().since(&s.traffic_baseline))
+        });
         snap.processes = processes_in_window(&s.accountant, &s.share_baseline);
         snap.profile = s.samples.as_ref().map(Samples::snapshot);
         if let (Some(profile), true) = (&mut snap.profile, s.on_demand) {
@@ -499,6 +545,19 @@ fn processes_in_window(
     )
 }
 
+/// The reads of a window that held traffic, as the snapshot's `traffic`.
+fn traffic_snapshot(t: &Totals) -> crate::snapshot::Traffic {
+    let s = |ns: u64| ns as f64 / 1e9;
+    crate::snapshot::Traffic {
+        seconds: s(t.watched_ns),
+        cpu_user_seconds: s(t.user_ns),
+        cpu_system_seconds: s(t.system_ns),
+        runqueue_seconds: s(t.runqueue_ns),
+        machine_busy_seconds: None,
+        exchanges: None,
+    }
+}
+
 /// The snapshot's `upstream` object for the process's figures over a window, before any
 /// profile or slices are added.
 fn process_snapshot(
@@ -522,6 +581,7 @@ fn process_snapshot(
         busiest_thread_seconds: s(window.busiest_ns),
         active_seconds: Some(s(window.active_ns)),
         active_busiest_thread_seconds: Some(s(window.active_busiest_ns)),
+        traffic: None,
         context_switches_voluntary: window.voluntary,
         context_switches_involuntary: window.involuntary,
         restarts: window.restarts,

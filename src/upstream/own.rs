@@ -41,6 +41,10 @@ struct Machine {
     /// /proc/stat's busy ticks at the last read.
     last_ticks: Option<u64>,
     baseline_ns: u64,
+    /// Of `busy_ns`, what the reads that held traffic counted, and its value at the last
+    /// reset.
+    traffic_ns: u64,
+    traffic_baseline_ns: u64,
 }
 
 /// What `/metrics` reads: counters since start.
@@ -69,7 +73,7 @@ impl Own {
             machine: Mutex::new(Machine::default()),
             cpus: online_cpus(),
         });
-        own.read_machine();
+        own.read_machine(false);
         let weak = Arc::downgrade(&own);
         std::thread::Builder::new()
             .name("phasescope-own".to_owned())
@@ -84,8 +88,14 @@ impl Own {
 
     /// Reads the process and /proc/stat now.
     pub fn refresh(&self) {
-        self.process.refresh();
-        self.read_machine();
+        let held = self.process.refresh_held();
+        self.read_machine(held);
+    }
+
+    /// A tap whose exchanges count as the proxy's traffic: its per-request and per-core
+    /// figures are read over the reads in which some tap's exchanges ended.
+    pub fn count_traffic(&self, routes: Arc<dyn super::slices::RouteCounts>) {
+        self.process.count_traffic(routes);
     }
 
     /// Counters since start, read now.
@@ -105,40 +115,55 @@ impl Own {
 
     /// The window since the last reset.
     pub fn snapshot(&self) -> ProxySnapshot {
-        self.read_machine();
+        self.refresh();
         let u = self.process.snapshot();
-        let (busy, stalled) = {
+        let read = {
             let m = lock(&self.machine);
-            (m.busy_ns.saturating_sub(m.baseline_ns), m.stalls_since())
+            (
+                m.busy_ns.saturating_sub(m.baseline_ns),
+                m.traffic_ns.saturating_sub(m.traffic_baseline_ns),
+                m.stalls_since(),
+            )
         };
-        self.window(&u, busy, stalled)
+        self.window(&u, read)
     }
 
     /// The window since the last reset, and a new window from the same read.
     pub fn cut(&self) -> ProxySnapshot {
-        self.read_machine();
+        self.refresh();
         let u = self.process.cut();
-        let (busy, stalled) = {
+        let read = {
             let mut m = lock(&self.machine);
-            let busy = m.busy_ns.saturating_sub(m.baseline_ns);
-            let stalled = m.stalls_since();
+            let read = (
+                m.busy_ns.saturating_sub(m.baseline_ns),
+                m.traffic_ns.saturating_sub(m.traffic_baseline_ns),
+                m.stalls_since(),
+            );
             m.baseline_ns = m.busy_ns;
+            m.traffic_baseline_ns = m.traffic_ns;
             m.new_window();
-            (busy, stalled)
+            read
         };
-        self.window(&u, busy, stalled)
+        self.window(&u, read)
     }
 
     /// Starts a new window (`POST /api/reset`).
     pub fn reset(&self) {
-        self.read_machine();
+        self.refresh();
         self.process.reset();
         let mut m = lock(&self.machine);
         m.baseline_ns = m.busy_ns;
+        m.traffic_baseline_ns = m.traffic_ns;
         m.new_window();
     }
 
-    fn window(&self, u: &UpstreamSnapshot, busy_ns: u64, stalls: Stalls) -> ProxySnapshot {
+    /// The window from the process's and the machine's busy time, all of it and over
+    /// the reads that held traffic, and the proxy's stalls.
+    fn window(
+        &self,
+        u: &UpstreamSnapshot,
+        (busy_ns, traffic_busy_ns, stalls): (u64, u64, Stalls),
+    ) -> ProxySnapshot {
         ProxySnapshot {
             pid: std::process::id(),
             threads: u.threads,
@@ -151,11 +176,19 @@ impl Own {
             // Read each time: it may be pinned after it started (taskset -p).
             cpus_allowed: cpus_allowed(std::process::id()).unwrap_or_default(),
             machine_busy_seconds: busy_ns as f64 / 1e9,
+            traffic: u.traffic.map(|t| crate::snapshot::Traffic {
+                machine_busy_seconds: Some(traffic_busy_ns as f64 / 1e9),
+                // Every tap's: the report divides by each tap's own.
+                exchanges: None,
+                ..t
+            }),
             stalls,
         }
     }
 
-    fn read_machine(&self) {
+    /// Adds the machine's busy time since the last read; to the traffic's too when
+    /// `held` (the process's read at the same moment held traffic).
+    fn read_machine(&self, held: bool) {
         let Some(ticks) = busy_ticks() else {
             return;
         };
@@ -163,7 +196,11 @@ impl Own {
         let mut m = lock(&self.machine);
         if let Some(last) = m.last_ticks {
             let delta = ticks.saturating_sub(last);
-            m.busy_ns += (u128::from(delta) * 1_000_000_000 / u128::from(per_second)) as u64;
+            let ns = (u128::from(delta) * 1_000_000_000 / u128::from(per_second)) as u64;
+            m.busy_ns += ns;
+            if held {
+                m.traffic_ns += ns;
+            }
         }
         m.last_ticks = Some(ticks.max(m.last_ticks.unwrap_or(0)));
     }

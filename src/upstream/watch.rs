@@ -157,7 +157,15 @@ impl Watch<'_> {
                 return Turn::Stop;
             }
             Err(e) => {
-                self.misses = self.misses.saturating_add(1);
+                // Nothing listening is found from /proc/net/tcp alone: looking again every
+                // interval costs little, and a successor is found within one interval of
+                // listening however long the absence. Only a search that scanned every
+                // process's files and failed slows down.
+                if e.downcast_ref::<super::find::NothingListens>().is_some() {
+                    self.misses = 0;
+                } else {
+                    self.misses = self.misses.saturating_add(1);
+                }
                 if !self.told_missing {
                     let retry = if self.target.follows_restarts() || self.last_pid.is_none() {
                         format!(
@@ -377,8 +385,10 @@ impl Watch<'_> {
     }
 }
 
-/// After this many failed attempts in a row, look for the process only every
-/// `min(10 × interval, SLOW_FIND)` (never less often than `interval`).
+/// After this many failed searches in a row that scanned every process's open files (a
+/// socket listened, but no process this user can read held it), look for the process
+/// only every `min(10 × interval, SLOW_FIND)` (never less often than `interval`). A search
+/// that found nothing listening does not count: it read /proc/net/tcp only.
 const SLOW_AFTER_MISSES: u32 = 30;
 const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -386,3 +396,44 @@ const SLOW_FIND: std::time::Duration = std::time::Duration::from_secs(10);
 /// left it: a worker added or a new SO_REUSEPORT process is found within that many
 /// `interval`s.
 const REGROUP_TURNS: u32 = 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn nothing_listening_for_long_keeps_looking_every_interval() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let target = Target::Listener(format!("127.0.0.1:{port}"));
+        let upstream = Upstream::new("t", Duration::from_millis(300));
+        let mut w = Watch {
+            target: &target,
+            upstream: &upstream,
+            profile: None,
+            told_missing: false,
+            misses: 0,
+            attached: None,
+            last_pid: Some(1),
+            last_exe: None,
+            exec: false,
+            samplers: Samplers::default(),
+            turns: 0,
+            children: std::collections::HashSet::new(),
+        };
+        for _ in 0..SLOW_AFTER_MISSES * 2 {
+            assert!(matches!(w.find(), Turn::Wait));
+        }
+        // A miss with nothing listening reads /proc/net/tcp only: no slowing down, so a
+        // successor is found within one interval of listening.
+        assert_eq!(w.wait(), Duration::from_millis(300));
+        // Once it listens, it is found at the next turn.
+        let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        assert!(matches!(w.find(), Turn::Wait));
+        assert_eq!(w.attached, Some(std::process::id()));
+        drop(l);
+    }
+}

@@ -754,16 +754,30 @@ impl Prometheus {
     /// Starts it with extra command-line `flags` (e.g. a feature flag) and waits until
     /// it is ready.
     pub fn start(binary: &Path, target: SocketAddr, flags: &[&str]) -> Prometheus {
+        Prometheus::start_with_rules(binary, target, flags, None)
+    }
+
+    /// [`Prometheus::start`] with a rule file (recording and alerting rules), evaluated
+    /// every second.
+    pub fn start_with_rules(
+        binary: &Path,
+        target: SocketAddr,
+        flags: &[&str],
+        rules: Option<&Path>,
+    ) -> Prometheus {
         let dir = tempfile::Builder::new()
             .prefix("phasescope-prometheus-")
             .tempdir()
             .unwrap();
         let config = dir.path().join("prometheus.yml");
+        let rule_files = rules
+            .map(|r| format!("rule_files:\n  - '{}'\n", r.display()))
+            .unwrap_or_default();
         fs::write(
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: phasescope\n    static_configs:\n      - targets: ['{target}']\n"
+                 {rule_files}scrape_configs:\n  - job_name: phasescope\n    static_configs:\n      - targets: ['{target}']\n"
             ),
         )
         .unwrap();

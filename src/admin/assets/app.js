@@ -341,7 +341,28 @@
     let n = 0;
     for (const s of Object.values(resp.phases.total || {})) n += s.count;
     if (!n) return null;
-    return { cpu: (u.cpu_user_seconds + u.cpu_system_seconds) / n, runqueue: u.runqueue_seconds / n };
+    const w = atWork(u);
+    return { cpu: (w.cpu_user_seconds + w.cpu_system_seconds) / n, runqueue: w.runqueue_seconds / n };
+  }
+
+  /* What per-request and per-core figures are read over (docs/metrics.md, `traffic`):
+   * the reads that held traffic, not the idle seconds around them; the whole window in
+   * snapshots without it. */
+  function atWork(p) {
+    if (p.traffic) return p.traffic;
+    return {
+      seconds: p.watched_seconds, cpu_user_seconds: p.cpu_user_seconds, cpu_system_seconds: p.cpu_system_seconds,
+      runqueue_seconds: p.runqueue_seconds, machine_busy_seconds: p.machine_busy_seconds,
+    };
+  }
+
+  /* How long a window held traffic: the longest of its processes' (the proxy's own is
+   * every tap's); null when no snapshot part says. */
+  function trafficSeconds(snap) {
+    const all = [];
+    if (snap.proxy && snap.proxy.traffic) all.push(snap.proxy.traffic.seconds);
+    for (const t of Object.values(snap.taps || {})) if (t.upstream && t.upstream.traffic) all.push(t.upstream.traffic.seconds);
+    return all.length ? Math.max(...all) : null;
   }
 
   function phaseSums(tap, route) {
@@ -630,7 +651,27 @@
       })), { fmt: fmtDur, stacked: true, legend: false, height: 189 });
     }
 
+    /* The window's seconds before this page's first poll, from the server's history:
+     * the same points the polls make, from the same differences (history.rs). */
+    seed(snap) {
+      for (const p of historyPoints) {
+        const tp = p.taps[this.name];
+        if (!tp || p.since !== snap.since_unix || p.t >= snap.taken_at_unix) continue;
+        let interval = null;
+        if (tp.answered > 0) {
+          const segs = {};
+          for (const [k, v] of segments(tp.sums)) segs[k] = v / tp.answered;
+          interval = { segs, p50: tp.p50, p99: tp.p99 };
+        }
+        this.record(p.t, tp.requests / p.dt, tp.errors / p.dt, interval, interval ? Object.keys(interval.segs) : []);
+      }
+    }
+
     update(tap, snap) {
+      if (!this.seeded) {
+        this.seeded = true;
+        this.seed(snap);
+      }
       const t = snap.taken_at_unix;
       const merged = {};
       for (const [phase, byRoute] of Object.entries(tap.phases)) merged[phase] = mergeRoutes(byRoute);
@@ -786,10 +827,12 @@
         return;
       }
       const us = (s) => fmtDur(s / n);
-      const cpu = p.cpu_user_seconds + p.cpu_system_seconds;
-      const cores = p.watched_seconds > 0 ? cpu / p.watched_seconds : 0;
-      let line = `phasescope itself: per request ${us(cpu)} on CPU (user ${us(p.cpu_user_seconds)}, system ${us(p.cpu_system_seconds)}), ${us(p.runqueue_seconds)} waiting for a CPU; ${num3(cores)} of the ${p.cpus} cores`;
-      if (p.machine_busy_seconds > 0) line += `, ${fmtPct(Math.min(1, cpu / p.machine_busy_seconds))} of the CPU the machine did`;
+      const w = atWork(p);
+      const cpu = w.cpu_user_seconds + w.cpu_system_seconds;
+      const cores = w.seconds > 0 ? cpu / w.seconds : 0;
+      const over = p.traffic ? ` (${fmtAge(w.seconds)} with traffic)` : "";
+      let line = `phasescope itself${over}: per request ${us(cpu)} on CPU (user ${us(w.cpu_user_seconds)}, system ${us(w.cpu_system_seconds)}), ${us(w.runqueue_seconds)} waiting for a CPU; ${num3(cores)} of the ${p.cpus} cores`;
+      if (w.machine_busy_seconds > 0) line += `, ${fmtPct(Math.min(1, cpu / w.machine_busy_seconds))} of the CPU the machine did`;
       const theirs = u && u.cpus_allowed;
       const mine = p.cpus_allowed || [];
       if (theirs && mine.length) {
@@ -804,7 +847,8 @@
       if (!u) return;
       const name = u.comm || "the upstream";
       const who = u.pid == null ? "no process found yet" : `pid ${u.pid}, ${u.threads} thread${u.threads === 1 ? "" : "s"}`;
-      this.insideSub.textContent = `${name} (${who}), ${fmtAge(u.watched_seconds)} watched since ${fmtClock(snap.since_unix)}`;
+      const busy = u.traffic ? `, ${fmtAge(u.traffic.seconds)} with traffic` : "";
+      this.insideSub.textContent = `${name} (${who}), ${fmtAge(u.watched_seconds)} watched since ${fmtClock(snap.since_unix)}${busy}`;
       this.renderFunctions(u);
       if (!n) {
         this.insideLine.textContent = "no requests in this window yet";
@@ -813,7 +857,8 @@
         return;
       }
       const us = (s) => fmtDur(s / n);
-      let line = `per request ${us(u.cpu_user_seconds + u.cpu_system_seconds)} on CPU (user ${us(u.cpu_user_seconds)}, system ${us(u.cpu_system_seconds)}), ${us(u.runqueue_seconds)} waiting for a CPU`;
+      const w = atWork(u);
+      let line = `per request ${us(w.cpu_user_seconds + w.cpu_system_seconds)} on CPU (user ${us(w.cpu_user_seconds)}, system ${us(w.cpu_system_seconds)}), ${us(w.runqueue_seconds)} waiting for a CPU`;
       const samples = u.samples || {};
       const total = sumValues(samples);
       const own = u.exe ? u.exe.split("/").pop() : null;
@@ -830,7 +875,7 @@
       }
       this.insideLine.textContent = line;
       this.insideWhatIf.textContent = total > 0 ? whatIf((snap.what_if || {})[this.name]) : "";
-      const notes = ["thread-time per request: the process's CPU and run-queue time divided by this tap's requests"];
+      const notes = [`thread-time per request: the process's CPU and run-queue time${u.traffic ? " over the seconds with traffic" : ""} divided by this tap's requests`];
       if (u.restarts) notes.push(`${u.restarts} restart${u.restarts === 1 ? "" : "s"} in this window`);
       if (u.stripped) notes.push(`${name} is stripped: its parser is inside its own code`);
       if (!total) notes.push("not sampled: profile = true or --profile-upstream shows where its CPU goes");
@@ -955,7 +1000,8 @@
       const cpuCell = (route) => {
         const c = cpuOf[route];
         if (!c) return h("td", { "data-col": "cpu", text: "–", title: routeCpu ? "no exchange of the route in the slices" : "the upstream's process is not watched" });
-        if (!c.cpu_per_request) return h("td", { "data-col": "cpu", class: "unknown", text: "?", title: `unknown: ${c.reason || ""}` });
+        // The reason in the cell itself, not behind a `?` and a hover.
+        if (!c.cpu_per_request) return h("td", { "data-col": "cpu", class: "unknown", text: `unknown: ${c.reason || "the slices cannot tell"}`, title: `unknown: ${c.reason || ""}` });
         const iv = c.cpu_per_request;
         const share = c.share === null || c.share === undefined ? "" : `, ${fmtPct(c.share)} of the server's CPU`;
         return h("td", { "data-col": "cpu", "data-estimate": String(iv.estimate), text: fmtDur(iv.estimate),
@@ -1042,8 +1088,12 @@
 
     renderCharts() {
       this.renderChartsNote();
-      if (!haveCharts) return;
       const hist = this.history;
+      // What the charts hold, for a reader of the page's DOM (its test): the points and
+      // those with errors, the server's history first.
+      this.root.dataset.chartPoints = String(hist.t.length);
+      this.root.dataset.chartErrorPoints = String(hist.errRate.filter((v) => v > 0).length);
+      if (!haveCharts) return;
       this.rateChart.setData([hist.t, hist.rate, hist.errRate]);
       this.latencyChart.setData([hist.t, hist.p50, hist.p99]);
       if (this.stackChart) {
@@ -1096,6 +1146,13 @@
     return `${e.name} ${v}` + (e.threshold ? ` (${e.threshold})` : "");
   }
 
+  /* Whether a finding explains none of a request's time: a failure (`upstream_errors`,
+   * `server_errors`), whose impact is 0 with no share of total. */
+  function explainsNone(f) {
+    const share = f.impact.share_of_total;
+    return !f.impact.seconds_per_request && (share === null || share === undefined);
+  }
+
   /* The findings card: what the rules of docs/findings.md find in the snapshot's window,
    * most severe first, each with its evidence, what it explains and its fix. */
   function renderFindings(findings) {
@@ -1109,7 +1166,9 @@
         h("span", { class: "id", text: f.id }),
         h("span", { class: "where", text: `tap ${f.tap}` + (f.route ? ` · route ${f.route}` : "") }),
         h("div", { class: "summary", text: f.summary }),
-        h("div", { class: "impact" }, h("b", { text: "explains " }),
+        // A failure explains no share of the answered requests' time: it says so by
+        // leaving the line out, as the report does (never `explains 0 per request`).
+        explainsNone(f) ? null : h("div", { class: "impact" }, h("b", { text: "explains " }),
           `${fmtDur(f.impact.seconds_per_request)} per request` + (share === null || share === undefined ? "" : `, ${fmtPct(share)} of total`)),
         h("div", { class: "fix" }, h("b", { text: "fix " }), f.fix),
         h("details", null, h("summary", { text: "evidence" }),
@@ -1121,7 +1180,9 @@
     takeStyles(snap);
     renderFindings(snap.findings || []);
     const span = snap.taken_at_unix - snap.since_unix;
-    meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}, since ${fmtClock(snap.since_unix)}`;
+    const busy = trafficSeconds(snap);
+    const held = busy === null ? "" : `, ${fmtAge(busy)} with traffic`;
+    meta.textContent = `v${snap.version} · clock ${snap.clock} · window ${fmtAge(span)}${held}, since ${fmtClock(snap.since_unix)}`;
     // Front to back (the snapshot's `position`): the tap clients reach first on top.
     const taps = snap.taps || {};
     const pos = (n) => (taps[n].position === undefined ? Infinity : taps[n].position);
@@ -1144,6 +1205,18 @@
     // A tap that appeared later was appended last: put the sections back in order.
     const shown = [...main.querySelectorAll(":scope > section.tap")].map((e) => e.dataset.tap);
     if (shown.join("\n") !== names.join("\n")) for (const name of names) main.append(views.get(name).root);
+    markWideTables();
+  }
+
+  /* Every table must be readable in the window: one wider than its box is marked
+   * (`data-clipped`), which the page's test looks for at 1280 px. */
+  function markWideTables() {
+    for (const table of main.querySelectorAll("table")) {
+      const box = table.parentElement;
+      if (!box || table.offsetParent === null) continue;
+      if (table.scrollWidth > box.clientWidth + 1) table.dataset.clipped = String(table.scrollWidth - box.clientWidth);
+      else delete table.dataset.clipped;
+    }
   }
 
   // With an admin token configured, the API wants it as a bearer token. It comes from
@@ -1191,6 +1264,8 @@
     setStatus("live", `live · ${fmtClock(snap.taken_at_unix)}`);
     render(snap);
   }
+
+  let historyPoints = [];
 
   async function loop() {
     timer = null;
@@ -1243,5 +1318,16 @@
     }
   });
 
-  loop();
+  // What the window held before this page opened (`/api/history`, docs/metrics.md): the
+  // charts draw it first, so an outage before the page was opened is in them.
+  async function loadHistory() {
+    try {
+      const r = await api("/api/history", { cache: "no-store", headers: { Accept: "application/json" } });
+      if (r.ok) historyPoints = (await r.json()).points || [];
+    } catch (e) {
+      historyPoints = []; // an older proxy, or none reachable: the charts start with the polls
+    }
+  }
+
+  loadHistory().then(loop);
 })();

@@ -127,6 +127,9 @@ impl Inside {
             if self.threads == 1 { "" } else { "s" },
             self.watched_seconds
         );
+        if let Some(t) = self.traffic_seconds {
+            head.push_str(&format!(" watched, {t:.0} s with traffic"));
+        }
         if self.restarts > 0 {
             head.push_str(&format!(
                 ", {} restart{}",
@@ -135,6 +138,15 @@ impl Inside {
             ));
         }
         head.push_str(&self.processes_shown());
+        if let Some(w) = self
+            .watched_requests
+            .filter(|&w| (w as f64) < 0.99 * self.requests as f64)
+        {
+            head.push_str(&format!(
+                "; per request of the {w} of {} requests served while it was watched",
+                self.requests
+            ));
+        }
         head.push_str(&format!(
             "): per request {} on CPU (user {}, system {}), {} waiting for a CPU",
             us(self.cpu_user + self.cpu_system),
@@ -319,6 +331,7 @@ mod tests {
             active_seconds: None,
             active_busiest_thread_seconds: None,
             cpus_allowed: None,
+            traffic: None,
             cpu_seconds: None,
             context_switches_voluntary: 1,
             context_switches_involuntary: 1,

@@ -13,8 +13,14 @@ pub struct ProxyCost {
     pub pid: u32,
     pub threads: u64,
     pub watched_seconds: f64,
+    /// Of `watched_seconds`, the reads in which some tap's exchanges ended: what the
+    /// figures per request and the cores are read over. Absent in older snapshots (then
+    /// the whole window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_seconds: Option<f64>,
     pub requests: u64,
-    /// Per exchange of the tap (answered and failed), seconds: the proxy's thread-time over them.
+    /// Per exchange of the tap (answered and failed), seconds: the proxy's thread-time
+    /// over the reads that held traffic, over them.
     pub cpu_user: f64,
     pub cpu_system: f64,
     pub runqueue: f64,
@@ -47,17 +53,22 @@ impl ProxyCost {
                 s / requests as f64
             }
         };
+        let work = p.work();
         Self {
             pid: p.pid,
             threads: p.threads,
             watched_seconds: p.watched_seconds,
+            traffic_seconds: p.traffic.map(|t| t.seconds),
             requests,
-            cpu_user: per(p.cpu_user_seconds),
-            cpu_system: per(p.cpu_system_seconds),
-            runqueue: per(p.runqueue_seconds),
-            cores_used: p.cores_used(),
+            cpu_user: per(work.cpu_user_seconds),
+            cpu_system: per(work.cpu_system_seconds),
+            runqueue: per(work.runqueue_seconds),
+            cores_used: work.cores_used(),
             cpus: p.cpus,
-            share_of_machine: p.share_of_machine(),
+            share_of_machine: work
+                .machine_busy_seconds
+                .filter(|&b| b > 0.0)
+                .map(|b| (work.cpu() / b).min(1.0)),
             shares_cores_with_upstream: upstream.and_then(|u| p.shares_cores_with(u)),
             taps,
         }
@@ -66,9 +77,18 @@ impl ProxyCost {
     /// The line under the headline.
     pub fn line(&self) -> String {
         let us = crate::units::duration;
+        let traffic = self
+            .traffic_seconds
+            .map(|t| format!(" watched, {t:.0} s with traffic"))
+            .unwrap_or_default();
+        // From Prometheus there is no one pid: every instance is summed.
+        let who = if self.pid == 0 {
+            "from Prometheus".to_owned()
+        } else {
+            format!("pid {}", self.pid)
+        };
         let mut l = format!(
-            "phasescope itself (pid {}, {} threads, {:.0} s): per request {} on CPU (user {}, system {}), {} waiting for a CPU; {} of the {} cores",
-            self.pid,
+            "phasescope itself ({who}, {} threads, {:.0} s{traffic}): per request {} on CPU (user {}, system {}), {} waiting for a CPU; {} of the {} cores",
             self.threads,
             self.watched_seconds,
             us(self.cpu_user + self.cpu_system),

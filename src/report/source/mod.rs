@@ -10,6 +10,7 @@ pub mod prometheus;
 pub mod prometheus_answer;
 pub mod prometheus_failures;
 pub mod prometheus_native;
+pub mod prometheus_process;
 pub mod snapshots;
 
 pub use snapshots::Source;

@@ -39,6 +39,14 @@ pub fn queries(range: &str) -> [String; 3] {
 /// Queries `base` (the Prometheus server, e.g. `http://127.0.0.1:9090`) and builds the
 /// dataset.
 pub fn load(base: &str, range: Duration) -> anyhow::Result<Dataset> {
+    Ok(load_with_findings(base, range)?.0)
+}
+
+/// [`load`], and the findings the proxies' `phasescope_finding` gauge held in the range.
+pub fn load_with_findings(
+    base: &str,
+    range: Duration,
+) -> anyhow::Result<(Dataset, Vec<crate::snapshot::Finding>)> {
     let base = Url::parse(base)?;
     let prefix = base.path_and_query.trim_end_matches('/').to_owned();
     let range_text = promql_range(range)?;
@@ -77,12 +85,30 @@ pub fn load(base: &str, range: Duration) -> anyhow::Result<Dataset> {
     if ds.taps.is_empty() {
         explain_empty(&base, &prefix, range, at)?;
     }
+    // phasescope itself, each upstream's process and the findings, from their series.
+    let answers = super::prometheus_process::queries(&range_text).map(|q| {
+        get(&q)
+            .and_then(|body| parse_vector(&body))
+            .with_context(|| format!("Prometheus query {q}"))
+    });
+    let [a, b, c, d, e, f, g, h, i, j, k, l] = answers;
+    let answers = [a?, b?, c?, d?, e?, f?, g?, h?, i?, j?, k?, l?];
+    let findings = super::prometheus_process::add(&mut ds, &answers, range.as_secs_f64());
+    if ds.proxy.is_some() || ds.taps.values().any(|t| t.upstream.is_some()) {
+        ds.notes.push(PROCESS_NOTE.to_owned());
+    }
     ds.sources = vec![format!(
         "Prometheus {base}, last {}",
         humantime::format_duration(range)
     )];
-    Ok(ds)
+    Ok((ds, findings))
 }
+
+/// The note of a report whose processes came from Prometheus's counters.
+const PROCESS_NOTE: &str = "phasescope itself and inside the upstream from Prometheus's \
+     counters: over the whole range, every instance summed (idle seconds included: \
+     Prometheus keeps no seconds with traffic); the findings are those the proxies' \
+     phasescope_finding gauge held in the range, their evidence on the live page";
 
 /// The note of a report read from native histograms.
 const NATIVE_NOTE: &str = "from Prometheus native histograms: percentiles are interpolated \
