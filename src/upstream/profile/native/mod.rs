@@ -50,6 +50,8 @@ use std::time::Duration;
 pub use budget::MAX_SAMPLED_THREADS;
 pub use symbols::UNKNOWN_SYMBOL;
 pub use unnamed::UNMAPPED_OBJECT;
+// The Python sampler names the native leaf of its samples with the same symbolizer.
+pub(super) use symbols::Symbols as Symbolizer;
 
 use super::fold::Fold;
 use super::rules::KERNEL_COMPONENT;
