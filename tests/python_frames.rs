@@ -61,7 +61,10 @@ struct Burn {
 impl Burn {
     fn start() -> Burn {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/py-burn.py");
-        let dir = tempfile::Builder::new().prefix("py-burn-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("py-burn-")
+            .tempdir()
+            .unwrap();
         let log = dir.path().join("py-burn.log");
         let mut command = Command::new(python());
         command.arg(script).arg("0").current_dir(dir.path());
@@ -212,13 +215,21 @@ fn py_spy_share(raw: &str, function: &str) -> f64 {
 fn top_lines(raw: &str, top: usize) -> String {
     let mut lines: Vec<(u64, &str)> = raw
         .lines()
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(s, n)| Some((n.parse().ok()?, s))))
+        .filter_map(|l| {
+            l.rsplit_once(' ')
+                .and_then(|(s, n)| Some((n.parse().ok()?, s)))
+        })
         .collect();
     lines.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
     lines
         .iter()
         .take(top)
-        .map(|(n, s)| format!("{n:6} {}\n", s.rsplit(';').take(3).collect::<Vec<_>>().join(" < ")))
+        .map(|(n, s)| {
+            format!(
+                "{n:6} {}\n",
+                s.rsplit(';').take(3).collect::<Vec<_>>().join(" < ")
+            )
+        })
         .collect()
 }
 
@@ -226,7 +237,15 @@ fn top_lines(raw: &str, top: usize) -> String {
 /// stopping the process (as phasescope reads it).
 fn py_spy(pid: u32, duration: Duration, out: &std::path::Path) -> std::process::Child {
     Command::new(require_tool("py-spy"))
-        .args(["record", "--nonblocking", "--gil", "--format", "raw", "--rate", "250"])
+        .args([
+            "record",
+            "--nonblocking",
+            "--gil",
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+        ])
         .args(["--duration", &duration.as_secs().to_string()])
         .arg("--pid")
         .arg(pid.to_string())
@@ -257,11 +276,18 @@ fn shares_match_the_functions_own_clocks_and_py_spy() {
         (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) * 10.0
     };
     let stat_before = stat(pid);
+    let sampler_before = profiler.sampler().sampler_cpu();
+    let started = Instant::now();
     let before = burn.truth();
     let spy_out = tempfile::NamedTempFile::new().unwrap();
     let spy = py_spy(pid, SAMPLE_FOR, spy_out.path());
     thread::sleep(SAMPLE_FOR);
     let delta = profiler.collect().unwrap();
+    // The sampler's own cost (docs/BENCHMARKS.md): its thread's CPU over the window.
+    if let (Some(a), Some(b)) = (sampler_before, profiler.sampler().sampler_cpu()) {
+        let share = 100.0 * (b - a).as_secs_f64() / started.elapsed().as_secs_f64();
+        eprintln!("sampler thread CPU {share:.2} % of a core");
+    }
     let after = burn.truth();
     eprintln!("/proc stat CPU {:.0} ms", stat(pid) - stat_before);
     let spy = spy.wait_with_output().unwrap();
@@ -283,7 +309,10 @@ fn shares_match_the_functions_own_clocks_and_py_spy() {
     let cpu_ms = (after["process_cpu_ns"].as_f64().unwrap()
         - before["process_cpu_ns"].as_f64().unwrap())
         / 1e6;
-    eprintln!("process CPU {cpu_ms:.0} ms; py-spy's stacks:\n{}", top_lines(&spy_raw, 8));
+    eprintln!(
+        "process CPU {cpu_ms:.0} ms; py-spy's stacks:\n{}",
+        top_lines(&spy_raw, 8)
+    );
     eprintln!("| function | own clock | py-spy | phasescope |");
     for f in FUNCTIONS {
         let (own, spied, sampled) = (truth[f], py_spy_share(&spy_raw, f), inclusive(stacks, f));

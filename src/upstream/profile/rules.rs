@@ -646,4 +646,70 @@ mod tests {
             Err(ProfileError::RuleName)
         ));
     }
+
+    #[test]
+    fn python_frames() {
+        let rules = rules();
+        // (function, file, expected component)
+        let table: &[(&str, &str, &str)] = &[
+            (
+                "BaseHTTPRequestHandler.parse_request",
+                "/usr/lib/python3.11/http/server.py",
+                "http_parser",
+            ),
+            (
+                "parse_headers",
+                "/usr/lib/python3.11/http/client.py",
+                "http_parser",
+            ),
+            (
+                "FeedParser.feed",
+                "/usr/lib/python3.11/email/feedparser.py",
+                "http_parser",
+            ),
+            (
+                "Request.parse",
+                "/usr/lib/python3/dist-packages/gunicorn/http/message.py",
+                "http_parser",
+            ),
+            (
+                "_obsolete_line_fold",
+                "/srv/venv/lib/python3.11/site-packages/h11/_readers.py",
+                "http_parser",
+            ),
+            (
+                "Connection.send",
+                "/srv/venv/lib/python3.11/site-packages/h11/_connection.py",
+                "h11",
+            ),
+            (
+                "Arbiter.run",
+                "/usr/lib/python3/dist-packages/gunicorn/arbiter.py",
+                "gunicorn",
+            ),
+            (
+                "urlencode",
+                "/srv/venv/lib/python3.11/site-packages/six.py",
+                "six",
+            ),
+            (
+                "BaseHTTPRequestHandler.send_response",
+                "/usr/lib/python3.11/http/server.py",
+                PYTHON_STDLIB_COMPONENT,
+            ),
+            (
+                "_find_and_load",
+                "<frozen importlib._bootstrap>",
+                PYTHON_STDLIB_COMPONENT,
+            ),
+            ("compute_report", "/srv/app/views.py", "views.py"),
+        ];
+        for &(function, file, expected) in table {
+            assert_eq!(
+                rules.python_component(function, file),
+                expected,
+                "{function} in {file}"
+            );
+        }
+    }
 }

@@ -81,13 +81,12 @@ fn candidates(pid: u32, maps: &[Mapping]) -> Result<Vec<(String, PathBuf)>, PyEr
 /// Finds the interpreter in `pid`: its executable first, then a mapped libpython.
 /// Ok(None) when neither is CPython.
 pub fn find_interpreter(pid: u32) -> Result<Option<PyTarget>, PyError> {
-    let text = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
-        PyError::Process {
+    let text =
+        fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| PyError::Process {
             pid,
             what: "maps",
             source,
-        }
-    })?;
+        })?;
     let maps: Vec<Mapping> = maps::parse(&text)
         .into_iter()
         .filter(|m| m.path.starts_with('/'))
@@ -179,7 +178,9 @@ mod tests {
 
     #[test]
     fn libpython_names() {
-        assert!(is_libpython("/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"));
+        assert!(is_libpython(
+            "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"
+        ));
         assert!(is_libpython("/opt/py/lib/libpython3.12d.so"));
         assert!(!is_libpython("/usr/lib/libpython3.11.a"));
         assert!(!is_libpython("/usr/bin/python3.11"));

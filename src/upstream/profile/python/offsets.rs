@@ -50,12 +50,20 @@ pub struct Offsets {
 impl Offsets {
     /// Bytes of a frame the walk reads at once (every field it needs).
     pub fn frame_bytes(&self) -> usize {
-        (self.frame_code.max(self.frame_previous).max(self.frame_owner) + 8) as usize
+        (self
+            .frame_code
+            .max(self.frame_previous)
+            .max(self.frame_owner)
+            + 8) as usize
     }
 
     /// Bytes of a thread state the walk reads at once.
     pub fn thread_bytes(&self) -> usize {
-        (self.thread_next.max(self.thread_cframe).max(self.thread_native_id) + 8) as usize
+        (self
+            .thread_next
+            .max(self.thread_cframe)
+            .max(self.thread_native_id)
+            + 8) as usize
     }
 
     /// Bytes of a code object the walk reads at once.

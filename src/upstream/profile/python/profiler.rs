@@ -32,6 +32,8 @@ pub struct PyProfiler {
 
 /// A sample's native leaf: (symbol, object, in the kernel).
 type Native = (Arc<str>, Arc<str>, bool);
+/// A leaf function in `symbols`: (name, file or object).
+type Leaf = (Arc<str>, Arc<str>);
 
 /// Folds Python stacks through the rules.
 struct Folder {
@@ -89,7 +91,12 @@ impl PyProfiler {
         let target = self.sampler.target();
         let native = |ip: u64| ip != 0 && !target.in_interpreter(ip);
         self.symbols.refresh_maps()?;
-        let ips = || stacks.iter().map(|((_, ip), _)| *ip).filter(|&ip| native(ip));
+        let ips = || {
+            stacks
+                .iter()
+                .map(|((_, ip), _)| *ip)
+                .filter(|&ip| native(ip))
+        };
         self.symbols
             .resolve_user(ips().filter(|&ip| ip < KERNEL_START))?;
         self.symbols
@@ -145,14 +152,14 @@ impl Folder {
         truncated: u64,
         lost: u64,
     ) -> ProfileDelta {
-        let mut fold: Fold<Key, (Arc<str>, Arc<str>), Arc<str>> = Fold::new();
+        let mut fold: Fold<Key, Leaf, Arc<str>> = Fold::new();
         fold.truncated(truncated);
         let mut seen: Vec<Arc<str>> = Vec::new();
         for (frames, leaf, n) in taken {
             let n = *n;
             seen.clear();
             let mut ids = Vec::with_capacity(frames.len() + 1);
-            let mut own: Option<(Arc<str>, (Arc<str>, Arc<str>))> = None;
+            let mut own: Option<(Arc<str>, Leaf)> = None;
             for frame in frames {
                 let component = self.component(frame);
                 ids.push(fold.frame(Key::Python(frame.clone()), || Frame {
@@ -235,10 +242,10 @@ mod tests {
         };
         let delta = folder.fold(
             &[
-            (vec![main.clone(), serve.clone(), parse], None, 20),
-            (vec![main.clone(), report.clone()], sin, 30),
-            (vec![main, report], None, 40),
-            (vec![frame(NO_PYTHON, "", 0)], None, 10),
+                (vec![main.clone(), serve.clone(), parse], None, 20),
+                (vec![main.clone(), report.clone()], sin, 30),
+                (vec![main, report], None, 40),
+                (vec![frame(NO_PYTHON, "", 0)], None, 10),
             ],
             0,
             0,

@@ -259,11 +259,17 @@ mod tests {
 
     #[test]
     fn strings_of_each_kind() {
-        assert_eq!(decode(b"compute_report", 1).as_deref(), Some("compute_report"));
+        assert_eq!(
+            decode(b"compute_report", 1).as_deref(),
+            Some("compute_report")
+        );
         assert_eq!(decode(&[0xe9], 1).as_deref(), Some("é"));
         let ucs2: Vec<u8> = "λx".encode_utf16().flat_map(u16::to_ne_bytes).collect();
         assert_eq!(decode(&ucs2, 2).as_deref(), Some("λx"));
-        let ucs4: Vec<u8> = "😀".chars().flat_map(|c| (c as u32).to_ne_bytes()).collect();
+        let ucs4: Vec<u8> = "😀"
+            .chars()
+            .flat_map(|c| (c as u32).to_ne_bytes())
+            .collect();
         assert_eq!(decode(&ucs4, 4).as_deref(), Some("😀"));
         assert_eq!(decode(&0xD800u32.to_ne_bytes(), 4), None, "a surrogate");
     }
