@@ -389,3 +389,105 @@ fn a_c_function_is_a_native_frame_under_its_python_caller() {
         show(stacks, 12)
     );
 }
+
+/// The children of `parent` (gunicorn's workers), from /proc.
+fn children(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn each_gunicorn_worker_has_its_python_frames() {
+    let _serial = serial();
+    let gunicorn = require_tool("gunicorn");
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let log = dir.path().join("gunicorn.log");
+    let mut command = Command::new(gunicorn);
+    command
+        .args(["--workers", "2", "--bind"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--chdir")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
+        .arg("py_wsgi:app");
+    let mut server = Managed::spawn("gunicorn", &mut command, &log);
+    let master = server.pid();
+    let ready = support::wait_for(STARTUP_DEADLINE, || {
+        children(master).len() == 2 && support::accepts(loopback(port))
+    });
+    assert!(ready, "gunicorn did not start\n{}", server.log_tail());
+    let workers = children(master);
+    let mut profilers: Vec<PyProfiler> = workers
+        .iter()
+        .map(|&pid| {
+            PyProfiler::start(pid, 1000, ComponentRules::new(&[]).unwrap())
+                .expect("python frames readable")
+                .expect("a gunicorn worker is CPython")
+        })
+        .collect();
+    // A connection per request (a sync worker closes each), from two clients, so that
+    // both workers accept.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<JoinHandle<()>> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let raw = HttpConn::connect(loopback(port))
+                        .exchange(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+                    assert_eq!(parse_response(&raw).status, 200);
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    for (pid, profiler) in workers.iter().zip(&mut profilers) {
+        let delta = profiler.collect().unwrap();
+        let stacks = &delta.stacks;
+        eprintln!(
+            "worker {pid}: {} samples\n{}",
+            delta.total(),
+            show(stacks, 4)
+        );
+        let share = inclusive(stacks, "render_page");
+        assert!(
+            delta.total() > 50 && share > 30.0,
+            "worker {pid}: render_page in {share:.1} % of {} samples\n{}",
+            delta.total(),
+            show(stacks, 8)
+        );
+        let frame = stacks
+            .frames
+            .iter()
+            .find(|f| f.name == "render_page")
+            .unwrap();
+        assert_eq!(frame.component, "py_wsgi.py", "{frame:?}");
+        // gunicorn's own code by its package; its request parser as the HTTP parser.
+        let components: Vec<&str> = stacks.frames.iter().map(|f| f.component.as_str()).collect();
+        assert!(components.contains(&"gunicorn"), "{components:?}");
+    }
+    server.stop(Duration::from_secs(5));
+}

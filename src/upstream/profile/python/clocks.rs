@@ -1,17 +1,20 @@
 //! The CPU-clock perf events on a Python process's threads: one per thread, each writing a
 //! record per period of CPU its thread uses (with the instruction it ran), all polled by
 //! the sampler. Threads come and go (a ThreadingHTTPServer starts one per connection), so
-//! the set is brought up to date from /proc/PID/task every [`RESCAN_EVERY`].
+//! the set is brought up to date from /proc/PID/task every [`RESCAN_EVERY`]. Each event
+//! is a file descriptor of the proxy: they are held within the native profiler's budget
+//! (at most 64 per process, a sixteenth of RLIMIT_NOFILE, none while fewer than a
+//! quarter of it are free), the first threads in /proc's order taking them.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use crate::upstream::profile::native::Descriptors;
+
 /// How often the thread list is read again.
 pub const RESCAN_EVERY: Duration = Duration::from_millis(50);
-/// Threads sampled at most (each event is a file descriptor and a ring buffer).
-pub const MAX_THREADS: usize = 256;
 
 /// Record types of the perf ABI (`enum perf_event_type`).
 const RECORD_LOST: u32 = 2;
@@ -107,8 +110,14 @@ impl Clocks {
         }
         self.events.retain(|tid, _| alive.contains(tid));
         let mut failed = None;
+        // Listing the proxy's descriptors costs: only when a thread is new.
+        let mut budget = None;
         for tid in alive {
-            if self.events.len() >= MAX_THREADS || self.events.contains_key(&tid) {
+            if self.events.contains_key(&tid) {
+                continue;
+            }
+            let held = self.events.len();
+            if held >= *budget.get_or_insert_with(|| Descriptors::now().events(held)) {
                 continue;
             }
             match open(tid, self.period_ns) {
