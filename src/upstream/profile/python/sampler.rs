@@ -102,10 +102,39 @@ impl PyStacks {
     }
 }
 
+/// A stack as walked, leaf first, compared by the identity of its names: the walker hands
+/// out the same `Arc`s for a code object until its cache is emptied (at each collect), so
+/// a sample hashes a few pointers, not every character of every name and file. The same
+/// stack with new `Arc`s is merged by content in `collect`.
+struct Walked(Vec<PyFrame>);
+
+impl PartialEq for Walked {
+    fn eq(&self, other: &Walked) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| {
+                Arc::ptr_eq(&a.function, &b.function)
+                    && Arc::ptr_eq(&a.file, &b.file)
+                    && a.line == b.line
+            })
+    }
+}
+
+impl Eq for Walked {}
+
+impl std::hash::Hash for Walked {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_usize(self.0.len());
+        for frame in &self.0 {
+            state.write_usize(Arc::as_ptr(&frame.function).cast::<u8>() as usize);
+            state.write_usize(Arc::as_ptr(&frame.file).cast::<u8>() as usize);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Tally {
-    /// Leaf first, as walked.
-    stacks: HashMap<Sampled, u64>,
+    /// Leaf first, as walked, with the instruction.
+    stacks: HashMap<(Walked, u64), u64>,
     counts: Counts,
 }
 
@@ -175,14 +204,12 @@ impl PySampler {
     pub fn collect(&mut self) -> PyStacks {
         let tally = std::mem::take(&mut *lock(&self.shared.tally));
         self.shared.generation.fetch_add(1, Ordering::Relaxed);
-        let stacks = tally
-            .stacks
-            .into_iter()
-            .map(|((mut stack, ip), n)| {
-                stack.reverse();
-                ((stack, ip), n)
-            })
-            .collect();
+        let mut merged: HashMap<Sampled, u64> = HashMap::with_capacity(tally.stacks.len());
+        for ((Walked(mut stack), ip), n) in tally.stacks {
+            stack.reverse();
+            *merged.entry((stack, ip)).or_insert(0) += n;
+        }
+        let stacks = merged.into_iter().collect();
         PyStacks {
             stacks,
             counts: tally.counts,
@@ -270,9 +297,8 @@ fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration)
 
 /// Counts one sample of `stack` (leaf first) with instruction `ip`.
 fn count(tally: &mut Tally, stack: &[PyFrame], ip: u64, truncated_root: &PyFrame) {
-    // The lookup needs an owned key; stacks are short and a sample is a millisecond of
-    // CPU, so the copy costs far less than the reads that made it.
-    let key = (stack.to_vec(), ip);
+    // The lookup needs an owned key: a copy of a few `Arc`s.
+    let key = (Walked(stack.to_vec()), ip);
     if let Some(n) = tally.stacks.get_mut(&key) {
         *n += 1;
     } else if tally.stacks.len() < MAX_STACKS {
@@ -281,7 +307,7 @@ fn count(tally: &mut Tally, stack: &[PyFrame], ip: u64, truncated_root: &PyFrame
         tally.counts.truncated += 1;
         *tally
             .stacks
-            .entry((vec![truncated_root.clone()], 0))
+            .entry((Walked(vec![truncated_root.clone()]), 0))
             .or_insert(0) += 1;
     }
 }

@@ -23,6 +23,9 @@ pub const MAX_DEPTH: usize = 256;
 const MAX_THREADS: usize = 4096;
 /// Characters of a name read at most.
 const MAX_NAME: u64 = 512;
+/// Bytes of a frame read at once: every field the walk needs in any row of the table
+/// (checked by a test).
+const FRAME_READ: usize = 128;
 /// `_PyInterpreterFrame.owner` of a frame owned by C code (3.12's entry shims): no
 /// Python function of its own.
 const FRAME_OWNED_BY_CSTACK: u8 = 3;
@@ -157,16 +160,21 @@ impl Walker {
             return Ok(false);
         };
         let o = self.offsets;
+        // Frames live in the thread's data stack, callers below callees, as PHP's VM
+        // stack: a window read ending at the current frame usually holds its callers too
+        // (one system call for a stack, not one per frame). Bytes of the last walk are
+        // not trusted.
+        self.memory.reset();
         while frame != 0 {
             if out.len() == MAX_DEPTH {
                 return Ok(true);
             }
-            let Ok(bytes) = self.read(frame, o.frame_bytes(), "a frame") else {
+            let Ok(bytes) = self.memory.read_stack::<FRAME_READ>(frame) else {
                 self.torn += 1;
                 return Ok(true);
             };
-            let code = word(bytes, o.frame_code);
-            let previous = word(bytes, o.frame_previous);
+            let code = word(&bytes, o.frame_code);
+            let previous = word(&bytes, o.frame_previous);
             let owner = bytes.get(o.frame_owner as usize).copied().unwrap_or(0);
             if owner != FRAME_OWNED_BY_CSTACK {
                 let Some(code) = self.code(code) else {
@@ -256,6 +264,13 @@ fn decode(bytes: &[u8], kind: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_read_holds_every_field_of_every_row() {
+        for (version, offsets) in super::super::offsets::OFFSETS {
+            assert!(offsets.frame_bytes() <= FRAME_READ, "{version:?}");
+        }
+    }
 
     #[test]
     fn strings_of_each_kind() {
