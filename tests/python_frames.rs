@@ -2,7 +2,9 @@
 //! a threaded fixture (tests/fixtures/py-burn.py) whose handlers burn CPU in three named
 //! functions, each timed in the process with time.thread_time. The sampled shares must
 //! match what the script measured in the same run, and what py-spy (CPython's
-//! out-of-process sampler) records of the same process and load; each function must be
+//! out-of-process sampler) records of the same process and load wherever py-spy itself
+//! is within the tolerance of the script's clocks (it samples wall-clock time, which on a
+//! loaded machine drifts: see `py_spy`); each function must be
 //! named with its file and first line; the C function `math.sin` ends in (libm) must be a
 //! native frame under `compute_report`.
 //!
@@ -234,9 +236,16 @@ fn top_lines(raw: &str, top: usize) -> String {
 }
 
 /// Starts py-spy recording `pid` for `duration` into `out` (raw folded stacks), without
-/// stopping the process (as phasescope reads it).
+/// stopping the process (as phasescope reads it), at the real-time priority phasescope's
+/// sampler takes (`chrt -f 1`): at normal priority, on a loaded machine, it samples in
+/// bursts when it gets a CPU. Only the stacks of the thread holding the GIL (`--gil`):
+/// Python code running, not threads blocked in a read. It still samples wall-clock time,
+/// so a GIL holder waiting for a CPU counts: at a load average of 14 on this 2-core
+/// machine its `parse_items` read 6 to 8 points above the function's own clock.
 fn py_spy(pid: u32, duration: Duration, out: &std::path::Path) -> std::process::Child {
-    Command::new(require_tool("py-spy"))
+    Command::new(require_tool("chrt"))
+        .args(["-f", "1"])
+        .arg(require_tool("py-spy"))
         .args([
             "record",
             "--nonblocking",
@@ -328,10 +337,22 @@ fn shares_match_the_functions_own_clocks_and_py_spy() {
             "{f}: sampled {sampled:.1} %, its own clock {own:.1} %\n{}",
             show(stacks, 12)
         );
-        assert!(
-            (sampled - spied).abs() <= TOLERANCE,
-            "{f}: sampled {sampled:.1} %, py-spy {spied:.1} %"
-        );
+        // py-spy samples wall-clock time: a thread that holds the GIL while it waits for
+        // a CPU counts, so on a loaded machine its shares drift toward where threads are
+        // preempted (the return of a system call: `time.thread_time_ns`), by ten points
+        // and more at a load average of 14 on 2 cores. Where it tracks the functions' own
+        // clocks it is a second reference, and phasescope must agree with it.
+        if (spied - own).abs() <= TOLERANCE {
+            assert!(
+                (sampled - spied).abs() <= TOLERANCE,
+                "{f}: sampled {sampled:.1} %, py-spy {spied:.1} %"
+            );
+        } else {
+            eprintln!(
+                "{f}: py-spy is {:.1} points off the function's own clock: not compared",
+                spied - own
+            );
+        }
         // Named with the file and first line the interpreter itself gives.
         let line = before["functions"][f]["line"].as_u64().unwrap() as u32;
         let frame = stacks.frames.iter().find(|fr| fr.name == f).unwrap();
