@@ -318,8 +318,12 @@ fn shares_match_the_functions_own_clocks_and_py_spy() {
     let cpu_ms = (after["process_cpu_ns"].as_f64().unwrap()
         - before["process_cpu_ns"].as_f64().unwrap())
         / 1e6;
+    let spy_total: u64 = spy_raw
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
     eprintln!(
-        "process CPU {cpu_ms:.0} ms; py-spy's stacks:\n{}",
+        "process CPU {cpu_ms:.0} ms; py-spy's {spy_total} samples:\n{}",
         top_lines(&spy_raw, 8)
     );
     eprintln!("| function | own clock | py-spy | phasescope |");
