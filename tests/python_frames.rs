@@ -440,27 +440,92 @@ fn children(parent: u32) -> Vec<u32> {
     out
 }
 
-#[test]
-fn each_gunicorn_worker_has_its_python_frames() {
-    let _serial = serial();
-    let gunicorn = require_tool("gunicorn");
-    let dir = tempfile::tempdir().unwrap();
+/// gunicorn with two sync workers serving tests/fixtures/py_wsgi.py, once both accept:
+/// (the master, its port, its workers).
+fn gunicorn(dir: &std::path::Path) -> (Managed, u16, Vec<u32>) {
     let port = support::free_port();
-    let log = dir.path().join("gunicorn.log");
-    let mut command = Command::new(gunicorn);
+    let log = dir.join("gunicorn.log");
+    let mut command = Command::new(require_tool("gunicorn"));
     command
         .args(["--workers", "2", "--bind"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--chdir")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
         .arg("py_wsgi:app");
-    let mut server = Managed::spawn("gunicorn", &mut command, &log);
+    let server = Managed::spawn("gunicorn", &mut command, &log);
     let master = server.pid();
     let ready = support::wait_for(STARTUP_DEADLINE, || {
         children(master).len() == 2 && support::accepts(loopback(port))
     });
     assert!(ready, "gunicorn did not start\n{}", server.log_tail());
     let workers = children(master);
+    (server, port, workers)
+}
+
+/// Two clients, a connection per request (a sync worker closes each), for `load`.
+fn load_gunicorn(addr: SocketAddr, load: Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<JoinHandle<()>> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let raw = HttpConn::connect(addr)
+                        .exchange(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+                    assert_eq!(parse_response(&raw).status, 200);
+                }
+            })
+        })
+        .collect();
+    thread::sleep(load);
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+}
+
+#[test]
+fn behind_the_proxy_every_gunicorn_worker_is_sampled_by_python_function() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, port, workers) = gunicorn(dir.path());
+    let mut proxy = support::Proxy::in_front_of(loopback(port), &["--profile-upstream"]);
+    let log_path = proxy.process().log_path().to_owned();
+    // Each process of the group (the master and both workers) gets a sampler of its own.
+    let sampled = |pid: u32| {
+        fs::read_to_string(&log_path).is_ok_and(|log| {
+            log.lines()
+                .any(|l| l.contains("Python call stacks") && l.contains(&format!("pid={pid}")))
+        })
+    };
+    let all = support::wait_for(STARTUP_DEADLINE, || workers.iter().all(|&w| sampled(w)));
+    assert!(
+        all,
+        "workers {workers:?} not all sampled\n{}",
+        proxy.log_tail()
+    );
+    load_gunicorn(proxy.addr(), Duration::from_secs(2));
+    // The load's last samples come with the watcher's next collect.
+    thread::sleep(Duration::from_millis(2500));
+    let snapshot: serde_json::Value =
+        serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap();
+    let u = &snapshot["taps"]["webdis"]["upstream"];
+    assert_eq!(u["frames"], "python", "{u:#}");
+    assert_eq!(u["processes"].as_array().map(Vec::len), Some(3), "{u:#}");
+    let functions = u["functions"].as_array().expect("functions");
+    let render = functions
+        .iter()
+        .find(|f| f["name"] == "render_page")
+        .unwrap_or_else(|| panic!("render_page missing: {u:#}"));
+    assert_eq!(render["component"], "py_wsgi.py", "{render}");
+    server.stop(Duration::from_secs(5));
+}
+
+#[test]
+fn each_gunicorn_worker_has_its_python_frames() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, port, workers) = gunicorn(dir.path());
     let mut profilers: Vec<PyProfiler> = workers
         .iter()
         .map(|&pid| {
@@ -469,26 +534,8 @@ fn each_gunicorn_worker_has_its_python_frames() {
                 .expect("a gunicorn worker is CPython")
         })
         .collect();
-    // A connection per request (a sync worker closes each), from two clients, so that
-    // both workers accept.
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<JoinHandle<()>> = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let raw = HttpConn::connect(loopback(port))
-                        .exchange(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-                    assert_eq!(parse_response(&raw).status, 200);
-                }
-            })
-        })
-        .collect();
-    thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.join().unwrap();
-    }
+    // Two clients, so that both workers accept.
+    load_gunicorn(loopback(port), Duration::from_secs(2));
     for (pid, profiler) in workers.iter().zip(&mut profilers) {
         let delta = profiler.collect().unwrap();
         let stacks = &delta.stacks;
