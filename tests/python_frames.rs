@@ -505,11 +505,20 @@ fn behind_the_proxy_every_gunicorn_worker_is_sampled_by_python_function() {
         proxy.log_tail()
     );
     load_gunicorn(proxy.addr(), Duration::from_secs(2));
-    // The load's last samples come with the watcher's next collect.
-    thread::sleep(Duration::from_millis(2500));
-    let snapshot: serde_json::Value =
-        serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap();
-    let u = &snapshot["taps"]["webdis"]["upstream"];
+    // The samples come with the watcher's collects; the first one names the native leaves
+    // with the symbol tables of python3 and its libraries, seconds on a loaded machine.
+    let upstream = || {
+        let snapshot: serde_json::Value =
+            serde_json::from_str(&proxy.admin_get("/api/snapshot").body_text()).unwrap();
+        snapshot["taps"]["webdis"]["upstream"].clone()
+    };
+    support::wait_for(Duration::from_secs(30), || {
+        let u = upstream();
+        u["functions"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["name"] == "render_page"))
+    });
+    let u = &upstream();
     assert_eq!(u["frames"], "python", "{u:#}");
     assert_eq!(u["processes"].as_array().map(Vec::len), Some(3), "{u:#}");
     let functions = u["functions"].as_array().expect("functions");
