@@ -572,3 +572,23 @@ fn each_gunicorn_worker_has_its_python_frames() {
     }
     server.stop(Duration::from_secs(5));
 }
+
+#[test]
+fn an_idle_server_gives_no_samples() {
+    let _serial = serial();
+    let burn = Burn::start();
+    let rules = ComponentRules::new(&[]).unwrap();
+    let mut profiler = PyProfiler::start(burn.process.pid(), 1000, rules)
+        .unwrap()
+        .unwrap();
+    // Its threads wait in accept and select: off a CPU, so no period of CPU ends.
+    let _ = profiler.collect().unwrap();
+    thread::sleep(Duration::from_secs(1));
+    let delta = profiler.collect().unwrap();
+    assert!(
+        delta.total() <= 20,
+        "{} samples in an idle second\n{}",
+        delta.total(),
+        show(&delta.stacks, 8)
+    );
+}
