@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{Offsets, PyError, PyFrame, PyTarget};
 
@@ -23,6 +24,8 @@ pub const MAX_DEPTH: usize = 256;
 const MAX_THREADS: usize = 4096;
 /// Characters of a name read at most.
 const MAX_NAME: u64 = 512;
+/// How long a thread found without a thread state is taken for one that has none.
+const STRANGER_FOR: Duration = Duration::from_millis(100);
 /// Bytes of a frame read at once: every field the walk needs in any row of the table
 /// (checked by a test).
 const FRAME_READ: usize = 128;
@@ -45,6 +48,10 @@ pub struct Walker {
     offsets: &'static Offsets,
     runtime: u64,
     threads: HashMap<u32, u64>,
+    /// Threads without a thread state at the last scan (a C library's threads, or one
+    /// that Python has not bound yet), and when: not scanned for again within
+    /// [`STRANGER_FOR`], so a busy one costs no scan per sample.
+    strangers: HashMap<u32, Instant>,
     codes: HashMap<u64, Code>,
     buf: Vec<u8>,
     /// Walks cut short by a read that failed or made no sense.
@@ -67,6 +74,7 @@ impl Walker {
             offsets: target.offsets,
             runtime: target.runtime,
             threads: HashMap::new(),
+            strangers: HashMap::new(),
             codes: HashMap::new(),
             buf: vec![0; 256],
             torn: 0,
@@ -130,11 +138,18 @@ impl Walker {
     /// thread has no thread state (a thread Python does not know).
     fn current_frame(&mut self, tid: u32) -> Result<Option<u64>, PyError> {
         let o = self.offsets;
+        if let Some(since) = self.strangers.get(&tid) {
+            if since.elapsed() < STRANGER_FOR {
+                return Ok(None);
+            }
+            self.strangers.remove(&tid);
+        }
         for attempt in 0..2 {
             if attempt == 1 || !self.threads.contains_key(&tid) {
                 self.scan_threads()?;
             }
             let Some(&thread) = self.threads.get(&tid) else {
+                self.strangers.insert(tid, Instant::now());
                 return Ok(None);
             };
             let bytes = self.read(thread, o.thread_bytes(), "a thread state")?;
