@@ -19,7 +19,9 @@
 //!   perf's, the Flight Recorder's most sampled method the same.
 //! - Python 3.11 (Debian's python3), a ThreadingHTTPServer whose handler burns CPU: no
 //!   line of the hot path is the interpreter's loop at 90 % or more, in the JSON or the
-//!   text.
+//!   text; with Python's frames read (src/upstream/profile/python/), the handler's
+//!   function is named with its file and line, the interpreter's loop nowhere, and the
+//!   report answers the parser question with http.server's parser named.
 
 mod support;
 
@@ -715,6 +717,19 @@ fn python_the_interpreters_loop_is_never_nearly_all_of_a_line() {
     let hot = inside["hot"].as_array().cloned().unwrap_or_default();
     let shown = shown(&hot);
     eprintln!("hot path: {shown:#?}");
+    // Python's own frames (src/upstream/profile/python/): the function with its file and
+    // the line the script defines it on, never the interpreter's loop.
+    let source = fs::read_to_string(&script).unwrap();
+    let line = 1 + source
+        .lines()
+        .position(|l| l.starts_with("def compute_report("))
+        .unwrap();
+    let named = format!("compute_report (py-server.py:{line})");
+    assert!(text.contains(&named), "{named} missing\n{text}");
+    assert!(!text.contains("_PyEval_EvalFrameDefault"), "{text}");
+    assert_eq!(inside["frames"], "python", "{inside}");
+    // The founding question, for a Python server: http.server's parser is named.
+    assert!(text.contains("HTTP parser"), "{text}");
     assert!(!hot.is_empty(), "{text}");
     for h in &hot {
         assert!(

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 /// Where a stack's frames come from, which decides how a frame is named and drawn. The
-/// snapshot's `frames` (docs/metrics.md): `native` or `php`. A new runtime is a new
+/// snapshot's `frames` (docs/metrics.md): `native`, `php` or `python`. A new runtime is a new
 /// variant here, and every `match` on it says what it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -20,6 +20,10 @@ pub enum FrameKind {
     Native,
     /// The PHP interpreter's own call stack: `Class::method` as PHP names it.
     Php,
+    /// CPython's own call stack (`Class.method` as Python names it, with its file and
+    /// first line), with the native function a sample ran in when Python called into C as
+    /// its leaf.
+    Python,
 }
 
 impl FrameKind {
@@ -28,6 +32,7 @@ impl FrameKind {
         match self {
             FrameKind::Native => "native",
             FrameKind::Php => "php",
+            FrameKind::Python => "python",
         }
     }
 }

@@ -35,6 +35,10 @@ const HELPER_COMPONENTS: &[&str] = &[
     "regex",
     "php_builtin",
     "php_engine",
+    // Python's standard library and its interpreter outside any Python frame: what the
+    // server's Python code calls, as PHP's built-in functions are.
+    "python_stdlib",
+    "python_interpreter",
     // The runtimes of JIT-compiled code: what JavaScript or Java calls in them.
     "v8",
     "jvm",

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use super::profile::{
-    self, ComponentRules, PhpProfiler, ProfileDelta, Profiler, Sampler, UserComponentRule,
+    self, ComponentRules, PhpProfiler, ProfileDelta, Profiler, PyProfiler, Sampler,
+    UserComponentRule,
 };
 use super::Upstream;
 
@@ -147,6 +148,12 @@ fn start(
             ),
         }
     }
+    if settings.stack_bytes > 0 {
+        if let Some(p) = start_python(tap, pid, settings, upstream, rules()?) {
+            *told = false;
+            return Some(p);
+        }
+    }
     match Profiler::start(pid, settings.frequency, settings.stack_bytes, rules()?) {
         Ok(mut p) => {
             p.set_budget(settings.sample_budget);
@@ -177,6 +184,40 @@ fn start(
                 );
                 *told = e.is_permission();
             }
+            None
+        }
+    }
+}
+
+/// A CPython interpreter's own stacks say which Python function runs; its machine code
+/// would only name `_PyEval_EvalFrameDefault`. `None` when `pid` is not CPython, or when
+/// its frames cannot be read (said once in the log; the native profile follows).
+fn start_python(
+    tap: &str,
+    pid: u32,
+    settings: &ProfileSettings,
+    upstream: &Upstream,
+    rules: ComponentRules,
+) -> Option<Sampler> {
+    match PyProfiler::start(pid, settings.frequency, rules) {
+        Ok(Some(p)) => {
+            upstream.profiling(false, settings.frequency);
+            tracing::info!(
+                tap,
+                pid,
+                "sampling the upstream's Python call stacks (CPython {}) at {} Hz per thread while on a CPU",
+                p.version(),
+                settings.frequency
+            );
+            Some(Sampler::Python(p))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(
+                tap,
+                pid,
+                "{e}. Sampling its machine code instead: Python functions will not be named"
+            );
             None
         }
     }

@@ -7,7 +7,9 @@
 //! - [`native`]: perf events on the process's threads, the sampled instructions named and
 //!   the user stacks unwound (machine code: the binary, its libraries, the kernel);
 //! - [`php`]: a PHP interpreter's own call stacks, read from outside the process (its
-//!   machine code would only name the VM's handlers).
+//!   machine code would only name the VM's handlers);
+//! - [`python`]: CPython's call stacks, read the same way, with the native function a
+//!   sample ran in when Python called into C.
 //!
 //! Both use the component rules ([`rules`]) and /proc/PID/maps ([`maps`]: the native
 //! symbolizer and unwinder, and finding the PHP engine), and both give a collect's samples
@@ -17,6 +19,7 @@ mod fold;
 mod maps;
 pub mod native;
 pub mod php;
+pub mod python;
 mod rules;
 
 use std::collections::HashMap;
@@ -25,6 +28,7 @@ use std::io;
 pub use native::{is_stripped, Profiler, DRAIN_EVERY, MAX_SAMPLED_THREADS};
 pub use native::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 pub use php::PhpProfiler;
+pub use python::PyProfiler;
 pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};
 
 use crate::snapshot::{FrameKind, Stacks};
@@ -85,6 +89,8 @@ pub enum ProfileError {
     Symbolize(String),
     #[error("cannot read PHP frames: {0}")]
     Php(#[source] php::PhpError),
+    #[error("cannot read Python frames: {0}")]
+    Python(#[source] python::PyError),
 }
 
 impl ProfileError {
@@ -182,6 +188,7 @@ pub struct SymbolSamples {
 pub enum Sampler {
     Native(Profiler),
     Php(PhpProfiler),
+    Python(PyProfiler),
 }
 
 impl Sampler {
@@ -192,6 +199,7 @@ impl Sampler {
         let mut delta = match self {
             Sampler::Native(p) => p.collect()?,
             Sampler::Php(p) => p.collect(),
+            Sampler::Python(p) => p.collect()?,
         };
         delta.sampler_cpu_ns += thread_cpu_ns().saturating_sub(start);
         Ok(delta)

@@ -27,6 +27,8 @@ pub const KERNEL_OBJECT: &str = "[kernel]";
 pub const KERNEL_COMPONENT: &str = "kernel";
 /// The component of a PHP function built into the interpreter that no rule names.
 pub const PHP_BUILTIN_COMPONENT: &str = "php_builtin";
+/// The component of Python's standard library that no rule names.
+pub const PYTHON_STDLIB_COMPONENT: &str = "python_stdlib";
 
 /// A rule from the configuration (`[[tap.process.component]]`): a sample belongs to
 /// `name` when its symbol matches `symbol` and its object's file name matches `object`
@@ -47,6 +49,8 @@ enum Space {
     Kernel,
     /// PHP functions, as the interpreter names them.
     Php,
+    /// Python functions: the code object's qualified name, the object its file's path.
+    Python,
 }
 
 #[derive(Debug)]
@@ -263,6 +267,25 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
     ),
     // PHP's PCRE functions.
     ("regex", Space::Php, Some(r"^preg_\w+$"), None),
+    // Python: request-head parsers. http.server's request line and headers (which it
+    // reads with http.client's header reader and email's feed parser), h11's readers,
+    // gunicorn's request parser and its buffered reader. httptools is llhttp, named by
+    // the native rows above.
+    (
+        "http_parser",
+        Space::Python,
+        Some(r"^(BaseHTTPRequestHandler\.parse_request|parse_headers|_read_headers)$"),
+        Some(r"/http/(server|client)\.py$"),
+    ),
+    (
+        "http_parser",
+        Space::Python,
+        None,
+        Some(concat!(
+            r"(/email/(feedparser|parser)\.py|/h11/_(readers|receivebuffer|abnf)\.py|",
+            r"/gunicorn/http/(message|parser|unreader)\.py)$"
+        )),
+    ),
     // Event loops: Revolt (Amphp v3), Amp v2's loop, ReactPHP's, Workerman's, and the
     // waits they block in.
     (
@@ -361,6 +384,38 @@ impl ComponentRules {
             {
                 return format!("{vendor}/{package}");
             }
+        }
+        file.rsplit('/').next().unwrap_or(file).to_owned()
+    }
+}
+
+impl ComponentRules {
+    /// The component of a Python function (`Class.method`, `<module>`) defined in `file`:
+    /// a rule's, else its package (`…/site-packages/NAME/…` or `dist-packages`, a module
+    /// file `NAME.py` there), else [`PYTHON_STDLIB_COMPONENT`] for the standard library
+    /// (`…/lib/python3.X/…`, frozen modules), else the file's name (the server's own).
+    pub fn python_component(&self, function: &str, file: &str) -> String {
+        if let Some(rule) = self
+            .rules
+            .iter()
+            .find(|rule| rule.matches(function, file, Space::Python))
+        {
+            return rule.name.clone();
+        }
+        for packages in ["/site-packages/", "/dist-packages/"] {
+            if let Some(rest) = file.split(packages).nth(1) {
+                let first = rest.split('/').next().unwrap_or(rest);
+                return first.strip_suffix(".py").unwrap_or(first).to_owned();
+            }
+        }
+        let stdlib = file.starts_with("<frozen ")
+            || file
+                .split('/')
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w[0] == "lib" && w[1].starts_with("python3"));
+        if stdlib {
+            return PYTHON_STDLIB_COMPONENT.to_owned();
         }
         file.rsplit('/').next().unwrap_or(file).to_owned()
     }
@@ -679,5 +734,71 @@ mod tests {
             }]),
             Err(ProfileError::RuleName)
         ));
+    }
+
+    #[test]
+    fn python_frames() {
+        let rules = rules();
+        // (function, file, expected component)
+        let table: &[(&str, &str, &str)] = &[
+            (
+                "BaseHTTPRequestHandler.parse_request",
+                "/usr/lib/python3.11/http/server.py",
+                "http_parser",
+            ),
+            (
+                "parse_headers",
+                "/usr/lib/python3.11/http/client.py",
+                "http_parser",
+            ),
+            (
+                "FeedParser.feed",
+                "/usr/lib/python3.11/email/feedparser.py",
+                "http_parser",
+            ),
+            (
+                "Request.parse",
+                "/usr/lib/python3/dist-packages/gunicorn/http/message.py",
+                "http_parser",
+            ),
+            (
+                "_obsolete_line_fold",
+                "/srv/venv/lib/python3.11/site-packages/h11/_readers.py",
+                "http_parser",
+            ),
+            (
+                "Connection.send",
+                "/srv/venv/lib/python3.11/site-packages/h11/_connection.py",
+                "h11",
+            ),
+            (
+                "Arbiter.run",
+                "/usr/lib/python3/dist-packages/gunicorn/arbiter.py",
+                "gunicorn",
+            ),
+            (
+                "urlencode",
+                "/srv/venv/lib/python3.11/site-packages/six.py",
+                "six",
+            ),
+            (
+                "BaseHTTPRequestHandler.send_response",
+                "/usr/lib/python3.11/http/server.py",
+                PYTHON_STDLIB_COMPONENT,
+            ),
+            (
+                "_find_and_load",
+                "<frozen importlib._bootstrap>",
+                PYTHON_STDLIB_COMPONENT,
+            ),
+            ("compute_report", "/srv/app/views.py", "views.py"),
+        ];
+        for &(function, file, expected) in table {
+            assert_eq!(
+                rules.python_component(function, file),
+                expected,
+                "{function} in {file}"
+            );
+        }
     }
 }

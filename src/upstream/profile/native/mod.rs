@@ -53,6 +53,10 @@ use std::time::{Duration, Instant};
 pub use budget::MAX_SAMPLED_THREADS;
 pub use symbols::UNKNOWN_SYMBOL;
 pub use unnamed::UNMAPPED_OBJECT;
+// The Python sampler names the native leaf of its samples with the same symbolizer.
+pub(super) use symbols::Symbols as Symbolizer;
+// And holds its perf events within the same descriptor budget.
+pub(super) use budget::Descriptors;
 
 use super::fold::Fold;
 use super::rules::KERNEL_COMPONENT;

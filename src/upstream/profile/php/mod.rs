@@ -29,7 +29,7 @@
 //! code of an included file reads `{include}`.
 
 mod binary;
-mod memory;
+pub(super) mod memory;
 mod offsets;
 mod profiler;
 mod sampler;

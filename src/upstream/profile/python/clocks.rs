@@ -1,0 +1,177 @@
+//! The CPU-clock perf events on a Python process's threads: one per thread, each writing a
+//! record per period of CPU its thread uses (with the instruction it ran), all polled by
+//! the sampler. Threads come and go (a ThreadingHTTPServer starts one per connection), so
+//! the set is brought up to date from /proc/PID/task every [`RESCAN_EVERY`]. Each event
+//! is a file descriptor of the proxy: they are held within the native profiler's budget
+//! (at most 64 per process, a sixteenth of RLIMIT_NOFILE, none while fewer than a
+//! quarter of it are free), the first threads in /proc's order taking them.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::upstream::profile::native::Descriptors;
+
+/// How often the thread list is read again.
+pub const RESCAN_EVERY: Duration = Duration::from_millis(50);
+
+/// Record types of the perf ABI (`enum perf_event_type`).
+const RECORD_LOST: u32 = 2;
+const RECORD_SAMPLE: u32 = 9;
+
+/// One sample: the thread, the instruction it ran and when its period ended
+/// (CLOCK_MONOTONIC).
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub tid: u32,
+    pub ip: u64,
+    pub time: u64,
+}
+
+/// The events, by thread id.
+pub struct Clocks {
+    pid: u32,
+    period_ns: u64,
+    events: HashMap<u32, perf_event::Sampler>,
+    scanned: Option<Instant>,
+    pollfds: Vec<libc::pollfd>,
+    /// Records the kernel dropped (a full ring buffer).
+    pub lost: u64,
+}
+
+/// A CPU-clock event on `tid` sampling every `period_ns` of its CPU time, kernel time too
+/// where allowed.
+fn open(tid: u32, period_ns: u64) -> io::Result<perf_event::Sampler> {
+    use perf_event::events::Software;
+    use perf_event::{Builder, Clock, SampleFlag};
+    let tid = i32::try_from(tid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut last = io::Error::from(io::ErrorKind::PermissionDenied);
+    for kernel in [true, false] {
+        let mut builder = Builder::new(Software::CPU_CLOCK);
+        builder
+            .observe_pid(tid)
+            .any_cpu()
+            .sample_period(period_ns.max(1))
+            .sample(SampleFlag::IP | SampleFlag::TID | SampleFlag::TIME)
+            .clockid(Clock::MONOTONIC)
+            .wakeup_events(1)
+            .enabled(true);
+        if kernel {
+            builder.include_kernel();
+        } else {
+            builder.exclude_kernel(true);
+        }
+        match builder.build().and_then(|c| c.sampled(8 * 4096)) {
+            Ok(sampler) => return Ok(sampler),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn word(bytes: &[u8], at: usize) -> Option<u64> {
+    bytes
+        .get(at..at + 8)
+        .and_then(|w| w.try_into().ok())
+        .map(u64::from_ne_bytes)
+}
+
+impl Clocks {
+    /// Opens an event on every thread of `pid`; an error when not even one could be opened
+    /// (no permission).
+    pub fn open(pid: u32, period: Duration) -> io::Result<Clocks> {
+        let mut clocks = Clocks {
+            pid,
+            period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+            events: HashMap::new(),
+            scanned: None,
+            pollfds: Vec::new(),
+            lost: 0,
+        };
+        clocks.rescan()?;
+        Ok(clocks)
+    }
+
+    pub fn threads(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Opens events on new threads and drops those of exited ones; an error when the
+    /// process is gone or no event could be opened at all.
+    pub fn rescan(&mut self) -> io::Result<()> {
+        self.scanned = Some(Instant::now());
+        let mut alive = Vec::new();
+        for entry in std::fs::read_dir(format!("/proc/{}/task", self.pid))? {
+            let Some(tid) = entry?.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            alive.push(tid);
+        }
+        self.events.retain(|tid, _| alive.contains(tid));
+        let mut failed = None;
+        // Listing the proxy's descriptors costs: only when a thread is new.
+        let mut budget = None;
+        for tid in alive {
+            if self.events.contains_key(&tid) {
+                continue;
+            }
+            let held = self.events.len();
+            if held >= *budget.get_or_insert_with(|| Descriptors::now().events(held)) {
+                continue;
+            }
+            match open(tid, self.period_ns) {
+                Ok(event) => {
+                    self.events.insert(tid, event);
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        match failed {
+            Some(e) if self.events.is_empty() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits up to `timeout` for records, rescans the threads when due, and hands each
+    /// sample to `each`.
+    pub fn wait(&mut self, timeout: Duration, mut each: impl FnMut(Sample)) -> io::Result<()> {
+        if self.scanned.is_none_or(|at| at.elapsed() >= RESCAN_EVERY) {
+            self.rescan()?;
+        }
+        self.pollfds.clear();
+        self.pollfds
+            .extend(self.events.values().map(|event| libc::pollfd {
+                fd: event.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }));
+        let timeout = libc::c_int::try_from(timeout.as_millis()).unwrap_or(100);
+        // SAFETY: `pollfds` is a valid array of as many pollfds as its length; EINTR and
+        // errors lead to reading the buffers anyway, which finds nothing.
+        unsafe { libc::poll(self.pollfds.as_mut_ptr(), self.pollfds.len() as _, timeout) };
+        for event in self.events.values_mut() {
+            while let Some(record) = event.next_record() {
+                let bytes = record.to_contiguous();
+                match record.ty() {
+                    // `ip`, `pid` and `tid`, `time`.
+                    RECORD_SAMPLE => {
+                        if let (Some(ip), Some(ids), Some(time)) =
+                            (word(&bytes, 0), word(&bytes, 8), word(&bytes, 16))
+                        {
+                            each(Sample {
+                                tid: (ids >> 32) as u32,
+                                ip,
+                                time,
+                            });
+                        }
+                    }
+                    // `id`, then `lost`.
+                    RECORD_LOST => self.lost += word(&bytes, 8).unwrap_or(0),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,323 @@
+//! The sampler thread: woken by the threads' CPU-clock records ([`clocks`]), it reads the
+//! sampled thread's Python stack at once and counts it, with the record's instruction,
+//! once per record. Samples are CPU time by construction (a thread waiting for the GIL, a
+//! lock or a socket makes none), and an idle server costs the sampler no wake-up.
+//!
+//! The stack is read a moment after the period ended, while the thread runs on, as the
+//! PHP sampler does (its module comment says why that is sound and how lateness is
+//! counted); the instruction is the one the period ended in, so a native leaf and the
+//! Python stack read just after it belong together as long as the Python function did
+//! not return in between (tens of microseconds against functions that burn
+//! milliseconds). The sampler thread asks for the lowest real-time priority so its reads
+//! are not late on a busy machine.
+//!
+//! [`clocks`]: super::clocks
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::clocks::{Clocks, Sample};
+use super::walk::{Walker, MAX_DEPTH};
+use super::{PyError, PyFrame, PyTarget};
+use crate::sync::lock;
+
+/// Distinct (stack, instruction) pairs kept between two collects; past it, new ones count
+/// under `[truncated]`.
+const MAX_STACKS: usize = 64 * 1024;
+/// How long the sampler waits for a record before it looks whether it should stop.
+const POLL: Duration = Duration::from_millis(50);
+pub const TRUNCATED: &str = "[truncated]";
+pub const NO_PYTHON: &str = "[no Python code]";
+
+/// A sampled stack, root first, and the instruction the thread ran when the period ended.
+pub type Sampled = (Vec<PyFrame>, u64);
+
+/// Stacks sampled since the last collect, with the sampler's counters.
+#[derive(Clone, Debug, Default)]
+pub struct PyStacks {
+    stacks: Vec<(Sampled, u64)>,
+    counts: Counts,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    truncated: u64,
+    errors: u64,
+    lost: u64,
+    reads: u64,
+    torn: u64,
+    late: u64,
+    ended: bool,
+}
+
+impl PyStacks {
+    /// The stacks (root first) with their instruction, and their sample counts; empties
+    /// them.
+    pub fn take(&mut self) -> Vec<(Sampled, u64)> {
+        std::mem::take(&mut self.stacks)
+    }
+
+    /// Samples (the sum of the counts; 0 once taken).
+    pub fn samples(&self) -> u64 {
+        self.stacks.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Samples whose stack was cut (deeper than [`MAX_DEPTH`], or torn).
+    pub fn truncated(&self) -> u64 {
+        self.counts.truncated
+    }
+
+    /// Samples whose stack could not be read at all.
+    pub fn errors(&self) -> u64 {
+        self.counts.errors
+    }
+
+    /// Records the kernel dropped.
+    pub fn lost(&self) -> u64 {
+        self.counts.lost
+    }
+
+    /// process_vm_readv calls made (the cost of the samples).
+    pub fn reads(&self) -> u64 {
+        self.counts.reads
+    }
+
+    /// Walks cut by a read that failed midway.
+    pub fn torn(&self) -> u64 {
+        self.counts.torn
+    }
+
+    /// Samples whose stack read began more than a quarter of a period after the period
+    /// ended.
+    pub fn late(&self) -> u64 {
+        self.counts.late
+    }
+
+    /// Whether the process has exited (the sampler stopped).
+    pub fn ended(&self) -> bool {
+        self.counts.ended
+    }
+}
+
+/// A stack as walked, leaf first, compared by the identity of its names: the walker hands
+/// out the same `Arc`s for a code object until its cache is emptied (at each collect), so
+/// a sample hashes a few pointers, not every character of every name and file. The same
+/// stack with new `Arc`s is merged by content in `collect`.
+struct Walked(Vec<PyFrame>);
+
+impl PartialEq for Walked {
+    fn eq(&self, other: &Walked) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| {
+                Arc::ptr_eq(&a.function, &b.function)
+                    && Arc::ptr_eq(&a.file, &b.file)
+                    && a.line == b.line
+            })
+    }
+}
+
+impl Eq for Walked {}
+
+impl std::hash::Hash for Walked {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_usize(self.0.len());
+        for frame in &self.0 {
+            state.write_usize(Arc::as_ptr(&frame.function).cast::<u8>() as usize);
+            state.write_usize(Arc::as_ptr(&frame.file).cast::<u8>() as usize);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    /// Leaf first, as walked, with the instruction.
+    stacks: HashMap<(Walked, u64), u64>,
+    counts: Counts,
+}
+
+struct Shared {
+    tally: Mutex<Tally>,
+    stop: AtomicBool,
+    generation: AtomicU64,
+    tid: AtomicU32,
+}
+
+/// Samples one Python process's threads on a thread of its own; dropping it stops the
+/// thread within [`POLL`].
+pub struct PySampler {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    target: PyTarget,
+}
+
+impl PySampler {
+    pub fn start(target: PyTarget, frequency_hz: u32) -> Result<PySampler, PyError> {
+        if !(1..=10_000).contains(&frequency_hz) {
+            return Err(PyError::Frequency(frequency_hz));
+        }
+        let period = Duration::from_secs(1) / frequency_hz;
+        let pid = target.pid;
+        let clocks = Clocks::open(pid, period).map_err(|source| PyError::Perf { pid, source })?;
+        let threads = clocks.threads();
+        let shared = Arc::new(Shared {
+            tally: Mutex::new(Tally::default()),
+            stop: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            tid: AtomicU32::new(0),
+        });
+        let (started, ready) = std::sync::mpsc::channel();
+        let thread = {
+            let shared = shared.clone();
+            let target = target.clone();
+            std::thread::Builder::new()
+                .name("py-sampler".to_owned())
+                .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    shared.tid.store(tid as u32, Ordering::Relaxed);
+                    let realtime = crate::sync::realtime();
+                    let _ = started.send(realtime);
+                    run(&shared, &target, clocks, period);
+                })
+                .map_err(PyError::Thread)?
+        };
+        let realtime = ready.recv().unwrap_or(false);
+        tracing::info!(
+            pid,
+            version = %target.version,
+            frequency_hz,
+            threads,
+            realtime,
+            "sampling Python frames"
+        );
+        Ok(PySampler {
+            shared,
+            thread: Some(thread),
+            target,
+        })
+    }
+
+    /// Stacks sampled since the last call, root first.
+    pub fn collect(&mut self) -> PyStacks {
+        let tally = std::mem::take(&mut *lock(&self.shared.tally));
+        self.shared.generation.fetch_add(1, Ordering::Relaxed);
+        let mut merged: HashMap<Sampled, u64> = HashMap::with_capacity(tally.stacks.len());
+        for ((Walked(mut stack), ip), n) in tally.stacks {
+            stack.reverse();
+            *merged.entry((stack, ip)).or_insert(0) += n;
+        }
+        let stacks = merged.into_iter().collect();
+        PyStacks {
+            stacks,
+            counts: tally.counts,
+        }
+    }
+
+    pub fn target(&self) -> &PyTarget {
+        &self.target
+    }
+
+    /// CPU time the sampler thread has used so far (its own cost).
+    pub fn sampler_cpu(&self) -> Option<Duration> {
+        let tid = self.shared.tid.load(Ordering::Relaxed);
+        let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+        let ns = text.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_nanos(ns))
+    }
+}
+
+impl Drop for PySampler {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration) {
+    let late_after = period.as_nanos() as u64 / 4;
+    let mut walker = Walker::new(target);
+    let mut generation = 0;
+    let mut pending: Vec<Sample> = Vec::new();
+    let mut stack: Vec<PyFrame> = Vec::with_capacity(MAX_DEPTH + 1);
+    let marker = |name: &str| PyFrame {
+        function: name.into(),
+        file: "".into(),
+        line: 0,
+    };
+    let (truncated_root, no_python) = (marker(TRUNCATED), marker(NO_PYTHON));
+    while !shared.stop.load(Ordering::Relaxed) {
+        pending.clear();
+        if clocks.wait(POLL, |sample| pending.push(sample)).is_err() {
+            lock(&shared.tally).counts.ended = true;
+            break;
+        }
+        let seen = shared.generation.load(Ordering::Relaxed);
+        if seen != generation {
+            generation = seen;
+            walker.clear_cache();
+        }
+        // Per thread, one read of its stack stands for its records of this wake-up.
+        pending.sort_unstable_by_key(|s| s.tid);
+        let reads = walker.reads();
+        let torn = walker.torn;
+        let now = monotonic_ns();
+        let mut tally = lock(&shared.tally);
+        let mut last_tid = None;
+        let mut cut = Ok(false);
+        for sample in &pending {
+            if last_tid != Some(sample.tid) {
+                last_tid = Some(sample.tid);
+                cut = walker.walk(sample.tid, &mut stack);
+                if let Ok(true) = cut {
+                    stack.push(truncated_root.clone());
+                }
+                if stack.is_empty() {
+                    stack.push(no_python.clone());
+                }
+            }
+            tally.counts.late += u64::from(now.saturating_sub(sample.time) > late_after);
+            match cut {
+                Err(_) => tally.counts.errors += 1,
+                Ok(cut) => {
+                    tally.counts.truncated += u64::from(cut);
+                    count(&mut tally, &stack, sample.ip, &truncated_root);
+                }
+            }
+        }
+        tally.counts.reads += walker.reads() - reads;
+        tally.counts.torn += walker.torn - torn;
+        tally.counts.lost = clocks.lost;
+    }
+}
+
+/// Counts one sample of `stack` (leaf first) with instruction `ip`.
+fn count(tally: &mut Tally, stack: &[PyFrame], ip: u64, truncated_root: &PyFrame) {
+    // The lookup needs an owned key: a copy of a few `Arc`s.
+    let key = (Walked(stack.to_vec()), ip);
+    if let Some(n) = tally.stacks.get_mut(&key) {
+        *n += 1;
+    } else if tally.stacks.len() < MAX_STACKS {
+        tally.stacks.insert(key, 1);
+    } else {
+        tally.counts.truncated += 1;
+        *tally
+            .stacks
+            .entry((Walked(vec![truncated_root.clone()]), 0))
+            .or_insert(0) += 1;
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
