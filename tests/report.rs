@@ -706,9 +706,9 @@ fn fake_prometheus(
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        // The phase histograms' three queries, the failures' three, and the processes'
-        // and findings' ten.
-        for conn in listener.incoming().take(16) {
+        // The phase histograms' three queries, the failures' three, and the processes',
+        // the findings' and the proxy's stalls' twelve.
+        for conn in listener.incoming().take(18) {
             let mut conn = conn.unwrap();
             let mut buf = Vec::new();
             let mut chunk = [0u8; 4096];
