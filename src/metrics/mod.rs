@@ -30,5 +30,5 @@ mod upstream;
 pub use buckets::Buckets;
 pub use finding::Board;
 pub use hdr::{HIGHEST_NS, LOWEST_NS, SIGNIFICANT_FIGURES};
-pub use registry::Registry;
+pub use registry::{HistoryTotals, Registry};
 pub use tap::TapMetrics;

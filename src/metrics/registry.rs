@@ -13,11 +13,26 @@ use crate::metrics::exposition;
 use crate::metrics::finding::Board;
 use crate::metrics::snapshot::{self, TapInput};
 use crate::metrics::tap::{Collect, TapCounts, TapMetrics};
+use crate::phase::Phase;
 use crate::recorder::{Discard, Recorder};
 use crate::routes::RouteTable;
 use crate::snapshot::Snapshot;
 use crate::sync::lock;
 use crate::upstream::{Own, Upstream};
+
+/// One tap's figures for the live page's history ([`Registry::history_totals`]),
+/// cumulative since the proxy started.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryTotals {
+    pub tap: String,
+    pub requests: u64,
+    pub errors: u64,
+    pub answered: u64,
+    /// Phase → seconds summed over the answered exchanges, every route.
+    pub sums: std::collections::BTreeMap<String, f64>,
+    /// `total`'s histogram over every route: nanoseconds → count.
+    pub total: std::collections::BTreeMap<u64, u64>,
+}
 
 /// One per process. The relay records through the [`TapMetrics`] it hands out; the admin
 /// server reads through [`encode_prometheus`](Self::encode_prometheus),
@@ -389,6 +404,45 @@ impl Registry {
             }
         }
         (out, next)
+    }
+
+    /// What the live page's history takes each second, cumulative since the proxy
+    /// started: per tap, its exchanges, errors, answered exchanges, each phase's sum over
+    /// the answered ones (seconds) and `total`'s histogram over every route (nanoseconds
+    /// → count); with the start of the current window. Only `total`'s HDR copies are
+    /// merged, not every series' as a snapshot does.
+    pub fn history_totals(&self) -> (SystemTime, Vec<HistoryTotals>) {
+        let since = *lock(&self.since);
+        let taps = if self.enabled {
+            self.taps()
+        } else {
+            Vec::new()
+        };
+        let totals = taps
+            .iter()
+            .map(|t| {
+                let counts = t.collect(Collect::TotalHdr);
+                let mut sums: std::collections::BTreeMap<String, f64> = Default::default();
+                let mut total: std::collections::BTreeMap<u64, u64> = Default::default();
+                for ((_, phase), s) in &counts.series {
+                    *sums.entry(phase.name().to_owned()).or_default() += s.sum_ns as f64 / 1e9;
+                    if let Some(h) = s.hdr.as_ref().filter(|_| *phase == Phase::Total) {
+                        for v in h.iter_recorded() {
+                            *total.entry(v.value_iterated_to()).or_default() += v.count_at_value();
+                        }
+                    }
+                }
+                HistoryTotals {
+                    tap: t.name().to_owned(),
+                    requests: counts.requests.values().flatten().flatten().sum(),
+                    errors: counts.counters.errors.iter().sum(),
+                    answered: total.values().sum(),
+                    sums,
+                    total,
+                }
+            })
+            .collect();
+        (since, totals)
     }
 
     /// Empties the HDR copies behind [`snapshot`](Self::snapshot). The Prometheus counters

@@ -56,6 +56,10 @@ pub(crate) enum Collect {
     /// As `WithHdr`, and start a new window for each thread's exact min and max, in the
     /// same lock that copies its histograms (a reset).
     Reset,
+    /// Counts, and the HDR copies of the answered exchanges' `total` only: the live
+    /// page's history each second (every series' copies, at 256 routes, took the
+    /// proxy's RSS 60 to 190 MB past its stated ceiling).
+    TotalHdr,
 }
 
 /// One (route, phase) series added up over the threads.
@@ -197,6 +201,11 @@ impl TapMetrics {
                 }
                 for (phase, series) in Phase::ALL.iter().zip(route.phases.iter()) {
                     if let Some(series) = series {
+                        let what = match what {
+                            Collect::TotalHdr if *phase == Phase::Total => Collect::WithHdr,
+                            Collect::TotalHdr => Collect::Counts,
+                            other => other,
+                        };
                         self.fold(acc.series.entry((id, *phase)), series, what);
                     }
                 }
@@ -262,7 +271,7 @@ impl TapMetrics {
         if let Some(slots) = &series.exemplars {
             exemplar::merge_latest(&mut s.exemplars, slots);
         }
-        if what != Collect::Counts {
+        if matches!(what, Collect::WithHdr | Collect::Reset) {
             match &mut s.hdr {
                 None => s.hdr = Some(series.hdr.to_histogram(&self.hdr_template)),
                 Some(h) => series.hdr.add_to(h),
