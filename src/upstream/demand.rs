@@ -17,6 +17,10 @@ pub const MAX_DEMAND: Duration = Duration::from_secs(3600);
 pub(crate) struct Demand {
     /// Sampling is wanted until then.
     until: Option<Instant>,
+    /// The seconds asked while the samplers were not running: counted again from when
+    /// they start, so that a start delayed by opening the events (most of a second on a
+    /// loaded machine) does not shorten what was asked (2.34 s sampled for 3 asked).
+    asked: Option<Duration>,
     /// The previous collect while sampling ran: the span since it was sampled.
     last_collect: Option<Instant>,
     /// Wall time sampled in the window.
@@ -28,7 +32,17 @@ pub(crate) struct Demand {
 impl Demand {
     /// Asks for sampling from now for `seconds` (a later end than one asked already wins).
     pub fn ask(&mut self, seconds: Duration) -> Instant {
-        let until = Instant::now() + seconds.min(MAX_DEMAND);
+        let seconds = seconds.min(MAX_DEMAND);
+        // While they run (a collect was counted since they started), from now.
+        if self.last_collect.is_none() {
+            self.asked = Some(self.asked.map_or(seconds, |a| a.max(seconds)));
+        }
+        self.extend(seconds)
+    }
+
+    /// Wants sampling for `seconds` from now at least.
+    fn extend(&mut self, seconds: Duration) -> Instant {
+        let until = Instant::now() + seconds;
         let until = self.until.map_or(until, |u| u.max(until));
         self.until = Some(until);
         until
@@ -54,6 +68,9 @@ impl Demand {
     /// The samplers started: the span from now to the first collect is sampled.
     pub fn started(&mut self) {
         self.last_collect = Some(Instant::now());
+        if let Some(asked) = self.asked.take() {
+            self.extend(asked);
+        }
     }
 
     /// The samplers stopped: the time until they start again is not sampled.
