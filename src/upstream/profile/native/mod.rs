@@ -57,6 +57,7 @@ pub use unnamed::UNMAPPED_OBJECT;
 pub(super) use symbols::Symbols as Symbolizer;
 // And holds its perf events within the same descriptor budget.
 pub(super) use budget::Descriptors;
+pub(super) use busiest::{rank as rank_busiest, ThreadCpu};
 
 use super::fold::Fold;
 use super::rules::KERNEL_COMPONENT;

@@ -4,17 +4,24 @@
 //! the set is brought up to date from /proc/PID/task every [`RESCAN_EVERY`]. Each event
 //! is a file descriptor of the proxy: they are held within the native profiler's budget
 //! (at most 64 per process, a sixteenth of RLIMIT_NOFILE, none while fewer than a
-//! quarter of it are free), the first threads in /proc's order taking them.
+//! quarter of it are free). With more threads than that, the busiest since the last
+//! ranking hold them, ranked again every [`RANK_EVERY`] as the native profiler does, so
+//! the events follow the work from thread to thread (the first threads in /proc's order
+//! held them, and a server whose work moved to its 300th thread went unsampled); the
+//! threads left out and their CPU are counted.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use crate::upstream::profile::native::Descriptors;
+use crate::upstream::profile::native::{rank_busiest, Descriptors, ThreadCpu};
 
 /// How often the thread list is read again.
 pub const RESCAN_EVERY: Duration = Duration::from_millis(50);
+/// How often, with more threads than events, the busiest are chosen again (each ranking
+/// reads every thread's schedstat).
+pub const RANK_EVERY: Duration = Duration::from_secs(1);
 
 /// Record types of the perf ABI (`enum perf_event_type`).
 const RECORD_LOST: u32 = 2;
@@ -38,6 +45,14 @@ pub struct Clocks {
     pollfds: Vec<libc::pollfd>,
     /// Records the kernel dropped (a full ring buffer).
     pub lost: u64,
+    /// Each thread's CPU at the last ranking, and when that was.
+    cpu: ThreadCpu,
+    deltas: Vec<(u32, u64)>,
+    ranked: Option<Instant>,
+    /// Threads without an event at the last ranking, and the CPU of those left out since
+    /// (taken by the sampler at each pass).
+    pub unsampled_threads: u64,
+    pub unsampled_cpu_ns: u64,
 }
 
 /// A CPU-clock event on `tid` sampling every `period_ns` of its CPU time, kernel time too
@@ -88,6 +103,11 @@ impl Clocks {
             scanned: None,
             pollfds: Vec::new(),
             lost: 0,
+            cpu: ThreadCpu::default(),
+            deltas: Vec::new(),
+            ranked: None,
+            unsampled_threads: 0,
+            unsampled_cpu_ns: 0,
         };
         clocks.rescan()?;
         Ok(clocks)
@@ -109,15 +129,44 @@ impl Clocks {
             alive.push(tid);
         }
         self.events.retain(|tid, _| alive.contains(tid));
+        // Listing the proxy's descriptors costs: only when a thread has no event, and,
+        // with more threads than events, at the next ranking.
+        if alive.iter().all(|tid| self.events.contains_key(tid))
+            || (self.unsampled_threads > 0
+                && self.ranked.is_some_and(|at| at.elapsed() < RANK_EVERY))
+        {
+            return Ok(());
+        }
+        let budget = Descriptors::now().events(self.events.len());
+        if alive.len() > budget {
+            self.keep_busiest(&mut alive, budget);
+        } else {
+            self.unsampled_threads = 0;
+        }
+        self.open_on(alive)
+    }
+
+    /// Leaves in `alive` the `budget` threads that ran most since the last ranking,
+    /// closes the events of the others and counts them with their CPU.
+    fn keep_busiest(&mut self, alive: &mut Vec<u32>, budget: usize) {
+        self.ranked = Some(Instant::now());
+        self.cpu.read(self.pid, alive, &mut self.deltas);
+        let events = &self.events;
+        rank_busiest(&mut self.deltas, |tid| events.contains_key(&tid));
+        let (kept, left) = self.deltas.split_at(budget.min(self.deltas.len()));
+        self.unsampled_threads = left.len() as u64;
+        self.unsampled_cpu_ns += left.iter().map(|&(_, ns)| ns).sum::<u64>();
+        alive.clear();
+        alive.extend(kept.iter().map(|&(tid, _)| tid));
+        self.events.retain(|tid, _| alive.contains(tid));
+    }
+
+    /// Opens an event on each of `tids` that has none; an error when none could be opened
+    /// and none is held.
+    fn open_on(&mut self, tids: Vec<u32>) -> io::Result<()> {
         let mut failed = None;
-        // Listing the proxy's descriptors costs: only when a thread is new.
-        let mut budget = None;
-        for tid in alive {
+        for tid in tids {
             if self.events.contains_key(&tid) {
-                continue;
-            }
-            let held = self.events.len();
-            if held >= *budget.get_or_insert_with(|| Descriptors::now().events(held)) {
                 continue;
             }
             match open(tid, self.period_ns) {

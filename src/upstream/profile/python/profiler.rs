@@ -87,6 +87,7 @@ impl PyProfiler {
         let mut taken = self.sampler.collect();
         let truncated = taken.truncated();
         let lost = taken.lost();
+        let unsampled = taken.unsampled();
         let stacks = taken.take();
         let target = self.sampler.target();
         let native = |ip: u64| ip != 0 && !target.in_interpreter(ip);
@@ -106,7 +107,9 @@ impl PyProfiler {
             let leaf = if native(ip) { self.native(ip) } else { None };
             named.push((frames, leaf, n));
         }
-        Ok(self.folder.fold(&named, truncated, lost))
+        let mut delta = self.folder.fold(&named, truncated, lost);
+        (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
+        Ok(delta)
     }
 
     /// The (symbol, object, kernel) of a native leaf, `None` when it cannot be named.

@@ -51,6 +51,10 @@ struct Counts {
     torn: u64,
     late: u64,
     ended: bool,
+    /// Threads without an event (more than the descriptor budget), and the CPU of those
+    /// left out.
+    unsampled_threads: u64,
+    unsampled_cpu_ns: u64,
 }
 
 impl PyStacks {
@@ -76,6 +80,12 @@ impl PyStacks {
     }
 
     /// Records the kernel dropped.
+    /// Threads left without an event at the last ranking, and the CPU of the threads left
+    /// out since the last collect, in nanoseconds.
+    pub fn unsampled(&self) -> (u64, u64) {
+        (self.counts.unsampled_threads, self.counts.unsampled_cpu_ns)
+    }
+
     pub fn lost(&self) -> u64 {
         self.counts.lost
     }
@@ -292,6 +302,8 @@ fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration)
         tally.counts.reads += walker.reads() - reads;
         tally.counts.torn += walker.torn - torn;
         tally.counts.lost = clocks.lost;
+        tally.counts.unsampled_threads = clocks.unsampled_threads;
+        tally.counts.unsampled_cpu_ns += std::mem::take(&mut clocks.unsampled_cpu_ns);
     }
 }
 
