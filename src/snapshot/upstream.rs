@@ -51,8 +51,9 @@ pub struct UpstreamSnapshot {
     pub watched_seconds: f64,
     pub cpu_user_seconds: f64,
     pub cpu_system_seconds: f64,
-    /// Time on a CPU from the threads' scheduler statistics, to the nanosecond (user and
-    /// system come in clock ticks): what a comparison's `cpu` rows divide. Null when the
+    /// Time on a CPU to the nanosecond (user and system come in clock ticks): the
+    /// process's own CPU clock, which keeps what exited threads ran, else the sum of its
+    /// threads' scheduler statistics. What a comparison's `cpu` rows divide. Null when the
     /// threads' files could not be read, and in older snapshots: user + system stand in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<f64>,

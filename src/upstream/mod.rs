@@ -576,7 +576,15 @@ fn process_snapshot(
         watched_seconds: s(window.watched_ns),
         cpu_user_seconds: s(window.user_ns),
         cpu_system_seconds: s(window.system_ns),
-        cpu_seconds: Some(s(window.cpu_ns)),
+        // The process's own CPU clock where it could be read: it keeps what threads that
+        // exited between two reads ran, which their schedstat loses with them (a
+        // thread-per-connection server: 0.15 ms a request from schedstat against 2.26 ms
+        // of user and system time).
+        cpu_seconds: Some(s(if window.process_cpu_ns > 0 {
+            window.process_cpu_ns
+        } else {
+            window.cpu_ns
+        })),
         runqueue_seconds: s(window.runqueue_ns),
         busiest_thread_seconds: s(window.busiest_ns),
         active_seconds: Some(s(window.active_ns)),
