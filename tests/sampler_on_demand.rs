@@ -64,21 +64,26 @@ fn client(addr: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
     })
 }
 
+/// A config whose one tap, in front of `upstream`, samples on demand, written in `dir`.
+fn on_demand_config(dir: &std::path::Path, upstream: std::net::SocketAddr) -> std::path::PathBuf {
+    let config = dir.join("on-demand.toml");
+    fs::write(
+        &config,
+        format!(
+            "[[tap]]\nname = \"webdis\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{upstream}\"\n\
+             [tap.process]\nprofile = \"on-demand\"\ninterval = \"250ms\"\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
 #[test]
 fn nothing_is_sampled_until_asked_then_for_the_seconds_asked() {
     let mut burn = BurnUpstream::start(30, 70);
     let upstream_pid = u64::from(burn.process().pid());
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("on-demand.toml");
-    fs::write(
-        &config,
-        format!(
-            "[[tap]]\nname = \"webdis\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{}\"\n\
-             [tap.process]\nprofile = \"on-demand\"\ninterval = \"250ms\"\n",
-            burn.addr()
-        ),
-    )
-    .unwrap();
+    let config = on_demand_config(dir.path(), burn.addr());
     let mut proxy = Proxy::in_front_of(
         burn.addr(),
         &["--config", config.to_str().unwrap(), "--admin-token", TOKEN],
@@ -183,16 +188,7 @@ fn the_profile_command_samples_then_reports_with_its_exports() {
     let mut burn = BurnUpstream::start(30, 70);
     let upstream_pid = u64::from(burn.process().pid());
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("on-demand.toml");
-    fs::write(
-        &config,
-        format!(
-            "[[tap]]\nname = \"webdis\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{}\"\n\
-             [tap.process]\nprofile = \"on-demand\"\ninterval = \"250ms\"\n",
-            burn.addr()
-        ),
-    )
-    .unwrap();
+    let config = on_demand_config(dir.path(), burn.addr());
     let proxy = Proxy::in_front_of(burn.addr(), &["--config", config.to_str().unwrap()]);
     assert!(
         wait_for(Duration::from_secs(30), || {
