@@ -76,24 +76,10 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             })
             .await
         }
-        "/api/history" if read => {
-            // What the window held second by second, whether or not a page was open.
-            let body = serde_json::json!({
-                "interval_seconds": super::history::EVERY.as_secs_f64(),
-                "points": shared.history.window(),
-            });
-            match serde_json::to_vec(&body) {
-                Ok(body) => reply(StatusCode::OK, JSON, body),
-                Err(e) => internal_error(&e),
-            }
-        }
+        "/api/history" if read => history(&shared),
         "/api/reset" if method == Method::POST => {
-            if !guard::may_change_state(req.headers(), &shared.allowed_hosts) {
-                return reply(
-                    StatusCode::FORBIDDEN,
-                    TEXT,
-                    "a reset needs Content-Type: application/json (or an X-Phasescope-* header) and no cross-site Origin\n",
-                );
+            if let Some(refused) = refused_change(&req, &shared, "a reset") {
+                return refused;
             }
             blocking(&shared.snapshots, move || {
                 // The window the reset ends, whole: what a snapshot then a reset lost
@@ -114,14 +100,8 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             .await
         }
         "/api/profile" if method == Method::POST => {
-            if !guard::may_change_state(req.headers(), &shared.allowed_hosts) {
-                return reply(
-                    StatusCode::FORBIDDEN,
-                    TEXT,
-                    "asking for a profile needs Content-Type: application/json (or an X-Phasescope-* header) and no cross-site Origin\n",
-                );
-            }
-            profile_on_demand(req.uri().query(), &registry)
+            refused_change(&req, &shared, "asking for a profile")
+                .unwrap_or_else(|| profile_on_demand(req.uri().query(), &registry))
         }
         "/metrics" | "/healthz" | "/api/snapshot" | "/api/history" => not_allowed("GET, HEAD"),
         "/api/reset" | "/api/profile" => not_allowed("POST"),
@@ -131,6 +111,34 @@ pub(super) async fn handle<B>(req: Request<B>, shared: Arc<Shared>) -> Reply {
             None => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
         },
     }
+}
+
+/// `GET /api/history`: what the window held second by second, whether or not a page was
+/// open.
+fn history(shared: &Shared) -> Reply {
+    let body = serde_json::json!({
+        "interval_seconds": super::history::EVERY.as_secs_f64(),
+        "points": shared.history.window(),
+    });
+    match serde_json::to_vec(&body) {
+        Ok(body) => reply(StatusCode::OK, JSON, body),
+        Err(e) => internal_error(&e),
+    }
+}
+
+/// The 403 for a request that would change the proxy's state (`what`: a reset, asking
+/// for a profile) without the JSON content type (or an `X-Phasescope-*` header) and from
+/// another site; `None` when it may.
+fn refused_change<B>(req: &Request<B>, shared: &Shared, what: &str) -> Option<Reply> {
+    (!guard::may_change_state(req.headers(), &shared.allowed_hosts)).then(|| {
+        reply(
+            StatusCode::FORBIDDEN,
+            TEXT,
+            format!(
+                "{what} needs Content-Type: application/json (or an X-Phasescope-* header) and no cross-site Origin\n"
+            ),
+        )
+    })
 }
 
 /// `POST /api/profile?seconds=N`: the taps with `profile = "on-demand"` sample their

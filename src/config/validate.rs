@@ -229,48 +229,60 @@ fn check_process(i: usize, tap: &TapConfig, who: &str) -> Result<(), Problem> {
         ));
     }
     for (n, rule) in p.components.iter().enumerate() {
-        let at = |k| {
-            tap_path(
-                i,
-                &[
-                    Seg::Key("process"),
-                    Seg::Key("component"),
-                    Seg::Index(n),
-                    Seg::Key(k),
-                ],
-            )
-        };
-        if !is_label_safe(&rule.name) {
-            return Err(Problem::at(
-                at("name"),
-                format!(
-                    "{who}: component name {:?} is not usable as a metric label; use only letters, digits, `_` and `-`",
-                    rule.name
-                ),
-            ));
-        }
-        if rule.symbol.is_none() && rule.object.is_none() {
-            return Err(Problem::at(
-                at("name"),
-                format!(
-                    "{who}: component {:?} has neither symbol nor object; give at least one regex",
-                    rule.name
-                ),
-            ));
-        }
-        for (k, pattern) in [("symbol", &rule.symbol), ("object", &rule.object)] {
-            if let Some(pattern) = pattern {
-                if let Err(e) = regex::Regex::new(pattern) {
-                    let text = e.to_string();
-                    return Err(Problem::at(
-                        at(k),
-                        format!(
-                            "{who}: component {:?}: {k} {pattern:?} is not a regex: {}",
-                            rule.name,
-                            text.split_whitespace().collect::<Vec<_>>().join(" ")
-                        ),
-                    ));
-                }
+        check_component(i, n, rule, who)?;
+    }
+    Ok(())
+}
+
+/// A user component rule of `[[tap.process.component]]` number `n`: a label-safe name and
+/// at least one regex, each valid.
+fn check_component(
+    i: usize,
+    n: usize,
+    rule: &super::ComponentRuleConfig,
+    who: &str,
+) -> Result<(), Problem> {
+    let at = |k| {
+        tap_path(
+            i,
+            &[
+                Seg::Key("process"),
+                Seg::Key("component"),
+                Seg::Index(n),
+                Seg::Key(k),
+            ],
+        )
+    };
+    if !is_label_safe(&rule.name) {
+        return Err(Problem::at(
+            at("name"),
+            format!(
+                "{who}: component name {:?} is not usable as a metric label; use only letters, digits, `_` and `-`",
+                rule.name
+            ),
+        ));
+    }
+    if rule.symbol.is_none() && rule.object.is_none() {
+        return Err(Problem::at(
+            at("name"),
+            format!(
+                "{who}: component {:?} has neither symbol nor object; give at least one regex",
+                rule.name
+            ),
+        ));
+    }
+    for (k, pattern) in [("symbol", &rule.symbol), ("object", &rule.object)] {
+        if let Some(pattern) = pattern {
+            if let Err(e) = regex::Regex::new(pattern) {
+                let text = e.to_string();
+                return Err(Problem::at(
+                    at(k),
+                    format!(
+                        "{who}: component {:?}: {k} {pattern:?} is not a regex: {}",
+                        rule.name,
+                        text.split_whitespace().collect::<Vec<_>>().join(" ")
+                    ),
+                ));
             }
         }
     }
