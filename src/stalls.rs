@@ -106,8 +106,10 @@ fn seen_at(now: Tick, watcher: bool) {
     if woke == 0 || now <= woke {
         return;
     }
-    let due = clock::after(woke, TICK);
-    let overdue = now >= clock::after(due, STALL_MIN);
+    // Each exchange asks: one addition and one comparison, the ticks computed once.
+    static OVERDUE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let overdue_after = *OVERDUE.get_or_init(|| clock::after(0, TICK + STALL_MIN));
+    let overdue = now >= woke.saturating_add(overdue_after);
     // The thread moves it at every wake; an exchange only when it finds a stall.
     if !overdue && !watcher {
         return;
@@ -118,7 +120,7 @@ fn seen_at(now: Tick, watcher: bool) {
         .is_ok()
         && overdue
     {
-        record(due, now);
+        record(clock::after(woke, TICK), now);
     }
 }
 
