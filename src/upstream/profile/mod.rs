@@ -21,6 +21,7 @@ pub mod native;
 pub mod php;
 pub mod python;
 mod rules;
+mod script_frame;
 
 use std::collections::HashMap;
 use std::io;
@@ -30,6 +31,7 @@ pub use native::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 pub use php::PhpProfiler;
 pub use python::PyProfiler;
 pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};
+pub use script_frame::ScriptFrame;
 
 use crate::snapshot::{FrameKind, Stacks};
 

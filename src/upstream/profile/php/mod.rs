@@ -36,7 +36,6 @@ mod sampler;
 mod walk;
 
 use std::io;
-use std::sync::Arc;
 
 pub use offsets::Offsets;
 pub use profiler::PhpProfiler;
@@ -44,17 +43,7 @@ pub use sampler::{PhpSampler, PhpStacks};
 pub use walk::MAX_DEPTH;
 
 /// One frame of a PHP stack.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PhpFrame {
-    /// `Class::method`, `function`, `{closure}`, `{main}`; `[truncated]` at the root of a
-    /// stack cut at [`MAX_DEPTH`], and `[no PHP code]` alone for a sample on CPU while
-    /// no PHP frame runs (startup, compiling, an FPM worker between requests).
-    pub function: Arc<str>,
-    /// The file the function is defined in; "" for internal functions.
-    pub file: Arc<str>,
-    /// The function's first line; 0 for internal functions and top-level code.
-    pub line: u32,
-}
+pub use super::ScriptFrame as PhpFrame;
 
 /// Why PHP frames cannot be read.
 #[derive(Debug, thiserror::Error)]

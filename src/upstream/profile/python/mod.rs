@@ -46,7 +46,6 @@ mod sampler;
 mod walk;
 
 use std::io;
-use std::sync::Arc;
 
 pub use offsets::Offsets;
 pub use profiler::PyProfiler;
@@ -54,18 +53,7 @@ pub use sampler::{PySampler, PyStacks};
 pub use walk::MAX_DEPTH;
 
 /// One frame of a Python stack.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PyFrame {
-    /// `Class.method`, `function`, `<module>`, `outer.<locals>.inner` (the code object's
-    /// qualified name); `[truncated]` at the root of a stack cut at [`MAX_DEPTH`], and
-    /// `[no Python code]` alone for a sample on CPU while the thread runs no Python frame
-    /// (startup, a thread of a C library).
-    pub function: Arc<str>,
-    /// The file the function is defined in (`co_filename`).
-    pub file: Arc<str>,
-    /// The function's first line (`co_firstlineno`); 0 for the markers.
-    pub line: u32,
-}
+pub use super::ScriptFrame as PyFrame;
 
 /// Why Python frames cannot be read.
 #[derive(Debug, thiserror::Error)]
