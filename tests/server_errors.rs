@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -194,6 +195,28 @@ fn a_redis_stopped_under_load_makes_webdis_503s_the_servers_failures() {
     );
     assert_eq!(code, 0, "the thresholds are the user's: {err}");
 
+    // Every finding the report gives is in the `phasescope_finding` gauge, with its
+    // severity: the whole window lies within the gauge's last minute, so the two read
+    // the same exchanges (the gauge refreshes at most every 10 s: wait for its next look).
+    let reported: BTreeSet<(String, String, String)> = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let field = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+            (field("tap"), field("id"), field("severity"))
+        })
+        .collect();
+    let mut gauged = BTreeSet::new();
+    let same = wait_for(Duration::from_secs(25), || {
+        gauged = gauge_findings(&proxy);
+        gauged == reported
+    });
+    assert!(
+        same,
+        "the report's findings {reported:?} against the gauge's {gauged:?}"
+    );
+
     // Prometheus: the counter per route and status.
     let metrics = proxy.admin_get("/metrics").body_text();
     let line = format!(
@@ -203,6 +226,22 @@ fn a_redis_stopped_under_load_makes_webdis_503s_the_servers_failures() {
         metrics.lines().any(|l| l == line),
         "no {line} in\n{metrics}"
     );
+}
+
+/// The `phasescope_finding` series at 1 on `/metrics`: (tap, id, severity) each.
+fn gauge_findings(proxy: &Proxy) -> BTreeSet<(String, String, String)> {
+    let metrics = proxy.admin_get("/metrics").body_text();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("phasescope_finding{") && l.ends_with("} 1"))
+        .map(|l| {
+            let label = |k: &str| {
+                let start = l.find(&format!("{k}=\"")).map_or(0, |i| i + k.len() + 2);
+                l[start..].split('"').next().unwrap_or_default().to_owned()
+            };
+            (label("tap"), label("id"), label("severity"))
+        })
+        .collect()
 }
 
 /// `200 ok`, or the server's own `503` for a path that asks for one.

@@ -179,6 +179,9 @@ fn text(report: &Report, colour: bool) -> String {
         if !s.rows.is_empty() {
             let _ = writeln!(out);
             text_table(&mut out, &s.rows, dominant(s), &paint);
+            if let Some(n) = zero_rows_note(&s.rows) {
+                let _ = writeln!(out, "  {n}");
+            }
         }
         if !s.failures.rows.is_empty() {
             let _ = writeln!(out, "\n  {FAILED_TITLE}\n");
@@ -193,6 +196,34 @@ fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(out, "\nnote: {n}");
     }
     out
+}
+
+/// Why a phase's row reads 0 in every column, when some do: a row of `0 ns` reads as a
+/// broken timer, and it is a real zero. A response that arrives in one read has its first
+/// and last byte at one instant (`upstream_recv`), and one written to the client in one
+/// write likewise (`write`): docs/phases.md.
+fn zero_rows_note(rows: &[Row]) -> Option<String> {
+    let zero: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.count > 0 && r.max == 0.0 && r.sum == 0.0 && r.phase != "total")
+        .map(|r| r.phase.as_str())
+        .collect();
+    if zero.is_empty() {
+        return None;
+    }
+    let why: Vec<&str> = zero
+        .iter()
+        .map(|p| match *p {
+            "upstream_recv" => "came from the server in one read",
+            "write" => "went to the client in one write",
+            _ => "took no measurable time",
+        })
+        .collect();
+    Some(format!(
+        "{}: 0 in every exchange, as every answer {} (docs/phases.md)",
+        zero.join(" and "),
+        why.join(" and ")
+    ))
 }
 
 /// The title of the table of the server's error answers' phases.
@@ -282,6 +313,9 @@ fn markdown(report: &Report) -> String {
         }
         if !s.rows.is_empty() {
             md_table(&mut out, &s.rows);
+            if let Some(n) = zero_rows_note(&s.rows) {
+                let _ = writeln!(out, "\n{}", md_escape(&upper_first(&n)));
+            }
         }
         if !s.failures.rows.is_empty() {
             let _ = writeln!(out, "\n{}\n", md_escape(&upper_first(FAILED_TITLE)));
@@ -482,6 +516,23 @@ fn csv(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_row_of_zeros_says_why() {
+        let rows = [
+            Row::of_sum("upstream_wait", 3, 0.3, 0.5),
+            Row::of_sum("upstream_recv", 3, 0.0, 0.5),
+            Row::of_sum("write", 3, 0.0, 0.5),
+        ];
+        assert_eq!(
+            super::zero_rows_note(&rows).as_deref(),
+            Some(
+                "upstream_recv and write: 0 in every exchange, as every answer came from the \
+                 server in one read and went to the client in one write (docs/phases.md)"
+            )
+        );
+        assert_eq!(super::zero_rows_note(&rows[..1]), None);
+    }
+
     use super::*;
 
     #[test]
