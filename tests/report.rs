@@ -815,7 +815,13 @@ fn prometheus_buckets_make_the_same_table_with_interpolated_percentiles() {
     );
     let asked: Vec<String> = queries.try_iter().collect();
     assert!(asked.contains(
-        &"sum by (tap, phase, route, le) (increase(phasescope_phase_duration_seconds_bucket[900s]))".to_owned()
+        &format!(
+            "sum by (tap, phase, route, le) ({})",
+            phasescope::report::source::prometheus::counted(
+                "phasescope_phase_duration_seconds_bucket",
+                "900s"
+            )
+        )
     ), "{asked:?}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["percentiles"], "interpolated");

@@ -27,12 +27,38 @@ pub fn promql_range(range: Duration) -> anyhow::Result<String> {
     Ok(format!("{}s", range.as_secs()))
 }
 
+/// What the counter `series` counted over `range`, as PromQL.
+///
+/// `increase()` starts from a series' first sample in the range, so a series born inside
+/// it (a route's first request, a tap's first 503) loses all it counted before its first
+/// scrape: in a 12 s outage run that was a third of the successes and a sixth of the 503s,
+/// and the share of errors read 63 % where the proxy counted 55 %. Every phasescope series
+/// starts from zero when the proxy creates it, so the first sample of a series that has
+/// no sample at the range's start (`unless … offset`) is what it counted before: for a
+/// counter that only grows, `min_over_time`. Series present at the start are
+/// `increase()` alone (the `or`), which also handles a proxy's restart.
+pub fn counted(series: &str, range: &str) -> String {
+    format!(
+        "(increase({series}[{range}]) + (min_over_time({series}[{range}]) unless {series} offset {range})) \
+         or increase({series}[{range}])"
+    )
+}
+
 /// The three queries, in the order buckets, sums, counts.
 pub fn queries(range: &str) -> [String; 3] {
     [
-        format!("sum by (tap, phase, route, le) (increase({METRIC}_bucket[{range}]))"),
-        format!("sum by (tap, phase, route) (increase({METRIC}_sum[{range}]))"),
-        format!("sum by (tap, phase, route) (increase({METRIC}_count[{range}]))"),
+        format!(
+            "sum by (tap, phase, route, le) ({})",
+            counted(&format!("{METRIC}_bucket"), range)
+        ),
+        format!(
+            "sum by (tap, phase, route) ({})",
+            counted(&format!("{METRIC}_sum"), range)
+        ),
+        format!(
+            "sum by (tap, phase, route) ({})",
+            counted(&format!("{METRIC}_count"), range)
+        ),
     ]
 }
 
@@ -450,7 +476,10 @@ mod tests {
         let [b, s, c] = queries("900s");
         assert_eq!(
             b,
-            "sum by (tap, phase, route, le) (increase(phasescope_phase_duration_seconds_bucket[900s]))"
+            "sum by (tap, phase, route, le) ((increase(phasescope_phase_duration_seconds_bucket[900s]) \
+             + (min_over_time(phasescope_phase_duration_seconds_bucket[900s]) \
+             unless phasescope_phase_duration_seconds_bucket offset 900s)) \
+             or increase(phasescope_phase_duration_seconds_bucket[900s]))"
         );
         assert!(s.contains("_sum[900s]") && c.contains("_count[900s]"));
         assert_eq!(encode("a b[1]"), "a%20b%5B1%5D");

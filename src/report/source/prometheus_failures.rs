@@ -7,17 +7,24 @@
 use std::collections::BTreeMap;
 
 use super::dataset::TapData;
-use super::prometheus::Sample;
+use super::prometheus::{counted, Sample};
 
 /// The three queries over `range` (a PromQL range such as `900s`), in the order errors,
 /// connects, the server's error answers.
 pub fn queries(range: &str) -> [String; 3] {
     [
-        format!("sum by (tap, kind) (increase(phasescope_errors_total[{range}]))"),
         format!(
-            "sum by (tap, reason) (increase(phasescope_upstream_connect_failures_total[{range}]))"
+            "sum by (tap, kind) ({})",
+            counted("phasescope_errors_total", range)
         ),
-        format!("sum by (tap, route, status) (increase(phasescope_server_errors_total[{range}]))"),
+        format!(
+            "sum by (tap, reason) ({})",
+            counted("phasescope_upstream_connect_failures_total", range)
+        ),
+        format!(
+            "sum by (tap, route, status) ({})",
+            counted("phasescope_server_errors_total", range)
+        ),
     ]
 }
 

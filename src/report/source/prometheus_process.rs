@@ -9,24 +9,42 @@
 //! request is over the range's requests, idle seconds included: the report says so).
 
 use super::dataset::{Dataset, TapData};
-use super::prometheus::Sample;
+use super::prometheus::{counted, Sample};
 use crate::snapshot::{Evidence, Finding, Impact, ProxySnapshot, Severity, UpstreamSnapshot};
 
 /// The queries over `range` (a PromQL range such as `900s`), in the order of [`Answers`].
 pub fn queries(range: &str) -> [String; 12] {
     [
-        format!("sum by (mode) (increase(phasescope_proxy_cpu_seconds_total[{range}]))"),
-        format!("sum(increase(phasescope_proxy_runqueue_seconds_total[{range}]))"),
-        format!("sum(increase(phasescope_machine_cpu_busy_seconds_total[{range}]))"),
+        format!(
+            "sum by (mode) ({})",
+            counted("phasescope_proxy_cpu_seconds_total", range)
+        ),
+        format!(
+            "sum({})",
+            counted("phasescope_proxy_runqueue_seconds_total", range)
+        ),
+        format!(
+            "sum({})",
+            counted("phasescope_machine_cpu_busy_seconds_total", range)
+        ),
         "sum(phasescope_machine_cpus)".to_owned(),
         "sum(phasescope_proxy_threads)".to_owned(),
-        format!("sum by (tap, mode) (increase(phasescope_upstream_cpu_seconds_total[{range}]))"),
-        format!("sum by (tap) (increase(phasescope_upstream_runqueue_seconds_total[{range}]))"),
+        format!(
+            "sum by (tap, mode) ({})",
+            counted("phasescope_upstream_cpu_seconds_total", range)
+        ),
+        format!(
+            "sum by (tap) ({})",
+            counted("phasescope_upstream_runqueue_seconds_total", range)
+        ),
         "max by (tap, pid, comm) (phasescope_upstream_info)".to_owned(),
         format!("max by (tap, id, severity) (max_over_time(phasescope_finding[{range}]))"),
         "sum by (tap) (phasescope_upstream_threads)".to_owned(),
-        format!("sum(increase(phasescope_proxy_stalls_total[{range}]))"),
-        format!("sum(increase(phasescope_proxy_stalled_seconds_total[{range}]))"),
+        format!("sum({})", counted("phasescope_proxy_stalls_total", range)),
+        format!(
+            "sum({})",
+            counted("phasescope_proxy_stalled_seconds_total", range)
+        ),
     ]
 }
 
