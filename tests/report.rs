@@ -706,9 +706,9 @@ fn fake_prometheus(
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        // The phase histograms' three queries, the failures' three, and the processes',
-        // the findings' and the proxy's stalls' twelve.
-        for conn in listener.incoming().take(18) {
+        // The phase histograms' three queries, the failures' three, the processes', the
+        // findings' and the proxy's stalls' twelve, and the seconds with traffic's eight.
+        for conn in listener.incoming().take(26) {
             let mut conn = conn.unwrap();
             let mut buf = Vec::new();
             let mut chunk = [0u8; 4096];
@@ -814,15 +814,16 @@ fn prometheus_buckets_make_the_same_table_with_interpolated_percentiles() {
         0,
     );
     let asked: Vec<String> = queries.try_iter().collect();
-    assert!(asked.contains(
-        &format!(
+    assert!(
+        asked.contains(&format!(
             "sum by (tap, phase, route, le) ({})",
             phasescope::report::source::prometheus::counted(
                 "phasescope_phase_duration_seconds_bucket",
                 "900s"
             )
-        )
-    ), "{asked:?}");
+        )),
+        "{asked:?}"
+    );
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["percentiles"], "interpolated");
     let all = &v["taps"][0]["all"];

@@ -357,6 +357,25 @@ fn report_through_prometheus_names_the_servers_errors() {
         cost["cpu_user"].as_f64().is_some(),
         "no phasescope itself: {json}"
     );
+    // Over the seconds that held traffic, as the proxy's own report reads it: its traffic
+    // counters, not the idle range around the load.
+    let traffic = cost["traffic_seconds"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        traffic > 0.0 && traffic < 30.0,
+        "{traffic} s with traffic in a 1 min range: {cost}"
+    );
+    let direct: Value = serde_json::from_str(&report(&proxy, &["--format", "json"]).1).unwrap();
+    let per_request =
+        |c: &Value| c["cpu_user"].as_f64().unwrap() + c["cpu_system"].as_f64().unwrap();
+    let (through, own) = (per_request(cost), per_request(&direct["taps"][0]["proxy"]));
+    println!(
+        "phasescope itself: {through:e} s a request through Prometheus, {own:e} from the proxy"
+    );
+    assert!(
+        (through - own).abs() <= 0.25 * own,
+        "phasescope itself per request: {through:e} s through Prometheus against {own:e} s \
+         from the proxy's own report"
+    );
     assert!(
         wait_for(Duration::from_secs(30), || scraped(
             "max(phasescope_finding{id=\"server_errors\",severity=\"critical\"})"

@@ -5,7 +5,7 @@
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::exposition::{family, sample};
-use crate::upstream::Own;
+use crate::upstream::{Own, OwnTraffic};
 
 pub const CPU: &str = "phasescope_proxy_cpu_seconds_total";
 pub const RUNQUEUE: &str = "phasescope_proxy_runqueue_seconds_total";
@@ -14,6 +14,10 @@ pub const MACHINE_CPUS: &str = "phasescope_machine_cpus";
 pub const MACHINE_BUSY: &str = "phasescope_machine_cpu_busy_seconds_total";
 pub const STALLS: &str = "phasescope_proxy_stalls_total";
 pub const STALLED: &str = "phasescope_proxy_stalled_seconds_total";
+pub const TRAFFIC: &str = "phasescope_proxy_traffic_seconds_total";
+pub const TRAFFIC_CPU: &str = "phasescope_proxy_traffic_cpu_seconds_total";
+pub const TRAFFIC_RUNQUEUE: &str = "phasescope_proxy_traffic_runqueue_seconds_total";
+pub const MACHINE_TRAFFIC_BUSY: &str = "phasescope_machine_traffic_cpu_busy_seconds_total";
 
 /// The families, read now; none before the proxy's own process is read.
 pub fn families(own: Option<&Own>) -> Vec<MetricFamily> {
@@ -23,6 +27,14 @@ pub fn families(own: Option<&Own>) -> Vec<MetricFamily> {
     let t = own.totals();
     let s = |ns: u64| ns as f64 / 1e9;
     let (c, g) = (MetricType::COUNTER, MetricType::GAUGE);
+    // At 0 until a tap counts exchanges, as the others exist from the start.
+    let w = t.traffic.unwrap_or(OwnTraffic {
+        seconds_ns: 0,
+        user_ns: 0,
+        system_ns: 0,
+        runqueue_ns: 0,
+        machine_busy_ns: 0,
+    });
     let table = [
         (
             CPU,
@@ -68,6 +80,33 @@ pub fn families(own: Option<&Own>) -> Vec<MetricFamily> {
             "Time phasescope itself did not run, summed over its stalls, since it started.",
             c,
             vec![sample(c, &[], s(t.stalls.nanos))],
+        ),
+        (
+            TRAFFIC,
+            "Wall time of the reads of phasescope's own process in which an exchange ended (the seconds that held traffic), since it started.",
+            c,
+            vec![sample(c, &[], s(w.seconds_ns))],
+        ),
+        (
+            TRAFFIC_CPU,
+            "CPU time of phasescope's own process over the reads that held traffic, by mode (user, system): what per-request figures divide.",
+            c,
+            vec![
+                sample(c, &[("mode", "user")], s(w.user_ns)),
+                sample(c, &[("mode", "system")], s(w.system_ns)),
+            ],
+        ),
+        (
+            TRAFFIC_RUNQUEUE,
+            "Time phasescope's own threads waited for a CPU over the reads that held traffic.",
+            c,
+            vec![sample(c, &[], s(w.runqueue_ns))],
+        ),
+        (
+            MACHINE_TRAFFIC_BUSY,
+            "CPU time the machine's CPUs were not idle over phasescope's reads that held traffic.",
+            c,
+            vec![sample(c, &[], s(w.machine_busy_ns))],
         ),
     ];
     table

@@ -13,6 +13,10 @@ use crate::upstream::Upstream;
 
 pub const CPU: &str = "phasescope_upstream_cpu_seconds_total";
 pub const RUNQUEUE: &str = "phasescope_upstream_runqueue_seconds_total";
+pub const TRAFFIC: &str = "phasescope_upstream_traffic_seconds_total";
+pub const TRAFFIC_CPU: &str = "phasescope_upstream_traffic_cpu_seconds_total";
+pub const TRAFFIC_RUNQUEUE: &str = "phasescope_upstream_traffic_runqueue_seconds_total";
+pub const TRAFFIC_EXCHANGES: &str = "phasescope_upstream_traffic_exchanges_total";
 pub const CONTEXT_SWITCHES: &str = "phasescope_upstream_context_switches_total";
 pub const THREADS: &str = "phasescope_upstream_threads";
 pub const INFO: &str = "phasescope_upstream_info";
@@ -59,6 +63,10 @@ struct Series {
     info: Vec<Metric>,
     samples: Vec<Metric>,
     inclusive: Vec<Metric>,
+    traffic: Vec<Metric>,
+    traffic_cpu: Vec<Metric>,
+    traffic_runq: Vec<Metric>,
+    traffic_exchanges: Vec<Metric>,
 }
 
 impl Series {
@@ -87,6 +95,7 @@ impl Series {
             &[("tap", tap), ("kind", "involuntary")],
             t.involuntary as f64,
         ));
+        self.add_traffic(u);
         let g = MetricType::GAUGE;
         self.threads.push(sample(
             g,
@@ -117,6 +126,28 @@ impl Series {
         }
     }
 
+    /// One tap's traffic counters: over the reads of its process in which one of its
+    /// exchanges ended, at 0 until its exchanges are counted.
+    fn add_traffic(&mut self, u: &Upstream) {
+        let (t, exchanges) = u.traffic_totals().unwrap_or_default();
+        let tap = u.tap();
+        let s = |ns: u64| ns as f64 / 1e9;
+        let c = MetricType::COUNTER;
+        self.traffic
+            .push(sample(c, &[("tap", tap)], s(t.watched_ns)));
+        self.traffic_cpu
+            .push(sample(c, &[("tap", tap), ("mode", "user")], s(t.user_ns)));
+        self.traffic_cpu.push(sample(
+            c,
+            &[("tap", tap), ("mode", "system")],
+            s(t.system_ns),
+        ));
+        self.traffic_runq
+            .push(sample(c, &[("tap", tap)], s(t.runqueue_ns)));
+        self.traffic_exchanges
+            .push(sample(c, &[("tap", tap)], exchanges as f64));
+    }
+
     /// The families, each with its help, in the exposition's order.
     fn into_families(self) -> Vec<MetricFamily> {
         let (c, g) = (MetricType::COUNTER, MetricType::GAUGE);
@@ -128,6 +159,10 @@ impl Series {
             (INFO, "Always 1; the labels name the upstream process watched now.", g, self.info),
             (SAMPLES, "CPU samples of the upstream's threads (perf events, user and kernel), by component; present only when profiling.", c, self.samples),
             (INCLUSIVE_SAMPLES, "CPU samples of the upstream's threads whose call stack holds a frame of the component (it and all it calls); present only when sampling call stacks.", c, self.inclusive),
+            (TRAFFIC, "Wall time of the upstream's reads in which an exchange of the tap ended (the seconds that held traffic).", c, self.traffic),
+            (TRAFFIC_CPU, "CPU time of the upstream process over the reads that held traffic, by mode (user, system): what per-request figures divide.", c, self.traffic_cpu),
+            (TRAFFIC_RUNQUEUE, "Time the upstream's threads waited for a CPU over the reads that held traffic.", c, self.traffic_runq),
+            (TRAFFIC_EXCHANGES, "The tap's exchanges that ended in reads of a watched upstream process: what its traffic CPU is divided by.", c, self.traffic_exchanges),
         ];
         table
             .into_iter()

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use own::Own;
+pub use own::{Own, OwnTraffic};
 pub use samplers::{ProfileSettings, MAX_SAMPLED_PROCESSES};
 pub use watch::Watcher;
 
@@ -232,6 +232,17 @@ impl Upstream {
     pub fn totals(&self) -> (Totals, Option<ProcessInfo>) {
         let s = lock(&self.state);
         (s.accountant.totals(), s.accountant.process().cloned())
+    }
+
+    /// What the reads that held traffic added since start, and the exchanges that ended
+    /// in them: the exposition's `*_traffic_*` counters, so that a Prometheus report
+    /// divides over the work as a snapshot's does. `None` while no tap's exchanges are
+    /// counted (nothing says which reads held traffic).
+    pub fn traffic_totals(&self) -> Option<(Totals, u64)> {
+        let s = lock(&self.state);
+        s.traffic
+            .counting()
+            .then(|| (s.traffic.totals(), s.traffic.exchanges()))
     }
 
     /// Starts a new snapshot window (`POST /api/reset`); the Prometheus counters go on.

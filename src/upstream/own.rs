@@ -57,6 +57,19 @@ pub struct OwnTotals {
     pub machine_busy_ns: u64,
     /// The proxy's stalls since it started.
     pub stalls: stalls::Totals,
+    /// Over the reads that held traffic since it started: `None` before a tap counts.
+    pub traffic: Option<OwnTraffic>,
+}
+
+/// What the proxy's reads that held traffic added since it started.
+pub struct OwnTraffic {
+    /// Wall time of those reads.
+    pub seconds_ns: u64,
+    pub user_ns: u64,
+    pub system_ns: u64,
+    pub runqueue_ns: u64,
+    /// The machine's busy CPU time over the same reads.
+    pub machine_busy_ns: u64,
 }
 
 impl Own {
@@ -102,14 +115,25 @@ impl Own {
     pub fn totals(&self) -> OwnTotals {
         self.refresh();
         let (t, info) = self.process.totals();
+        let (machine_busy_ns, traffic_busy_ns) = {
+            let m = lock(&self.machine);
+            (m.busy_ns, m.traffic_ns)
+        };
         OwnTotals {
             user_ns: t.user_ns,
             system_ns: t.system_ns,
             runqueue_ns: t.runqueue_ns,
             threads: info.map_or(0, |p| p.threads),
             cpus: self.cpus,
-            machine_busy_ns: lock(&self.machine).busy_ns,
+            machine_busy_ns,
             stalls: stalls::totals(),
+            traffic: self.process.traffic_totals().map(|(t, _)| OwnTraffic {
+                seconds_ns: t.watched_ns,
+                user_ns: t.user_ns,
+                system_ns: t.system_ns,
+                runqueue_ns: t.runqueue_ns,
+                machine_busy_ns: traffic_busy_ns,
+            }),
         }
     }
 

@@ -11,6 +11,7 @@ pub mod prometheus_answer;
 pub mod prometheus_failures;
 pub mod prometheus_native;
 pub mod prometheus_process;
+pub mod prometheus_traffic;
 pub mod snapshots;
 
 pub use snapshots::Source;

@@ -120,8 +120,23 @@ pub fn load_with_findings(
     let [a, b, c, d, e, f, g, h, i, j, k, l] = answers;
     let answers = [a?, b?, c?, d?, e?, f?, g?, h?, i?, j?, k?, l?];
     let findings = super::prometheus_process::add(&mut ds, &answers, range.as_secs_f64());
+    let traffic = super::prometheus_traffic::queries(&range_text).map(|q| {
+        get(&q)
+            .and_then(|body| parse_vector(&body))
+            .with_context(|| format!("Prometheus query {q}"))
+    });
+    let [a, b, c, d, e, f, g, h] = traffic;
+    super::prometheus_traffic::add(&mut ds, &[a?, b?, c?, d?, e?, f?, g?, h?]);
+    let with_traffic = ds.proxy.as_ref().is_some_and(|p| p.traffic.is_some());
     if ds.proxy.is_some() || ds.taps.values().any(|t| t.upstream.is_some()) {
-        ds.notes.push(PROCESS_NOTE.to_owned());
+        ds.notes.push(
+            if with_traffic {
+                PROCESS_NOTE_TRAFFIC
+            } else {
+                PROCESS_NOTE
+            }
+            .to_owned(),
+        );
     }
     ds.sources = vec![format!(
         "Prometheus {base}, last {}",
@@ -130,10 +145,17 @@ pub fn load_with_findings(
     Ok((ds, findings))
 }
 
-/// The note of a report whose processes came from Prometheus's counters.
+/// The note of a report whose processes came from Prometheus's counters, of proxies
+/// too old to export the seconds that held traffic.
 const PROCESS_NOTE: &str = "phasescope itself and inside the upstream from Prometheus's \
      counters: over the whole range, every instance summed (idle seconds included: \
-     Prometheus keeps no seconds with traffic); the findings are those the proxies' \
+     these proxies export no seconds with traffic); the findings are those the proxies' \
+     phasescope_finding gauge held in the range, their evidence on the live page";
+
+/// The note of a report whose processes came from Prometheus's counters, traffic's too.
+const PROCESS_NOTE_TRAFFIC: &str = "phasescope itself and inside the upstream from \
+     Prometheus's counters, every instance summed: per request and cores over the seconds \
+     that held traffic (the *_traffic_* counters); the findings are those the proxies' \
      phasescope_finding gauge held in the range, their evidence on the live page";
 
 /// The note of a report read from native histograms.
