@@ -374,8 +374,7 @@ Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 /// proxy found the server, are followed within a few turns (they hold the listening
 /// socket; a new child starts a search at once, not at the tenth turn), and the inside
 /// CPU over a load is within 10 % of the children's and the parent's own /proc. A child
-/// per request, which lives milliseconds, is not followed: its CPU comes to the parent
-/// when it is reaped (`cutime`), which the inside line does not read.
+/// per request, which lives milliseconds, is the next test's.
 #[test]
 fn a_forking_servers_children_are_followed_and_their_cpu_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -438,6 +437,108 @@ fn a_forking_servers_children_are_followed_and_their_cpu_counted() {
     assert!(
         (inside - truth).abs() <= 0.10 * truth,
         "inside {inside:.3} s of CPU, the processes' own /proc {truth:.3} s\n{u:#}"
+    );
+    server.stop(Duration::from_secs(5));
+}
+
+/// [`FORKING_SERVER`] whose handler answers with the CPU its child has used so far
+/// (`time.process_time()`, the child's own clock), and closes: a child per request.
+const FORKING_PER_REQUEST: &str = r#"
+import http.server, socketserver, sys, time
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        x = 0
+        for i in range(60000):
+            x = (x * 31 + i) % 1000003
+        body = b"%.6f\n" % time.process_time()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+class Server(socketserver.ForkingMixIn, http.server.HTTPServer):
+    pass
+Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"#;
+
+/// utime + stime of a process, and cutime + cstime (its reaped children's), seconds.
+fn own_and_reaped_cpu(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ((f[0] + f[1]) / per_second, (f[2] + f[3]) / per_second)
+}
+
+/// A forking server whose child lives for one request (milliseconds, never seen by a
+/// read of the group): its CPU reaches the parent's `cutime` when the parent reaps it,
+/// and the inside CPU counts it from there. Truth: the parent's own /proc, its own CPU and
+/// its reaped children's; and at least each child's own clock (sent in its answer, which
+/// its exit follows) with the parent's own. Before, the inside line read the parent alone.
+#[test]
+fn a_forking_servers_child_per_request_is_counted_when_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut c = Command::new(require_tool("python3"));
+    c.args(["-c", FORKING_PER_REQUEST, &port.to_string()]);
+    let mut server = Managed::spawn("forking", &mut c, &dir.path().join("forking.log"));
+    assert!(
+        wait_for(STARTUP_DEADLINE, || accepts(loopback(port))),
+        "{}",
+        server.log_tail()
+    );
+    let parent = server.pid();
+    let proxy = Proxy::in_front_of(loopback(port), &[]);
+    let found = wait_for(STARTUP_DEADLINE, || {
+        upstream(&proxy)["pid"].as_u64() == Some(parent as u64)
+    });
+    assert!(found, "the server never watched\n{}", proxy.log_tail());
+    reset(&proxy);
+    let before = own_and_reaped_cpu(parent);
+    let mut children = 0.0;
+    let mut answers = 0u32;
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        let r = http_get(proxy.addr(), "/");
+        assert_eq!(r.status, 200, "{}", r.body_text());
+        children += r.body_text().trim().parse::<f64>().unwrap();
+        answers += 1;
+    }
+    // ForkingMixIn reaps between requests and at its poll (every half second): wait for
+    // the last children to be reaped and a read of the group after.
+    assert!(
+        wait_for(Duration::from_secs(10), || workers(parent).is_empty()),
+        "children left: {:?}",
+        workers(parent)
+    );
+    thread::sleep(Duration::from_millis(2500));
+    let after = own_and_reaped_cpu(parent);
+    let (own, reaped) = (after.0 - before.0, after.1 - before.1);
+    let u = upstream(&proxy);
+    let inside =
+        u["cpu_user_seconds"].as_f64().unwrap() + u["cpu_system_seconds"].as_f64().unwrap();
+    eprintln!(
+        "{answers} answers, a child each; inside {inside:.3} s; the parent's /proc: itself \
+         {own:.3} s, its reaped children {reaped:.3} s; the children's own clocks at their \
+         answers {children:.3} s"
+    );
+    assert!(children > 0.3, "the children burnt only {children:.3} s");
+    assert!(
+        (inside - (own + reaped)).abs() <= 0.10 * (own + reaped),
+        "inside {inside:.3} s of CPU, the parent's /proc {own:.3} s and {reaped:.3} s reaped\n{u:#}"
+    );
+    assert!(
+        inside >= 0.95 * (children + own),
+        "inside {inside:.3} s, below the children's own clocks {children:.3} s and the \
+         parent's {own:.3} s"
     );
     server.stop(Duration::from_secs(5));
 }

@@ -10,7 +10,7 @@
 //! exits (a worker the master replaces, the new one joins when found); the group is gone
 //! when its last process is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context};
@@ -148,6 +148,9 @@ pub struct Accountant {
     /// A process left the group since the last [`Self::take_left`]: its workers may
     /// have been replaced.
     left: bool,
+    /// By pid of a process of the group: the lifetime CPU of its children that left the
+    /// group, which its `cutime` will bring when it reaps them ([`Self::count_reaped`]).
+    owed: HashMap<u32, u64>,
 }
 
 impl Default for Accountant {
@@ -168,6 +171,7 @@ impl Accountant {
             attached_before: false,
             shares: BTreeMap::new(),
             left: false,
+            owed: HashMap::new(),
         }
     }
 
@@ -227,6 +231,7 @@ impl Accountant {
         }
         members.sort_by_key(|m| m.info().pid);
         self.members = members;
+        self.owed.clear();
         self.ended = None;
         self.left = false;
         self.read_at = std::time::Instant::now();
@@ -272,9 +277,13 @@ impl Accountant {
         let (mut sum, mut alive, mut exec, mut busiest) = (Delta::default(), false, false, None);
         let shares = &mut self.shares;
         let mut left = false;
+        let (mut reaped, mut departed) = (Vec::new(), Vec::new());
         self.members.retain_mut(|m| match m.read(ticks, interval) {
             MemberRead::Alive(d) => {
                 alive = true;
+                if d.reaped_user_ns + d.reaped_system_ns > 0 {
+                    reaped.push((m.key(), d.reaped_user_ns, d.reaped_system_ns));
+                }
                 let share = shares.entry(m.key()).or_insert_with(|| Share {
                     pid: m.info().pid,
                     comm: m.info().comm.clone(),
@@ -287,6 +296,7 @@ impl Accountant {
             }
             MemberRead::Skipped => true,
             MemberRead::Gone => {
+                departed.push((m.ppid(), m.lifetime_ns()));
                 left = true;
                 false
             }
@@ -305,9 +315,52 @@ impl Accountant {
         if !alive {
             return Read::Skipped;
         }
+        self.count_reaped(&departed, &reaped, &mut sum);
         self.read_at = now;
         self.add_read(&sum, busiest, interval);
         Read::Alive
+    }
+
+    /// Adds to `sum` the CPU of the children the group's processes reaped since the last
+    /// read (`reaped`: each process's growth of `cutime` and `cstime`) that the group did
+    /// not count while they lived: a forking server's child per request, which lives
+    /// milliseconds and is never read, reaches the group only so. A child the group did
+    /// watch (`departed`: its parent and its lifetime CPU at its last read) comes back
+    /// whole in its parent's `cutime` when reaped, what it did before it was watched
+    /// included (an nginx worker replaced after hours): that much is owed and taken out
+    /// first, whichever read it comes in, and only what it ran after its last read counts.
+    fn count_reaped(
+        &mut self,
+        departed: &[(u32, u64)],
+        reaped: &[((u32, u64), u64, u64)],
+        sum: &mut Delta,
+    ) {
+        for &(ppid, ns) in departed {
+            if self.members.iter().any(|m| m.info().pid == ppid) {
+                *self.owed.entry(ppid).or_default() += ns;
+            }
+        }
+        for &(key, user, system) in reaped {
+            let all = user + system;
+            let owed = self.owed.entry(key.0).or_default();
+            let paid = all.min(*owed);
+            *owed -= paid;
+            let extra = all - paid;
+            if extra == 0 {
+                continue;
+            }
+            let extra_user = (u128::from(extra) * u128::from(user) / u128::from(all)) as u64;
+            sum.user_ns += extra_user;
+            sum.system_ns += extra - extra_user;
+            sum.process_cpu_ns += extra;
+            sum.cpu_ns += extra;
+            if let Some(share) = self.shares.get_mut(&key) {
+                share.cpu_ns += extra;
+            }
+        }
+        let members = &self.members;
+        self.owed
+            .retain(|pid, owed| *owed > 0 && members.iter().any(|m| m.info().pid == *pid));
     }
 
     /// Adds one read of the group, `interval` after the previous one.
@@ -425,5 +478,93 @@ mod tests {
         a.attach(&[std::process::id()]).unwrap();
         assert_eq!(a.totals().restarts, before.restarts + 1);
         assert_eq!(a.process().map(|p| p.pid), Some(std::process::id()));
+    }
+
+    /// A shell that forks `python3` burning `burn_s` of CPU, sleeping `sleep_s`, then
+    /// waits for it (reaping it: its CPU joins the shell's `cutime`) and waits on its
+    /// standard input, which only its end closes.
+    fn forking_shell(burn_s: f64, sleep_s: f64) -> (std::process::Child, u32) {
+        let script = format!(
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < {burn_s}: pass\ntime.sleep({sleep_s})"
+        );
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "python3 -c \"$0\" & echo $!; wait; read x", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let out = shell.stdout.take().unwrap();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
+        let child = line.trim().parse().unwrap();
+        (shell, child)
+    }
+
+    fn cpu_ns(t: &Totals) -> u64 {
+        t.user_ns + t.system_ns
+    }
+
+    #[test]
+    fn a_child_reaped_unwatched_is_counted_and_a_watched_one_not_twice() {
+        if std::process::Command::new("python3")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            eprintln!("SKIPPED: no python3");
+            return;
+        }
+        // Unwatched: the shell alone is watched while its child burns 300 ms and is
+        // reaped; the child's CPU comes in through the shell's cutime.
+        let (mut shell, _) = forking_shell(0.3, 0.0);
+        let mut a = Accountant::new();
+        a.attach(&[shell.id()]).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while cpu_ns(&a.totals()) < 250_000_000 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(a.read(), Read::Alive);
+        }
+        let got = cpu_ns(&a.totals());
+        assert!(
+            (250_000_000..450_000_000).contains(&got),
+            "a child that burnt 300 ms unwatched, counted {got} ns"
+        );
+        let _ = shell.kill();
+        let _ = shell.wait();
+
+        // Watched from after its burn: what it ran before is not the window's, though
+        // its parent's cutime brings it whole when it is reaped.
+        let (mut shell, child) = forking_shell(0.3, 1.0);
+        let burnt = wait_until_cpu(child, 300);
+        let mut a = Accountant::new();
+        a.attach(&[shell.id(), child]).unwrap();
+        for _ in 0..25 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            a.read();
+        }
+        let got = cpu_ns(&a.totals());
+        assert!(burnt, "the child never burnt its 300 ms");
+        assert!(
+            got < 100_000_000,
+            "a child that burnt 300 ms before it was watched, then slept and was reaped: \
+             counted {got} ns"
+        );
+        let _ = shell.kill();
+        let _ = shell.wait();
+    }
+
+    /// Waits (up to 20 s) until `pid` has used `ms` of CPU; whether it did.
+    fn wait_until_cpu(pid: u32, ms: u64) -> bool {
+        let per_second = procfs::ticks_per_second().max(1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if let Ok(stat) = procfs::process::Process::new(pid as i32).and_then(|p| p.stat()) {
+                if (stat.utime + stat.stime) * 1000 / per_second >= ms - 20 {
+                    return true;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
     }
 }

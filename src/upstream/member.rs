@@ -40,6 +40,11 @@ pub(super) struct Member {
     info: ProcessInfo,
     user_ticks: u64,
     system_ticks: u64,
+    /// Its reaped children's user and system time (`cutime`, `cstime`) at the last read.
+    children_ticks: (u64, u64),
+    /// Its parent's pid: the process whose `cutime` its CPU joins when it is reaped.
+    ppid: u32,
+    ticks_per_second: u64,
     threads: HashMap<i32, ThreadLast>,
     /// Whether the per-thread files could be read at the last read (not always, without
     /// permission): one warning when they cannot.
@@ -97,6 +102,11 @@ pub(super) struct Delta {
     /// With its threads listed: its busiest thread's demand for a CPU (running or
     /// waiting, at most the interval) and all its threads' together.
     pub demand: Option<(u64, u64)>,
+    /// What its children reaped since the last read ran, user and system (`cutime`,
+    /// `cstime`): not in the figures above. Children the group watched are in it too;
+    /// the accountant takes theirs out before it counts the rest.
+    pub reaped_user_ns: u64,
+    pub reaped_system_ns: u64,
 }
 
 /// What one read of a process found.
@@ -133,6 +143,9 @@ impl Member {
             },
             user_ticks: stat.utime,
             system_ticks: stat.stime,
+            children_ticks: (children(stat.cutime), children(stat.cstime)),
+            ppid: stat.ppid.max(0) as u32,
+            ticks_per_second: procfs::ticks_per_second().max(1),
             threads: HashMap::new(),
             threads_readable: true,
             clock: process_clock(pid).and_then(|id| Some((id, read_clock(id)?))),
@@ -158,6 +171,23 @@ impl Member {
         self.threads_readable
     }
 
+    /// Its parent's pid, at the last read.
+    pub fn ppid(&self) -> u32 {
+        self.ppid
+    }
+
+    /// Its whole life's CPU at the last read, its reaped children's included,
+    /// nanoseconds: what its parent's `cutime` and `cstime` will bring when it is reaped,
+    /// less what it runs after that read. Counted already, or from before it was
+    /// watched: owed back either way (account.rs).
+    pub fn lifetime_ns(&self) -> u64 {
+        let (c, s) = self.children_ticks;
+        ticks_to_ns(
+            self.user_ticks + self.system_ticks + c + s,
+            self.ticks_per_second,
+        )
+    }
+
     /// Reads the process: what it did since the last read, with each thread's demand
     /// for a CPU capped at `interval_ns` (a thread new since brings its whole life).
     pub fn read(&mut self, ticks: u64, interval_ns: u64) -> MemberRead {
@@ -174,11 +204,19 @@ impl Member {
         if self.image.replaced_by(&Image::of(pid, &stat)) {
             return MemberRead::Exec;
         }
+        let (cutime, cstime) = (children(stat.cutime), children(stat.cstime));
         let mut d = Delta {
             user_ns: ticks_to_ns(stat.utime.saturating_sub(self.user_ticks), ticks),
             system_ns: ticks_to_ns(stat.stime.saturating_sub(self.system_ticks), ticks),
+            reaped_user_ns: ticks_to_ns(cutime.saturating_sub(self.children_ticks.0), ticks),
+            reaped_system_ns: ticks_to_ns(cstime.saturating_sub(self.children_ticks.1), ticks),
             ..Delta::default()
         };
+        self.children_ticks = (
+            cutime.max(self.children_ticks.0),
+            cstime.max(self.children_ticks.1),
+        );
+        self.ppid = stat.ppid.max(0) as u32;
         if let Some((id, last)) = &mut self.clock {
             if let Some(now) = read_clock(*id) {
                 d.process_cpu_ns = now.saturating_sub(*last);
@@ -270,6 +308,11 @@ fn read_clock(id: libc::clockid_t) -> Option<u64> {
     // SAFETY: a clock id and a pointer to a timespec on the stack.
     let rc = unsafe { libc::clock_gettime(id, &mut ts) };
     (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// `cutime` or `cstime`, which the kernel keeps signed.
+fn children(ticks: i64) -> u64 {
+    ticks.max(0) as u64
 }
 
 fn ticks_to_ns(ticks: u64, per_second: u64) -> u64 {
