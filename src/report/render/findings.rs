@@ -4,9 +4,15 @@
 use crate::snapshot::{Evidence, Finding, Severity};
 use crate::units;
 
-/// A figure of the evidence in its unit, with the threshold it met.
+/// A figure of the evidence in its unit, with the threshold it met. A share that rounds
+/// to its threshold's figure gets two decimals: `1 % (< 1 %)` reads as a contradiction,
+/// `0.98 % (< 1 %)` does not.
 fn figure(e: &Evidence) -> String {
-    let value = units::figure(e.value, &e.unit);
+    let mut value = units::figure(e.value, &e.unit);
+    let bound = |t: &str| t.trim_start_matches(['≥', '≤', '<', '>', ' ']).to_owned();
+    if e.unit == "ratio" && e.threshold.as_deref().map(bound).as_ref() == Some(&value) {
+        value = format!("{:.2} %", e.value * 100.0);
+    }
     match &e.threshold {
         Some(t) => format!("{} {value} ({t})", e.name),
         None => format!("{} {value}", e.name),
@@ -52,4 +58,19 @@ pub fn lines(f: &Finding) -> Vec<String> {
 /// The findings of `tap`, in the report's order.
 pub fn of_tap<'a>(findings: &'a [Finding], tap: &'a str) -> impl Iterator<Item = &'a Finding> {
     findings.iter().filter(move |f| f.tap == tap)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_share_that_rounds_to_its_threshold_gets_decimals() {
+        let e = |value: f64, threshold: &str| super::Evidence {
+            name: "failed".to_owned(),
+            value,
+            unit: "ratio".to_owned(),
+            threshold: Some(threshold.to_owned()),
+        };
+        assert_eq!(super::figure(&e(0.00982, "< 1 %")), "failed 0.98 % (< 1 %)");
+        assert_eq!(super::figure(&e(0.25, "≥ 10 %")), "failed 25 % (≥ 10 %)");
+    }
 }
