@@ -70,6 +70,13 @@ fn a_redis_stopped_under_load_makes_webdis_503s_the_servers_failures() {
     let webdis = Webdis::start(redis.port());
     // The root config.toml's tap `webdis`, routed by Webdis command.
     let proxy = Proxy::in_front_of(webdis.addr(), &[]);
+    // A real Prometheus scraping the proxy from before the load: the same answers
+    // through it at the end.
+    let prometheus = support::Prometheus::start(
+        &support::require_tool("prometheus"),
+        proxy.admin_addr(),
+        &[],
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(&proxy, &stop);
     // A second of successes, Redis gone, a second of Webdis's own 503s.
@@ -225,6 +232,54 @@ fn a_redis_stopped_under_load_makes_webdis_503s_the_servers_failures() {
     assert!(
         metrics.lines().any(|l| l == line),
         "no {line} in\n{metrics}"
+    );
+    through_prometheus(&prometheus, sent_503, all);
+}
+
+/// `report --prometheus` over the Webdis outage: the same failure line (counts within
+/// increase()'s extrapolation of the clients'), the critical finding from the gauge, and
+/// `--fail-on critical` exiting 1.
+fn through_prometheus(prometheus: &support::Prometheus, sent_503: u64, all: u64) {
+    let scraped = |expr: &str| {
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        prometheus.scalar(expr, at).unwrap_or(0.0)
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || scraped(
+            "count_over_time(phasescope_server_errors_total[1m])"
+        ) >= 2.0
+            && scraped(
+                "max(phasescope_finding{id=\"server_errors\",severity=\"critical\"})"
+            ) >= 1.0),
+        "Prometheus never held the 503s and the finding twice\n{}",
+        prometheus.log_tail()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["report", "--prometheus", &prometheus.url(), "--range", "1m"])
+        .args(["--fail-on", "critical"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("critical server_errors"), "{text}");
+    let headline = text
+        .lines()
+        .find(|l| l.contains("the server answered 503 to "))
+        .unwrap_or_else(|| panic!("no failure line through Prometheus:\n{text}"));
+    let number = |after: &str| -> f64 {
+        let rest = &headline[headline.find(after).unwrap() + after.len()..];
+        rest.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (errors, of) = (number("answered 503 to "), number(" of "));
+    // increase() extrapolates to the range's edges by up to a scrape: within a quarter.
+    let near = |got: f64, truth: u64| (got - truth as f64).abs() <= 0.25 * truth as f64;
+    assert!(
+        near(errors, sent_503) && near(of, all),
+        "through Prometheus 503 to {errors} of {of}; the clients saw {sent_503} of {all}"
     );
 }
 
