@@ -663,3 +663,88 @@ fn two_builds_of_one_code_split_no_row() {
         }
     }
 }
+
+/// tests/fixtures/py-burn.py on a free port, with `env` (its functions' rounds), killed
+/// on drop; and its address.
+fn py_burn(env: &[(&str, &str)], dir: &Path, name: &str) -> (support::Managed, String) {
+    let port = support::free_port();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/py-burn.py");
+    let mut command = Command::new(support::require_tool("python3"));
+    command
+        .arg(script)
+        .arg(port.to_string())
+        .envs(env.iter().copied());
+    let process = support::Managed::spawn(name, &mut command, &dir.join(format!("{name}.log")));
+    let addr = support::loopback(port);
+    assert!(
+        support::wait_for(support::STARTUP_DEADLINE, || support::accepts(addr)),
+        "{name} did not start\n{}",
+        process.log_tail()
+    );
+    (process, addr.to_string())
+}
+
+/// parse_items' CPU over compute_report's, by the server's own clocks since `before`: the
+/// bench asks both paths equally often, so B's ratio over A's is parse_items' change a
+/// request (compute_report's the same on both).
+fn parse_over_report(addr: &str, before: &Value) -> f64 {
+    let truth: Value =
+        serde_json::from_str(&support::http_get(addr.parse().unwrap(), "/__truth").body_text())
+            .unwrap();
+    let spent = |f: &str| {
+        truth["functions"][f]["cpu_ns"].as_f64().unwrap()
+            - before["functions"][f]["cpu_ns"].as_f64().unwrap()
+    };
+    spent("parse_items") / spent("compute_report")
+}
+
+/// Two builds of a Python server (B's `parse_items` does twice the rounds): the function
+/// rows are the Python functions, read from outside as PHP's are; `parse_items` is the
+/// one that changed, by the servers' own clocks; `compute_report` is not.
+#[test]
+fn a_bench_of_two_python_builds_names_the_python_function_that_changed() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (_a, a) = py_burn(&[], dir.path(), "py-a");
+    let (_b, b) = py_burn(
+        &[("PY_BURN_ROUNDS_PARSE_ITEMS", "3000")],
+        dir.path(),
+        "py-b",
+    );
+    let truth_of = |addr: &str| -> Value {
+        serde_json::from_str(&support::http_get(addr.parse().unwrap(), "/__truth").body_text())
+            .unwrap()
+    };
+    let before = [truth_of(&a), truth_of(&b)];
+    let out = Command::new(support::release_phasescope())
+        .args(["bench", "--profile-upstream", "--format", "json"])
+        .args(["--warmup", "1s", "--connections", "4", "--runs", "3"])
+        .args(["--duration", "2s", "--path", "/parse", "--path", "/report"])
+        .args(["--a", &a, "--b", &b])
+        .env_remove("PHASESCOPE_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let truth = parse_over_report(&b, &before[1]) / parse_over_report(&a, &before[0]) - 1.0;
+    for r in functions(&v) {
+        println!("{}", line(r));
+    }
+    println!(
+        "parse_items by the servers' own clocks: {:+.1} %",
+        truth * 100.0
+    );
+    let parse = function(&v, "parse_items", "self");
+    assert_eq!(parse["verdict"], "different", "{}", line(parse));
+    assert_eq!(parse["direction"], "slower", "{}", line(parse));
+    let change = parse["change"].as_f64().unwrap();
+    assert!(
+        (change - truth).abs() <= 0.15 * (1.0 + truth),
+        "parse_items {:+.1} % by the samples, {:+.1} % by the servers' own clocks",
+        change * 100.0,
+        truth * 100.0
+    );
+    let report = function(&v, "compute_report", "self");
+    assert_ne!(report["verdict"], "different", "{}", line(report));
+}
