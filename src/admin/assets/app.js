@@ -901,9 +901,12 @@
           title: `${fmtPct(f.inclusive)} with all it calls, ${fmtPct(f.self)} itself · ${fmtInt(f.samples)} samples` }),
         h("td", { "data-col": "cpu", text: fmtDur(f.cpu) }),
         h("td", { "data-col": "callers", text: f.callers.map((c) => `${c.name} ${fmtPct(c.share)}`).join(", ") || "–" }),
-        h("td", { "data-col": "what-if",
-          text: fmtDur(f.what_if.saved),
-          title: `${f.what_if.saved_of_total == null ? "" : `${fmtPct(f.what_if.saved_of_total)} of mean total; `}if CPU-bound, at most ${fmtPct(f.what_if.throughput_gain)} more throughput` }))));
+        f.waits
+          ? h("td", { "data-col": "what-if", text: "a wait",
+              title: "the kernel's putting threads to sleep and waking them: fewer hand-offs between threads save it, not a faster function" })
+          : h("td", { "data-col": "what-if",
+              text: fmtDur(f.what_if.saved),
+              title: `${f.what_if.saved_of_total == null ? "" : `${fmtPct(f.what_if.saved_of_total)} of mean total; `}if CPU-bound, at most ${fmtPct(f.what_if.throughput_gain)} more throughput` }))));
     }
 
     // The top functions of the sampled call stacks (`upstream.functions`, most inclusive

@@ -52,6 +52,11 @@ impl Component {
     }
 }
 
+/// What a hot-path entry that waits stands for, in place of its what-if.
+pub const WAIT_NOTE: &str = "a wait: its CPU is the kernel's putting threads to sleep and \
+     waking them, paid at each hand-off of work between threads or wake-up of a loop; \
+     fewer hand-offs save it, not a faster function";
+
 impl HotFunction {
     /// One line of the hot path: its share and CPU per request, its callers, its what-if.
     pub fn line(&self) -> String {
@@ -71,6 +76,10 @@ impl HotFunction {
                 .map(|c| format!("{} {}", c.name, units::share(c.share)))
                 .collect();
             l.push_str(&format!(", from {}", callers.join(", ")));
+        }
+        if self.waits {
+            l.push_str(&format!("; {WAIT_NOTE}"));
+            return l;
         }
         let w = &self.what_if;
         let of_total = w

@@ -53,6 +53,9 @@
 
 mod cut;
 mod tree;
+mod wait;
+
+pub use wait::is_wait;
 
 use std::collections::HashMap;
 
@@ -117,6 +120,11 @@ pub struct HotFunction {
     /// runs itself, and its share with all it calls says nothing of a place to act.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub generic: bool,
+    /// A wait ([`is_wait`]: a condition variable's, a thread parker's, `epoll_wait`):
+    /// its CPU is the kernel's cost of putting the thread to sleep and waking it, which
+    /// fewer hand-offs or wake-ups save, not a faster function.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub waits: bool,
     /// The entry `factor`× faster, by Amdahl's law on its listed share: what it calls and
     /// is listed apart is those entries' to save.
     pub what_if: HotWhatIf,
@@ -455,6 +463,7 @@ fn entry(
         listed: p,
         samples: table.inclusive[f],
         generic: is_generic(frame) || is_unnamed(frame),
+        waits: is_wait(&frame.name),
         cpu: cpu_per_request * p,
         callers: by
             .into_iter()
