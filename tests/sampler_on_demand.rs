@@ -182,33 +182,49 @@ fn nothing_is_sampled_until_asked_then_for_the_seconds_asked() {
 }
 
 /// `phasescope profile --from URL --seconds N`: asks, waits, and reports the window with
-/// the exports `report` writes; the report says which part of the window was sampled.
+/// the exports `report` writes; the report says which part of the window was sampled. The
+/// admin server has a token: the command sends `PHASESCOPE_ADMIN_TOKEN`, and without it
+/// says what to set.
 #[test]
 fn the_profile_command_samples_then_reports_with_its_exports() {
     let mut burn = BurnUpstream::start(30, 70);
     let upstream_pid = u64::from(burn.process().pid());
     let dir = tempfile::tempdir().unwrap();
     let config = on_demand_config(dir.path(), burn.addr());
-    let proxy = Proxy::in_front_of(burn.addr(), &["--config", config.to_str().unwrap()]);
+    let proxy = Proxy::in_front_of(
+        burn.addr(),
+        &["--config", config.to_str().unwrap(), "--admin-token", TOKEN],
+    );
+    let profile = |token: Option<&str>, extra: &[&std::ffi::OsStr]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_phasescope"));
+        c.args(["profile", "--seconds", "2", "--format", "json", "--from"])
+            .arg(format!("http://{}", proxy.admin_addr()))
+            .args(extra)
+            .env_remove("PHASESCOPE_ADMIN_TOKEN");
+        if let Some(token) = token {
+            c.env("PHASESCOPE_ADMIN_TOKEN", token);
+        }
+        c.output().unwrap()
+    };
+    let refused = profile(None, &[]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "without the token: {said}");
     assert!(
-        wait_for(Duration::from_secs(30), || {
-            let r = proxy.admin_get("/api/snapshot");
-            let v: Value = serde_json::from_str(&r.body_text()).unwrap_or_default();
-            v["taps"]["webdis"]["upstream"]["pid"].as_u64() == Some(upstream_pid)
-        }),
+        said.contains("401") && said.contains("set PHASESCOPE_ADMIN_TOKEN"),
+        "{said}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || snapshot(&proxy)["taps"]
+            ["webdis"]["upstream"]["pid"]
+            .as_u64()
+            == Some(upstream_pid)),
         "never watched\n{}",
         proxy.log_tail()
     );
     let stop = Arc::new(AtomicBool::new(false));
     let load = client(proxy.addr(), stop.clone());
     let folded = dir.path().join("cpu.folded");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args(["profile", "--seconds", "2", "--format", "json", "--from"])
-        .arg(format!("http://{}", proxy.admin_addr()))
-        .arg("--folded")
-        .arg(&folded)
-        .output()
-        .unwrap();
+    let out = profile(Some(TOKEN), &["--folded".as_ref(), folded.as_os_str()]);
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

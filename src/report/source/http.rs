@@ -36,6 +36,39 @@ pub fn set_timeout(timeout: Duration) {
 fn timeout() -> Duration {
     Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
 }
+
+/// The variable that holds the admin server's bearer token, on the proxy's side and on
+/// its clients' (`report --from`, `snapshot`, `profile`).
+pub const TOKEN_VARIABLE: &str = "PHASESCOPE_ADMIN_TOKEN";
+
+/// The `host:port`s known to be phasescope admin servers: only these get the token, so
+/// that a report reading Prometheus too never hands the proxy's token to another server.
+static ADMIN_SERVERS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// `url` is a phasescope admin server: its requests carry `PHASESCOPE_ADMIN_TOKEN` as a
+/// bearer token when that is set (an admin server with a token refuses `/api/*` and
+/// `/metrics` without it).
+pub fn is_admin_server(url: &Url) {
+    let mut servers = ADMIN_SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    if !servers.contains(&url.authority) {
+        servers.push(url.authority.clone());
+    }
+}
+
+/// The `Authorization` header line for a request to `url`, if it is an admin server and a
+/// token is set.
+fn authorization(url: &Url) -> Option<String> {
+    let servers = ADMIN_SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    if !servers.contains(&url.authority) {
+        return None;
+    }
+    let token = std::env::var(TOKEN_VARIABLE).ok()?;
+    // The server accepts visible ASCII without spaces only; anything else could split
+    // the header.
+    let token = token.trim();
+    (!token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()))
+        .then(|| format!("Authorization: Bearer {token}\r\n"))
+}
 /// Largest response accepted: a snapshot of many routes is a few MB.
 const MAX_RESPONSE: usize = 256 << 20;
 
@@ -140,7 +173,12 @@ fn ok(url: &Url, r: Response) -> anyhow::Result<Vec<u8>> {
     if !(200..300).contains(&r.status) {
         let text = String::from_utf8_lossy(&r.body);
         let excerpt: String = text.chars().take(300).collect();
-        bail!("{url} answered {}: {}", r.status, excerpt.trim());
+        let hint = if r.status == 401 && std::env::var_os(TOKEN_VARIABLE).is_none() {
+            format!(" (the admin server has a token: set {TOKEN_VARIABLE} to it)")
+        } else {
+            String::new()
+        };
+        bail!("{url} answered {}: {}{hint}", r.status, excerpt.trim());
     }
     Ok(r.body)
 }
@@ -173,6 +211,9 @@ pub fn request(method: &str, url: &Url, body: Option<(&str, &[u8])>) -> anyhow::
         env!("CARGO_PKG_VERSION")
     )
     .into_bytes();
+    if let Some(line) = authorization(url) {
+        req.extend_from_slice(line.as_bytes());
+    }
     match body {
         Some((content_type, body)) => {
             req.extend_from_slice(

@@ -32,6 +32,7 @@ impl Source {
             } else {
                 url
             };
+            http::is_admin_server(&url);
             Ok(Source::Admin(url))
         } else {
             Ok(Source::File(PathBuf::from(arg)))
