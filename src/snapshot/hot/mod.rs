@@ -496,6 +496,7 @@ mod tests {
             object: object.into(),
             component: object.into(),
             line: None,
+            at_line: None,
         }
     }
 
@@ -984,6 +985,7 @@ mod scale {
                 object: "srv".into(),
                 component: "srv".into(),
                 line: None,
+                at_line: None,
             });
         }
         let mut x: u64 = 1;
