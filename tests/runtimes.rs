@@ -8,8 +8,9 @@
 //!   `parser_worth_replacing`, and the handler the first place to act; node's own
 //!   `--cpu-prof` on the same process and load is the truth that the handler is where its
 //!   CPU goes. Its JIT frames are walked by their frame pointers: once node's unwind
-//!   tables are read, at most 10 % of the stacks are cut short (with `stack_bytes` at 32
-//!   KiB: libuv keeps 12 KiB of epoll events on the stack below every callback), and
+//!   tables are read, at most 10 % of the stacks are cut short with the default
+//!   `stack_bytes` (32 KiB: libuv keeps 12 KiB of epoll events on the stack below every
+//!   callback, and a 16 KiB copy ended there), and
 //!   `computeReport` with all it calls is within 5 points of `--cpu-prof`'s share, both
 //!   over the main thread's samples outside system calls.
 //! - Java 17 (Debian's openjdk-17-jdk-headless: javac, jcmd, jfr), the JDK's own HTTP
@@ -336,7 +337,8 @@ fn node_the_handler_is_the_place_to_act_not_the_parser_that_calls_it() {
             .args(["0", "20000"]),
         dir.path(),
     );
-    let proxy = sampling_proxy(addr, server.pid(), &["--stack-bytes", "32768"]);
+    // The default configuration: its stack copy must reach below libuv's epoll events.
+    let proxy = sampling_proxy(addr, server.pid(), &[]);
     // The stacks are counted from after a first load: the unwind tables of node's binary
     // (100 MB) load beside the first samples, which are a leaf each until then.
     load_until_sampled(&proxy, "webdis", 500);

@@ -35,7 +35,8 @@ const RING_BYTES: [usize; 5] = [1024 * 1024, 256 * 1024, 64 * 1024, 16 * 1024, 4
 
 /// The first size to try for a process with `threads` threads: a process with hundreds of
 /// threads has few of them busy at once, and 256 KiB each would pin tens of megabytes.
-/// With user stacks each sample carries `stack_bytes` of copied stack (16 KiB by default):
+/// With user stacks each sample carries `stack_bytes` of copied stack (32 KiB by default,
+/// until the copy shrinks to what the walks read):
 /// the buffers start larger and are drained every [`super::DRAIN_EVERY`] in between.
 fn first_ring(threads: usize, stacks: bool) -> usize {
     match (threads, stacks) {
@@ -54,7 +55,7 @@ const KERNEL_STACK_DEPTH: u16 = 12;
 /// entry (`entry_SYSCALL_64` → `do_syscall_64` → … → a softirq's TCP transmit is 30 to 40
 /// frames). At 12 a send's stack lost its entry frames: `do_syscall_64` read 8.5 % with
 /// all it calls where perf, walking it whole, said 17.2 %. The frames cost 8 bytes each
-/// beside the 16 KiB of user stack a sample carries.
+/// beside the kilobytes of user stack a sample carries.
 const KERNEL_STACK_DEPTH_WITH_STACKS: u16 = 96;
 
 /// `PERF_RECORD_MISC_CPUMODE_MASK` and its kernel value, from the record header.
