@@ -100,9 +100,12 @@ impl Script {
     }
 }
 
+/// Stacks as frame names, root first, with their samples.
+type Folded = Vec<(Vec<String>, u64)>;
+
 /// Each sampled stack's frames, root first, as `name (object:line)` strings (the line it
 /// ran), with its count: the shape py-spy's raw output has.
-fn ours(stacks: &Stacks) -> Vec<(Vec<String>, u64)> {
+fn ours(stacks: &Stacks) -> Folded {
     stacks
         .stacks
         .iter()
@@ -125,7 +128,7 @@ fn ours(stacks: &Stacks) -> Vec<(Vec<String>, u64)> {
 }
 
 /// py-spy's raw output: `frame;frame;… count` per line, root first.
-fn spied(raw: &str) -> Vec<(Vec<String>, u64)> {
+fn spied(raw: &str) -> Folded {
     raw.lines()
         .filter_map(|line| {
             let (stack, n) = line.rsplit_once(' ')?;
@@ -181,7 +184,7 @@ fn py_spy(
 }
 
 /// Records `pid` with phasescope and py-spy over the same window.
-fn record(pid: u32, spy_args: &[&str]) -> (Vec<(Vec<String>, u64)>, Vec<(Vec<String>, u64)>) {
+fn record(pid: u32, spy_args: &[&str]) -> (Folded, Folded) {
     let rules = ComponentRules::new(&[]).unwrap();
     let mut profiler = PyProfiler::start(pid, 1000, rules)
         .expect("python frames readable")
@@ -267,7 +270,7 @@ fn each_line_of_a_function_has_its_own_share_of_the_samples() {
     ] {
         let own = 100.0 * ns as f64 / process;
         let frame = format!("burn_lines (py-callback.py:{line})");
-        let on_line = |frames: &[String]| frames.iter().any(|f| *f == frame);
+        let on_line = |frames: &[String]| frames.contains(&frame);
         let (mine, theirs) = (share(&ours, on_line), share(&spied, on_line));
         eprintln!("| {line} | {own:.1} % | {theirs:.1} % | {mine:.1} % |");
         assert!(own > 15.0, "line {line} burns {own:.1} %");
