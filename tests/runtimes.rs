@@ -814,3 +814,90 @@ fn python_the_interpreters_loop_is_never_nearly_all_of_a_line() {
     no_hot_line_of_nearly_all(&text);
     server.kill();
 }
+
+/// Each thread of `pid` whose name starts with `prefix`: their CPU so far (schedstat), in
+/// nanoseconds.
+fn threads_cpu_ns(pid: u32, prefix: &str) -> u64 {
+    let mut ns = 0;
+    for entry in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let path = entry.path();
+        let comm = fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            let stat = fs::read_to_string(path.join("schedstat")).unwrap_or_default();
+            ns += stat
+                .split_whitespace()
+                .next()
+                .and_then(|w| w.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    ns
+}
+
+/// A JVM whose collector works hard (tests/fixtures/JavaAlloc.java, the parallel
+/// collector on 2 worker threads): the samples counted under `gc` are within 5 points of
+/// the share of the process's CPU its `GC Thread#` threads used (their schedstat in /proc,
+/// over the same window). The workers spend part of their time in code no function rule
+/// calls the collector's (libc's copies, the kernel, HotSpot's task queues): they are
+/// known by their names.
+#[test]
+fn java_gc_threads_count_as_gc_whatever_they_run() {
+    use phasescope::upstream::profile::{ComponentRules, Profiler, DEFAULT_STACK_BYTES};
+    let (java, javac) = (require_tool("java"), require_tool("javac"));
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let compiled = Command::new(javac)
+        .arg("-d")
+        .arg(dir.path())
+        .arg(fixtures.join("JavaAlloc.java"))
+        .output()
+        .unwrap();
+    assert!(compiled.status.success());
+    let log = dir.path().join("alloc.log");
+    let mut jvm = Managed::spawn(
+        "java-alloc",
+        Command::new(java)
+            .args(["-XX:+UseParallelGC", "-XX:ParallelGCThreads=2", "-Xmx128m"])
+            .arg("-cp")
+            .arg(dir.path())
+            .arg("JavaAlloc"),
+        &log,
+    );
+    assert!(
+        wait_for(STARTUP_DEADLINE, || fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("ready")),
+        "{}",
+        jvm.log_tail()
+    );
+    let pid = jvm.pid();
+    let rules = ComponentRules::new(&[]).unwrap();
+    let mut profiler = Profiler::start(pid, 997, DEFAULT_STACK_BYTES, rules).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _ = profiler.collect().unwrap();
+    let (gc_before, all_before) = (threads_cpu_ns(pid, "GC Thread#"), threads_cpu_ns(pid, ""));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let delta = profiler.collect().unwrap();
+    let (gc_after, all_after) = (threads_cpu_ns(pid, "GC Thread#"), threads_cpu_ns(pid, ""));
+    jvm.kill();
+    let truth = (gc_after - gc_before) as f64 / (all_after - all_before) as f64;
+    let gc = delta
+        .by_component
+        .iter()
+        .find(|(c, _)| c == "gc")
+        .map_or(0, |(_, n)| *n);
+    let ours = gc as f64 / delta.total().max(1) as f64;
+    eprintln!(
+        "GC threads: {:.1} % of the process's CPU by /proc; gc {:.1} % of {} samples; \
+         components {:?}",
+        truth * 100.0,
+        ours * 100.0,
+        delta.total(),
+        delta.by_component
+    );
+    assert!(truth > 0.3, "the collector works: {truth:.3}");
+    assert!(
+        (ours - truth).abs() <= 0.05,
+        "gc {ours:.3}, the GC threads' CPU {truth:.3}"
+    );
+}

@@ -42,6 +42,7 @@ mod jit;
 mod rate;
 mod stack_size;
 mod symbols;
+mod thread_kind;
 mod unnamed;
 mod unwind;
 
@@ -370,7 +371,11 @@ impl Profiler {
                     truncated = false;
                 }
             }
-            let by = self.component(self.self_component(&names, kernel_frames));
+            // A runtime's GC or compiler thread is that whatever function it runs.
+            let by = head
+                .thread
+                .component()
+                .unwrap_or_else(|| self.component(self.self_component(&names, kernel_frames)));
             fold.leaf(names[0], by, n);
             if !with_stacks {
                 continue;
