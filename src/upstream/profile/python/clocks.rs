@@ -1,5 +1,6 @@
 //! The CPU-clock perf events on a Python process's threads: one per thread, each writing a
-//! record per period of CPU its thread uses (with the instruction it ran), all polled by
+//! record per period of CPU its thread uses (with the instruction it ran, its user
+//! registers and the top of its user stack), all polled by
 //! the sampler. Threads come and go (a ThreadingHTTPServer starts one per connection), so
 //! the set is brought up to date from /proc/PID/task every [`RESCAN_EVERY`]. Each event
 //! is a file descriptor of the proxy: they are held within the native profiler's budget

@@ -11,7 +11,8 @@
 //! thread id in the interpreters' lists), `cframe->current_frame` and the
 //! `_PyInterpreterFrame`s behind it through `previous`, each frame's code object naming
 //! the function (`co_qualname`), its file (`co_filename`) and its first line
-//! (`co_firstlineno`), with process_vm_readv, without stopping the process.
+//! (`co_firstlineno`), and the frame's last instruction (`prev_instr`) the line it runs
+//! ([`lines`]), with process_vm_readv, without stopping the process.
 //!
 //! **Mixed stacks.** Each sample is paced by the thread's own CPU time (a perf CPU-clock
 //! event per thread, as the PHP sampler) and carries the instruction the thread was

@@ -1,6 +1,8 @@
-//! The sampler thread: woken by the threads' CPU-clock records ([`clocks`]), it reads the
-//! sampled thread's Python stack at once and counts it, with the record's instruction,
-//! once per record. Samples are CPU time by construction (a thread waiting for the GIL, a
+//! The sampler thread: woken by the threads' CPU-clock records ([`clocks`]), it walks each
+//! record's copy of the native stack (the native profiler's unwinder, refreshed every
+//! second for libraries loaded since), reads the sampled thread's Python stack at once,
+//! and counts both, with the record's instruction, once per record; the two are merged
+//! into one stack at collect ([`super::mixed`]). Samples are CPU time by construction (a thread waiting for the GIL, a
 //! lock or a socket makes none), and an idle server costs the sampler no wake-up.
 //!
 //! The stack is read a moment after the period ended, while the thread runs on, as the
