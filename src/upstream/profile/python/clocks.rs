@@ -33,8 +33,9 @@ const RECORD_SAMPLE: u32 = 9;
 /// lies 4 to 8 KiB deep (two eval loops, the thread's start and the calls between).
 pub const STACK_BYTES: u32 = 16 * 1024;
 /// Ring buffer sizes per thread, tried in turn: a sample with its stack copy is 16 KiB,
-/// so the first holds eight; a smaller one when the locked-memory limit refuses it.
-const RING_BYTES: [usize; 3] = [32 * 4096, 8 * 4096, 4 * 4096];
+/// so the first holds eight; a smaller one when the locked-memory limit refuses it, but
+/// none smaller than two records (a ring that cannot hold one loses every sample).
+const RING_BYTES: [usize; 3] = [32 * 4096, 16 * 4096, 8 * 4096];
 
 /// One sample: the thread, the instruction it ran and when its period ended
 /// (CLOCK_MONOTONIC), with the user registers and the copy of the top of its user stack
