@@ -310,9 +310,10 @@ fn shares_match_the_functions_own_clocks_and_py_spy() {
     let truth = measured(&before, &after);
     let stacks = &delta.stacks;
     eprintln!(
-        "CPython {}, {} samples\n{}",
+        "CPython {}, {} samples, {} lost\n{}",
         profiler.version(),
         delta.total(),
+        delta.lost,
         show(stacks, 12)
     );
     let cpu_ms = (after["process_cpu_ns"].as_f64().unwrap()

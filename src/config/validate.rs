@@ -293,9 +293,13 @@ fn check_component(
 pub const MAX_PROFILE_FREQUENCY: u32 = 10_000;
 
 /// Bytes of user stack copied into each sample by default: deep enough for an event
-/// loop's callbacks and a parser's helpers; a deeper stack is truncated (its root frames
-/// are missing, the profile's truncated-samples count says how often).
-pub const DEFAULT_STACK_BYTES: u32 = 16 * 1024;
+/// loop's callbacks and a parser's helpers, node's among them (libuv keeps 12 KiB of
+/// epoll events on the stack below every callback, and a 16 KiB copy ended there); a
+/// deeper stack is truncated (its root frames are missing, the profile's
+/// truncated-samples count says how often). The copy shrinks to what a process's walks
+/// read (src/upstream/profile/native/stack_size.rs), so a shallow server pays for 32 KiB
+/// only in its first collects (docs/config.md has the measured cost).
+pub const DEFAULT_STACK_BYTES: u32 = 32 * 1024;
 /// The most perf copies per sample (a record must fit in 64 KiB).
 pub const MAX_STACK_BYTES: u32 = 60 * 1024;
 

@@ -286,6 +286,7 @@ mod tests {
             object: object.into(),
             component: component.into(),
             line: None,
+            at_line: None,
         };
         u.profile_mut().frames = Some(FrameKind::Native);
         u.profile_mut().stacks = Some(crate::snapshot::Stacks {

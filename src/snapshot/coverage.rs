@@ -129,6 +129,7 @@ mod tests {
             object: String::new(),
             component: String::new(),
             line: None,
+            at_line: None,
         };
         let mut u: UpstreamSnapshot = serde_json::from_str(
             r#"{"pid":1,"threads":1,"interval_seconds":1,"watched_seconds":10,

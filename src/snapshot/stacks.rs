@@ -65,7 +65,9 @@ pub struct FunctionSnapshot {
 /// file name of the mapping (`webdis`, `libc.so.6`, `[kernel]`). PHP frames: `name` as
 /// PHP prints it (`Amp\Http\Http1\Rfc7230::parseHeaders`, `{closure}`, `fwrite`),
 /// `object` the defining script's path (empty for a function built into PHP), `line` the
-/// line the function starts on.
+/// line the function starts on. Python frames: as PHP's, and `at_line` the line the frame
+/// was running (its call, in a caller), so one function has a frame per line it was
+/// sampled on; the function is `name`, `object` and `line` ([`Frame::function`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Frame {
     pub name: String,
@@ -73,6 +75,17 @@ pub struct Frame {
     pub component: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
+    /// The line running in this frame (Python); absent for native and PHP frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_line: Option<u32>,
+}
+
+impl Frame {
+    /// The function a frame runs: frames of one function that differ only in the line
+    /// they ran are one function for the hot path and the function lists.
+    pub fn function(&self) -> (&str, &str, &str, Option<u32>) {
+        (&self.name, &self.object, &self.component, self.line)
+    }
 }
 
 /// The stacks sampled in a window: a frame table and the distinct stacks as indices into
@@ -270,6 +283,7 @@ impl StackWindow {
             object: String::new(),
             component: String::new(),
             line: None,
+            at_line: None,
         })
     }
 
@@ -277,13 +291,20 @@ impl StackWindow {
     /// ([`keep_top_functions`]). A function counts
     /// once per sample however often it recurs in the stack.
     pub fn functions(&self) -> Vec<FunctionSnapshot> {
+        // Frames of one function on different lines (Python's) count as the function.
+        let mut ids: HashMap<(&str, &str, &str, Option<u32>), u32> = HashMap::new();
+        let function: Vec<u32> = (0..self.frames.len() as u32)
+            .map(|i| *ids.entry(self.frames[i as usize].function()).or_insert(i))
+            .collect();
         let mut counts: HashMap<u32, (u64, u64)> = HashMap::new();
         let mut seen: Vec<u32> = Vec::new();
         for (frames, &n) in &self.stacks {
             let Some(&leaf) = frames.last() else { continue };
+            let leaf = function.get(leaf as usize).copied().unwrap_or(leaf);
             counts.entry(leaf).or_default().0 += n;
             seen.clear();
             for &f in frames.iter() {
+                let f = function.get(f as usize).copied().unwrap_or(f);
                 if !seen.contains(&f) {
                     seen.push(f);
                     counts.entry(f).or_default().1 += n;
@@ -350,6 +371,7 @@ impl StackWindow {
                 object: String::new(),
                 component: String::new(),
                 line: None,
+                at_line: None,
             };
             out.frames.push(other);
             out.stacks.push(Stack {
@@ -375,6 +397,7 @@ mod tests {
                 "srv".into()
             },
             line: None,
+            at_line: None,
         }
     }
 

@@ -177,6 +177,7 @@ mod tests {
             .into(),
             component: component.into(),
             line: None,
+            at_line: None,
         }
     }
 
@@ -263,6 +264,7 @@ mod tests {
             object: object.into(),
             component: component.into(),
             line: Some(1),
+            at_line: None,
         };
         let parse = php(r"Burn\Parser::parseHead", "/t/php-burn.php", PARSER);
         let spin = php(r"Burn\Cpu::spin", "/t/php-burn.php", "php-burn.php");

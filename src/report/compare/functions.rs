@@ -468,6 +468,7 @@ mod tests {
             object: build.to_owned(),
             component: build.to_owned(),
             line: None,
+            at_line: None,
         }
     }
 

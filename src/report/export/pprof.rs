@@ -152,9 +152,10 @@ impl<'a> Tables<'a> {
             self.locations.push(pb::Location {
                 id: i as u64 + 1,
                 mapping_id,
+                // The line it ran where known (Python), else the function's first.
                 line: vec![pb::Line {
                     function_id,
-                    line: f.line.map_or(0, i64::from),
+                    line: f.at_line.or(f.line).map_or(0, i64::from),
                 }],
                 ..Default::default()
             });

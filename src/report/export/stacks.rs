@@ -478,6 +478,7 @@ pub(crate) mod tests {
             object: object.to_owned(),
             component: component.to_owned(),
             line: None,
+            at_line: None,
         }
     }
 

@@ -433,6 +433,7 @@ mod tests {
             .into(),
             component: component.into(),
             line: None,
+            at_line: None,
         };
         s.profile_mut().stacks = Some(crate::snapshot::Stacks {
             frames: vec![
@@ -661,6 +662,7 @@ mod tests {
             },
             component: "php-burn.php".into(),
             line,
+            at_line: None,
         };
         s.profile_mut().stacks = Some(Stacks {
             frames: vec![

@@ -505,6 +505,7 @@ mod tests {
             object: object.into(),
             component: object.into(),
             line: None,
+            at_line: None,
         }
     }
 
@@ -993,6 +994,7 @@ mod scale {
                 object: "srv".into(),
                 component: "srv".into(),
                 line: None,
+                at_line: None,
             });
         }
         let mut x: u64 = 1;

@@ -24,13 +24,14 @@ pub(super) struct Table<'a> {
 
 impl<'a> Table<'a> {
     pub fn of(stacks: &'a Stacks) -> Table<'a> {
-        let mut canon: HashMap<&Frame, usize> = HashMap::new();
+        // A function's frames on different lines (Python's) are one function here.
+        let mut canon: HashMap<(&str, &str, &str, Option<u32>), usize> = HashMap::new();
         let mut frames: Vec<&Frame> = Vec::new();
         let ids: Vec<usize> = stacks
             .frames
             .iter()
             .map(|f| {
-                *canon.entry(f).or_insert_with(|| {
+                *canon.entry(f.function()).or_insert_with(|| {
                     frames.push(f);
                     frames.len() - 1
                 })

@@ -150,7 +150,9 @@ const BUILT_IN: &[(&str, Space, Option<&str>, Option<&str>)] = &[
     // A JIT runtime's garbage collector and its compiler, on their own threads (V8's
     // `V8 Worker`s, HotSpot's `GC Thread#0`, `C2 CompilerThre…`) or on the application's
     // (a scavenge, a compile in the main thread): the runtime's cost of the code, not the
-    // code. Known by their functions, which every thread name leaves out.
+    // code. Known by their functions here; HotSpot's GC and compiler threads are also
+    // known by their names, whatever function they run (native/thread_kind.rs), while
+    // V8's workers run both and are known by function only.
     (
         "gc",
         Space::User,

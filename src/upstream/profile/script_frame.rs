@@ -1,5 +1,6 @@
 //! One frame of an interpreter's stack read from outside the process (PHP's, Python's):
-//! the function as the language names it, its file and its first line. The PHP and
+//! the function as the language names it, its file, its first line and (Python) the line
+//! it was running. The PHP and
 //! Python walkers fill the same type, so that folding, components and exports read both
 //! alike.
 
@@ -18,4 +19,7 @@ pub struct ScriptFrame {
     pub file: Arc<str>,
     /// The function's first line; 0 for internal functions, top-level code and markers.
     pub line: u32,
+    /// The line the frame was running (its call, in a caller): Python's, from the code
+    /// object's location table; 0 where not read (PHP, markers).
+    pub at_line: u32,
 }

@@ -17,6 +17,8 @@ use std::io;
 use perf_event::events::Software;
 use perf_event::{Builder, SampleFlag, Sampler};
 
+use super::thread_kind::{ThreadKind, ThreadKinds};
+
 use super::budget::Descriptors;
 use super::busiest::{self, ThreadCpu};
 use super::inherited::{self, Inherited};
@@ -35,7 +37,8 @@ const RING_BYTES: [usize; 5] = [1024 * 1024, 256 * 1024, 64 * 1024, 16 * 1024, 4
 
 /// The first size to try for a process with `threads` threads: a process with hundreds of
 /// threads has few of them busy at once, and 256 KiB each would pin tens of megabytes.
-/// With user stacks each sample carries `stack_bytes` of copied stack (16 KiB by default):
+/// With user stacks each sample carries `stack_bytes` of copied stack (32 KiB by default,
+/// until the copy shrinks to what the walks read):
 /// the buffers start larger and are drained every [`super::DRAIN_EVERY`] in between.
 fn first_ring(threads: usize, stacks: bool) -> usize {
     match (threads, stacks) {
@@ -54,7 +57,7 @@ const KERNEL_STACK_DEPTH: u16 = 12;
 /// entry (`entry_SYSCALL_64` → `do_syscall_64` → … → a softirq's TCP transmit is 30 to 40
 /// frames). At 12 a send's stack lost its entry frames: `do_syscall_64` read 8.5 % with
 /// all it calls where perf, walking it whole, said 17.2 %. The frames cost 8 bytes each
-/// beside the 16 KiB of user stack a sample carries.
+/// beside the kilobytes of user stack a sample carries.
 const KERNEL_STACK_DEPTH_WITH_STACKS: u16 = 96;
 
 /// `PERF_RECORD_MISC_CPUMODE_MASK` and its kernel value, from the record header.
@@ -94,13 +97,19 @@ impl Drained {
 pub struct StackHead {
     pub kernel_frames: usize,
     pub truncated: bool,
+    /// The sampled thread's kind, by its name ([`ThreadKind`]).
+    pub thread: ThreadKind,
 }
 
 impl StackHead {
     const TRUNCATED: u64 = 1 << 63;
+    /// Two bits of the thread's kind.
+    const KIND_SHIFT: u32 = 61;
 
     fn word(self) -> u64 {
-        self.kernel_frames as u64 | if self.truncated { Self::TRUNCATED } else { 0 }
+        self.kernel_frames as u64
+            | if self.truncated { Self::TRUNCATED } else { 0 }
+            | self.thread.bits() << Self::KIND_SHIFT
     }
 
     /// The head and the frames of a drained stack (kernel frames first).
@@ -110,17 +119,19 @@ impl StackHead {
                 StackHead {
                     kernel_frames: 0,
                     truncated: false,
+                    thread: ThreadKind::Other,
                 },
                 stack,
             );
         };
-        let kernel_frames = usize::try_from(word & !Self::TRUNCATED)
+        let kernel_frames = usize::try_from(word & ((1 << Self::KIND_SHIFT) - 1))
             .unwrap_or(0)
             .min(frames.len());
         (
             StackHead {
                 kernel_frames,
                 truncated: word & Self::TRUNCATED != 0,
+                thread: ThreadKind::from_bits(word >> Self::KIND_SHIFT),
             },
             frames,
         )
@@ -163,6 +174,8 @@ struct Scratch {
     user: Vec<u64>,
     used: StackUse,
     size: StackSize,
+    /// Which threads are a runtime's GC or compiler threads, by name.
+    kinds: ThreadKinds,
 }
 
 impl ThreadEvents {
@@ -189,6 +202,7 @@ impl ThreadEvents {
                 user: Vec::new(),
                 used: StackUse::default(),
                 size: StackSize::new(stack_bytes),
+                kinds: ThreadKinds::new(pid),
             },
             cpu: ThreadCpu::default(),
             deltas: Vec::new(),
@@ -288,7 +302,9 @@ impl ThreadEvents {
     /// user stacks, the registers and the top of the stack.
     fn builder(&self) -> Builder<'static> {
         let mut builder = Builder::new(Software::CPU_CLOCK);
-        let mut sample = SampleFlag::IP | SampleFlag::CALLCHAIN;
+        // The thread id tells a runtime's GC and compiler threads (inherited per-CPU
+        // events sample every thread).
+        let mut sample = SampleFlag::IP | SampleFlag::TID | SampleFlag::CALLCHAIN;
         if self.stack_bytes > 0 {
             // The user registers and the top of the user stack, for a kernel-mode sample
             // too (as they were when the thread entered the kernel): the user frames
@@ -588,7 +604,8 @@ fn word(bytes: &[u8], index: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(word.try_into().ok()?))
 }
 
-/// One PERF_RECORD_SAMPLE, laid out as our `sample_type` asks: `ip`; the callchain (`nr`
+/// One PERF_RECORD_SAMPLE, laid out as our `sample_type` asks: `ip`; `pid` and `tid`
+/// (two u32); the callchain (`nr`
 /// and `nr` frames, context markers among them); with user stacks, `abi` and the
 /// registers of [`unwind::REGS_MASK`] (absent when `abi` is 0: no user context), then
 /// `size`, `size` bytes of stack and `dyn_size`, the part of them the kernel filled.
@@ -596,6 +613,7 @@ fn word(bytes: &[u8], index: usize) -> Option<u64> {
 /// write an `nr` of 0 and the crate's parser refuses the record.
 struct Sample<'a> {
     ip: u64,
+    tid: u32,
     kernel: bool,
     /// The callchain's words, markers included.
     chain: &'a [u8],
@@ -610,9 +628,10 @@ struct Sample<'a> {
 impl<'a> Sample<'a> {
     fn parse(bytes: &'a [u8], kernel: bool) -> Option<Sample<'a>> {
         let ip = word(bytes, 0)?;
-        let nr = usize::try_from(word(bytes, 1).unwrap_or(0)).ok()?;
-        let chain_end = 16usize.checked_add(nr.checked_mul(8)?)?;
-        let chain = bytes.get(16..chain_end).unwrap_or(&[]);
+        let tid = (word(bytes, 1)? >> 32) as u32;
+        let nr = usize::try_from(word(bytes, 2).unwrap_or(0)).ok()?;
+        let chain_end = 24usize.checked_add(nr.checked_mul(8)?)?;
+        let chain = bytes.get(24..chain_end).unwrap_or(&[]);
         let rest = bytes.get(chain_end..).unwrap_or(&[]);
         let mut regs = None;
         let mut stack: &[u8] = &[];
@@ -636,6 +655,7 @@ impl<'a> Sample<'a> {
         }
         Some(Sample {
             ip,
+            tid,
             kernel,
             chain,
             regs,
@@ -685,6 +705,7 @@ impl<'a> Sample<'a> {
         out[0] = StackHead {
             kernel_frames,
             truncated,
+            thread: scratch.kinds.get(self.tid),
         }
         .word();
     }

@@ -42,6 +42,7 @@ mod jit;
 mod rate;
 mod stack_size;
 mod symbols;
+mod thread_kind;
 mod unnamed;
 mod unwind;
 
@@ -58,6 +59,8 @@ pub(super) use symbols::Symbols as Symbolizer;
 // And holds its perf events within the same descriptor budget.
 pub(super) use budget::Descriptors;
 pub(super) use busiest::{rank as rank_busiest, ThreadCpu};
+// And walks the native stack between the Python frames with the same unwinder.
+pub(super) use unwind::{StackUse, Unwinder, Walk, REGS_MASK};
 
 use super::fold::Fold;
 use super::rules::KERNEL_COMPONENT;
@@ -67,7 +70,6 @@ use crate::sync::{lock, Background};
 use events::{Drained, StackHead, ThreadEvents};
 use rate::Rate;
 use symbols::{NameId, Symbols};
-use unwind::Unwinder;
 
 /// With user stacks, how often the ring buffers are drained between two collects: each
 /// sample carries its copied stack, so a buffer holds tens of milliseconds of one busy
@@ -369,7 +371,11 @@ impl Profiler {
                     truncated = false;
                 }
             }
-            let by = self.component(self.self_component(&names, kernel_frames));
+            // A runtime's GC or compiler thread is that whatever function it runs.
+            let by = head
+                .thread
+                .component()
+                .unwrap_or_else(|| self.component(self.self_component(&names, kernel_frames)));
             fold.leaf(names[0], by, n);
             if !with_stacks {
                 continue;
@@ -417,6 +423,7 @@ impl Profiler {
             object: name.object.clone(),
             component: self.component(id).to_owned(),
             line: None,
+            at_line: None,
         }
     }
 }
@@ -428,6 +435,7 @@ fn truncated_frame() -> Frame {
         object: String::new(),
         component: String::new(),
         line: None,
+        at_line: None,
     }
 }
 

@@ -52,7 +52,7 @@
 //! unwind tables were read or ended in a prologue) and on OpenJDK 17 (0 to 0.2 %), in
 //! tests/runtimes.rs. A node stack lies 12 KiB deeper than its callback (libuv's
 //! `uv__io_poll` keeps 1,024 epoll events on the stack): with a copy of 16 KiB the walk
-//! ends there, cut short; docs/deploy.md says to copy 32 KiB for node.
+//! ended there, cut short; the default copy is 32 KiB for that (docs/config.md).
 //!
 //! Tested against real processes (tests/upstream_profile.rs): a parser that spends its
 //! time in a helper it calls, under the threads of a C server, through libc.

@@ -129,6 +129,7 @@ impl Folder {
                     object: frame.file.to_string(),
                     component: component.to_string(),
                     line: (frame.line > 0).then_some(frame.line),
+                    at_line: None,
                 }));
                 // `[truncated]` belongs to no component: it counts in no inclusive share.
                 if !component.is_empty() && !seen.contains(&component) {
@@ -154,6 +155,7 @@ mod tests {
             function: function.into(),
             file: file.into(),
             line: u32::from(!file.is_empty()),
+            at_line: 0,
         }
     }
 

@@ -317,6 +317,7 @@ impl Walker {
                 function: Arc::from(function),
                 file: file.clone(),
                 line: 0,
+                at_line: 0,
             };
             return Ok(Function::TopLevel {
                 main: frame("{main}"),
@@ -340,6 +341,7 @@ impl Walker {
                 function,
                 file,
                 line: head.line,
+                at_line: 0,
             },
             user: head.user,
         })
@@ -417,6 +419,7 @@ pub fn marker(name: &str) -> PhpFrame {
         function: Arc::from(name),
         file: Arc::from(""),
         line: 0,
+        at_line: 0,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The CPU-clock perf events on a Python process's threads: one per thread, each writing a
-//! record per period of CPU its thread uses (with the instruction it ran), all polled by
+//! record per period of CPU its thread uses (with the instruction it ran, its user
+//! registers and the top of its user stack), all polled by
 //! the sampler. Threads come and go (a ThreadingHTTPServer starts one per connection), so
 //! the set is brought up to date from /proc/PID/task every [`RESCAN_EVERY`]. Each event
 //! is a file descriptor of the proxy: they are held within the native profiler's budget
@@ -15,7 +16,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use crate::upstream::profile::native::{rank_busiest, Descriptors, ThreadCpu};
+use crate::upstream::profile::native::{rank_busiest, Descriptors, ThreadCpu, REGS_MASK};
 
 /// How often the thread list is read again.
 pub const RESCAN_EVERY: Duration = Duration::from_millis(50);
@@ -27,13 +28,27 @@ pub const RANK_EVERY: Duration = Duration::from_secs(1);
 const RECORD_LOST: u32 = 2;
 const RECORD_SAMPLE: u32 = 9;
 
+/// Bytes of the top of a thread's user stack each sample copies, for the native walk
+/// between the Python frames ([`super::mixed`]): a handler thread of a threaded server
+/// lies 4 to 8 KiB deep (two eval loops, the thread's start and the calls between).
+pub const STACK_BYTES: u32 = 16 * 1024;
+/// Ring buffer sizes per thread, tried in turn: a sample with its stack copy is 16 KiB,
+/// so the first holds eight; a smaller one when the locked-memory limit refuses it, but
+/// none smaller than two records (a ring that cannot hold one loses every sample).
+const RING_BYTES: [usize; 3] = [32 * 4096, 16 * 4096, 8 * 4096];
+
 /// One sample: the thread, the instruction it ran and when its period ended
-/// (CLOCK_MONOTONIC).
+/// (CLOCK_MONOTONIC), with the user registers and the copy of the top of its user stack
+/// (`stack`, the part the kernel filled; empty without user registers).
 #[derive(Clone, Copy, Debug)]
-pub struct Sample {
+pub struct Sample<'a> {
     pub tid: u32,
     pub ip: u64,
     pub time: u64,
+    /// The user bp, sp and ip at the sample (as the thread entered the kernel for a
+    /// kernel-mode sample).
+    pub regs: Option<[u64; 3]>,
+    pub stack: &'a [u8],
 }
 
 /// The events, by thread id.
@@ -68,7 +83,15 @@ fn open(tid: u32, period_ns: u64) -> io::Result<perf_event::Sampler> {
             .observe_pid(tid)
             .any_cpu()
             .sample_period(period_ns.max(1))
-            .sample(SampleFlag::IP | SampleFlag::TID | SampleFlag::TIME)
+            .sample(
+                SampleFlag::IP
+                    | SampleFlag::TID
+                    | SampleFlag::TIME
+                    | SampleFlag::REGS_USER
+                    | SampleFlag::STACK_USER,
+            )
+            .sample_regs_user(REGS_MASK)
+            .sample_stack_user(STACK_BYTES)
             .clockid(Clock::MONOTONIC)
             .wakeup_events(1)
             .enabled(true);
@@ -77,12 +100,43 @@ fn open(tid: u32, period_ns: u64) -> io::Result<perf_event::Sampler> {
         } else {
             builder.exclude_kernel(true);
         }
-        match builder.build().and_then(|c| c.sampled(8 * 4096)) {
-            Ok(sampler) => return Ok(sampler),
-            Err(e) => last = e,
+        // A smaller ring when the locked-memory limit refuses the larger one.
+        for bytes in RING_BYTES {
+            match builder.build().and_then(|c| c.sampled(bytes)) {
+                Ok(sampler) => return Ok(sampler),
+                Err(e) => last = e,
+            }
         }
     }
     Err(last)
+}
+
+/// A sample record's body as [`open`] asks for it: `ip`, `pid` and `tid`, `time`, the
+/// registers' `abi` and the registers of [`REGS_MASK`] (absent when `abi` is 0: no user
+/// context), then the stack copy's `size`, `size` bytes and `dyn_size` (the part the
+/// kernel filled; absent when `size` is 0).
+fn parse(bytes: &[u8]) -> Option<Sample<'_>> {
+    let (ip, ids, time) = (word(bytes, 0)?, word(bytes, 8)?, word(bytes, 16)?);
+    let mut regs = None;
+    let mut stack: &[u8] = &[];
+    let mut at = 32;
+    if word(bytes, 24).is_some_and(|abi| abi != 0) {
+        regs = Some([word(bytes, 32)?, word(bytes, 40)?, word(bytes, 48)?]);
+        at = 56;
+    }
+    let size = usize::try_from(word(bytes, at).unwrap_or(0)).ok()?;
+    if size > 0 {
+        let data = bytes.get(at + 8..(at + 8).checked_add(size)?)?;
+        let filled = word(bytes, at + 8 + size).unwrap_or(0);
+        stack = &data[..usize::try_from(filled).unwrap_or(0).min(size)];
+    }
+    Some(Sample {
+        tid: (ids >> 32) as u32,
+        ip,
+        time,
+        regs,
+        stack,
+    })
 }
 
 fn word(bytes: &[u8], at: usize) -> Option<u64> {
@@ -184,7 +238,7 @@ impl Clocks {
 
     /// Waits up to `timeout` for records, rescans the threads when due, and hands each
     /// sample to `each`.
-    pub fn wait(&mut self, timeout: Duration, mut each: impl FnMut(Sample)) -> io::Result<()> {
+    pub fn wait(&mut self, timeout: Duration, mut each: impl FnMut(Sample<'_>)) -> io::Result<()> {
         if self.scanned.is_none_or(|at| at.elapsed() >= RESCAN_EVERY) {
             self.rescan()?;
         }
@@ -203,16 +257,9 @@ impl Clocks {
             while let Some(record) = event.next_record() {
                 let bytes = record.to_contiguous();
                 match record.ty() {
-                    // `ip`, `pid` and `tid`, `time`.
                     RECORD_SAMPLE => {
-                        if let (Some(ip), Some(ids), Some(time)) =
-                            (word(&bytes, 0), word(&bytes, 8), word(&bytes, 16))
-                        {
-                            each(Sample {
-                                tid: (ids >> 32) as u32,
-                                ip,
-                                time,
-                            });
+                        if let Some(sample) = parse(&bytes) {
+                            each(sample);
                         }
                     }
                     // `id`, then `lost`.

@@ -11,18 +11,20 @@
 //! thread id in the interpreters' lists), `cframe->current_frame` and the
 //! `_PyInterpreterFrame`s behind it through `previous`, each frame's code object naming
 //! the function (`co_qualname`), its file (`co_filename`) and its first line
-//! (`co_firstlineno`), with process_vm_readv, without stopping the process.
+//! (`co_firstlineno`), and the frame's last instruction (`prev_instr`) the line it runs
+//! ([`lines`]), with process_vm_readv, without stopping the process.
 //!
 //! **Mixed stacks.** Each sample is paced by the thread's own CPU time (a perf CPU-clock
 //! event per thread, as the PHP sampler) and carries the instruction the thread was
-//! running. When that instruction lies outside the interpreter (libm's `__sin_fma` under
-//! `math.sin`, a C extension's function, json's accelerator in `_json.*.so`, the kernel)
-//! the sample's stack is the Python stack with that native function as its leaf, so
-//! `compute_report → __sin_fma` reads as one path; inside the interpreter, the leaf is the
-//! Python function itself (its bytecode's own work). The native frames between the
-//! Python caller and the leaf (`math_sin`, the loop's call machinery) are not read, and a
-//! native frame between two Python frames (a C function calling back into Python) is not
-//! shown: the Python frames run on, as one path.
+//! running, its user registers and a copy of the top of its user stack, which the native
+//! profiler's unwinder walks. Each native frame of the eval loop is replaced by the Python
+//! frames that call of it ran, and the native frames of other objects are kept where they
+//! are ([`mixed`]): a C function between two Python functions (libc's `qsort` calling a
+//! ctypes callback, a C extension calling back into Python) is shown where it ran, and a
+//! C leaf (libm's `__sin_fma` under `math.sin`, json's accelerator in `_json.*.so`, the
+//! kernel) lies under its Python caller, so `compute_report → __sin_fma` reads as one
+//! path. The interpreter's own native frames are left out; inside the interpreter, the
+//! leaf is the Python function itself (its bytecode's own work).
 //!
 //! **The GIL.** A thread that waits for the GIL sleeps in a futex (3.11's `take_gil`
 //! waits on a condition variable with a timeout, it does not spin), so it is off CPU and
@@ -40,6 +42,8 @@
 
 mod binary;
 mod clocks;
+mod lines;
+mod mixed;
 mod offsets;
 mod profiler;
 mod sampler;

@@ -31,12 +31,26 @@ pub struct Offsets {
     pub frame_previous: u64,
     /// `_PyInterpreterFrame.owner` (a `char`).
     pub frame_owner: u64,
+    /// `_PyInterpreterFrame.prev_instr`: the code unit of the instruction the frame
+    /// started last (its call, in a caller).
+    pub frame_prev_instr: u64,
+    /// `_PyInterpreterFrame.is_entry` (a `bool`): the first frame a call of
+    /// `_PyEval_EvalFrameDefault` runs; the frames above it up to the next entry ran in
+    /// the same native call of the eval loop.
+    pub frame_is_entry: u64,
     /// `PyCodeObject.co_firstlineno` (an `int`).
     pub code_firstlineno: u64,
     /// `PyCodeObject.co_filename`.
     pub code_filename: u64,
     /// `PyCodeObject.co_qualname`.
     pub code_qualname: u64,
+    /// `PyCodeObject.co_linetable`: a `bytes` of the location table ([`super::lines`]).
+    pub code_linetable: u64,
+    /// `PyCodeObject.co_code_adaptive`: where the code units start, inside the object.
+    pub code_adaptive: u64,
+    /// `PyBytesObject.ob_size` and `ob_sval`: a bytes object's length and first byte.
+    pub bytes_size: u64,
+    pub bytes_data: u64,
     /// `PyASCIIObject.length`.
     pub unicode_length: u64,
     /// `PyASCIIObject.state` (the bit field: interned 2, kind 3, compact 1, ascii 1).
@@ -54,6 +68,8 @@ impl Offsets {
             .frame_code
             .max(self.frame_previous)
             .max(self.frame_owner)
+            .max(self.frame_is_entry)
+            .max(self.frame_prev_instr)
             + 8) as usize
     }
 
@@ -72,6 +88,7 @@ impl Offsets {
             .code_filename
             .max(self.code_qualname)
             .max(self.code_firstlineno)
+            .max(self.code_linetable)
             + 8) as usize
     }
 }
@@ -92,9 +109,15 @@ pub const OFFSETS: &[((u8, u8), Offsets)] = &[(
         frame_code: 32,
         frame_previous: 48,
         frame_owner: 69,
+        frame_is_entry: 68,
+        frame_prev_instr: 56,
         code_firstlineno: 72,
         code_filename: 112,
         code_qualname: 128,
+        code_linetable: 136,
+        code_adaptive: 184,
+        bytes_size: 16,
+        bytes_data: 32,
         unicode_length: 16,
         unicode_state: 32,
         unicode_ascii_data: 48,
@@ -145,6 +168,6 @@ mod tests {
         assert!(Version::from_hex(0x030A_0CF0).offsets().is_none(), "3.10");
         let row = v.offsets().unwrap();
         assert_eq!(row.frame_bytes(), 77);
-        assert_eq!(row.code_bytes(), 136);
+        assert_eq!(row.code_bytes(), 144);
     }
 }

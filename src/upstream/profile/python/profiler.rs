@@ -11,7 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::sampler::{NO_PYTHON, TRUNCATED};
+use super::mixed::{self, Mixed};
+use super::sampler::{Sampled, NO_PYTHON, TRUNCATED};
 use super::{detect, PyFrame, PySampler};
 use crate::snapshot::{Frame, FrameKind};
 use crate::upstream::profile::fold::Fold;
@@ -20,6 +21,8 @@ use crate::upstream::profile::{ComponentRules, ProfileDelta, ProfileError};
 
 /// The component of a sample on CPU while its thread ran no Python frame.
 const INTERPRETER_COMPONENT: &str = "python_interpreter";
+/// The eval loop's symbol: its native frames stand for Python frames.
+const EVAL_LOOP: &str = "_PyEval_EvalFrameDefault";
 /// Kernel addresses start here on x86-64.
 const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 
@@ -30,7 +33,7 @@ pub struct PyProfiler {
     folder: Folder,
 }
 
-/// A sample's native leaf: (symbol, object, in the kernel).
+/// A native frame: (symbol, object, in the kernel).
 type Native = (Arc<str>, Arc<str>, bool);
 /// A leaf function in `symbols`: (name, file or object).
 type Leaf = (Arc<str>, Arc<str>);
@@ -42,7 +45,14 @@ struct Folder {
     components: HashMap<(Arc<str>, Arc<str>), Arc<str>>,
 }
 
-/// A frame of a folded stack: a Python function, or a native leaf by (symbol, object).
+/// A frame of a mixed stack, named.
+#[derive(Clone, Debug)]
+enum Part {
+    Python(PyFrame),
+    Native(Native),
+}
+
+/// A frame of a folded stack: a Python function, or a native function by (symbol, object).
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Key {
     Python(PyFrame),
@@ -89,30 +99,66 @@ impl PyProfiler {
         let lost = taken.lost();
         let unsampled = taken.unsampled();
         let stacks = taken.take();
-        let target = self.sampler.target();
-        let native = |ip: u64| ip != 0 && !target.in_interpreter(ip);
         self.symbols.refresh_maps()?;
-        let ips = || {
-            stacks
-                .iter()
-                .map(|((_, ip), _)| *ip)
-                .filter(|&ip| native(ip))
-        };
-        self.symbols
-            .resolve_user(ips().filter(|&ip| ip < KERNEL_START))?;
-        self.symbols
-            .resolve_kernel(ips().filter(|&ip| ip >= KERNEL_START))?;
+        let user = stacks
+            .iter()
+            .flat_map(|(s, _)| s.native.iter().copied().chain([s.ip]))
+            .filter(|&ip| ip != 0 && ip < KERNEL_START);
+        self.symbols.resolve_user(user)?;
+        let kernel = stacks
+            .iter()
+            .map(|(s, _)| s.ip)
+            .filter(|&ip| ip >= KERNEL_START);
+        self.symbols.resolve_kernel(kernel)?;
         let mut named = Vec::with_capacity(stacks.len());
-        for ((frames, ip), n) in stacks {
-            let leaf = if native(ip) { self.native(ip) } else { None };
-            named.push((frames, leaf, n));
+        let mut mixed = Vec::new();
+        for (sampled, n) in stacks {
+            named.push((self.mixed(&sampled, &mut mixed), n));
         }
         let mut delta = self.folder.fold(&named, truncated, lost);
         (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
         Ok(delta)
     }
 
-    /// The (symbol, object, kernel) of a native leaf, `None` when it cannot be named.
+    /// One sample's stack of Python and native frames, root first ([`mixed`]).
+    fn mixed(&self, sampled: &Sampled, scratch: &mut Vec<Mixed>) -> Vec<Part> {
+        let target = self.sampler.target();
+        let kind = |addr: u64| {
+            if !target.in_interpreter(addr) {
+                mixed::Native::Shown
+            } else if self
+                .symbols
+                .user(addr)
+                .is_some_and(|id| self.symbols.name(id).symbol == EVAL_LOOP)
+            {
+                mixed::Native::Eval
+            } else {
+                mixed::Native::Interpreter
+            }
+        };
+        let mut native = sampled.native.as_slice();
+        // Without a native walk, the sampled instruction alone: the leaf when it ran
+        // outside the interpreter.
+        let leaf = [sampled.ip];
+        if native.is_empty() && sampled.ip != 0 && sampled.ip < KERNEL_START {
+            native = &leaf;
+        }
+        mixed::merge(&sampled.entries, native, sampled.complete, kind, scratch);
+        let mut parts = Vec::with_capacity(scratch.len() + 1);
+        if sampled.ip >= KERNEL_START {
+            parts.extend(self.native(sampled.ip).map(Part::Native));
+        }
+        for m in scratch.iter() {
+            match *m {
+                Mixed::Python(i) => parts.extend(sampled.frames.get(i).cloned().map(Part::Python)),
+                Mixed::Native(addr) => parts.extend(self.native(addr).map(Part::Native)),
+            }
+        }
+        parts.reverse();
+        parts
+    }
+
+    /// The (symbol, object, kernel) of a native frame, `None` when it cannot be named.
     fn native(&self, ip: u64) -> Option<Native> {
         let id = if ip >= KERNEL_START {
             self.symbols.kernel(ip)?
@@ -149,48 +195,20 @@ impl Folder {
         c
     }
 
-    fn fold(
-        &mut self,
-        taken: &[(Vec<PyFrame>, Option<Native>, u64)],
-        truncated: u64,
-        lost: u64,
-    ) -> ProfileDelta {
+    fn fold(&mut self, taken: &[(Vec<Part>, u64)], truncated: u64, lost: u64) -> ProfileDelta {
         let mut fold: Fold<Key, Leaf, Arc<str>> = Fold::new();
         fold.truncated(truncated);
         let mut seen: Vec<Arc<str>> = Vec::new();
-        for (frames, leaf, n) in taken {
+        for (parts, n) in taken {
             let n = *n;
             seen.clear();
-            let mut ids = Vec::with_capacity(frames.len() + 1);
+            let mut ids = Vec::with_capacity(parts.len());
             let mut own: Option<(Arc<str>, Leaf)> = None;
-            for frame in frames {
-                let component = self.component(frame);
-                ids.push(fold.frame(Key::Python(frame.clone()), || Frame {
-                    name: frame.function.to_string(),
-                    object: frame.file.to_string(),
-                    component: component.to_string(),
-                    line: (frame.line > 0).then_some(frame.line),
-                }));
-                own = Some((
-                    component.clone(),
-                    (frame.function.clone(), frame.file.clone()),
-                ));
+            for part in parts {
+                let (key, frame, component) = self.frame(part);
+                ids.push(fold.frame(key, || frame.clone()));
+                own = Some((component.clone(), leaf_of(part)));
                 if !component.is_empty() && !seen.contains(&component) {
-                    seen.push(component);
-                }
-            }
-            if let Some((symbol, object, kernel)) = leaf {
-                let component: Arc<str> = self.rules.component(symbol, object, *kernel).into();
-                ids.push(
-                    fold.frame(Key::Native(symbol.clone(), object.clone()), || Frame {
-                        name: symbol.to_string(),
-                        object: object.to_string(),
-                        component: component.to_string(),
-                        line: None,
-                    }),
-                );
-                own = Some((component.clone(), (symbol.clone(), object.clone())));
-                if !seen.contains(&component) {
                     seen.push(component);
                 }
             }
@@ -209,6 +227,46 @@ impl Folder {
             lost,
         )
     }
+
+    /// A part's fold key, its frame and its component.
+    fn frame(&mut self, part: &Part) -> (Key, Frame, Arc<str>) {
+        match part {
+            Part::Python(frame) => {
+                let component = self.component(frame);
+                let shown = Frame {
+                    name: frame.function.to_string(),
+                    object: frame.file.to_string(),
+                    component: component.to_string(),
+                    line: (frame.line > 0).then_some(frame.line),
+                    at_line: (frame.at_line > 0).then_some(frame.at_line),
+                };
+                (Key::Python(frame.clone()), shown, component)
+            }
+            Part::Native((symbol, object, kernel)) => {
+                let component: Arc<str> = self.rules.component(symbol, object, *kernel).into();
+                let shown = Frame {
+                    name: symbol.to_string(),
+                    object: object.to_string(),
+                    component: component.to_string(),
+                    line: None,
+                    at_line: None,
+                };
+                (
+                    Key::Native(symbol.clone(), object.clone()),
+                    shown,
+                    component,
+                )
+            }
+        }
+    }
+}
+
+/// The (function, file) a part counts its self samples under.
+fn leaf_of(part: &Part) -> Leaf {
+    match part {
+        Part::Python(frame) => (frame.function.clone(), frame.file.clone()),
+        Part::Native((symbol, object, _)) => (symbol.clone(), object.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -220,6 +278,7 @@ mod tests {
             function: function.into(),
             file: file.into(),
             line,
+            at_line: 0,
         }
     }
 
@@ -238,17 +297,21 @@ mod tests {
             267,
         );
         let report = frame("compute_report", "/srv/app.py", 40);
-        let sin: Option<Native> = Some(("__sin_fma".into(), "libm.so.6".into(), false));
+        let sin = Part::Native(("__sin_fma".into(), "libm.so.6".into(), false));
+        let qsort = Part::Native(("qsort_r".into(), "libc.so.6".into(), false));
+        let compare = frame("compare", "/srv/app.py", 50);
+        let py = |f: &PyFrame| Part::Python(f.clone());
         let mut folder = Folder {
             rules,
             components: HashMap::new(),
         };
         let delta = folder.fold(
             &[
-                (vec![main.clone(), serve.clone(), parse], None, 20),
-                (vec![main.clone(), report.clone()], sin, 30),
-                (vec![main, report], None, 40),
-                (vec![frame(NO_PYTHON, "", 0)], None, 10),
+                (vec![py(&main), py(&serve), py(&parse)], 20),
+                (vec![py(&main), py(&report), sin], 30),
+                (vec![py(&main), py(&report)], 35),
+                (vec![py(&main), py(&report), qsort, py(&compare)], 5),
+                (vec![py(&frame(NO_PYTHON, "", 0))], 10),
             ],
             0,
             0,
@@ -259,6 +322,11 @@ mod tests {
         assert_eq!(get(&delta.by_component, "app.py"), Some(40));
         assert_eq!(get(&delta.by_component, INTERPRETER_COMPONENT), Some(10));
         assert_eq!(get(&delta.inclusive, "app.py"), Some(90));
+        assert_eq!(
+            get(&delta.inclusive, "libc.so.6"),
+            Some(5),
+            "the C function between"
+        );
         assert_eq!(get(&delta.inclusive, "python_stdlib"), Some(20));
         assert_eq!(delta.total(), 100);
         assert_eq!(delta.frames, Some(FrameKind::Python));

@@ -1,6 +1,8 @@
-//! The sampler thread: woken by the threads' CPU-clock records ([`clocks`]), it reads the
-//! sampled thread's Python stack at once and counts it, with the record's instruction,
-//! once per record. Samples are CPU time by construction (a thread waiting for the GIL, a
+//! The sampler thread: woken by the threads' CPU-clock records ([`clocks`]), it walks each
+//! record's copy of the native stack (the native profiler's unwinder, refreshed every
+//! second for libraries loaded since), reads the sampled thread's Python stack at once,
+//! and counts both, with the record's instruction, once per record; the two are merged
+//! into one stack at collect ([`super::mixed`]). Samples are CPU time by construction (a thread waiting for the GIL, a
 //! lock or a socket makes none), and an idle server costs the sampler no wake-up.
 //!
 //! The stack is read a moment after the period ended, while the thread runs on, as the
@@ -17,12 +19,18 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::clocks::{Clocks, Sample};
+use super::clocks::Clocks;
 use super::walk::{Walker, MAX_DEPTH};
 use super::{PyError, PyFrame, PyTarget};
 use crate::sync::lock;
+use crate::upstream::profile::native::{StackUse, Unwinder, Walk};
+
+/// How often the unwinder looks for libraries mapped since.
+const REFRESH_UNWIND: Duration = Duration::from_secs(1);
+/// Native frames a walk holds at most (the unwinder's own bound).
+const UNWIND_DEPTH: usize = 128;
 
 /// Distinct (stack, instruction) pairs kept between two collects; past it, new ones count
 /// under `[truncated]`.
@@ -32,8 +40,20 @@ const POLL: Duration = Duration::from_millis(50);
 pub const TRUNCATED: &str = "[truncated]";
 pub const NO_PYTHON: &str = "[no Python code]";
 
-/// A sampled stack, root first, and the instruction the thread ran when the period ended.
-pub type Sampled = (Vec<PyFrame>, u64);
+/// A sampled stack: the Python frames, leaf first, with which of them an eval loop
+/// entered ([`super::mixed`]), the instruction the thread ran when the period ended, and
+/// its native stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sampled {
+    pub frames: Vec<PyFrame>,
+    pub entries: Vec<bool>,
+    pub ip: u64,
+    /// The user stack's frames, leaf first (the sampled user instruction, then each
+    /// return address minus one); empty when it could not be walked.
+    pub native: Vec<u64>,
+    /// The native walk reached the thread's first frame.
+    pub complete: bool,
+}
 
 /// Stacks sampled since the last collect, with the sampler's counters.
 #[derive(Clone, Debug, Default)]
@@ -58,8 +78,7 @@ struct Counts {
 }
 
 impl PyStacks {
-    /// The stacks (root first) with their instruction, and their sample counts; empties
-    /// them.
+    /// The stacks with their sample counts; empties them.
     pub fn take(&mut self) -> Vec<(Sampled, u64)> {
         std::mem::take(&mut self.stacks)
     }
@@ -125,6 +144,7 @@ impl PartialEq for Walked {
                 Arc::ptr_eq(&a.function, &b.function)
                     && Arc::ptr_eq(&a.file, &b.file)
                     && a.line == b.line
+                    && a.at_line == b.at_line
             })
     }
 }
@@ -141,11 +161,31 @@ impl std::hash::Hash for Walked {
     }
 }
 
+/// A sample as counted: the walked stack, its entry flags, the instruction, the native
+/// walk and whether it was complete.
+#[derive(PartialEq, Eq, Hash)]
+struct Key {
+    walked: Walked,
+    entries: Box<[bool]>,
+    ip: u64,
+    native: Box<[u64]>,
+    complete: bool,
+}
+
 #[derive(Default)]
 struct Tally {
-    /// Leaf first, as walked, with the instruction.
-    stacks: HashMap<(Walked, u64), u64>,
+    stacks: HashMap<Key, u64>,
     counts: Counts,
+}
+
+/// A record waiting for its thread's stack read: its native walk is
+/// `natives[native]`.
+struct Pending {
+    tid: u32,
+    ip: u64,
+    time: u64,
+    native: std::ops::Range<usize>,
+    complete: bool,
 }
 
 struct Shared {
@@ -170,6 +210,8 @@ impl PySampler {
         }
         let period = Duration::from_secs(1) / frequency_hz;
         let pid = target.pid;
+        // The process's unwind tables are read before the first sample, as its symbols.
+        let unwinder = Unwinder::new(pid);
         let clocks = Clocks::open(pid, period).map_err(|source| PyError::Perf { pid, source })?;
         let threads = clocks.threads();
         let shared = Arc::new(Shared {
@@ -190,7 +232,7 @@ impl PySampler {
                     shared.tid.store(tid as u32, Ordering::Relaxed);
                     let realtime = crate::sync::realtime();
                     let _ = started.send(realtime);
-                    run(&shared, &target, clocks, period);
+                    run(&shared, &target, (clocks, unwinder), period);
                 })
                 .map_err(PyError::Thread)?
         };
@@ -210,14 +252,20 @@ impl PySampler {
         })
     }
 
-    /// Stacks sampled since the last call, root first.
+    /// Stacks sampled since the last call.
     pub fn collect(&mut self) -> PyStacks {
         let tally = std::mem::take(&mut *lock(&self.shared.tally));
         self.shared.generation.fetch_add(1, Ordering::Relaxed);
         let mut merged: HashMap<Sampled, u64> = HashMap::with_capacity(tally.stacks.len());
-        for ((Walked(mut stack), ip), n) in tally.stacks {
-            stack.reverse();
-            *merged.entry((stack, ip)).or_insert(0) += n;
+        for (key, n) in tally.stacks {
+            let sampled = Sampled {
+                frames: key.walked.0,
+                entries: key.entries.into(),
+                ip: key.ip,
+                native: key.native.into(),
+                complete: key.complete,
+            };
+            *merged.entry(sampled).or_insert(0) += n;
         }
         let stacks = merged.into_iter().collect();
         PyStacks {
@@ -248,23 +296,55 @@ impl Drop for PySampler {
     }
 }
 
-fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration) {
+fn run(
+    shared: &Shared,
+    target: &PyTarget,
+    (mut clocks, mut unwinder): (Clocks, Unwinder),
+    period: Duration,
+) {
     let late_after = period.as_nanos() as u64 / 4;
     let mut walker = Walker::new(target);
     let mut generation = 0;
-    let mut pending: Vec<Sample> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut natives: Vec<u64> = Vec::new();
+    let mut walked: Vec<u64> = Vec::with_capacity(UNWIND_DEPTH);
     let mut stack: Vec<PyFrame> = Vec::with_capacity(MAX_DEPTH + 1);
+    let mut refreshed = Instant::now();
     let marker = |name: &str| PyFrame {
         function: name.into(),
         file: "".into(),
         line: 0,
+        at_line: 0,
     };
     let (truncated_root, no_python) = (marker(TRUNCATED), marker(NO_PYTHON));
     while !shared.stop.load(Ordering::Relaxed) {
         pending.clear();
-        if clocks.wait(POLL, |sample| pending.push(sample)).is_err() {
+        natives.clear();
+        let waited = clocks.wait(POLL, |sample| {
+            let start = natives.len();
+            let mut complete = false;
+            if let Some([bp, sp, ip]) = sample.regs {
+                let mut used = StackUse::default();
+                complete = unwinder.walk(ip, sp, bp, sample.stack, &mut walked, &mut used)
+                    == Walk::Complete;
+                natives.extend_from_slice(&walked);
+            }
+            pending.push(Pending {
+                tid: sample.tid,
+                ip: sample.ip,
+                time: sample.time,
+                native: start..natives.len(),
+                complete,
+            });
+        });
+        if waited.is_err() {
             lock(&shared.tally).counts.ended = true;
             break;
+        }
+        // Libraries loaded since (an extension imported late) get their unwind tables.
+        if refreshed.elapsed() >= REFRESH_UNWIND {
+            refreshed = Instant::now();
+            unwinder.refresh();
         }
         let seen = shared.generation.load(Ordering::Relaxed);
         if seen != generation {
@@ -272,7 +352,7 @@ fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration)
             walker.clear_cache();
         }
         // Per thread, one read of its stack stands for its records of this wake-up.
-        pending.sort_unstable_by_key(|s| s.tid);
+        pending.sort_by_key(|s| s.tid);
         let reads = walker.reads();
         let torn = walker.torn;
         let now = monotonic_ns();
@@ -285,9 +365,11 @@ fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration)
                 cut = walker.walk(sample.tid, &mut stack);
                 if let Ok(true) = cut {
                     stack.push(truncated_root.clone());
+                    walker.entries.push(false);
                 }
                 if stack.is_empty() {
                     stack.push(no_python.clone());
+                    walker.entries.push(false);
                 }
             }
             tally.counts.late += u64::from(now.saturating_sub(sample.time) > late_after);
@@ -295,7 +377,14 @@ fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration)
                 Err(_) => tally.counts.errors += 1,
                 Ok(cut) => {
                     tally.counts.truncated += u64::from(cut);
-                    count(&mut tally, &stack, sample.ip, &truncated_root);
+                    let key = Key {
+                        walked: Walked(stack.clone()),
+                        entries: walker.entries.as_slice().into(),
+                        ip: sample.ip,
+                        native: natives[sample.native.clone()].into(),
+                        complete: sample.complete,
+                    };
+                    count(&mut tally, key, &truncated_root);
                 }
             }
         }
@@ -307,20 +396,22 @@ fn run(shared: &Shared, target: &PyTarget, mut clocks: Clocks, period: Duration)
     }
 }
 
-/// Counts one sample of `stack` (leaf first) with instruction `ip`.
-fn count(tally: &mut Tally, stack: &[PyFrame], ip: u64, truncated_root: &PyFrame) {
-    // The lookup needs an owned key: a copy of a few `Arc`s.
-    let key = (Walked(stack.to_vec()), ip);
+/// Counts one sample.
+fn count(tally: &mut Tally, key: Key, truncated_root: &PyFrame) {
     if let Some(n) = tally.stacks.get_mut(&key) {
         *n += 1;
     } else if tally.stacks.len() < MAX_STACKS {
         tally.stacks.insert(key, 1);
     } else {
         tally.counts.truncated += 1;
-        *tally
-            .stacks
-            .entry((Walked(vec![truncated_root.clone()]), 0))
-            .or_insert(0) += 1;
+        let key = Key {
+            walked: Walked(vec![truncated_root.clone()]),
+            entries: Box::new([false]),
+            ip: 0,
+            native: Box::new([]),
+            complete: false,
+        };
+        *tally.stacks.entry(key).or_insert(0) += 1;
     }
 }
 

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::lines;
 use super::{Offsets, PyError, PyFrame, PyTarget};
 
 pub(super) use crate::upstream::profile::php::memory::Memory;
@@ -33,12 +34,19 @@ const FRAME_READ: usize = 128;
 /// Python function of its own.
 const FRAME_OWNED_BY_CSTACK: u8 = 3;
 
-/// A code object's names, shared by every frame of it.
+/// Bytes of a location table read at most: a table a byte or two per instruction, so a
+/// function of tens of thousands of instructions; a longer one (generated code) gives
+/// its frames their first line.
+const MAX_LINETABLE: u64 = 64 * 1024;
+
+/// A code object's names and location table, shared by every frame of it.
 #[derive(Clone)]
 struct Code {
     function: Arc<str>,
     file: Arc<str>,
-    line: u32,
+    first_line: u32,
+    /// `co_linetable` ([`lines`]); empty when it could not be read.
+    linetable: Arc<[u8]>,
 }
 
 /// Walks stacks of one process; keeps the thread states found and the code objects named.
@@ -54,6 +62,10 @@ pub struct Walker {
     strangers: HashMap<u32, Instant>,
     codes: HashMap<u64, Code>,
     buf: Vec<u8>,
+    /// Of each frame of the last walk, leaf first: whether an eval loop entered it
+    /// ([`Offsets::frame_is_entry`]), which [`super::mixed`] matches to the native
+    /// `_PyEval_EvalFrameDefault` frames.
+    pub entries: Vec<bool>,
     /// Walks cut short by a read that failed or made no sense.
     pub torn: u64,
 }
@@ -77,6 +89,7 @@ impl Walker {
             strangers: HashMap::new(),
             codes: HashMap::new(),
             buf: vec![0; 256],
+            entries: Vec::with_capacity(MAX_DEPTH),
             torn: 0,
         }
     }
@@ -171,6 +184,7 @@ impl Walker {
     /// cut (deeper than [`MAX_DEPTH`], or a read failed midway: torn).
     pub fn walk(&mut self, tid: u32, out: &mut Vec<PyFrame>) -> Result<bool, PyError> {
         out.clear();
+        self.entries.clear();
         let Some(mut frame) = self.current_frame(tid)? else {
             return Ok(false);
         };
@@ -188,19 +202,24 @@ impl Walker {
                 self.torn += 1;
                 return Ok(true);
             };
-            let code = word(&bytes, o.frame_code);
+            let code_addr = word(&bytes, o.frame_code);
+            let prev_instr = word(&bytes, o.frame_prev_instr);
             let previous = word(&bytes, o.frame_previous);
             let owner = bytes.get(o.frame_owner as usize).copied().unwrap_or(0);
+            let entry = bytes.get(o.frame_is_entry as usize).copied().unwrap_or(0) != 0;
             if owner != FRAME_OWNED_BY_CSTACK {
-                let Some(code) = self.code(code) else {
+                let Some(code) = self.code(code_addr) else {
                     self.torn += 1;
                     return Ok(true);
                 };
+                let at_line = self.line(&code, code_addr, prev_instr);
                 out.push(PyFrame {
                     function: code.function,
                     file: code.file,
-                    line: code.line,
+                    line: code.first_line,
+                    at_line,
                 });
+                self.entries.push(entry);
             }
             frame = previous;
         }
@@ -215,9 +234,11 @@ impl Walker {
         let o = self.offsets;
         let bytes = self.read(addr, o.code_bytes(), "a code object").ok()?;
         let (qualname, filename) = (word(bytes, o.code_qualname), word(bytes, o.code_filename));
-        let line = word(bytes, o.code_firstlineno) as u32;
+        let first_line = word(bytes, o.code_firstlineno) as u32;
+        let table = word(bytes, o.code_linetable);
         let function: Arc<str> = self.string(qualname)?.into();
         let file: Arc<str> = self.string(filename)?.into();
+        let linetable = self.bytes(table).unwrap_or_default().into();
         // Code objects are bounded by the program's functions; a bound keeps code made at
         // run time (exec, lambdas in a loop) from growing the cache forever.
         if self.codes.len() > 1 << 16 {
@@ -226,10 +247,35 @@ impl Walker {
         let code = Code {
             function,
             file,
-            line,
+            first_line,
+            linetable,
         };
         self.codes.insert(addr, code.clone());
         Some(code)
+    }
+
+    /// The line a frame of `code` (at `addr`) runs: its last instruction started
+    /// (`prev_instr`) looked up in the location table. Before its first instruction (a
+    /// frame just pushed), or when the table or the instruction does not read, the
+    /// function's first line, as CPython itself answers.
+    fn line(&self, code: &Code, addr: u64, prev_instr: u64) -> u32 {
+        let start = addr + self.offsets.code_adaptive;
+        let Some(unit) = prev_instr.checked_sub(start).map(|b| b / 2) else {
+            return code.first_line;
+        };
+        lines::line_at(&code.linetable, code.first_line, unit).unwrap_or(code.first_line)
+    }
+
+    /// A `bytes` object's content; `None` when it does not read as one.
+    fn bytes(&mut self, addr: u64) -> Option<Vec<u8>> {
+        let o = self.offsets;
+        let size = self.read_u64(addr + o.bytes_size, "a bytes' size").ok()?;
+        if size > MAX_LINETABLE {
+            return None;
+        }
+        let mut out = vec![0; size as usize];
+        self.memory.read(addr + o.bytes_data, &mut out).ok()?;
+        Some(out)
     }
 
     /// A compact `str` object's text; `None` when its header makes no sense.
