@@ -420,6 +420,23 @@ the server's burns: {burns:.1} µs a request"
     );
     let f = &v["findings"];
     println!("{f:#}");
+    // The findings read the same process measured once: no function costs a request more
+    // CPU than the whole `cpu` row (divided by one side's exchanges, `backend_query` alone
+    // read about twice its 300 µs).
+    for key in ["appeared", "gone", "kept"] {
+        for e in f[key].as_array().into_iter().flatten().flat_map(|x| {
+            x["evidence"].as_array().into_iter().flatten()
+        }) {
+            let name = e["name"].as_str().unwrap_or("");
+            if name.ends_with("CPU per request") {
+                let us = e["value"].as_f64().unwrap_or(f64::NAN) * 1e6;
+                assert!(
+                    us <= 1.05 * a,
+                    "finding evidence {name}: {us:.1} µs, the cpu row {a:.1} µs: {f:#}"
+                );
+            }
+        }
+    }
     let moved = |key: &str| f[key].as_array().map_or(0, Vec::len);
     // On a machine whose run queue holds many times the server's own work (a loaded full
     // run: 11.2 ms waiting for a CPU a request against 716 µs on one), whether the server

@@ -128,6 +128,11 @@ pub struct BenchArgs {
     #[arg(long = "diff-flamegraph", value_name = "FILE.svg")]
     pub diff_flamegraph: Option<PathBuf>,
 
+    /// With --profile-upstream: a function of the servers whose row is kept and printed
+    /// whatever the cut of rows (repeatable; its name as the rows give it, e.g. json_reply)
+    #[arg(long, value_name = "NAME")]
+    pub function: Vec<String>,
+
     /// Write each side's folded call stacks: FILE with `.a` and `.b` before its extension
     #[arg(long, value_name = "FILE")]
     pub folded: Option<PathBuf>,

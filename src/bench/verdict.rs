@@ -17,6 +17,7 @@ impl Bench<'_> {
             taps: vec!["a".to_owned()],
             vs_tap: Some("b".to_owned()),
             paired: args.design.paired(),
+            asked_functions: args.function.clone(),
             ..CompareOptions::default()
         }
     }
@@ -63,14 +64,16 @@ impl Bench<'_> {
                 Some(c)
             }
         };
+        // The functions asked for, so that the rerun keeps their rows too.
+        let asked: String = args.function.iter().map(|f| format!(" --function {f}")).collect();
         let rerun = args.keep.as_ref().map(|dir| match args.design {
             Design::Runs => format!(
-                "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b",
+                "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b{asked}",
                 d = dir.display()
             ),
             Design::Duet | Design::Interleave => format!(
                 "phasescope compare {d}/window-*.json --vs {d}/window-*.json --tap a --vs-tap b \
-                 --paired",
+                 --paired{asked}",
                 d = dir.display()
             ),
         });

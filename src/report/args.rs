@@ -210,6 +210,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "ROUTE")]
     pub route: Vec<String>,
 
+    /// A function of the servers whose row is kept and printed whatever the cut of rows
+    /// (repeatable; its name as the rows give it, e.g. json_reply)
+    #[arg(long, value_name = "NAME")]
+    pub function: Vec<String>,
+
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: super::Format,

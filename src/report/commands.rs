@@ -196,6 +196,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<bool> {
             args.phase.clone()
         },
         routes: args.route.clone(),
+        asked_functions: args.function.clone(),
         ..Options::default()
     };
     let c = run_compare(&a, &b, names(&args.a), names(&args.vs), &opts)?;

@@ -8,24 +8,12 @@ use crate::units;
 
 /// One side of a compare: the tap's upstream merged over the side's snapshots that have
 /// it, with the requests (the `total` count) and mean `total` of the same windows (a
-/// bench's first windows may come before its watcher found the process).
-///
-/// `also`: the other side's snapshots when both sides are one process in the same
-/// windows ([`super::one_process`]): its CPU is then per request of both sides'
-/// exchanges, not of this side's alone.
-fn side(runs: &[Snapshot], tap: &str, also: Option<&[Snapshot]>) -> Option<Inside> {
+/// bench's first windows may come before its watcher found the process). Where both
+/// sides are one process in the same windows, the snapshots come with its CPU measured
+/// once ([`super::one_process::measured_once`]): per request of both sides' exchanges.
+fn side(runs: &[Snapshot], tap: &str) -> Option<Inside> {
     let mut merged: Option<UpstreamSnapshot> = None;
     let (mut requests, mut total_sum) = (0u64, 0.0);
-    let mut others = 0u64;
-    for snap in also.unwrap_or_default() {
-        let t = snap.taps.get(tap).filter(|t| t.upstream.is_some());
-        let totals = t.and_then(|t| t.phases.get("total"));
-        others += totals
-            .into_iter()
-            .flat_map(|r| r.values())
-            .map(|s| s.count)
-            .sum::<u64>();
-    }
     for snap in runs {
         let Some(t) = snap.taps.get(tap) else {
             continue;
@@ -43,7 +31,7 @@ fn side(runs: &[Snapshot], tap: &str, also: Option<&[Snapshot]>) -> Option<Insid
         }
     }
     let mean = (requests > 0).then(|| total_sum / requests as f64);
-    merged.map(|u| Inside::new(&u, requests + others, mean, DEFAULT_WHAT_IF))
+    merged.map(|u| Inside::new(&u, requests, mean, DEFAULT_WHAT_IF))
 }
 
 /// `compare`'s lines for taps whose upstream was watched on both sides: CPU and waiting
@@ -52,13 +40,11 @@ fn side(runs: &[Snapshot], tap: &str, also: Option<&[Snapshot]>) -> Option<Insid
 pub(super) fn compare_notes(a: &[Snapshot], b: &[Snapshot]) -> Vec<String> {
     // A bench's B tap comes here renamed as A's (`selection::select`): one tap name.
     let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
+    let once = super::one_process::measured_once(a, b);
+    let (a, b) = once.as_ref().map_or((a, b), |(x, y)| (x.as_slice(), y.as_slice()));
     let mut out = Vec::new();
     for tap in taps {
-        let one = super::one_process::of(a, b, tap).is_some();
-        let (Some(x), Some(y)) = (
-            side(a, tap, one.then_some(b)),
-            side(b, tap, one.then_some(a)),
-        ) else {
+        let (Some(x), Some(y)) = (side(a, tap), side(b, tap)) else {
             continue;
         };
         let us = crate::units::duration;

@@ -42,6 +42,10 @@ pub struct Options {
     /// Compare the servers' functions and components too, where both sides have call
     /// stacks (a bench's check of its mde so far needs the primary rows only).
     pub functions: bool,
+    /// Functions whose rows are kept whatever the cut of rows a view, and printed
+    /// whatever the rows shown (`--function`): the one a question is about (Webdis's
+    /// `json_reply`, matched across two builds, was below the 30th row).
+    pub asked_functions: Vec<String>,
 }
 
 impl Default for Options {
@@ -64,6 +68,7 @@ impl Default for Options {
             routes: Vec::new(),
             paired: false,
             functions: true,
+            asked_functions: Vec::new(),
         }
     }
 }

@@ -34,7 +34,17 @@ pub(super) fn drafts(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<Draf
     let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
     let mut out = Vec::new();
     for tap in taps {
-        let (Some(ea), Some(eb)) = (side(a, tap), side(b, tap)) else {
+        // One process on both sides: its slices measured once, over both sides'
+        // exchanges, the same estimate on each side ([`super::one_process`]).
+        let shared = super::one_process::of(a, b, tap);
+        let estimates = match shared {
+            Some(_) => {
+                let once = super::one_process::slices(a, b, tap).and_then(|s| estimate(&s));
+                (once.clone(), once)
+            }
+            None => (side(a, tap), side(b, tap)),
+        };
+        let (Some(ea), Some(eb)) = estimates else {
             continue;
         };
         // A single route's figure is the whole server's, which the `cpu` row has.
@@ -69,11 +79,18 @@ pub(super) fn drafts(a: &[Snapshot], b: &[Snapshot], opts: &Options) -> Vec<Draf
                 values: [Some(ia.estimate), Some(ib.estimate)],
                 method: Method::None,
                 measured: None,
-                note: Some(format!(
-                    "CPU per route, estimated from the slices: A {}, B {} (95 % intervals of each fit; no verdict)",
-                    us(ia),
-                    us(ib)
-                )),
+                note: Some(match shared {
+                    Some(pid) => format!(
+                        "CPU per route, estimated from the slices: {}; {}",
+                        us(ia),
+                        super::one_process::note(pid)
+                    ),
+                    None => format!(
+                        "CPU per route, estimated from the slices: A {}, B {} (95 % intervals of each fit; no verdict)",
+                        us(ia),
+                        us(ib)
+                    ),
+                }),
             });
         }
     }

@@ -24,8 +24,8 @@ pub const NEUTRAL: Color = Color {
 };
 
 /// The legend, in the graphs' subtitle.
-pub const LEGEND: &str = "red: dearer in B (its row different, or only in B), blue: cheaper \
-     in B (different, or only in A), grey: no change found; the deeper, the more µs a request";
+pub const LEGEND: &str = "red: dearer in B (row different, or only in B); blue: cheaper \
+     (different, or only in A); grey: no change found; deeper: more µs a request";
 
 /// Per function (name, object as the rows name it): its row's change in seconds a request
 /// where the graph colours it, and the row in words for the frame's tooltip.

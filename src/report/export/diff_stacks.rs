@@ -169,22 +169,20 @@ pub fn flamegraphs(
     let labels = labels(&sa, &sb, kind);
     let changes = diff_colours::Changes::of(rows, tap);
     let us = |s: &Side<'_>| crate::units::duration(s.cpu / s.requests.max(1) as f64);
+    // Short enough for the default width (a longer title or legend ran off the
+    // picture): each side's CPU per request in its title, the legend alone below.
     let title_b = format!(
-        "CPU per request of B ({}), coloured by the change from A ({})",
+        "B, {}: {} of CPU a request (A {}), coloured by the change from A",
         b.stacks.describe(),
-        a.stacks.describe()
+        us(b),
+        us(a)
     );
     let title_a = format!(
-        "CPU per request of A ({}): where B ({}) is cheaper or has nothing, in blue",
+        "A, {}: {} of CPU a request; blue: cheaper in B, or not in B",
         a.stacks.describe(),
-        b.stacks.describe()
+        us(a)
     );
-    let subtitle = format!(
-        "{}; A {} a request, B {}",
-        diff_colours::LEGEND,
-        us(a),
-        us(b)
-    );
+    let subtitle = diff_colours::LEGEND.to_owned();
     Ok([
         graph(b, &sb, &labels, &changes, (title_b, subtitle.clone()))?,
         graph(a, &sa, &labels, &changes, (title_a, subtitle))?,

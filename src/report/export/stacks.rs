@@ -34,6 +34,17 @@ impl TapStacks<'_> {
     /// `webdis (pid 4242), tap webdis`: the process and where it was watched.
     pub fn describe(&self) -> String {
         let comm = self.upstream.comm.as_deref().unwrap_or("the upstream");
+        // The kernel keeps 15 bytes of a process's name: `webdis-http_par` for the binary
+        // `webdis-http_parser`. Its file's name where that is what was cut.
+        let file = self
+            .upstream
+            .exe
+            .as_deref()
+            .and_then(|e| std::path::Path::new(e).file_name()?.to_str());
+        let comm = match file {
+            Some(f) if comm.len() == 15 && f.len() > 15 && f.starts_with(comm) => f,
+            _ => comm,
+        };
         match self.upstream.pid {
             Some(pid) => format!("{comm} (pid {pid}), tap {}", self.tap),
             None => format!("{comm}, tap {}", self.tap),

@@ -338,8 +338,9 @@ fn function_lines(c: &Comparison, shown: usize) -> Vec<String> {
             in_group = 0;
         }
         in_group += 1;
-        // What one side alone has is shown whatever the cut: a build's replaced function.
-        if in_group > shown && r.verdict != Outcome::Different && r.only.is_none() {
+        // What one side alone has is shown whatever the cut: a build's replaced function;
+        // and a function asked for by name.
+        if in_group > shown && r.verdict != Outcome::Different && r.only.is_none() && !r.asked {
             left_out += 1;
             continue;
         }
