@@ -28,7 +28,7 @@ pub use protocol::Protocol;
 pub use resolve::{choose_origin, ConfigOrigin, DEFAULT_CONFIG_PATH};
 pub use validate::{
     check_host_port, is_label_safe, listens_clash, CORRELATE_KINDS, DEFAULT_STACK_BYTES,
-    MAX_STACK_BYTES, MIN_HEAD_BYTES,
+    MAX_PROFILE_FREQUENCY, MAX_STACK_BYTES, MIN_HEAD_BYTES,
 };
 // The route keys' types belong to the route rules; a tap's config holds them.
 pub use crate::routes::{RegexRoute, RouteRule};

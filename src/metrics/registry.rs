@@ -290,6 +290,15 @@ impl Registry {
             .collect()
     }
 
+    /// The taps that sample on demand whose samplers run now.
+    pub fn sampling_now(&self) -> Vec<String> {
+        self.upstreams()
+            .iter()
+            .filter(|u| u.sampling_now())
+            .map(|u| u.tap().to_owned())
+            .collect()
+    }
+
     /// Exact percentiles of every series since the last reset, with the histograms.
     pub fn snapshot(&self) -> Snapshot {
         self.take(false).0

@@ -73,6 +73,11 @@ impl Demand {
         }
     }
 
+    /// Whether the samplers run now (started, not yet stopped).
+    pub fn running(&self) -> bool {
+        self.last_collect.is_some()
+    }
+
     /// The samplers stopped: the time until they start again is not sampled.
     pub fn stopped(&mut self) {
         self.last_collect = None;
