@@ -29,12 +29,14 @@ const TAP: &str = "a";
 /// How often the watcher reads the server and follows the asks: the samplers start and
 /// stop within this of being asked.
 const WATCH_INTERVAL: Duration = Duration::from_millis(100);
-/// Beyond the window, how long a sampled window's ask lasts: the load starts once the
-/// samplers run, and must end before they stop.
-const ASK_SLACK: Duration = Duration::from_secs(2);
+/// A sampled window's ask: far beyond the window, which ends it itself (an ask that ran
+/// out while the load was late would leave the window's end unsampled).
+const ASK: Duration = Duration::from_secs(600);
 /// The longest the samplers may take to start or to stop (opening an event per thread
 /// and CPU, loading the symbol tables the first time, on a loaded machine).
 const SWITCH_DEADLINE: Duration = Duration::from_secs(20);
+/// The load's steps while a start settles.
+const SETTLE_STEP: Duration = Duration::from_millis(500);
 
 /// One window: whether it was sampled, its throughput, and what its snapshot held.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -155,7 +157,7 @@ impl Cost<'_> {
     async fn measure(&self) -> anyhow::Result<Vec<CostWindow>> {
         if !self.args.warmup.is_zero() {
             for sampled in [false, true] {
-                self.switch(sampled, self.args.warmup).await?;
+                self.switch(sampled).await?;
                 self.load(self.args.warmup).await?;
             }
         }
@@ -172,16 +174,27 @@ impl Cost<'_> {
             ));
             windows.push(w);
         }
-        self.switch(false, Duration::ZERO).await?;
+        self.switch(false).await?;
         Ok(windows)
     }
 
     /// One window: sampling switched as asked, the proxy's figures reset, `--duration`
     /// of load, and what the snapshot holds of the samples.
     async fn window(&self, sampled: bool) -> anyhow::Result<CostWindow> {
-        self.switch(sampled, self.args.duration).await?;
+        let was = self.registry.sampling_now().iter().any(|t| t == TAP);
+        self.switch(sampled).await?;
+        if sampled && !was {
+            self.settle().await?;
+        }
         self.registry.reset();
         let outcome = self.load(self.args.duration).await?;
+        let running = self.registry.sampling_now().iter().any(|t| t == TAP);
+        anyhow::ensure!(
+            running == sampled,
+            "the samplers {} during a window meant to be {}",
+            if sampled { "stopped" } else { "started" },
+            if sampled { "sampled" } else { "unsampled" }
+        );
         let snap = self.registry.snapshot();
         let profile = profile_of(&snap);
         anyhow::ensure!(
@@ -201,16 +214,18 @@ impl Cost<'_> {
         })
     }
 
-    /// Sampling on for `seconds` and a slack (asked again if it runs already), or off,
-    /// and waits until the watcher has done it: the samplers run, or no event is open.
-    async fn switch(&self, on: bool, seconds: Duration) -> anyhow::Result<()> {
+    /// Sampling on (asked again if it runs already) or off, and waits until the watcher
+    /// has done it: the samplers run, or no event is open.
+    async fn switch(&self, on: bool) -> anyhow::Result<()> {
         if on {
-            let asked = self.registry.profile_for(seconds + ASK_SLACK);
+            let asked = self.registry.profile_for(ASK);
             anyhow::ensure!(
                 asked.iter().any(|t| t == TAP),
                 "the watcher of {} does not sample on demand",
                 self.args.a
             );
+        } else {
+            self.registry.stop_profiling();
         }
         let deadline = Instant::now() + SWITCH_DEADLINE;
         while self.registry.sampling_now().iter().any(|t| t == TAP) != on {
@@ -231,6 +246,30 @@ impl Cost<'_> {
         Ok(())
     }
 
+    /// After the samplers start, load until their first samples are in, and one step more
+    /// (the rate adapts at each collect). A start reads the server's symbol and unwind
+    /// tables on the proxy's threads, most of a second on a loaded machine: measured in
+    /// the window, a 2 s window sampled from a cold start ran at 0.2 of its pair. It is
+    /// what each on-demand start costs, once, not what sampling costs while it runs.
+    async fn settle(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + SWITCH_DEADLINE;
+        self.registry.reset();
+        loop {
+            self.load(SETTLE_STEP).await?;
+            let snap = self.registry.snapshot();
+            if profile_of(&snap).is_some_and(|p| taken(p) > 0) {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the samplers of {} took no sample within {SWITCH_DEADLINE:?} of load",
+                self.args.a
+            );
+        }
+        self.load(SETTLE_STEP).await?;
+        Ok(())
+    }
+
     /// `duration` of the built-in generator's load on the proxy's front.
     async fn load(&self, duration: Duration) -> anyhow::Result<load::Outcome> {
         let plan = load::Plan {
@@ -243,6 +282,11 @@ impl Cost<'_> {
         let counters = Arc::new(load::Counters::default());
         generate(self.args, self.front, plan, &counters).await
     }
+}
+
+/// Samples taken, each once whatever its weight.
+fn taken(p: &crate::snapshot::ProfileSnapshot) -> u64 {
+    p.samples_taken.unwrap_or_else(|| p.samples.values().sum())
 }
 
 /// The server's profile in a snapshot, if it was sampled at all since the proxy started.

@@ -290,6 +290,14 @@ impl Registry {
             .collect()
     }
 
+    /// Ends what was asked of every tap's on-demand sampling: no perf event stays open
+    /// past each watcher's next turn.
+    pub fn stop_profiling(&self) {
+        for u in self.upstreams() {
+            u.stop_profiling();
+        }
+    }
+
     /// The taps that sample on demand whose samplers run now.
     pub fn sampling_now(&self) -> Vec<String> {
         self.upstreams()

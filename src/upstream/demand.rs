@@ -48,6 +48,12 @@ impl Demand {
         until
     }
 
+    /// Sampling no longer wanted: the samplers stop at the watcher's next turn.
+    pub fn cancel(&mut self) {
+        self.until = None;
+        self.asked = None;
+    }
+
     /// Whether sampling is wanted now.
     pub fn wanted(&self) -> bool {
         self.until.is_some_and(|u| Instant::now() < u)
