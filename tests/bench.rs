@@ -709,3 +709,86 @@ fn webdis_logging_every_request_is_slower_in_backend_in_not_in_redis() {
         redis_row["change"].as_f64().unwrap_or(f64::NAN) * 100.0
     );
 }
+
+/// `bench --profile-cost` on the full chain (client → proxy → Webdis → RESP tap → Redis),
+/// Webdis sampled on demand in every other window, A B B A A B: it gives a ratio for
+/// each pair and the ratio's interval, and the windows are what they say they are: the
+/// sampled ones hold samples, the unsampled none (the bench waits for the samplers to
+/// start or stop before each window; a window that leaked samples, or a sampled one the
+/// samplers missed, fails here). No bound on the ratio: it is a measurement, and this
+/// machine is shared.
+#[test]
+fn profile_cost_pairs_sampled_and_unsampled_windows_of_one_chain() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start();
+    redis.command(&["SET", "k", "v"]);
+    let redis_addr = redis.addr().to_string();
+    let mut v = Value::Null;
+    for attempt in 1..=3 {
+        let resp = free_port();
+        let (_webdis, port) = webdis_behind(resp, dir.path(), "webdis", 3);
+        let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+            .args([
+                "bench",
+                "--profile-cost",
+                "--a",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--a-resp", &format!("127.0.0.1:{resp}={redis_addr}")])
+            .args(["--path", "/GET/k", "--runs", "3", "--duration", "1s"])
+            .args(["--warmup", "1s", "--connections", "10", "--format", "json"])
+            .env_remove("PHASESCOPE_CONFIG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            v = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("bench output is not JSON ({e}):\n{err}"));
+            break;
+        }
+        assert!(
+            attempt < 3 && err.contains("cannot listen") && err.contains("in use"),
+            "bench --profile-cost: {}\n{err}",
+            out.status
+        );
+    }
+    let windows = v["windows"].as_array().unwrap();
+    let sampled: Vec<bool> = windows.iter().map(|w| w["sampled"] == true).collect();
+    assert_eq!(sampled, [false, true, true, false, false, true], "{v:#}");
+    for w in windows {
+        assert!(w["requests"].as_u64().unwrap() > 100, "{w}");
+        let samples = w["samples"].as_u64().unwrap();
+        if w["sampled"] == true {
+            assert!(samples > 0, "a sampled window holds no sample: {w}");
+        } else {
+            assert_eq!(samples, 0, "an unsampled window holds samples: {w}");
+        }
+    }
+    let ratios: Vec<f64> = v["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_f64().unwrap())
+        .collect();
+    assert_eq!(ratios.len(), 3, "{v:#}");
+    // Each pair's ratio is its two windows' requests/s, whichever came first.
+    for (pair, ratio) in windows.chunks(2).zip(&ratios) {
+        let rps = |sampled: bool| {
+            pair.iter()
+                .find(|w| (w["sampled"] == true) == sampled)
+                .unwrap()["requests_per_s"]
+                .as_f64()
+                .unwrap()
+        };
+        assert!((ratio - rps(true) / rps(false)).abs() < 1e-9, "{v:#}");
+    }
+    let ratio = v["ratio"].as_f64().unwrap();
+    let [low, high] = [0, 1].map(|i| v["interval"][i].as_f64().unwrap());
+    assert!(low < ratio && ratio < high && low > 0.0, "{v:#}");
+    let median = v["median_ratio"].as_f64().unwrap();
+    assert!(
+        ratios.iter().any(|r| *r <= median) && ratios.iter().any(|r| *r >= median),
+        "{v:#}"
+    );
+}

@@ -157,10 +157,13 @@ fn assert_weighted_cpu(deltas: &[ProfileDelta], cpu: f64) {
 
 #[test]
 fn a_busy_server_is_sampled_at_tens_of_hz_and_still_fills_its_budget() {
-    // One client keeps one thread of the server burning: up to a core. 80 samples a
-    // second is 2,400 in a 30 s window.
+    // One client keeps one thread of the server burning: up to a core. The default
+    // budget, what a `profile = true` tap gets unless it says otherwise (80 samples a
+    // second: 2,400 to 4,800 in a 60 s window).
+    let default = phasescope::config::ProcessConfig::default().sample_budget;
+    assert!(default > 0, "profiling keeps a budget by default");
     let seconds = 10;
-    let (deltas, cpu, budget, _) = budgeted(1, Budget::Fixed(80), seconds, false);
+    let (deltas, cpu, budget, _) = budgeted(1, Budget::Fixed(default), seconds, false);
     let last = deltas.last().unwrap();
     let rate = f64::from(HZ) / last.period_multiple as f64;
     let cores = cpu / seconds as f64;

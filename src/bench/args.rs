@@ -18,8 +18,13 @@ pub struct BenchArgs {
     #[arg(long = "a", value_name = "ADDR")]
     pub a: String,
 
-    /// host:port of server B (say, the build with the change)
-    #[arg(long = "b", value_name = "ADDR")]
+    /// host:port of server B (say, the build with the change); not with --profile-cost
+    #[arg(
+        long = "b",
+        value_name = "ADDR",
+        required_unless_present = "profile_cost",
+        default_value = ""
+    )]
     pub b: String,
 
     /// Request path, repeatable; requests go round-robin over them [default: /]
@@ -142,9 +147,47 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE.pb.gz")]
     pub pprof: Option<PathBuf>,
 
+    /// Instead of A against B: what sampling costs server A, on one proxy in front of it
+    /// (with --a-resp, its Redis behind a RESP tap: the full chain) that samples it on
+    /// demand; --runs windows of --duration a side, unsampled (A) and sampled (B) in turn,
+    /// A B B A …, each pair's requests/s ratio and the ratio's 95 % interval
+    #[arg(long = "profile-cost", conflicts_with_all = ["b_resp", "load", "cpus", "until_mde"])]
+    pub profile_cost: bool,
+
+    /// With --profile-cost: the `[tap.process] sample_budget` of the sampled windows
+    /// (samples per second; 0 keeps `frequency` fixed) [default: the config's default]
+    #[arg(long = "sample-budget", value_name = "N", requires = "profile_cost")]
+    pub sample_budget: Option<u32>,
+
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
+}
+
+impl BenchArgs {
+    /// `--profile-cost`'s flags: one server, windows of whole runs.
+    fn check_profile_cost(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.b.is_empty(),
+            "--profile-cost measures one server (--a): leave out --b"
+        );
+        ensure!(
+            self.connections >= 1 && self.connections <= 10_000,
+            "--connections must lie between 1 and 10000"
+        );
+        ensure!(!self.duration.is_zero(), "--duration must be above 0");
+        if let Some(rate) = self.rate {
+            ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
+        }
+        if let Some(budget) = self.sample_budget {
+            ensure!(
+                budget <= crate::config::MAX_PROFILE_FREQUENCY * 64,
+                "--sample-budget is at most {} samples per second",
+                crate::config::MAX_PROFILE_FREQUENCY * 64
+            );
+        }
+        Ok(())
+    }
 }
 
 /// `--design`.
@@ -164,6 +207,9 @@ impl BenchArgs {
     /// (`--load` and the paired designs, `--until-mde` and the runs design).
     pub fn check(&self) -> anyhow::Result<()> {
         ensure!(self.runs >= 1, "--runs must be at least 1");
+        if self.profile_cost {
+            return self.check_profile_cost();
+        }
         ensure!(
             self.connections >= 1 && self.connections <= 10_000,
             "--connections must lie between 1 and 10000"

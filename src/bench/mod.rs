@@ -27,6 +27,7 @@ mod proxy;
 mod record;
 mod report;
 mod runs;
+pub mod sampler_cost;
 mod validity;
 mod verdict;
 
@@ -46,6 +47,9 @@ pub use report::BenchReport;
 
 /// `phasescope bench`.
 pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.profile_cost {
+        return sampler_cost::command(args);
+    }
     let report = run(args)?;
     let text = report::render(&report, args.format)?;
     print!("{text}");

@@ -290,6 +290,23 @@ impl Registry {
             .collect()
     }
 
+    /// Ends what was asked of every tap's on-demand sampling: no perf event stays open
+    /// past each watcher's next turn.
+    pub fn stop_profiling(&self) {
+        for u in self.upstreams() {
+            u.stop_profiling();
+        }
+    }
+
+    /// The taps that sample on demand whose samplers run now.
+    pub fn sampling_now(&self) -> Vec<String> {
+        self.upstreams()
+            .iter()
+            .filter(|u| u.sampling_now())
+            .map(|u| u.tap().to_owned())
+            .collect()
+    }
+
     /// Exact percentiles of every series since the last reset, with the histograms.
     pub fn snapshot(&self) -> Snapshot {
         self.take(false).0

@@ -48,6 +48,12 @@ impl Demand {
         until
     }
 
+    /// Sampling no longer wanted: the samplers stop at the watcher's next turn.
+    pub fn cancel(&mut self) {
+        self.until = None;
+        self.asked = None;
+    }
+
     /// Whether sampling is wanted now.
     pub fn wanted(&self) -> bool {
         self.until.is_some_and(|u| Instant::now() < u)
@@ -71,6 +77,11 @@ impl Demand {
         if let Some(asked) = self.asked.take() {
             self.extend(asked);
         }
+    }
+
+    /// Whether the samplers run now (started, not yet stopped).
+    pub fn running(&self) -> bool {
+        self.last_collect.is_some()
     }
 
     /// The samplers stopped: the time until they start again is not sampled.

@@ -321,6 +321,20 @@ impl Upstream {
         (s.on_demand, s.demand.wanted())
     }
 
+    /// Ends what was asked of this tap's on-demand sampling: the samplers stop at the
+    /// watcher's next turn (`bench --profile-cost`, whose sampled windows end when their
+    /// load does, not when an asked time runs out).
+    pub fn stop_profiling(&self) {
+        lock(&self.state).demand.cancel();
+    }
+
+    /// Whether this tap's on-demand samplers run now: perf events are open on the
+    /// process (`bench --profile-cost` waits for it before a sampled window, and for its
+    /// end before an unsampled one).
+    pub fn sampling_now(&self) -> bool {
+        lock(&self.state).demand.running()
+    }
+
     /// This tap samples on demand only (the watcher says so at its start).
     pub(crate) fn set_on_demand(&self) {
         lock(&self.state).on_demand = true;
