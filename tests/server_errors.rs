@@ -236,17 +236,20 @@ fn a_redis_stopped_under_load_makes_webdis_503s_the_servers_failures() {
     through_prometheus(&prometheus, sent_503, all);
 }
 
+/// The value of `expr` in `prometheus` now, 0 when it has none.
+fn scraped(prometheus: &support::Prometheus, expr: &str) -> f64 {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    prometheus.scalar(expr, at).unwrap_or(0.0)
+}
+
 /// `report --prometheus` over the Webdis outage: the same failure line (counts within
 /// increase()'s extrapolation of the clients'), the critical finding from the gauge, and
 /// `--fail-on critical` exiting 1.
 fn through_prometheus(prometheus: &support::Prometheus, sent_503: u64, all: u64) {
-    let scraped = |expr: &str| {
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64();
-        prometheus.scalar(expr, at).unwrap_or(0.0)
-    };
+    let scraped = |expr: &str| scraped(&prometheus, expr);
     assert!(
         wait_for(Duration::from_secs(30), || scraped(
             "count_over_time(phasescope_server_errors_total[1m])"
@@ -325,13 +328,7 @@ fn report_through_prometheus_names_the_servers_errors() {
         let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         support::parse_response(&conn.exchange(request.as_bytes())).status
     };
-    let scraped = |expr: &str| {
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64();
-        prometheus.scalar(expr, at).unwrap_or(0.0)
-    };
+    let scraped = |expr: &str| scraped(&prometheus, expr);
     assert!(
         wait_for(Duration::from_secs(15), || scraped(
             "count_over_time(phasescope_build_info[1m])"

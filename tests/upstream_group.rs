@@ -347,6 +347,27 @@ fn independent_processes_sharing_a_port_with_so_reuseport_are_one_server() {
     }
 }
 
+/// The Python server `script` on a free port (its log in `dir`), its pid, and a proxy in
+/// front of it once the proxy watches it.
+fn forking_server(script: &str, dir: &Path) -> (Managed, u32, Proxy) {
+    let port = free_port();
+    let mut c = Command::new(require_tool("python3"));
+    c.args(["-c", script, &port.to_string()]);
+    let server = Managed::spawn("forking", &mut c, &dir.join("forking.log"));
+    assert!(
+        wait_for(STARTUP_DEADLINE, || accepts(loopback(port))),
+        "{}",
+        server.log_tail()
+    );
+    let parent = server.pid();
+    let proxy = Proxy::in_front_of(loopback(port), &[]);
+    let found = wait_for(STARTUP_DEADLINE, || {
+        upstream(&proxy)["pid"].as_u64() == Some(parent as u64)
+    });
+    assert!(found, "the server never watched\n{}", proxy.log_tail());
+    (server, parent, proxy)
+}
+
 /// A forking Python server (socketserver.ForkingMixIn): each connection is served by a
 /// child forked for it, which keeps the listening socket it inherited and lives as long
 /// as the connection (HTTP/1.1, keep-alive). Each request burns CPU in the child.
@@ -378,21 +399,7 @@ Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 #[test]
 fn a_forking_servers_children_are_followed_and_their_cpu_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut c = Command::new(require_tool("python3"));
-    c.args(["-c", FORKING_SERVER, &port.to_string()]);
-    let mut server = Managed::spawn("forking", &mut c, &dir.path().join("forking.log"));
-    assert!(
-        wait_for(STARTUP_DEADLINE, || accepts(loopback(port))),
-        "{}",
-        server.log_tail()
-    );
-    let parent = server.pid();
-    let proxy = Proxy::in_front_of(loopback(port), &[]);
-    let found = wait_for(STARTUP_DEADLINE, || {
-        upstream(&proxy)["pid"].as_u64() == Some(parent as u64)
-    });
-    assert!(found, "the server never watched\n{}", proxy.log_tail());
+    let (mut server, parent, proxy) = forking_server(FORKING_SERVER, dir.path());
     // One load throughout, over two keep-alive connections: two children, each forked
     // once, alive to the end.
     let url = proxy.url("/");
@@ -486,21 +493,7 @@ fn own_and_reaped_cpu(pid: u32) -> (f64, f64) {
 #[test]
 fn a_forking_servers_child_per_request_is_counted_when_reaped() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut c = Command::new(require_tool("python3"));
-    c.args(["-c", FORKING_PER_REQUEST, &port.to_string()]);
-    let mut server = Managed::spawn("forking", &mut c, &dir.path().join("forking.log"));
-    assert!(
-        wait_for(STARTUP_DEADLINE, || accepts(loopback(port))),
-        "{}",
-        server.log_tail()
-    );
-    let parent = server.pid();
-    let proxy = Proxy::in_front_of(loopback(port), &[]);
-    let found = wait_for(STARTUP_DEADLINE, || {
-        upstream(&proxy)["pid"].as_u64() == Some(parent as u64)
-    });
-    assert!(found, "the server never watched\n{}", proxy.log_tail());
+    let (mut server, parent, proxy) = forking_server(FORKING_PER_REQUEST, dir.path());
     reset(&proxy);
     let before = own_and_reaped_cpu(parent);
     let mut children = 0.0;
