@@ -4,8 +4,10 @@
 //! recording the same process over the same window.
 //!
 //! - `callback`: libc's qsort, called through ctypes, calls the Python `compare_keys`
-//!   back. The share of samples whose stack reads `sort_with_c → … qsort_r (libc) … →
-//!   compare_keys` must be within 5 points of py-spy `--native`'s.
+//!   back. The share of samples under `sort_with_c → … qsort_r (libc)` must be within 5
+//!   points of the qsort call's own thread-CPU clock; and where py-spy `--native`'s is
+//!   too, the share reading `sort_with_c → … qsort_r … → compare_keys` within 5 points
+//!   of py-spy's.
 //! - `lines`: `burn_lines` burns on two lines of its own, each timed in the process: each
 //!   line's share of the samples within 5 points of its own clock.
 //!
@@ -85,18 +87,24 @@ impl Script {
 
     /// The last `truth` line the `lines` mode printed: (line, ns) twice, process ns.
     fn truth(&self) -> [u64; 5] {
+        let v = self.last("truth ");
+        [v[0], v[1], v[2], v[3], v[4]]
+    }
+
+    /// The numbers of the last line the script printed starting with `head`.
+    fn last(&self, head: &str) -> Vec<u64> {
         let text = fs::read_to_string(self.process.log_path()).unwrap();
         let last = text
             .lines()
             .rev()
-            .find(|l| l.starts_with("truth "))
+            .find(|l| l.starts_with(head))
             .expect("a truth line");
         let v: Vec<u64> = last
             .split_whitespace()
             .skip(1)
             .map(|w| w.parse().unwrap())
             .collect();
-        [v[0], v[1], v[2], v[3], v[4]]
+        v
     }
 }
 
@@ -206,6 +214,15 @@ fn record(pid: u32, spy_args: &[&str]) -> (Folded, Folded) {
     (ours(&delta.stacks), spied(&raw))
 }
 
+/// `sort_with_c`, then libc's `qsort_r` (or `__qsort_r`), in that order from the root:
+/// the samples the qsort call's clock counts.
+fn in_qsort(frames: &[String]) -> bool {
+    let Some(sort) = frames.iter().position(|f| f.contains("sort_with_c (")) else {
+        return false;
+    };
+    frames[sort..].iter().any(|f| f.contains("qsort_r (libc"))
+}
+
 /// `sort_with_c`, then libc's `qsort_r` (or `__qsort_r`), then `compare_keys`, in that
 /// order from the root.
 fn through_qsort(frames: &[String]) -> bool {
@@ -229,20 +246,37 @@ fn through_qsort(frames: &[String]) -> bool {
 fn a_c_function_calling_back_into_python_lies_between_the_python_frames() {
     let _serial = serial();
     let script = Script::start("callback");
+    thread::sleep(Duration::from_millis(300));
+    let before = script.last("sorting ");
     let (ours, spied) = record(script.process.pid(), &["--native"]);
+    let after = script.last("sorting ");
+    // The qsort call's own clock, over the process's.
+    let own = 100.0 * (after[0] - before[0]) as f64 / (after[1] - before[1]) as f64;
+    let (mine_in, theirs_in) = (share(&ours, in_qsort), share(&spied, in_qsort));
     let (mine, theirs) = (share(&ours, through_qsort), share(&spied, through_qsort));
     eprintln!(
-        "sort_with_c → qsort_r → compare_keys: phasescope {mine:.1} %, py-spy --native \
+        "sort_with_c → qsort_r: its own clock {own:.1} %, phasescope {mine_in:.1} %, py-spy \
+         --native {theirs_in:.1} %; → compare_keys: phasescope {mine:.1} %, py-spy \
          {theirs:.1} %\nphasescope:\n{}py-spy:\n{}",
         top(&ours, 4),
         top(&spied, 4)
     );
     assert!(theirs > 50.0, "py-spy sees the callback: {theirs:.1} %");
     assert!(
-        (mine - theirs).abs() <= TOLERANCE,
-        "phasescope {mine:.1} %, py-spy {theirs:.1} %\n{}",
+        (mine_in - own).abs() <= TOLERANCE,
+        "phasescope {mine_in:.1} %, its own clock {own:.1} %\n{}",
         top(&ours, 6)
     );
+    // py-spy `--native` stops the process for each sample, on the wall clock: on a loaded
+    // machine it drifts (71 % in one run where 83 % was usual). Where it tracks the
+    // clock, it is a second reference that phasescope must agree with.
+    if (theirs_in - own).abs() <= TOLERANCE {
+        assert!(
+            (mine - theirs).abs() <= TOLERANCE,
+            "phasescope {mine:.1} %, py-spy {theirs:.1} %\n{}",
+            top(&ours, 6)
+        );
+    }
     // The interpreter's own frames are never shown: Python frames stand for them.
     assert!(
         !ours
