@@ -121,6 +121,10 @@ async fn bench(args: &BenchArgs, pinned: &mut pin::Pinned) -> anyhow::Result<Ben
     }
     for tap in config.taps.iter_mut().take(2) {
         tap.process.profile = crate::config::Profile::from(args.profile_upstream);
+        // The full rate, not the deployment's budget: a bench's runs are short, both sides
+        // pay the same rate, and its function rows and flame graphs want every sample
+        // (under the default budget a parser's frame was missing from the difference).
+        tap.process.sample_budget = 0;
         // A duet's windows and an interleave's slices are short: read the servers'
         // threads once a window or slice, so that each one's CPU is its own (a read
         // covers the time since the last).
