@@ -347,6 +347,17 @@ impl UpstreamSnapshot {
         self.profile.as_ref()?.stacks.as_ref()
     }
 
+    /// The samples a rule may rest on: `weighted` (counts in periods of `frequency_hz`,
+    /// as every count of the profile is) unless fewer were taken. Under a budget a
+    /// sample taken at 32× the period counts 32, so 200 counted can be 7 taken: a
+    /// finding's minimum is of samples taken.
+    pub fn samples_for_rules(&self, weighted: u64) -> u64 {
+        self.profile
+            .as_ref()
+            .and_then(|p| p.samples_taken)
+            .map_or(weighted, |taken| taken.min(weighted))
+    }
+
     /// Component → samples (self), when it was profiled.
     pub fn samples(&self) -> Option<&BTreeMap<String, u64>> {
         self.profile.as_ref().map(|p| &p.samples)

@@ -22,7 +22,7 @@ pub const WORTH: f64 = super::parser::WORTH;
 pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let (u, i) = (v.tap.upstream.as_ref()?, v.inside.as_ref()?);
     let samples = u.stacks()?.total();
-    if samples < MIN_SAMPLES {
+    if u.samples_for_rules(samples) < MIN_SAMPLES {
         return None;
     }
     // A wait is the kernel's cost of hand-offs, not a function to make faster: start

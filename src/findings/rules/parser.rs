@@ -18,7 +18,7 @@ pub fn check(v: &TapView<'_>) -> Option<Finding> {
     let (u, i) = (v.tap.upstream.as_ref()?, v.inside.as_ref()?);
     let w = i.what_if.as_ref()?;
     let samples: u64 = u.samples().into_iter().flat_map(|s| s.values()).sum();
-    if samples < MIN_SAMPLES {
+    if u.samples_for_rules(samples) < MIN_SAMPLES {
         return None;
     }
     let saved_of_total = w.saved_of_total.unwrap_or(0.0);
