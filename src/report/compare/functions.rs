@@ -328,7 +328,8 @@ fn decided(drafts: Vec<Drafted>, opts: &Options) -> Vec<FunctionRow> {
         .zip(discovered)
         .map(|((subject, sa, sb, d, only), found)| {
             let row = decide(d, found, 1.0 - opts.alpha, opts);
-            let asked = subject.kind == Kind::Function && opts.asked_functions.contains(&subject.name);
+            let asked =
+                subject.kind == Kind::Function && opts.asked_functions.contains(&subject.name);
             FunctionRow {
                 asked,
                 ..function_row(subject, [sa, sb], only, row)
@@ -547,7 +548,11 @@ mod tests {
     /// the cut.
     #[test]
     fn a_function_asked_for_is_a_row_whatever_its_size() {
-        let side = |pid| (0..10).map(|_| window(pid, 1000, 1.0, 1000, 2)).collect::<Vec<_>>();
+        let side = |pid| {
+            (0..10)
+                .map(|_| window(pid, 1000, 1.0, 1000, 2))
+                .collect::<Vec<_>>()
+        };
         let (a, b) = (side(1), side(2));
         let plain = rows(&a, &b, &Options::default()).0;
         assert!(!plain.iter().any(|r| r.name == "backend"), "{plain:#?}");
