@@ -682,7 +682,9 @@ mod tests {
         assert_eq!(own[0].name, super::super::builds::OWN_CODE);
         let swap = own[0].swap.clone().unwrap_or_default();
         assert!(
-            swap.starts_with("own code: parse_a 300 µs → parse_b 400 µs, +16.7 %"),
+            swap.starts_with(
+                "own code: parse_a 300 µs → parse_b 400 µs; the component itself 600 µs → 700 µs, +16.7 %"
+            ),
             "{swap}"
         );
     }
