@@ -424,9 +424,12 @@ the server's burns: {burns:.1} µs a request"
     // CPU than the whole `cpu` row (divided by one side's exchanges, `backend_query` alone
     // read about twice its 300 µs).
     for key in ["appeared", "gone", "kept"] {
-        for e in f[key].as_array().into_iter().flatten().flat_map(|x| {
-            x["evidence"].as_array().into_iter().flatten()
-        }) {
+        for e in f[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|x| x["evidence"].as_array().into_iter().flatten())
+        {
             let name = e["name"].as_str().unwrap_or("");
             if name.ends_with("CPU per request") {
                 let us = e["value"].as_f64().unwrap_or(f64::NAN) * 1e6;

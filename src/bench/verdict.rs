@@ -65,7 +65,11 @@ impl Bench<'_> {
             }
         };
         // The functions asked for, so that the rerun keeps their rows too.
-        let asked: String = args.function.iter().map(|f| format!(" --function {f}")).collect();
+        let asked: String = args
+            .function
+            .iter()
+            .map(|f| format!(" --function {f}"))
+            .collect();
         let rerun = args.keep.as_ref().map(|dir| match args.design {
             Design::Runs => format!(
                 "phasescope compare {d}/run-*-a.json --vs {d}/run-*-b.json --tap a --vs-tap b{asked}",

@@ -39,7 +39,9 @@ impl FindingsChange {
         // exchanges, as the `cpu` rows read it (else each side's findings divided the
         // process's CPU, both sides' work, by its own exchanges alone).
         let once = super::one_process::measured_once(a, b);
-        let (a, b) = once.as_ref().map_or((a, b), |(x, y)| (x.as_slice(), y.as_slice()));
+        let (a, b) = once
+            .as_ref()
+            .map_or((a, b), |(x, y)| (x.as_slice(), y.as_slice()));
         let a = diagnose(a);
         let b = diagnose(b);
         let same = |x: &Finding, y: &Finding| x.id == y.id && x.tap == y.tap && x.route == y.route;

@@ -328,7 +328,8 @@ fn decided(drafts: Vec<Drafted>, opts: &Options) -> Vec<FunctionRow> {
         .zip(discovered)
         .map(|((subject, sa, sb, d, only), found)| {
             let row = decide(d, found, 1.0 - opts.alpha, opts);
-            let asked = subject.kind == Kind::Function && opts.asked_functions.contains(&subject.name);
+            let asked =
+                subject.kind == Kind::Function && opts.asked_functions.contains(&subject.name);
             FunctionRow {
                 asked,
                 ..function_row(subject, [sa, sb], only, row)
@@ -548,7 +549,11 @@ mod tests {
     /// the cut.
     #[test]
     fn a_function_asked_for_is_a_row_whatever_its_size() {
-        let side = |pid| (0..10).map(|_| window(pid, 1000, 1.0, 1000, 2)).collect::<Vec<_>>();
+        let side = |pid| {
+            (0..10)
+                .map(|_| window(pid, 1000, 1.0, 1000, 2))
+                .collect::<Vec<_>>()
+        };
         let (a, b) = (side(1), side(2));
         let plain = rows(&a, &b, &Options::default()).0;
         assert!(!plain.iter().any(|r| r.name == "backend"), "{plain:#?}");
@@ -678,7 +683,9 @@ mod tests {
         assert_eq!(own[0].name, super::super::builds::OWN_CODE);
         let swap = own[0].swap.clone().unwrap_or_default();
         assert!(
-            swap.starts_with("own code: parse_a 300 µs → parse_b 400 µs, +16.7 %"),
+            swap.starts_with(
+                "own code: parse_a 300 µs → parse_b 400 µs; the component itself 600 µs → 700 µs, +16.7 %"
+            ),
             "{swap}"
         );
     }

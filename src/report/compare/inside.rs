@@ -41,7 +41,9 @@ pub(super) fn compare_notes(a: &[Snapshot], b: &[Snapshot]) -> Vec<String> {
     // A bench's B tap comes here renamed as A's (`selection::select`): one tap name.
     let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
     let once = super::one_process::measured_once(a, b);
-    let (a, b) = once.as_ref().map_or((a, b), |(x, y)| (x.as_slice(), y.as_slice()));
+    let (a, b) = once
+        .as_ref()
+        .map_or((a, b), |(x, y)| (x.as_slice(), y.as_slice()));
     let mut out = Vec::new();
     for tap in taps {
         let (Some(x), Some(y)) = (side(a, tap), side(b, tap)) else {

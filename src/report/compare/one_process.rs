@@ -103,7 +103,10 @@ fn exchanges(snap: &Snapshot, tap: &str) -> u64 {
 /// sides' traffic, under the interleave a read straddles A's slice and B's, and the CPU
 /// over them was both sides' work either way. `None` when no tap is one process (the
 /// sides are then read as they are).
-pub(super) fn measured_once(a: &[Snapshot], b: &[Snapshot]) -> Option<(Vec<Snapshot>, Vec<Snapshot>)> {
+pub(super) fn measured_once(
+    a: &[Snapshot],
+    b: &[Snapshot],
+) -> Option<(Vec<Snapshot>, Vec<Snapshot>)> {
     let taps: std::collections::BTreeSet<&String> = a.iter().flat_map(|s| s.taps.keys()).collect();
     let shared: Vec<&String> = taps.into_iter().filter(|t| of(a, b, t).is_some()).collect();
     if shared.is_empty() {
@@ -204,8 +207,8 @@ fn add_exchanges(window: &mut RouteSlices, other: &RouteSlices) {
 mod tests {
     use super::*;
     use crate::rng::Rng;
-    use crate::snapshot::Slice;
     use crate::snapshot::summary::{Inside, DEFAULT_WHAT_IF};
+    use crate::snapshot::Slice;
 
     /// One window of tap `w`, `requests` exchanges over two routes, its upstream pid 7
     /// with `cpu` seconds of user time.
@@ -274,7 +277,13 @@ mod tests {
             let idle = s % 10 == 9;
             let mut counts = || -> Vec<u64> {
                 (0..2)
-                    .map(|_| if idle { 0 } else { (rng.unit() * 400.0) as u64 + 10 })
+                    .map(|_| {
+                        if idle {
+                            0
+                        } else {
+                            (rng.unit() * 400.0) as u64 + 10
+                        }
+                    })
                     .collect()
             };
             let (na, nb) = (counts(), counts());
@@ -294,7 +303,10 @@ mod tests {
         }
         let routes = vec!["/a".to_owned(), "/b".to_owned()];
         let (mut a, mut b) = (window(1000, 1.0), window(1000, 1.0));
-        upstream(&mut a).slices = Some(RouteSlices { routes: routes.clone(), slices: sa });
+        upstream(&mut a).slices = Some(RouteSlices {
+            routes: routes.clone(),
+            slices: sa,
+        });
         upstream(&mut b).slices = Some(RouteSlices { routes, slices: sb });
         let (a, b) = ([a], [b]);
         let drafts = super::super::route_cpu::drafts(&a, &b, &Default::default());
@@ -305,8 +317,17 @@ mod tests {
             let [x, y] = d.values;
             assert_eq!(x, y, "{:?}", d.key);
             let x = x.unwrap();
-            assert!((x - cost).abs() < 0.1 * cost, "{} µs against {} µs", x * 1e6, cost * 1e6);
-            assert!(d.note.as_deref().unwrap_or("").contains("one process"), "{:?}", d.note);
+            assert!(
+                (x - cost).abs() < 0.1 * cost,
+                "{} µs against {} µs",
+                x * 1e6,
+                cost * 1e6
+            );
+            assert!(
+                d.note.as_deref().unwrap_or("").contains("one process"),
+                "{:?}",
+                d.note
+            );
         }
     }
 }
