@@ -249,7 +249,7 @@ fn scraped(prometheus: &support::Prometheus, expr: &str) -> f64 {
 /// increase()'s extrapolation of the clients'), the critical finding from the gauge, and
 /// `--fail-on critical` exiting 1.
 fn through_prometheus(prometheus: &support::Prometheus, sent_503: u64, all: u64) {
-    let scraped = |expr: &str| scraped(&prometheus, expr);
+    let scraped = |expr: &str| scraped(prometheus, expr);
     assert!(
         wait_for(Duration::from_secs(30), || scraped(
             "count_over_time(phasescope_server_errors_total[1m])"
