@@ -605,7 +605,11 @@ fn compare_has_a_cpu_row_per_route_where_both_sides_have_it() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
     std::fs::write(&a, serde_json::to_vec(&with_slices(120e-6)).unwrap()).unwrap();
-    std::fs::write(&b, serde_json::to_vec(&with_slices(200e-6)).unwrap()).unwrap();
+    // B is another run: another process (the same pid over one window would be one
+    // process serving both sides at once, its CPU measured once).
+    let mut b_snap = with_slices(200e-6);
+    b_snap["taps"]["webdis"]["upstream"]["pid"] = serde_json::json!(4243);
+    std::fs::write(&b, serde_json::to_vec(&b_snap).unwrap()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
         .args(["compare", "--format", "json"])
         .arg(&a)
