@@ -15,7 +15,6 @@ mod support;
 use std::collections::HashMap;
 use std::fs;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +25,10 @@ use phasescope::snapshot::Stacks;
 use phasescope::upstream::profile::{ComponentRules, PyProfiler};
 use tempfile::TempDir;
 
-use support::{loopback, parse_response, require_tool, HttpConn, Managed, STARTUP_DEADLINE};
+use support::{
+    debian_python as python, loopback, parse_response, require_tool, HttpConn, Managed,
+    STARTUP_DEADLINE,
+};
 
 const FUNCTIONS: [&str; 3] = ["compute_report", "parse_items", "checksum"];
 /// How far a sampled share may be from a reference, in percentage points.
@@ -44,15 +46,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// Debian's interpreter, the one the issue is about (a python3 earlier in PATH may be
 /// another build).
-fn python() -> PathBuf {
-    let debian = PathBuf::from("/usr/bin/python3");
-    if debian.exists() {
-        debian
-    } else {
-        require_tool("python3")
-    }
-}
-
 /// The fixture on a port it picked itself, killed on drop.
 struct Burn {
     process: Managed,

@@ -16,7 +16,6 @@
 mod support;
 
 use std::fs;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 use std::thread;
@@ -26,7 +25,7 @@ use phasescope::snapshot::Stacks;
 use phasescope::upstream::profile::{ComponentRules, PyProfiler};
 use tempfile::TempDir;
 
-use support::{require_tool, Managed, STARTUP_DEADLINE};
+use support::{debian_python as python, require_tool, Managed, STARTUP_DEADLINE};
 
 /// How far a sampled share may be from a reference, in percentage points.
 const TOLERANCE: f64 = 5.0;
@@ -39,16 +38,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Debian's interpreter (a python3 earlier in PATH may be another build).
-fn python() -> PathBuf {
-    let debian = PathBuf::from("/usr/bin/python3");
-    if debian.exists() {
-        debian
-    } else {
-        require_tool("python3")
-    }
 }
 
 /// The fixture in `mode`, killed on drop.

@@ -42,6 +42,17 @@ const START_ATTEMPTS: usize = 4;
 // Tools and ports
 // ---------------------------------------------------------------------------------------
 
+/// Debian's Python interpreter, the one the Python frame tests read (a `python3` earlier
+/// in PATH may be another build, as pyenv's is on the developers' machines).
+pub fn debian_python() -> PathBuf {
+    let debian = PathBuf::from("/usr/bin/python3");
+    if debian.exists() {
+        debian
+    } else {
+        require_tool("python3")
+    }
+}
+
 /// The path of an installed tool; panics (fails the test) when it is missing.
 ///
 /// Looks in `PATH` and in the sbin directories, where Debian puts daemons such as
