@@ -236,6 +236,21 @@ fn a_redis_stopped_under_load_makes_webdis_503s_the_servers_failures() {
     through_prometheus(&prometheus, sent_503, all);
 }
 
+/// `report --prometheus URL --range 1m --fail-on critical`: it exits 1 naming the
+/// critical `server_errors`; its text.
+fn fails_on_critical(url: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
+        .args(["report", "--prometheus", url, "--range", "1m"])
+        .args(["--fail-on", "critical"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("critical server_errors"), "{text}");
+    text
+}
+
 /// The value of `expr` in `prometheus` now, 0 when it has none.
 fn scraped(prometheus: &support::Prometheus, expr: &str) -> f64 {
     let at = std::time::SystemTime::now()
@@ -260,15 +275,7 @@ fn through_prometheus(prometheus: &support::Prometheus, sent_503: u64, all: u64)
         "Prometheus never held the 503s and the finding twice\n{}",
         prometheus.log_tail()
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args(["report", "--prometheus", &prometheus.url(), "--range", "1m"])
-        .args(["--fail-on", "critical"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}");
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("critical server_errors"), "{text}");
+    let text = fails_on_critical(&prometheus.url());
     let headline = text
         .lines()
         .find(|l| l.contains("the server answered 503 to "))
@@ -435,22 +442,7 @@ fn report_through_prometheus_names_the_servers_errors() {
         "the gauge never held server_errors\n{}",
         prometheus.log_tail()
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_phasescope"))
-        .args([
-            "report",
-            "--prometheus",
-            &url,
-            "--range",
-            "1m",
-            "--fail-on",
-            "critical",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}");
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("critical server_errors"), "{text}");
+    let text = fails_on_critical(&url);
     assert!(
         text.contains("phasescope itself (from Prometheus, "),
         "{text}"

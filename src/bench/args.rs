@@ -165,12 +165,8 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
-    /// `--profile-cost`'s flags: one server, windows of whole runs.
-    fn check_profile_cost(&self) -> anyhow::Result<()> {
-        ensure!(
-            self.b.is_empty(),
-            "--profile-cost measures one server (--a): leave out --b"
-        );
+    /// The load's own settings, which every design shares: connections, duration, rate.
+    fn check_load(&self) -> anyhow::Result<()> {
         ensure!(
             self.connections >= 1 && self.connections <= 10_000,
             "--connections must lie between 1 and 10000"
@@ -179,6 +175,16 @@ impl BenchArgs {
         if let Some(rate) = self.rate {
             ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
         }
+        Ok(())
+    }
+
+    /// `--profile-cost`'s flags: one server, windows of whole runs.
+    fn check_profile_cost(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.b.is_empty(),
+            "--profile-cost measures one server (--a): leave out --b"
+        );
+        self.check_load()?;
         if let Some(budget) = self.sample_budget {
             ensure!(
                 budget <= crate::config::MAX_PROFILE_FREQUENCY * 64,
@@ -210,14 +216,7 @@ impl BenchArgs {
         if self.profile_cost {
             return self.check_profile_cost();
         }
-        ensure!(
-            self.connections >= 1 && self.connections <= 10_000,
-            "--connections must lie between 1 and 10000"
-        );
-        ensure!(!self.duration.is_zero(), "--duration must be above 0");
-        if let Some(rate) = self.rate {
-            ensure!(rate > 0.0 && rate.is_finite(), "--rate must be above 0");
-        }
+        self.check_load()?;
         let (Some((tick, flag)), Some(window), Some(count)) =
             (self.tick(), self.paired_window(), self.window_count())
         else {
