@@ -245,6 +245,26 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_for_a_cpu_with_no_cpu_counted_is_written_and_read_back() {
+        // A process the kernel's ticks found waiting but never running (a loaded CI
+        // machine): the ratio of the two was infinite, written `null`, and the snapshot
+        // `/api/snapshot` served could not be read back.
+        let mut s = snapshot(&QUICK, Some(upstream(0.0, 2.0, &[])));
+        s.findings = diagnose(&s);
+        let back = Snapshot::from_json(&serde_json::to_string(&s).unwrap()).unwrap();
+        let f = back
+            .findings
+            .iter()
+            .find(|f| f.id == "upstream_runqueue")
+            .unwrap();
+        assert_eq!(
+            f.evidence[0].name,
+            "waiting for a CPU, with no CPU time counted"
+        );
+        assert!((f.evidence[0].value - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn the_parser_what_if_is_a_finding_either_way() {
         let total = [("total", 2e-3)];
         // 1 ms of CPU a request, half of it in the parser: twice as fast saves 250 µs of

@@ -3,7 +3,7 @@
 
 use super::{met, met_as, per_exchange, per_request, shown, Draft};
 use crate::findings::TapView;
-use crate::snapshot::{Finding, Severity};
+use crate::snapshot::{Evidence, Finding, Severity};
 use crate::units::{duration, share, three_digits};
 
 /// The share of the time its busiest thread wants a CPU, or the CPUs all of its threads
@@ -102,6 +102,29 @@ pub fn cpu_bound(v: &TapView<'_>) -> Option<Finding> {
     )
 }
 
+/// The first figure of `upstream_runqueue`: the wait over the CPU time, or, when no CPU
+/// time was counted (a process whose CPU the kernel's ticks missed), the wait itself. A
+/// ratio over zero is infinite, and JSON has no infinity: it was written `null`, and the
+/// snapshot could not be read back.
+fn waited_over_cpu(runqueue: f64, cpu: f64) -> Evidence {
+    if cpu > 0.0 {
+        met(
+            "waiting for a CPU over CPU time",
+            runqueue / cpu,
+            "ratio",
+            "≥",
+            1.0,
+        )
+    } else {
+        met_as(
+            "waiting for a CPU, with no CPU time counted",
+            runqueue,
+            "seconds",
+            "> 0 s of CPU time".to_owned(),
+        )
+    }
+}
+
 pub fn runqueue(v: &TapView<'_>) -> Option<Finding> {
     let (u, i) = (v.tap.upstream.as_ref()?, v.inside.as_ref()?);
     if u.watched_seconds < MIN_WATCHED {
@@ -124,13 +147,7 @@ pub fn runqueue(v: &TapView<'_>) -> Option<Finding> {
                 duration(i.cpu_user + i.cpu_system)
             ),
             evidence: vec![
-                met(
-                    "waiting for a CPU over CPU time",
-                    if cpu > 0.0 { u.runqueue_seconds / cpu } else { f64::INFINITY },
-                    "ratio",
-                    "≥",
-                    1.0,
-                ),
+                waited_over_cpu(u.runqueue_seconds, cpu),
                 met(
                     "waiting for a CPU per request, over the mean total",
                     of_total,

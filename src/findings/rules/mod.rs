@@ -102,6 +102,7 @@ fn met(name: &str, value: f64, unit: &str, op: &str, at: f64) -> Evidence {
 /// A figure that met a threshold written out (`< 21.4 ms (0.5 × mean pause)`): one that
 /// depends on other figures, given in the figure's unit with how it was made.
 fn met_as(name: &str, value: f64, unit: &str, threshold: String) -> Evidence {
+    debug_assert!(value.is_finite(), "{name}: {value} is written null in JSON");
     Evidence {
         name: name.to_owned(),
         value,
@@ -112,6 +113,7 @@ fn met_as(name: &str, value: f64, unit: &str, threshold: String) -> Evidence {
 
 /// A figure shown for context.
 fn shown(name: &str, value: f64, unit: &str) -> Evidence {
+    debug_assert!(value.is_finite(), "{name}: {value} is written null in JSON");
     Evidence {
         name: name.to_owned(),
         value,
