@@ -159,6 +159,16 @@ pub struct BenchArgs {
     #[arg(long = "sample-budget", value_name = "N", requires = "profile_cost")]
     pub sample_budget: Option<u32>,
 
+    /// With --profile-cost: the `[tap.process] events` of the sampled windows, one perf
+    /// event per thread of the server or one per CPU over the machine [default: per-thread]
+    #[arg(
+        long = "sample-events",
+        value_enum,
+        value_name = "EVENTS",
+        requires = "profile_cost"
+    )]
+    pub sample_events: Option<SampleEventsArg>,
+
     /// Output format
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::Format,
@@ -193,6 +203,22 @@ impl BenchArgs {
             );
         }
         Ok(())
+    }
+}
+
+/// `--sample-events`: `[tap.process] events` (the config type knows no command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SampleEventsArg {
+    PerThread,
+    PerCpu,
+}
+
+impl From<SampleEventsArg> for crate::config::SampleEvents {
+    fn from(a: SampleEventsArg) -> Self {
+        match a {
+            SampleEventsArg::PerThread => crate::config::SampleEvents::PerThread,
+            SampleEventsArg::PerCpu => crate::config::SampleEvents::PerCpu,
+        }
     }
 }
 

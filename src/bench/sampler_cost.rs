@@ -58,6 +58,8 @@ pub struct CostReport {
     pub chain: bool,
     pub sample_budget: u32,
     pub frequency_hz: u32,
+    /// `[tap.process] events` of the sampled windows.
+    pub events: crate::config::SampleEvents,
     pub windows: Vec<CostWindow>,
     /// Each pair's sampled ÷ unsampled requests/s.
     pub ratios: Vec<f64>,
@@ -98,7 +100,11 @@ async fn chain(args: &BenchArgs) -> anyhow::Result<CostReport> {
     if let Some(budget) = args.sample_budget {
         tap.process.sample_budget = budget;
     }
+    if let Some(events) = args.sample_events {
+        tap.process.events = events.into();
+    }
     let (sample_budget, frequency_hz) = (tap.process.sample_budget, tap.process.frequency);
+    let events = tap.process.events;
     let registry = Registry::new(&config.metrics)?;
     let taps = crate::app::start(&config, &registry).await?;
     let _watchers = crate::app::watch_upstreams(&config.taps[..1], &registry);
@@ -132,6 +138,7 @@ async fn chain(args: &BenchArgs) -> anyhow::Result<CostReport> {
             chain: args.a_resp.is_some(),
             sample_budget,
             frequency_hz,
+            events,
             windows: windows?,
             ratios: Vec::new(),
             median_ratio: None,
@@ -377,13 +384,17 @@ pub fn render(r: &CostReport) -> String {
         a.iter().filter(|w| w.samples == 0).count()
     );
     out += &format!(
-        "  sampled:   {} requests/s (median of {} windows), samples a window {} to {}, at {} Hz ({} Hz configured, {budget})\n",
+        "  sampled:   {} requests/s (median of {} windows), samples a window {} to {}, at {} Hz ({} Hz configured, {budget}, events {})\n",
         fmt(rps(&b), 0),
         b.len(),
         b.iter().map(|w| w.samples).min().unwrap_or(0),
         b.iter().map(|w| w.samples).max().unwrap_or(0),
         fmt(rate, 1),
-        r.frequency_hz
+        r.frequency_hz,
+        match r.events {
+            crate::config::SampleEvents::PerThread => "per thread",
+            crate::config::SampleEvents::PerCpu => "per CPU",
+        }
     );
     let range = |f: fn(f64, f64) -> f64, init: f64| r.ratios.iter().copied().fold(init, f);
     out += &format!(
@@ -435,6 +446,7 @@ mod tests {
                 chain: false,
                 sample_budget: 0,
                 frequency_hz: 997,
+                events: crate::config::SampleEvents::PerThread,
                 windows,
                 ratios: Vec::new(),
                 median_ratio: None,

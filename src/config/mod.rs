@@ -167,9 +167,30 @@ pub struct ProcessConfig {
     /// samples the leaf only.
     #[serde(default = "defaults::stack_bytes")]
     pub stack_bytes: u32,
+    /// Which perf events sample the process: one per thread (`per-thread`, the default)
+    /// or one per CPU over the whole machine, its samples filtered to the process
+    /// (`per-cpu`): docs/config.md says what each costs.
+    #[serde(default)]
+    pub events: SampleEvents,
     /// User component rules, tried before the built-in ones: `[[tap.process.component]]`.
     #[serde(default, rename = "component")]
     pub components: Vec<ComponentRuleConfig>,
+}
+
+/// `[tap.process] events`: what the native sampler's perf events are bound to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SampleEvents {
+    /// One event per thread of the process (inherited into the threads it creates when
+    /// all of them fit in the descriptor budget once per CPU): the kernel switches them
+    /// in and out at each of the process's context switches.
+    #[default]
+    PerThread,
+    /// One event per CPU over everything the CPU runs, the samples of other processes
+    /// dropped as they are read: no work at the process's context switches, every thread
+    /// and child sampled from its first instruction, but the other processes' samples
+    /// are taken and thrown away, and it needs CAP_PERFMON over the whole machine.
+    PerCpu,
 }
 
 /// `[tap.process] profile`: `true`, `false` or `"on-demand"`.
@@ -230,6 +251,7 @@ impl Default for ProcessConfig {
             frequency: defaults::profile_frequency(),
             sample_budget: defaults::sample_budget(),
             stack_bytes: defaults::stack_bytes(),
+            events: SampleEvents::PerThread,
             components: Vec::new(),
         }
     }

@@ -31,6 +31,9 @@ pub struct ProfileSettings {
     /// Samples per second of each process, the rate adapting to it; 0: `frequency`, fixed.
     pub sample_budget: u32,
     pub stack_bytes: u32,
+    /// One event per CPU over the machine, filtered to the process, instead of one per
+    /// thread (`[tap.process] events = "per-cpu"`).
+    pub per_cpu: bool,
     pub rules: Vec<UserComponentRule>,
 }
 
@@ -43,6 +46,7 @@ impl ProfileSettings {
             frequency: p.frequency,
             sample_budget: p.sample_budget,
             stack_bytes: p.stack_bytes,
+            per_cpu: p.events == crate::config::SampleEvents::PerCpu,
             rules: p
                 .components
                 .iter()
@@ -154,7 +158,11 @@ fn start(
             return Some(p);
         }
     }
-    match Profiler::start(pid, settings.frequency, settings.stack_bytes, rules()?) {
+    let events = profile::Events {
+        stack_bytes: settings.stack_bytes,
+        per_cpu: settings.per_cpu,
+    };
+    match Profiler::start_with(pid, settings.frequency, events, rules()?) {
         Ok(mut p) => {
             p.set_budget(settings.sample_budget);
             let exe: Option<PathBuf> = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
@@ -163,8 +171,13 @@ fn start(
             tracing::info!(
                 tap,
                 pid,
-                "sampling the upstream's CPU (pid {pid}) at {} Hz per thread{}",
+                "sampling the upstream's CPU (pid {pid}) at {} Hz {}{}",
                 settings.frequency,
+                if settings.per_cpu {
+                    "per CPU, other processes' samples dropped"
+                } else {
+                    "per thread"
+                },
                 if stripped {
                     "; its binary is stripped: its own code reads as one component"
                 } else {

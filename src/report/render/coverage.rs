@@ -60,7 +60,7 @@ impl Coverage {
         let mut out = vec![format!("{part}samples: {taken} {cover}; {cost}")];
         if self.low() {
             out.push(format!(
-                "warning: the samples cover only {} of its CPU (under {}): every share above is of that part, not of the whole server (threads that each ran less than a sampling period, which a thread's clock counts from zero, more threads than the sampler holds events for, or samples lost)",
+                "warning: the samples cover only {} of its CPU (under {}): every share above is of that part, not of the whole server (threads that each ran less than a sampling period, which a thread's clock counts from zero, more threads than the sampler holds events for, or samples lost; `events = \"per-cpu\"` in [tap.process] samples every thread by the CPU's clock instead)",
                 units::share(self.share.unwrap_or(0.0)),
                 units::share(LOW_COVERAGE)
             ));

@@ -303,7 +303,13 @@ impl Inside {
                 by_self
                     .iter()
                     .take(5)
-                    .map(|x| format!("{} {}", x.shown(), units::share(x.self_share)))
+                    .map(|x| {
+                        let said = crate::snapshot::hot::kernel_hand_off(&x.name)
+                            .filter(|_| x.object.starts_with("[kernel"))
+                            .map(|what| format!(" ({what})"))
+                            .unwrap_or_default();
+                        format!("{}{said} {}", x.shown(), units::share(x.self_share))
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ));

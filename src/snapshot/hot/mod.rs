@@ -55,7 +55,7 @@ mod cut;
 mod tree;
 mod wait;
 
-pub use wait::is_wait;
+pub use wait::{is_wait, kernel_hand_off};
 
 use std::collections::HashMap;
 

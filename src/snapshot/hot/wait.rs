@@ -50,9 +50,42 @@ pub fn is_wait(name: &str) -> bool {
     WAITS.contains(&base)
 }
 
+/// What a kernel function that samples land on at a hand-off stands for, in words, or
+/// `None`. A CPU-clock sample taken while the kernel runs with interrupts off (switching
+/// threads, waking one, taking a lock the scheduler takes) is delivered when they come
+/// back on, so the time of a context switch and a wake-up reads as the function that
+/// turns them back on: `finish_task_switch` 21 % on the demo's server, which hands each
+/// backend call to a blocking thread and back, read to a newcomer as a function to
+/// make faster.
+pub fn kernel_hand_off(name: &str) -> Option<&'static str> {
+    // A compiler's clone of the function: `finish_task_switch.isra.0`.
+    let base = name.split('.').next().unwrap_or(name);
+    match base {
+        "finish_task_switch" | "__schedule" | "schedule" | "context_switch" => {
+            Some("kernel: switching threads")
+        }
+        // Mostly the wake-ups: try_to_wake_up holds its lock with interrupts off.
+        "_raw_spin_unlock_irqrestore" | "_raw_spin_unlock_irq" => Some("kernel: waking threads"),
+        // The interrupt handlers' time, counted where they return.
+        "irqentry_exit_to_user_mode" | "irqentry_exit" => Some("kernel: interrupts"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_wait;
+    use super::{is_wait, kernel_hand_off};
+
+    #[test]
+    fn the_kernels_hand_off_functions_are_said_in_words() {
+        assert_eq!(
+            kernel_hand_off("finish_task_switch.isra.0"),
+            Some("kernel: switching threads")
+        );
+        assert!(kernel_hand_off("_raw_spin_unlock_irqrestore").is_some());
+        assert_eq!(kernel_hand_off("tcp_sendmsg"), None);
+        assert_eq!(kernel_hand_off("json_reply"), None);
+    }
 
     #[test]
     fn waits_are_told_from_work() {

@@ -26,7 +26,7 @@ mod script_frame;
 use std::collections::HashMap;
 use std::io;
 
-pub use native::{is_stripped, Profiler, DRAIN_EVERY, MAX_SAMPLED_THREADS};
+pub use native::{is_stripped, Events, Profiler, DRAIN_EVERY, MAX_SAMPLED_THREADS};
 pub use native::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 pub use php::PhpProfiler;
 pub use python::PyProfiler;

@@ -164,8 +164,11 @@ pub struct ThreadEvents {
     unsampled_cpu_ns: u64,
     /// When every thread fits in the budget once per CPU: inherited per-CPU events, which
     /// sample the threads born since from their first instruction ([`inherited`]); the
-    /// per-thread `threads` are then empty.
+    /// per-thread `threads` are then empty. Under `per_cpu`, the machine-wide events.
     inherited: Option<Inherited>,
+    /// One event per CPU over everything it runs, the samples of other processes dropped
+    /// as they are drained (`[tap.process] events = "per-cpu"`).
+    per_cpu: bool,
 }
 
 /// Buffers reused from one sample to the next, and what the walks used of the copies.
@@ -186,6 +189,7 @@ impl ThreadEvents {
         pid: u32,
         frequency_hz: u32,
         stack_bytes: u32,
+        per_cpu: bool,
     ) -> Result<ThreadEvents, ProfileError> {
         if frequency_hz == 0 || frequency_hz > 100_000 {
             return Err(ProfileError::Frequency(frequency_hz));
@@ -209,6 +213,7 @@ impl ThreadEvents {
             unsampled_threads: 0,
             unsampled_cpu_ns: 0,
             inherited: None,
+            per_cpu,
         };
         let tids = threads(pid).map_err(|source| ProfileError::Process { pid, source })?;
         let budget = Descriptors::now().events(0);
@@ -265,6 +270,9 @@ impl ThreadEvents {
         let Some(cpus) = inherited::online_cpus() else {
             return false;
         };
+        if self.per_cpu {
+            return self.machine_wide(tids, cpus, budget);
+        }
         if tids.is_empty() || tids.len().saturating_mul(cpus.len()) > budget {
             return false;
         }
@@ -294,6 +302,44 @@ impl ThreadEvents {
                     "inherited per-CPU events refused: sampling per thread"
                 );
                 false
+            }
+        }
+    }
+
+    /// Opens one event per CPU over everything it runs (`per_cpu`); false when the CPUs
+    /// do not fit in `budget` or the kernel refuses (machine-wide events need CAP_PERFMON
+    /// or perf_event_paranoid at 0 or less: said once, and the process is sampled per
+    /// thread instead).
+    fn machine_wide(&mut self, tids: &[u32], cpus: Vec<usize>, budget: usize) -> bool {
+        if cpus.len() > budget {
+            return false;
+        }
+        let sizes = &RING_BYTES[first_ring(1, self.stack_bytes > 0)..];
+        let build = |cpu: usize| {
+            let mut builder = self.builder();
+            inherited::machine_wide(&mut builder, cpu);
+            builder.build()
+        };
+        match Inherited::machine_wide(tids.len(), cpus, sizes, build) {
+            Ok(events) => {
+                tracing::debug!(
+                    pid = self.pid,
+                    cpus = events.descriptors(),
+                    "sampling every CPU, other processes' samples dropped"
+                );
+                self.unsampled_threads = 0;
+                self.inherited = Some(events);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(
+                    pid = self.pid,
+                    %error,
+                    "events = \"per-cpu\" refused (it needs CAP_PERFMON over the whole \
+                     machine): sampling per thread"
+                );
+                self.per_cpu = false;
+                self.inherit(tids, budget)
             }
         }
     }
@@ -475,7 +521,13 @@ impl ThreadEvents {
         let tids = threads(self.pid).ok()?;
         let cpus = inherited::online_cpus()?;
         let budget = Descriptors::now().events(held);
-        (tids.len().saturating_mul(cpus.len()) <= budget).then_some(Some((tids, budget)))
+        // Machine-wide events are one per CPU, whatever the threads.
+        let needed = if self.per_cpu {
+            cpus.len()
+        } else {
+            tids.len().saturating_mul(cpus.len())
+        };
+        (needed <= budget).then_some(Some((tids, budget)))
     }
 
     /// Drains and closes every event, applies `change` (the copy's size, the period),
@@ -512,9 +564,17 @@ impl ThreadEvents {
     /// Closes the event of thread `tid`, if it has one, after draining its last records.
     fn close(&mut self, tid: u32, unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
         if let Some(mut sampler) = self.threads.remove(&tid) {
-            let stacks = self.stack_bytes > 0;
-            let how = (stacks, 1 << self.shift);
+            let how = self.how();
             drain_one(&mut sampler, unwinder, how, &mut self.scratch, drained);
+        }
+    }
+
+    /// How the records of the events now read: see [`How`].
+    fn how(&self) -> How {
+        How {
+            stacks: self.stack_bytes > 0,
+            weight: 1 << self.shift,
+            only_pid: self.per_cpu.then_some(self.pid),
         }
     }
 
@@ -536,7 +596,7 @@ impl ThreadEvents {
     /// Reads every record waiting in the ring buffers into `drained`, unwinding user
     /// stacks with `unwinder` (when sampled).
     pub fn drain(&mut self, mut unwinder: Option<&mut Unwinder>, drained: &mut Drained) {
-        let how = (self.stack_bytes > 0, 1 << self.shift);
+        let how = self.how();
         let inherited = self.inherited.iter_mut().flat_map(Inherited::rings);
         for sampler in self.threads.values_mut().chain(inherited) {
             drain_one(
@@ -557,13 +617,27 @@ impl ThreadEvents {
     }
 }
 
-/// Drains one thread's records; `stacks`: user stacks are sampled, and a sample drained
-/// before the unwinder is ready (it loads in the background) is a leaf cut short.
-/// `weight`: what a sample counts, in periods of the configured rate.
+/// How a ring's records are read.
+#[derive(Clone, Copy)]
+struct How {
+    /// User stacks are sampled, and a sample drained before the unwinder is ready (it
+    /// loads in the background) is a leaf cut short.
+    stacks: bool,
+    /// What a sample counts, in periods of the configured rate.
+    weight: u64,
+    /// Machine-wide events: the process whose samples are kept.
+    only_pid: Option<u32>,
+}
+
+/// Drains one ring's records.
 fn drain_one(
     sampler: &mut Sampler,
     mut unwinder: Option<&mut Unwinder>,
-    (stacks, weight): (bool, u64),
+    How {
+        stacks,
+        weight,
+        only_pid,
+    }: How,
     scratch: &mut Scratch,
     drained: &mut Drained,
 ) {
@@ -576,7 +650,9 @@ fn drain_one(
         let bytes = record.to_contiguous();
         match ty {
             RECORD_SAMPLE => {
-                if let Some(sample) = Sample::parse(&bytes, kernel) {
+                if let Some(sample) = Sample::parse(&bytes, kernel)
+                    .filter(|sample| only_pid.is_none_or(|pid| sample.pid == pid))
+                {
                     sample.stack(unwinder.as_deref_mut(), stacks, scratch);
                     drained.taken += 1;
                     match drained.stacks.get_mut(scratch.stack.as_slice()) {
@@ -589,7 +665,8 @@ fn drain_one(
                     }
                 }
             }
-            // PERF_RECORD_LOST: `id`, `lost`.
+            // PERF_RECORD_LOST: `id`, `lost`. Machine-wide events count the lost
+            // samples of every process: an upper bound on the process's.
             RECORD_LOST => drained.lost += word(&bytes, 1).unwrap_or(0) * weight,
             // PERF_RECORD_LOST_SAMPLES: `lost`.
             _ => drained.lost += word(&bytes, 0).unwrap_or(0) * weight,
@@ -613,6 +690,7 @@ fn word(bytes: &[u8], index: usize) -> Option<u64> {
 /// write an `nr` of 0 and the crate's parser refuses the record.
 struct Sample<'a> {
     ip: u64,
+    pid: u32,
     tid: u32,
     kernel: bool,
     /// The callchain's words, markers included.
@@ -628,7 +706,10 @@ struct Sample<'a> {
 impl<'a> Sample<'a> {
     fn parse(bytes: &'a [u8], kernel: bool) -> Option<Sample<'a>> {
         let ip = word(bytes, 0)?;
-        let tid = (word(bytes, 1)? >> 32) as u32;
+        let ids = word(bytes, 1)?;
+        // Two u32 in the record's order, pid first: the low half on this
+        // little-endian ABI.
+        let (pid, tid) = (ids as u32, (ids >> 32) as u32);
         let nr = usize::try_from(word(bytes, 2).unwrap_or(0)).ok()?;
         let chain_end = 24usize.checked_add(nr.checked_mul(8)?)?;
         let chain = bytes.get(24..chain_end).unwrap_or(&[]);
@@ -655,6 +736,7 @@ impl<'a> Sample<'a> {
         }
         Some(Sample {
             ip,
+            pid,
             tid,
             kernel,
             chain,

@@ -17,6 +17,13 @@
 //! The cost is descriptors: threads × CPUs of them, so this is used only when all of the
 //! process's threads at the open fit in the descriptor budget that way ([`super::events`]
 //! falls back to per-thread events on the busiest threads otherwise).
+//!
+//! The same rings serve `[tap.process] events = "per-cpu"`: one event per CPU bound to no
+//! process, sampling whatever the CPU runs, the drain keeping the process's samples. The
+//! kernel then does nothing at the process's context switches (an event bound to a
+//! thread is switched out and in with it), every thread and forked child is sampled from
+//! its first instruction, and it costs CPUs descriptors; but every other process's
+//! samples are taken and dropped, and it needs CAP_PERFMON over the whole machine.
 
 use std::collections::HashMap;
 use std::io;
@@ -71,6 +78,27 @@ impl Inherited {
             ));
         }
         Ok(inherited)
+    }
+
+    /// One event per CPU of `cpus` over everything the CPU runs, from `build(cpu)`,
+    /// each mapped with the first size of `ring_bytes` the locked-memory limit allows;
+    /// `threads`: the process's now, all of them sampled.
+    pub fn machine_wide(
+        threads: usize,
+        cpus: Vec<usize>,
+        ring_bytes: &[usize],
+        mut build: impl FnMut(usize) -> io::Result<Counter>,
+    ) -> io::Result<Inherited> {
+        let rings = cpus
+            .iter()
+            .map(|&cpu| map(|| build(cpu), ring_bytes))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Inherited {
+            cpus,
+            rings,
+            threads: HashMap::new(),
+            live: threads,
+        })
     }
 
     fn open_thread(
@@ -187,6 +215,12 @@ pub fn per_cpu(builder: &mut Builder<'_>, tid: i32, cpu: usize) {
         .one_cpu(cpu)
         .inherit(true)
         .inherit_thread(true);
+}
+
+/// A builder for a machine-wide event on `cpu`, from the per-thread one: every process
+/// the CPU runs is sampled (the drain keeps one process's samples).
+pub fn machine_wide(builder: &mut Builder<'_>, cpu: usize) {
+    builder.any_pid().one_cpu(cpu);
 }
 
 #[cfg(test)]

@@ -145,6 +145,16 @@ fn spawn_unwinder_loader(sampling: &Arc<Mutex<Sampling>>, pid: u32) -> io::Resul
         .map(drop)
 }
 
+/// What the perf events sample besides the rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Events {
+    /// Bytes of each sample's user stack copied (0: the leaf only).
+    pub stack_bytes: u32,
+    /// One event per CPU over the whole machine, the samples of other processes dropped
+    /// as they are read, instead of events bound to the process's threads.
+    pub per_cpu: bool,
+}
+
 impl Profiler {
     /// Opens sampling perf events (software CPU clock, user+kernel) on every thread of
     /// `pid`, copying `stack_bytes` of each sample's user stack (0: the leaf only).
@@ -156,9 +166,24 @@ impl Profiler {
         stack_bytes: u32,
         rules: ComponentRules,
     ) -> Result<Profiler, ProfileError> {
+        let events = Events {
+            stack_bytes,
+            per_cpu: false,
+        };
+        Profiler::start_with(pid, frequency_hz, events, rules)
+    }
+
+    /// [`Self::start`] with its events bound as `events` says: to the threads, or one
+    /// per CPU (`events.per_cpu`).
+    pub fn start_with(
+        pid: u32,
+        frequency_hz: u32,
+        events: Events,
+        rules: ComponentRules,
+    ) -> Result<Profiler, ProfileError> {
         // perf wants a multiple of 8 and less than a record's 64 KiB.
-        let stack_bytes = stack_bytes.min(MAX_STACK_BYTES) / 8 * 8;
-        let events = ThreadEvents::open(pid, frequency_hz, stack_bytes)?;
+        let stack_bytes = events.stack_bytes.min(MAX_STACK_BYTES) / 8 * 8;
+        let events = ThreadEvents::open(pid, frequency_hz, stack_bytes, events.per_cpu)?;
         let mut symbols = Symbols::new(pid)?;
         // The symbol tables of a large binary take seconds to read: the symbolizer starts
         // on them now, beside the first samples, not at the first collect.
