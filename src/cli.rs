@@ -123,6 +123,11 @@ pub struct RunArgs {
     /// only ([tap.process] stack_bytes) [env: PHASESCOPE_STACK_BYTES]
     #[arg(long, value_name = "BYTES")]
     pub stack_bytes: Option<String>,
+
+    /// Samples per second of each sampled process, the rate adapting to it; 0 keeps the
+    /// frequency fixed ([tap.process] sample_budget) [env: PHASESCOPE_SAMPLE_BUDGET]
+    #[arg(long, value_name = "N")]
+    pub sample_budget: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -168,6 +173,7 @@ impl RunArgs {
             (Key::LogFormat, log_format),
             (Key::AdminToken, self.admin_token.as_deref()),
             (Key::StackBytes, self.stack_bytes.as_deref()),
+            (Key::SampleBudget, self.sample_budget.as_deref()),
         ];
         for (key, value) in text {
             if let Some(value) = value {

@@ -47,6 +47,8 @@ pub struct Overrides {
     pub profile_upstream: Option<Override<bool>>,
     /// `[tap.process] stack_bytes` for every tap.
     pub stack_bytes: Option<Override<u32>>,
+    /// `[tap.process] sample_budget` for every tap.
+    pub sample_budget: Option<Override<u32>>,
 }
 
 /// One overridable setting, with its flag and variable names.
@@ -64,10 +66,11 @@ pub enum Key {
     AdminToken,
     ProfileUpstream,
     StackBytes,
+    SampleBudget,
 }
 
 impl Key {
-    pub const ALL: [Key; 12] = [
+    pub const ALL: [Key; 13] = [
         Key::Listen,
         Key::Upstream,
         Key::Protocol,
@@ -80,6 +83,7 @@ impl Key {
         Key::AdminToken,
         Key::ProfileUpstream,
         Key::StackBytes,
+        Key::SampleBudget,
     ];
 
     pub fn flag(self) -> &'static str {
@@ -96,6 +100,7 @@ impl Key {
             Key::AdminToken => "--admin-token",
             Key::ProfileUpstream => "--profile-upstream",
             Key::StackBytes => "--stack-bytes",
+            Key::SampleBudget => "--sample-budget",
         }
     }
 
@@ -113,6 +118,7 @@ impl Key {
             Key::AdminToken => "PHASESCOPE_ADMIN_TOKEN",
             Key::ProfileUpstream => "PHASESCOPE_PROFILE_UPSTREAM",
             Key::StackBytes => "PHASESCOPE_STACK_BYTES",
+            Key::SampleBudget => "PHASESCOPE_SAMPLE_BUDGET",
         }
     }
 
@@ -192,6 +198,13 @@ impl Overrides {
                         .map_err(|_| format!("{s:?} is not a number of bytes"))
                 })?
             }
+            Key::SampleBudget => {
+                self.sample_budget = parsed(raw, source, |s| {
+                    s.trim()
+                        .parse::<u32>()
+                        .map_err(|_| format!("{s:?} is not a number of samples per second"))
+                })?
+            }
         }
         Ok(())
     }
@@ -239,6 +252,7 @@ impl Overrides {
             admin_token: self.admin_token.or(lower.admin_token),
             profile_upstream: self.profile_upstream.or(lower.profile_upstream),
             stack_bytes: self.stack_bytes.or(lower.stack_bytes),
+            sample_budget: self.sample_budget.or(lower.sample_budget),
         }
     }
 
@@ -348,20 +362,38 @@ pub(crate) fn apply_unchecked(
         }
     }
     if let Some(v) = &o.stack_bytes {
-        for (i, tap) in config.taps.iter_mut().enumerate() {
-            tap.process.stack_bytes = v.value;
-            set.push((
-                vec![
-                    Seg::Key("tap"),
-                    Seg::Index(i),
-                    Seg::Key("process"),
-                    Seg::Key("stack_bytes"),
-                ],
-                v.source,
-            ));
-        }
+        every_tap(config, &mut set, "stack_bytes", v.source, |p| {
+            p.stack_bytes = v.value
+        });
+    }
+    if let Some(v) = &o.sample_budget {
+        every_tap(config, &mut set, "sample_budget", v.source, |p| {
+            p.sample_budget = v.value
+        });
     }
     Ok(set)
+}
+
+/// Sets `[tap.process] KEY` of every tap through `set_it`, noting where each came from.
+fn every_tap(
+    config: &mut Config,
+    set: &mut Vec<(Vec<Seg>, Source)>,
+    key: &'static str,
+    source: Source,
+    set_it: impl Fn(&mut super::ProcessConfig),
+) {
+    for (i, tap) in config.taps.iter_mut().enumerate() {
+        set_it(&mut tap.process);
+        set.push((
+            vec![
+                Seg::Key("tap"),
+                Seg::Index(i),
+                Seg::Key("process"),
+                Seg::Key(key),
+            ],
+            source,
+        ));
+    }
 }
 
 impl Config {
@@ -411,6 +443,24 @@ mod tests {
         let nm = o.no_metrics.unwrap();
         assert!(nm.value);
         assert_eq!(nm.source, Source::Env("PHASESCOPE_NO_METRICS"));
+    }
+
+    #[test]
+    fn the_sampling_settings_reach_every_tap_and_a_bad_budget_is_named() {
+        let text = "[[tap]]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"\n\
+                    [[tap]]\nname = \"b\"\nlisten = \"127.0.0.1:3\"\nupstream = \"127.0.0.1:4\"\n";
+        let mut config: Config = toml::from_str(text).unwrap();
+        let mut o = env(&[("PHASESCOPE_SAMPLE_BUDGET", "0")]).unwrap();
+        o.set_flag(Key::StackBytes, "8192").unwrap();
+        config.apply(&o).unwrap();
+        for tap in &config.taps {
+            assert_eq!(tap.process.sample_budget, 0);
+            assert_eq!(tap.process.stack_bytes, 8192);
+        }
+        let e = Overrides::default()
+            .set_flag(Key::SampleBudget, "lots")
+            .unwrap_err();
+        assert!(e.to_string().starts_with("--sample-budget: "), "{e}");
     }
 
     #[test]
