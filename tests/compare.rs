@@ -306,7 +306,23 @@ fn in_process_and_binary_agree_and_missing_series_are_named() {
     .unwrap();
     let queue = c.rows.iter().find(|r| r.phase == "queue").unwrap();
     assert_eq!(queue.verdict, Outcome::Unknown);
-    assert_eq!(queue.note.as_deref(), Some("only in B"));
+    assert_eq!(
+        queue.note.as_deref(),
+        Some("only in B: no exchange of A had it")
+    );
+    // The side that has it shows its figure (it read `- → -`).
+    let mean = c
+        .rows
+        .iter()
+        .find(|r| r.phase == "queue" && r.statistic == Statistic::Mean)
+        .unwrap();
+    let series = &extra.taps["web"].phases["write"][&mean.route];
+    assert_eq!(mean.a, None);
+    assert!(
+        (mean.b.unwrap() - series.sum / series.count as f64).abs() < 1e-12,
+        "{:?}",
+        mean.b
+    );
     // p99 from 500 exchanges: too few beyond it
     let p99 = c
         .rows
