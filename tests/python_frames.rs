@@ -363,6 +363,97 @@ fn shares_match_the_functions_own_clocks_and_py_spy() {
     }
 }
 
+/// Under the default budget (what a `profile = true` tap gets), a server burning up to a
+/// core is sampled at tens of Hz, still takes samples of the order of the budget, and
+/// its samples, each weighed by its period, give the functions' shares of their own
+/// clocks and stand for the process's CPU as its own clock counts it.
+#[test]
+fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_shares_hold() {
+    let _serial = serial();
+    let burn = Burn::start();
+    let rules = ComponentRules::new(&[]).unwrap();
+    let hz = 997;
+    let mut profiler = PyProfiler::start(burn.process.pid(), hz, rules)
+        .expect("python frames readable")
+        .expect("CPython detected");
+    let budget = phasescope::config::ProcessConfig::default().sample_budget;
+    assert!(budget > 0, "profiling keeps a budget by default");
+    profiler.set_budget(budget);
+    let load = Load::start(burn.addr(), 2);
+    thread::sleep(Duration::from_millis(300));
+    let _ = profiler.collect().unwrap();
+    let before = burn.truth();
+    let started = Instant::now();
+    let mut deltas = Vec::new();
+    for _ in 0..5 {
+        thread::sleep(Duration::from_secs(1));
+        deltas.push(profiler.collect().unwrap());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let after = burn.truth();
+    drop(load);
+    let truth = measured(&before, &after);
+    let cpu_s = (after["process_cpu_ns"].as_f64().unwrap()
+        - before["process_cpu_ns"].as_f64().unwrap())
+        / 1e9;
+    let cores = cpu_s / seconds;
+    let last = deltas.last().unwrap();
+    let rate = f64::from(hz) / last.period_multiple.max(1) as f64;
+    let per_delta: Vec<(u64, u64)> = deltas
+        .iter()
+        .map(|d| (d.taken, d.period_multiple))
+        .collect();
+    eprintln!(
+        "{cores:.2} cores; per second (taken, period ×): {per_delta:?}; {rate:.1} Hz at the end"
+    );
+    assert!(
+        last.period_multiple > 1,
+        "the rate never came down: {per_delta:?}"
+    );
+    if cores >= 0.8 {
+        assert!(rate <= 100.0, "sampled at {rate:.1} Hz on {cores:.2} cores");
+    }
+    // Past the first second (taken at the configured rate), the budget is met: at least
+    // a third of it (below that the period halves), never half again over it.
+    let settled = &deltas[1..];
+    let per_second = settled.iter().map(|d| d.taken).sum::<u64>() as f64 / settled.len() as f64;
+    assert!(
+        per_second >= f64::from(budget) / 3.0 && per_second <= 1.5 * f64::from(budget),
+        "{per_second:.0} samples a second for a budget of {budget}"
+    );
+    // Weighed by their period, the samples stand for the process's CPU (within a fifth:
+    // at the configured rate too the threads' clocks give a little more than the
+    // script's own count, 985 records a second for 0.89 of a core in one run).
+    let weighted: u64 = deltas.iter().map(|d| d.total()).sum();
+    let sampled_s = weighted as f64 / f64::from(hz);
+    eprintln!("weighted samples stand for {sampled_s:.2} s of CPU, the process ran {cpu_s:.2} s");
+    assert!(
+        (sampled_s / cpu_s - 1.0).abs() < 0.2,
+        "weighted samples stand for {sampled_s:.2} s of CPU, the process ran {cpu_s:.2} s"
+    );
+    // Fewer samples read a share less closely: held to three standard errors of a share
+    // read from the samples taken, or the usual tolerance where that is wider.
+    let taken: u64 = deltas.iter().map(|d| d.taken).sum();
+    let stacked: u64 = deltas.iter().map(|d| d.stacks.total()).sum();
+    for f in FUNCTIONS {
+        let sampled = deltas
+            .iter()
+            .map(|d| inclusive(&d.stacks, f) * d.stacks.total() as f64)
+            .sum::<f64>()
+            / stacked.max(1) as f64;
+        let own = truth[f];
+        let p = own / 100.0;
+        let tolerance = TOLERANCE.max(300.0 * (p * (1.0 - p) / taken.max(1) as f64).sqrt());
+        eprintln!(
+            "{f}: sampled {sampled:.1} %, its own clock {own:.1} % (±{tolerance:.1} from {taken} samples)"
+        );
+        assert!(
+            (sampled - own).abs() <= tolerance,
+            "{f}: sampled {sampled:.1} % at the budget's rate, its own clock {own:.1} %"
+        );
+    }
+}
+
 #[test]
 fn a_c_function_is_a_native_frame_under_its_python_caller() {
     let _serial = serial();
