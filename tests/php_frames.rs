@@ -506,15 +506,22 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
         ns / 1e9
     };
     let (before, cpu_before, started) = (burn.truth(), thread_cpu(), Instant::now());
+    let sampler_before = profiler.sampler().sampler_cpu();
     let mut deltas = Vec::new();
     for _ in 0..5 {
         thread::sleep(Duration::from_secs(1));
         deltas.push(profiler.collect());
     }
+    let (sampler_after, window) = (profiler.sampler().sampler_cpu(), started.elapsed());
     let (after, cpu_s) = (burn.truth(), thread_cpu() - cpu_before);
     let cores = cpu_s / started.elapsed().as_secs_f64();
     drop(load);
     let (parse_truth, query_truth) = after.shares_since(&before);
+    // The sampler thread's own cost at the budget's rate (docs/BENCHMARKS.md).
+    if let (Some(a), Some(b)) = (sampler_before, sampler_after) {
+        let share = 100.0 * (b - a).as_secs_f64() / window.as_secs_f64();
+        println!("sampler thread CPU {share:.2} % of a core");
+    }
     let last = deltas.last().unwrap();
     let rate = f64::from(hz) / last.period_multiple.max(1) as f64;
     let per_delta: Vec<(u64, u64)> = deltas

@@ -99,6 +99,10 @@ impl PhpProfiler {
         self.sampler.version()
     }
 
+    pub fn sampler(&self) -> &PhpSampler {
+        &self.sampler
+    }
+
     /// The stacks sampled since the last call, folded.
     pub fn collect(&mut self) -> ProfileDelta {
         let mut taken = self.sampler.collect();
