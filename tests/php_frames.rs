@@ -459,6 +459,127 @@ fn shares_match_the_measured_truth_and_fibers_chain_under_the_resumer() {
     );
 }
 
+/// Under the default budget (what a `profile = true` tap gets), a PHP server burning a
+/// core is sampled at tens of Hz, still takes samples of the order of the budget, and
+/// its samples, each weighed by its period, give the script's own shares and stand for
+/// the CPU its thread ran.
+#[test]
+fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_shares_hold() {
+    use phasescope::upstream::profile::{ComponentRules, PhpProfiler, UserComponentRule};
+    let _serial = serial();
+    let burn = Burn::start(&[("BURN_PARSE_US", PARSE_US), ("BURN_QUERY_US", QUERY_US)]);
+    let pid = burn.process.pid();
+    let rule = |name: &str, symbol: &str| UserComponentRule {
+        name: name.to_owned(),
+        symbol: Some(symbol.to_owned()),
+        object: None,
+    };
+    let rules = ComponentRules::new(&[
+        rule("parser", r"^Burn\\Parser::"),
+        rule("backend", r"^Burn\\Backend::"),
+    ])
+    .unwrap();
+    let hz = 997;
+    let mut profiler = PhpProfiler::start(pid, hz, rules)
+        .expect("php frames readable")
+        .expect("the fixture is PHP");
+    let budget = phasescope::config::ProcessConfig::default().sample_budget;
+    assert!(budget > 0, "profiling keeps a budget by default");
+    profiler.set_budget(budget);
+    let load = Load::start(burn.addr(), 3);
+    assert!(
+        support::wait_for(Duration::from_secs(10), || load
+            .done
+            .load(Ordering::Relaxed)
+            > 50),
+        "no load got through\n{}",
+        burn.process.log_tail()
+    );
+    let _ = profiler.collect();
+    let thread_cpu = || -> f64 {
+        let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
+        let ns: f64 = text
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
+        ns / 1e9
+    };
+    let (before, cpu_before, started) = (burn.truth(), thread_cpu(), Instant::now());
+    let sampler_before = profiler.sampler().sampler_cpu();
+    let mut deltas = Vec::new();
+    for _ in 0..5 {
+        thread::sleep(Duration::from_secs(1));
+        deltas.push(profiler.collect());
+    }
+    let (sampler_after, window) = (profiler.sampler().sampler_cpu(), started.elapsed());
+    let (after, cpu_s) = (burn.truth(), thread_cpu() - cpu_before);
+    let cores = cpu_s / started.elapsed().as_secs_f64();
+    drop(load);
+    let (parse_truth, query_truth) = after.shares_since(&before);
+    // The sampler thread's own cost at the budget's rate (docs/BENCHMARKS.md).
+    if let (Some(a), Some(b)) = (sampler_before, sampler_after) {
+        let share = 100.0 * (b - a).as_secs_f64() / window.as_secs_f64();
+        println!("sampler thread CPU {share:.2} % of a core");
+    }
+    let last = deltas.last().unwrap();
+    let rate = f64::from(hz) / last.period_multiple.max(1) as f64;
+    let per_delta: Vec<(u64, u64)> = deltas
+        .iter()
+        .map(|d| (d.taken, d.period_multiple))
+        .collect();
+    println!(
+        "{cores:.2} cores; per second (taken, period ×): {per_delta:?}; {rate:.1} Hz at the end"
+    );
+    assert!(
+        last.period_multiple > 1,
+        "the rate never came down: {per_delta:?}"
+    );
+    if cores >= 0.8 {
+        assert!(rate <= 100.0, "sampled at {rate:.1} Hz on {cores:.2} cores");
+    }
+    // Past the first second, the budget is met: at least a third of it (below that the
+    // period halves), never half again over it.
+    let settled = &deltas[1..];
+    let per_second = settled.iter().map(|d| d.taken).sum::<u64>() as f64 / settled.len() as f64;
+    assert!(
+        per_second >= f64::from(budget) / 3.0 && per_second <= 1.5 * f64::from(budget),
+        "{per_second:.0} samples a second for a budget of {budget}"
+    );
+    // Weighed by their period, the samples stand for the thread's CPU.
+    let weighted: u64 = deltas.iter().map(|d| d.total()).sum();
+    let sampled_s = weighted as f64 / f64::from(hz);
+    println!("weighted samples stand for {sampled_s:.2} s of CPU, the thread ran {cpu_s:.2} s");
+    assert!(
+        (sampled_s / cpu_s - 1.0).abs() < 0.2,
+        "weighted samples stand for {sampled_s:.2} s of CPU, the thread ran {cpu_s:.2} s"
+    );
+    let inclusive = |component: &str| {
+        let with: u64 = deltas
+            .iter()
+            .flat_map(|d| d.inclusive.iter())
+            .filter(|(c, _)| c == component)
+            .map(|(_, n)| n)
+            .sum();
+        100.0 * with as f64 / weighted.max(1) as f64
+    };
+    // Fewer samples read a share less closely: held to three standard errors of a share
+    // read from the samples taken, or the usual tolerance where that is wider.
+    let taken: u64 = deltas.iter().map(|d| d.taken).sum();
+    for (component, truth) in [("parser", parse_truth), ("backend", query_truth)] {
+        let sampled = inclusive(component);
+        let p = truth / 100.0;
+        let tolerance = TOLERANCE.max(300.0 * (p * (1.0 - p) / taken.max(1) as f64).sqrt());
+        println!(
+            "{component}: sampled {sampled:.1} %, the script's clock {truth:.1} % (±{tolerance:.1} from {taken} samples)"
+        );
+        assert!(
+            (sampled - truth).abs() <= tolerance,
+            "{component}: sampled {sampled:.1} % at the budget's rate, the script's clock {truth:.1} %"
+        );
+    }
+}
+
 #[test]
 fn an_idle_server_gives_no_samples() {
     let _serial = serial();
@@ -796,11 +917,14 @@ fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
     let burn = Burn::start(&[("BURN_PARSE_US", PARSE_US), ("BURN_QUERY_US", QUERY_US)]);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("php.toml");
+    // Every sample (`sample_budget = 0`): the shares below are held to 5 points, and at
+    // the budget's rate (62 Hz on a busy core) the 4 s give about 300 samples, a share of
+    // 30 % within ±2.6 points (one standard error).
     fs::write(
         &config,
         format!(
             "[[tap]]\nname = \"php\"\nlisten = \"127.0.0.1:1\"\nupstream = \"{}\"\n\
-             [tap.process]\nprofile = true\ninterval = \"250ms\"\n\
+             [tap.process]\nprofile = true\ninterval = \"250ms\"\nsample_budget = 0\n\
              [[tap.process.component]]\nname = \"http_parser\"\nsymbol = '^Burn\\\\Parser::'\n",
             burn.addr()
         ),
@@ -834,6 +958,9 @@ fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
     let before = burn.truth();
     run_for_cpu(burn.process.pid());
     let after = burn.truth();
+    let rate_loaded = snapshot()["taps"]["php"]["upstream"]["rate_hz"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
     drop(load);
     // Past the watcher's next collect.
     thread::sleep(Duration::from_millis(600));
@@ -846,6 +973,15 @@ fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert!(total > 1000, "too few samples: {u}");
+    // Without a budget every sample is taken at the configured rate and counts once (a
+    // read that failed was taken and counts nowhere); the budget's own test is
+    // `under_the_default_budget_…`.
+    let taken = u["samples_taken"].as_u64().unwrap_or(0);
+    assert!(
+        taken >= total && taken - total <= total / 50,
+        "{taken} taken: {u}"
+    );
+    assert_eq!(rate_loaded, 997.0, "{u}");
     let parser = u["inclusive"]["http_parser"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
     let (parse_truth, _) = after.shares_since(&before);
     println!("through the proxy: {total} samples, http_parser {parser:.1}% vs measured {parse_truth:.1}%");

@@ -518,7 +518,8 @@ impl Samples {
             stacks: stacks.then(|| self.window_stacks.snapshot()),
             frequency_hz: Some(self.frequency_hz).filter(|&f| f > 0),
             sampler_cpu_seconds: Some(self.window_sampler_cpu_ns as f64 / 1e9),
-            // PHP's sampler counts each sample once and never adapts: its total is it.
+            // Every sampler says what it took and at what multiple; a delta without
+            // (`period_multiple` 0) counted each sample once: its total is it.
             samples_taken: Some(if self.period_multiple > 0 {
                 self.window_taken
             } else {

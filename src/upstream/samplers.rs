@@ -132,14 +132,15 @@ fn start(
     // only name the VM's handlers.
     if settings.stack_bytes > 0 {
         match PhpProfiler::start(pid, settings.frequency, rules()?) {
-            Ok(Some(p)) => {
+            Ok(Some(mut p)) => {
+                p.set_budget(settings.sample_budget);
                 upstream.profiling(false, settings.frequency);
                 tracing::info!(
                     tap,
                     pid,
-                    "sampling the upstream's PHP call stacks (PHP {}) at {} Hz while it is on a CPU",
+                    "sampling the upstream's PHP call stacks (PHP {}) at {} while it is on a CPU",
                     p.version(),
-                    settings.frequency
+                    rate(settings)
                 );
                 *told = false;
                 return Some(Sampler::Php(p));
@@ -171,8 +172,8 @@ fn start(
             tracing::info!(
                 tap,
                 pid,
-                "sampling the upstream's CPU (pid {pid}) at {} Hz {}{}",
-                settings.frequency,
+                "sampling the upstream's CPU (pid {pid}) at {} {}{}",
+                rate(settings),
                 if settings.per_cpu {
                     "per CPU, other processes' samples dropped"
                 } else {
@@ -213,14 +214,15 @@ fn start_python(
     rules: ComponentRules,
 ) -> Option<Sampler> {
     match PyProfiler::start(pid, settings.frequency, rules) {
-        Ok(Some(p)) => {
+        Ok(Some(mut p)) => {
+            p.set_budget(settings.sample_budget);
             upstream.profiling(false, settings.frequency);
             tracing::info!(
                 tap,
                 pid,
-                "sampling the upstream's Python call stacks (CPython {}) at {} Hz per thread while on a CPU",
+                "sampling the upstream's Python call stacks (CPython {}) at {} per thread while on a CPU",
                 p.version(),
-                settings.frequency
+                rate(settings)
             );
             Some(Sampler::Python(p))
         }
@@ -234,4 +236,18 @@ fn start_python(
             None
         }
     }
+}
+
+/// The rate a sampler starts at, as its start line says it: the configured one, and what
+/// the budget lets it come down to.
+fn rate(settings: &ProfileSettings) -> String {
+    if settings.sample_budget == 0 {
+        return format!("{} Hz", settings.frequency);
+    }
+    format!(
+        "{} Hz, down to {} Hz while the process gives more than {} samples a second",
+        settings.frequency,
+        settings.frequency >> profile::MAX_RATE_SHIFT,
+        settings.sample_budget
+    )
 }

@@ -20,6 +20,7 @@ mod maps;
 pub mod native;
 pub mod php;
 pub mod python;
+mod rate;
 mod rules;
 mod script_frame;
 
@@ -30,6 +31,7 @@ pub use native::{is_stripped, Events, Profiler, DRAIN_EVERY, MAX_SAMPLED_THREADS
 pub use native::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
 pub use php::PhpProfiler;
 pub use python::PyProfiler;
+pub use rate::MAX_SHIFT as MAX_RATE_SHIFT;
 pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};
 pub use script_frame::ScriptFrame;
 
@@ -156,7 +158,8 @@ pub struct ProfileDelta {
     /// configured rate.
     pub taken: u64,
     /// The period at the end of the collect as a multiple of the configured one (the rate
-    /// is the configured one over it); 0 where the rate never adapts (PHP), as 1.
+    /// is the configured one over it): every sampler (native, PHP, Python) keeps its rate
+    /// to the budget the same way; 0 where it is not known, read as 1.
     pub period_multiple: u64,
 }
 

@@ -39,7 +39,6 @@ mod busiest;
 mod events;
 mod inherited;
 mod jit;
-mod rate;
 mod stack_size;
 mod symbols;
 mod thread_kind;
@@ -63,12 +62,12 @@ pub(super) use busiest::{rank as rank_busiest, ThreadCpu};
 pub(super) use unwind::{StackUse, Unwinder, Walk, REGS_MASK};
 
 use super::fold::Fold;
+use super::rate::Rate;
 use super::rules::KERNEL_COMPONENT;
 use super::{ComponentRules, ProfileDelta, ProfileError, MAX_STACK_BYTES};
 use crate::snapshot::stacks::{Frame, FrameKind, THREAD_ROOTS, TRUNCATED};
 use crate::sync::{lock, Background};
 use events::{Drained, StackHead, ThreadEvents};
-use rate::Rate;
 use symbols::{NameId, Symbols};
 
 /// With user stacks, how often the ring buffers are drained between two collects: each
@@ -88,7 +87,7 @@ pub struct Profiler {
     /// Component of each interned name by its leaf rule, indexed by `NameId`.
     components: Vec<String>,
     kernel_symbols: bool,
-    /// The configured rate, and the rate adapting to the budget ([`rate`]).
+    /// The configured rate, and the rate adapting to the budget ([`super::rate`]).
     frequency_hz: u32,
     rate: Rate,
     /// When the previous collect drained, for the samples per second.
@@ -227,7 +226,7 @@ impl Profiler {
 
     /// Samples per second the whole process may give: the period doubles while it gives
     /// more, and comes back to the configured one while it gives under a third
-    /// ([`rate`]); 0 keeps the configured rate.
+    /// ([`super::rate`]); 0 keeps the configured rate.
     pub fn set_budget(&mut self, samples_per_second: u32) {
         self.rate = Rate::new(samples_per_second);
     }

@@ -41,6 +41,12 @@
 //! monotonic clock (clock_nanosleep with TIMER_ABSTIME), so the rate does not drift with
 //! the time a tick takes; a sampler that falls behind by more than a period skips the
 //! missed ticks (counted) instead of bursting.
+//!
+//! **At a budget** ([`crate::upstream::profile::rate`]): the profiler asks for a period of
+//! `2^shift` times the configured one ([`PhpSampler::set_shift`]) and the thread applies it
+//! at its next wake-up: the CPU clock's period is changed in place, the timer's tick is
+//! made longer. Each read then counts `2^shift` periods of the configured rate, so the
+//! counts stay in its units whatever the rate.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -54,6 +60,7 @@ use std::time::Duration;
 use super::walk::{marker, Walker, MAX_DEPTH};
 use super::{PhpError, PhpFrame, PhpTarget};
 use crate::sync::lock;
+use crate::upstream::profile::rate;
 
 /// Distinct stacks kept between two collects; past it, new stacks count as truncated
 /// into one `[truncated]` stack instead of growing the map without bound.
@@ -71,6 +78,7 @@ pub struct PhpStacks {
 #[derive(Clone, Copy, Debug, Default)]
 struct Counts {
     truncated: u64,
+    taken: u64,
     ticks: u64,
     off_cpu: u64,
     errors: u64,
@@ -100,7 +108,13 @@ impl PhpStacks {
         self.stacks.iter().map(|(_, n)| n).sum()
     }
 
-    /// Ticks in the period, on CPU or not.
+    /// Stacks read (or tried) on CPU, each once, while the counts weigh each by its
+    /// period's multiple of the configured one.
+    pub fn taken(&self) -> u64 {
+        self.counts.taken
+    }
+
+    /// Ticks in the period, on CPU or not (at the rate of the time, unweighted).
     pub fn ticks(&self) -> u64 {
         self.counts.ticks
     }
@@ -192,6 +206,9 @@ struct Shared {
     tid: AtomicU32,
     /// Whether the sampler thread runs at a real-time priority (see the module comment).
     realtime: AtomicBool,
+    /// The period's shift the profiler asks for, and the one the thread applied.
+    wanted_shift: AtomicU32,
+    shift: AtomicU32,
 }
 
 /// Samples one PHP process's stacks on a thread of its own; dropping it stops the thread
@@ -262,6 +279,8 @@ impl PhpSampler {
             generation: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             realtime: AtomicBool::new(false),
+            wanted_shift: AtomicU32::new(0),
+            shift: AtomicU32::new(0),
         });
         let period = Duration::from_secs(1) / frequency_hz;
         let pace = match cpu_clock(target.tid, period) {
@@ -336,6 +355,18 @@ impl PhpSampler {
 
     pub fn version(&self) -> &str {
         &self.target.version
+    }
+
+    /// Samples from now on at `2^shift` times the configured period, each read counting
+    /// `2^shift` (applied by the thread at its next wake-up, within [`CPU_PACED_POLL`]
+    /// or a tick).
+    pub fn set_shift(&self, shift: u32) {
+        self.shared.wanted_shift.store(shift, Ordering::Relaxed);
+    }
+
+    /// The shift the thread samples at now.
+    pub fn shift(&self) -> u32 {
+        self.shared.shift.load(Ordering::Relaxed)
     }
 
     /// Whether the samples are paced by the PHP thread's CPU time (a perf event on it),
@@ -427,6 +458,7 @@ impl Sampling {
         }
         let walked = on_cpu.then(|| self.walker.walk(target.pid, &mut self.stack));
         let mut tally = lock(&shared.tally);
+        tally.counts.taken += u64::from(on_cpu);
         tally.counts.ticks += paced.ticks;
         tally.counts.missed += paced.missed;
         tally.counts.late += u64::from(paced.late);
@@ -481,9 +513,14 @@ fn alive_state(stat: &File, buf: &mut [u8]) -> Option<u8> {
 fn run_timer(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) {
     let mut sampling = Sampling::new(shared, target);
     let mut buf = [0u8; 1024];
-    let period_ns = period.as_nanos().max(1) as i128;
+    let base_ns = period.as_nanos().max(1) as i128;
     let mut deadline = monotonic_ns();
     while !shared.stop.load(Ordering::Relaxed) {
+        // A new rate takes effect from this tick on: the tick after it comes a new period
+        // later, and counts as many configured periods.
+        let shift = shared.wanted_shift.load(Ordering::Relaxed);
+        shared.shift.store(shift, Ordering::Relaxed);
+        let period_ns = base_ns << shift;
         deadline += period_ns;
         let now = monotonic_ns();
         let mut missed = 0;
@@ -504,13 +541,43 @@ fn run_timer(shared: &Shared, target: &PhpTarget, period: Duration, stat: File) 
             missed,
             late: false,
         };
-        sampling.sample(shared, target, state == b'R', 1, paced);
+        sampling.sample(shared, target, state == b'R', 1 << shift, paced);
     }
 }
 
 /// Record types of the perf ABI (`enum perf_event_type`).
 const RECORD_LOST: u32 = 2;
 const RECORD_SAMPLE: u32 = 9;
+
+/// Records of the CPU clock since the last call: periods ended, records lost, and when the
+/// last period ended (CLOCK_MONOTONIC).
+fn drain(clock: &mut perf_event::Sampler) -> (u64, u64, Option<u64>) {
+    let (mut periods, mut lost, mut ended) = (0u64, 0u64, None);
+    while let Some(record) = clock.next_record() {
+        match record.ty() {
+            RECORD_SAMPLE => {
+                periods += 1;
+                // `pid`, `tid`, then `time`: when the period ended.
+                let bytes = record.to_contiguous();
+                ended = bytes
+                    .get(8..16)
+                    .and_then(|w| w.try_into().ok())
+                    .map(u64::from_ne_bytes)
+                    .or(ended);
+            }
+            // `id`, then `lost`.
+            RECORD_LOST => {
+                let bytes = record.to_contiguous();
+                lost += bytes
+                    .get(8..16)
+                    .and_then(|w| w.try_into().ok())
+                    .map_or(0, u64::from_ne_bytes);
+            }
+            _ => {}
+        }
+    }
+    (periods, lost, ended)
+}
 
 fn run_cpu_paced(
     shared: &Shared,
@@ -520,7 +587,8 @@ fn run_cpu_paced(
     stat: File,
 ) {
     use std::os::fd::AsRawFd;
-    let late_after = (period.as_nanos() / 4) as i128;
+    let base_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
+    let mut shift = 0;
     let mut sampling = Sampling::new(shared, target);
     let mut buf = [0u8; 1024];
     let timeout = libc::c_int::try_from(CPU_PACED_POLL.as_millis()).unwrap_or(100);
@@ -532,30 +600,23 @@ fn run_cpu_paced(
         };
         // SAFETY: one valid pollfd; EINTR and errors just lead to the checks below.
         unsafe { libc::poll(&mut pollfd, 1, timeout) };
-        let (mut periods, mut lost, mut ended) = (0u64, 0u64, None);
-        while let Some(record) = clock.next_record() {
-            match record.ty() {
-                RECORD_SAMPLE => {
-                    periods += 1;
-                    // `pid`, `tid`, then `time`: when the period ended.
-                    let bytes = record.to_contiguous();
-                    ended = bytes
-                        .get(8..16)
-                        .and_then(|w| w.try_into().ok())
-                        .map(u64::from_ne_bytes)
-                        .or(ended);
+        // A new rate: the period changes before the drain, so that every record drained
+        // now is of the old period (the first at the new one comes a whole new period
+        // later) and counts the old weight.
+        let weight = 1u64 << shift;
+        let wanted = shared.wanted_shift.load(Ordering::Relaxed);
+        if wanted != shift {
+            match rate::set_period(&clock, base_ns << wanted) {
+                Ok(()) => {
+                    shift = wanted;
+                    shared.shift.store(shift, Ordering::Relaxed);
                 }
-                // `id`, then `lost`.
-                RECORD_LOST => {
-                    let bytes = record.to_contiguous();
-                    lost += bytes
-                        .get(8..16)
-                        .and_then(|w| w.try_into().ok())
-                        .map_or(0, u64::from_ne_bytes);
+                Err(e) => {
+                    tracing::debug!(pid = target.pid, "changing the PHP sampler's period: {e}")
                 }
-                _ => {}
             }
         }
+        let (periods, lost, ended) = drain(&mut clock);
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
@@ -572,12 +633,13 @@ fn run_cpu_paced(
         }
         // The periods since the last wake-up: one read of the stack stands for them all
         // (more than one only when the sampler itself waited for a CPU).
+        let late_after = i128::from(base_ns * weight / 4);
         let paced = Paced {
             ticks: periods + lost,
             missed: lost,
             late: ended.is_some_and(|ended| monotonic_ns() - i128::from(ended) > late_after),
         };
-        sampling.sample(shared, target, true, periods + lost, paced);
+        sampling.sample(shared, target, true, (periods + lost) * weight, paced);
     }
 }
 

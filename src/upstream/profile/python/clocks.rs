@@ -10,6 +10,10 @@
 //! the events follow the work from thread to thread (the first threads in /proc's order
 //! held them, and a server whose work moved to its 300th thread went unsampled); the
 //! threads left out and their CPU are counted.
+//!
+//! At a budget the period is `2^shift` times the configured one
+//! ([`crate::upstream::profile::rate`]): [`Clocks::wait`] changes it on every event in
+//! place, and events opened later start at it.
 
 use std::collections::HashMap;
 use std::io;
@@ -17,6 +21,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::upstream::profile::native::{rank_busiest, Descriptors, ThreadCpu, REGS_MASK};
+use crate::upstream::profile::rate;
 
 /// How often the thread list is read again.
 pub const RESCAN_EVERY: Duration = Duration::from_millis(50);
@@ -54,7 +59,9 @@ pub struct Sample<'a> {
 /// The events, by thread id.
 pub struct Clocks {
     pid: u32,
+    /// The configured period; the events sample every `period_ns << shift`.
     period_ns: u64,
+    shift: u32,
     events: HashMap<u32, perf_event::Sampler>,
     scanned: Option<Instant>,
     pollfds: Vec<libc::pollfd>,
@@ -153,6 +160,7 @@ impl Clocks {
         let mut clocks = Clocks {
             pid,
             period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+            shift: 0,
             events: HashMap::new(),
             scanned: None,
             pollfds: Vec::new(),
@@ -223,7 +231,7 @@ impl Clocks {
             if self.events.contains_key(&tid) {
                 continue;
             }
-            match open(tid, self.period_ns) {
+            match open(tid, self.period_ns << self.shift) {
                 Ok(event) => {
                     self.events.insert(tid, event);
                 }
@@ -236,9 +244,35 @@ impl Clocks {
         }
     }
 
-    /// Waits up to `timeout` for records, rescans the threads when due, and hands each
-    /// sample to `each`.
-    pub fn wait(&mut self, timeout: Duration, mut each: impl FnMut(Sample<'_>)) -> io::Result<()> {
+    /// Samples from now on every `2^shift` configured periods. An event whose period
+    /// cannot be changed is closed, and opened again at the next rescan at the new one,
+    /// so that every event samples at the same rate.
+    fn set_shift(&mut self, shift: u32) {
+        let period_ns = self.period_ns << shift;
+        let before = self.events.len();
+        self.events
+            .retain(|_, event| rate::set_period(event, period_ns).is_ok());
+        if self.events.len() < before {
+            tracing::debug!(
+                pid = self.pid,
+                closed = before - self.events.len(),
+                "events whose period could not be changed were closed"
+            );
+            self.scanned = None;
+        }
+        self.shift = shift;
+    }
+
+    /// Waits up to `timeout` for records, rescans the threads when due, applies the
+    /// period's `shift` when it changed, and hands each sample to `each`. Returns what
+    /// each of those samples counts, in configured periods: the weight of the period
+    /// they were taken at.
+    pub fn wait(
+        &mut self,
+        timeout: Duration,
+        shift: u32,
+        mut each: impl FnMut(Sample<'_>),
+    ) -> io::Result<u64> {
         if self.scanned.is_none_or(|at| at.elapsed() >= RESCAN_EVERY) {
             self.rescan()?;
         }
@@ -253,6 +287,12 @@ impl Clocks {
         // SAFETY: `pollfds` is a valid array of as many pollfds as its length; EINTR and
         // errors lead to reading the buffers anyway, which finds nothing.
         unsafe { libc::poll(self.pollfds.as_mut_ptr(), self.pollfds.len() as _, timeout) };
+        // The period changes before the drain: every record drained now is of the old
+        // one (the first at the new one comes a whole new period later).
+        let weight = 1u64 << self.shift;
+        if shift != self.shift {
+            self.set_shift(shift);
+        }
         for event in self.events.values_mut() {
             while let Some(record) = event.next_record() {
                 let bytes = record.to_contiguous();
@@ -263,11 +303,16 @@ impl Clocks {
                         }
                     }
                     // `id`, then `lost`.
-                    RECORD_LOST => self.lost += word(&bytes, 8).unwrap_or(0),
+                    RECORD_LOST => self.lost += word(&bytes, 8).unwrap_or(0) * weight,
                     _ => {}
                 }
             }
         }
-        Ok(())
+        Ok(weight)
+    }
+
+    /// The shift the events sample at.
+    pub fn shift(&self) -> u32 {
+        self.shift
     }
 }

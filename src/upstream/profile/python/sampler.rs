@@ -13,6 +13,10 @@
 //! milliseconds). The sampler thread asks for the lowest real-time priority so its reads
 //! are not late on a busy machine.
 //!
+//! At a budget ([`crate::upstream::profile::rate`]) the profiler asks for a period of
+//! `2^shift` times the configured one ([`PySampler::set_shift`]); the clocks apply it at
+//! the thread's next wake-up, and each record counts `2^shift` from then on.
+//!
 //! [`clocks`]: super::clocks
 
 use std::collections::HashMap;
@@ -65,6 +69,8 @@ pub struct PyStacks {
 #[derive(Clone, Copy, Debug, Default)]
 struct Counts {
     truncated: u64,
+    /// Records sampled, each once (the counts weigh each by its period's multiple).
+    taken: u64,
     errors: u64,
     lost: u64,
     reads: u64,
@@ -86,6 +92,12 @@ impl PyStacks {
     /// Samples (the sum of the counts; 0 once taken).
     pub fn samples(&self) -> u64 {
         self.stacks.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Records sampled, each once, while the counts weigh each by its period's multiple
+    /// of the configured one.
+    pub fn taken(&self) -> u64 {
+        self.counts.taken
     }
 
     /// Samples whose stack was cut (deeper than [`MAX_DEPTH`], or torn).
@@ -193,6 +205,9 @@ struct Shared {
     stop: AtomicBool,
     generation: AtomicU64,
     tid: AtomicU32,
+    /// The period's shift the profiler asks for, and the one the clocks sample at.
+    wanted_shift: AtomicU32,
+    shift: AtomicU32,
 }
 
 /// Samples one Python process's threads on a thread of its own; dropping it stops the
@@ -219,6 +234,8 @@ impl PySampler {
             stop: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             tid: AtomicU32::new(0),
+            wanted_shift: AtomicU32::new(0),
+            shift: AtomicU32::new(0),
         });
         let (started, ready) = std::sync::mpsc::channel();
         let thread = {
@@ -278,6 +295,17 @@ impl PySampler {
         &self.target
     }
 
+    /// Samples from now on at `2^shift` times the configured period, each record counting
+    /// `2^shift` (applied at the thread's next wake-up, within [`POLL`]).
+    pub fn set_shift(&self, shift: u32) {
+        self.shared.wanted_shift.store(shift, Ordering::Relaxed);
+    }
+
+    /// The shift the clocks sample at now.
+    pub fn shift(&self) -> u32 {
+        self.shared.shift.load(Ordering::Relaxed)
+    }
+
     /// CPU time the sampler thread has used so far (its own cost).
     pub fn sampler_cpu(&self) -> Option<Duration> {
         let tid = self.shared.tid.load(Ordering::Relaxed);
@@ -296,13 +324,23 @@ impl Drop for PySampler {
     }
 }
 
+/// A frame of the sampler's own, not read from the process.
+fn marker(name: &str) -> PyFrame {
+    PyFrame {
+        function: name.into(),
+        file: "".into(),
+        line: 0,
+        at_line: 0,
+    }
+}
+
 fn run(
     shared: &Shared,
     target: &PyTarget,
     (mut clocks, mut unwinder): (Clocks, Unwinder),
     period: Duration,
 ) {
-    let late_after = period.as_nanos() as u64 / 4;
+    let base_ns = period.as_nanos() as u64;
     let mut walker = Walker::new(target);
     let mut generation = 0;
     let mut pending: Vec<Pending> = Vec::new();
@@ -310,17 +348,12 @@ fn run(
     let mut walked: Vec<u64> = Vec::with_capacity(UNWIND_DEPTH);
     let mut stack: Vec<PyFrame> = Vec::with_capacity(MAX_DEPTH + 1);
     let mut refreshed = Instant::now();
-    let marker = |name: &str| PyFrame {
-        function: name.into(),
-        file: "".into(),
-        line: 0,
-        at_line: 0,
-    };
     let (truncated_root, no_python) = (marker(TRUNCATED), marker(NO_PYTHON));
     while !shared.stop.load(Ordering::Relaxed) {
         pending.clear();
         natives.clear();
-        let waited = clocks.wait(POLL, |sample| {
+        let wanted = shared.wanted_shift.load(Ordering::Relaxed);
+        let waited = clocks.wait(POLL, wanted, |sample| {
             let start = natives.len();
             let mut complete = false;
             if let Some([bp, sp, ip]) = sample.regs {
@@ -337,10 +370,12 @@ fn run(
                 complete,
             });
         });
-        if waited.is_err() {
+        let Ok(weight) = waited else {
             lock(&shared.tally).counts.ended = true;
             break;
-        }
+        };
+        shared.shift.store(clocks.shift(), Ordering::Relaxed);
+        let late_after = base_ns * weight / 4;
         // Libraries loaded since (an extension imported late) get their unwind tables.
         if refreshed.elapsed() >= REFRESH_UNWIND {
             refreshed = Instant::now();
@@ -373,10 +408,11 @@ fn run(
                 }
             }
             tally.counts.late += u64::from(now.saturating_sub(sample.time) > late_after);
+            tally.counts.taken += 1;
             match cut {
-                Err(_) => tally.counts.errors += 1,
+                Err(_) => tally.counts.errors += weight,
                 Ok(cut) => {
-                    tally.counts.truncated += u64::from(cut);
+                    tally.counts.truncated += u64::from(cut) * weight;
                     let key = Key {
                         walked: Walked(stack.clone()),
                         entries: walker.entries.as_slice().into(),
@@ -384,7 +420,7 @@ fn run(
                         native: natives[sample.native.clone()].into(),
                         complete: sample.complete,
                     };
-                    count(&mut tally, key, &truncated_root);
+                    count(&mut tally, key, weight, &truncated_root);
                 }
             }
         }
@@ -396,14 +432,14 @@ fn run(
     }
 }
 
-/// Counts one sample.
-fn count(tally: &mut Tally, key: Key, truncated_root: &PyFrame) {
+/// Counts one sample `weight` times (its period's multiple of the configured one).
+fn count(tally: &mut Tally, key: Key, weight: u64, truncated_root: &PyFrame) {
     if let Some(n) = tally.stacks.get_mut(&key) {
-        *n += 1;
+        *n += weight;
     } else if tally.stacks.len() < MAX_STACKS {
-        tally.stacks.insert(key, 1);
+        tally.stacks.insert(key, weight);
     } else {
-        tally.counts.truncated += 1;
+        tally.counts.truncated += weight;
         let key = Key {
             walked: Walked(vec![truncated_root.clone()]),
             entries: Box::new([false]),
@@ -411,7 +447,7 @@ fn count(tally: &mut Tally, key: Key, truncated_root: &PyFrame) {
             native: Box::new([]),
             complete: false,
         };
-        *tally.stacks.entry(key).or_insert(0) += 1;
+        *tally.stacks.entry(key).or_insert(0) += weight;
     }
 }
 

@@ -8,6 +8,34 @@
 //! `2^k` ([`Rate::weight`]), so the samples stay in units of the configured period and
 //! every share, CPU per request and pprof weight reads them as before, whatever the rate
 //! did in the window.
+//!
+//! One controller for every sampler: the native profiler reopens its perf events with the
+//! new period, the PHP and Python frame samplers change the period of the CPU-clock
+//! events that pace them (or the PHP sampler's timer tick); all three count a sample
+//! [`Rate::weight`] times and report that weight as the delta's `period_multiple`.
+
+/// `PERF_EVENT_IOC_PERIOD`: `_IOW('$', 4, u64)` in the generic ioctl encoding (x86-64,
+/// arm64, riscv64). The argument is a pointer to the new period: the ioctl wrapper of the
+/// perf crates we use takes it by value, and perf-event2 has no method for it.
+const PERF_EVENT_IOC_PERIOD: libc::c_ulong =
+    (1 << 30) | (8 << 16) | ((b'$' as libc::c_ulong) << 8) | 4;
+
+/// Sets the period of an open sampling event, effective at once: the kernel restarts the
+/// event's count (for a CPU clock, its timer) at the new period, so the first record
+/// at it comes a whole new period later. The frame samplers change their pacing this way
+/// rather than reopening the events (the native profiler reopens its own, whose buffers
+/// also depend on the stack copy's size): no record is lost, no descriptor changes, and
+/// the records already in the ring, drained right after the call, are all of the old
+/// period, which is how they are counted.
+pub fn set_period(event: &impl std::os::fd::AsRawFd, period_ns: u64) -> std::io::Result<()> {
+    let mut period = period_ns.max(1);
+    // SAFETY: a valid descriptor, and a pointer to a u64 the call only reads.
+    let rc = unsafe { libc::ioctl(event.as_raw_fd(), PERF_EVENT_IOC_PERIOD as _, &mut period) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// The period is at most this power of two times the configured one (997 Hz → 31 Hz).
 pub const MAX_SHIFT: u32 = 5;
