@@ -97,6 +97,61 @@ impl Rate {
     }
 }
 
+/// A profiler's side of the rate: the configured frequency, the controller, and when the
+/// last collect was, so that each collect turns the samples it took into the next shift.
+/// The native, PHP and Python profilers each hold one.
+#[derive(Debug, Clone)]
+pub struct Adaptive {
+    frequency_hz: u32,
+    rate: Rate,
+    last_collect: std::time::Instant,
+}
+
+impl Adaptive {
+    /// At `frequency_hz`, fixed until [`Self::set_budget`].
+    pub fn new(frequency_hz: u32) -> Adaptive {
+        Adaptive {
+            frequency_hz,
+            rate: Rate::new(0),
+            last_collect: std::time::Instant::now(),
+        }
+    }
+
+    /// Samples per second the process may give; 0 keeps the configured rate.
+    pub fn set_budget(&mut self, samples_per_second: u32) {
+        self.rate = Rate::new(samples_per_second);
+    }
+
+    /// Samples per second of a thread's CPU now: the configured rate over the period's
+    /// multiple.
+    pub fn rate_hz(&self) -> f64 {
+        f64::from(self.frequency_hz) / self.rate.weight() as f64
+    }
+
+    /// What a sample taken now counts ([`Rate::weight`]): the delta's `period_multiple`.
+    pub fn weight(&self) -> u64 {
+        self.rate.weight()
+    }
+
+    pub fn shift(&self) -> u32 {
+        self.rate.shift()
+    }
+
+    /// The shift the sampler really has (it could not apply another, or not yet).
+    pub fn set_shift(&mut self, shift: u32) {
+        self.rate.set_shift(shift);
+    }
+
+    /// At a collect that took `taken` samples since the last one: the shift to sample at
+    /// next, when it changes.
+    pub fn collected(&mut self, taken: u64) -> Option<u32> {
+        let now = std::time::Instant::now();
+        let seconds = now.duration_since(self.last_collect).as_secs_f64();
+        self.last_collect = now;
+        self.rate.next(taken, seconds)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,7 +48,7 @@ mod unwind;
 use std::io;
 use std::path::Path;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use budget::MAX_SAMPLED_THREADS;
 pub use symbols::UNKNOWN_SYMBOL;
@@ -62,7 +62,7 @@ pub(super) use busiest::{rank as rank_busiest, ThreadCpu};
 pub(super) use unwind::{StackUse, Unwinder, Walk, REGS_MASK};
 
 use super::fold::Fold;
-use super::rate::Rate;
+use super::rate::Adaptive;
 use super::rules::KERNEL_COMPONENT;
 use super::{ComponentRules, ProfileDelta, ProfileError, MAX_STACK_BYTES};
 use crate::snapshot::stacks::{Frame, FrameKind, THREAD_ROOTS, TRUNCATED};
@@ -88,10 +88,7 @@ pub struct Profiler {
     components: Vec<String>,
     kernel_symbols: bool,
     /// The configured rate, and the rate adapting to the budget ([`super::rate`]).
-    frequency_hz: u32,
-    rate: Rate,
-    /// When the previous collect drained, for the samples per second.
-    last_collect: Instant,
+    pace: Adaptive,
 }
 
 /// The perf events and what was drained from them: shared by `collect` and the drainer.
@@ -218,9 +215,7 @@ impl Profiler {
             drained: Drained::default(),
             components: Vec::new(),
             kernel_symbols,
-            frequency_hz,
-            rate: Rate::new(0),
-            last_collect: Instant::now(),
+            pace: Adaptive::new(frequency_hz),
         })
     }
 
@@ -228,13 +223,13 @@ impl Profiler {
     /// more, and comes back to the configured one while it gives under a third
     /// ([`super::rate`]); 0 keeps the configured rate.
     pub fn set_budget(&mut self, samples_per_second: u32) {
-        self.rate = Rate::new(samples_per_second);
+        self.pace.set_budget(samples_per_second);
     }
 
     /// Samples per second of a thread's CPU now: the configured rate over the period's
     /// multiple.
     pub fn rate_hz(&self) -> f64 {
-        f64::from(self.frequency_hz) / self.rate.weight() as f64
+        self.pace.rate_hz()
     }
 
     /// Bytes of user stack each sample copies now: the configured size at first, then
@@ -285,14 +280,11 @@ impl Profiler {
             sampling
                 .events
                 .resize_stacks(sampling.unwinder.as_mut(), &mut sampling.drained);
-            let now = Instant::now();
-            let seconds = now.duration_since(self.last_collect).as_secs_f64();
-            self.last_collect = now;
-            let before = self.rate.shift();
-            if let Some(shift) = self.rate.next(sampling.drained.taken, seconds) {
+            let before = self.pace.shift();
+            if let Some(shift) = self.pace.collected(sampling.drained.taken) {
                 let events = &mut sampling.events;
                 if !events.set_shift(shift, sampling.unwinder.as_mut(), &mut sampling.drained) {
-                    self.rate.set_shift(before);
+                    self.pace.set_shift(before);
                 }
             }
             // A library loaded since: its frames unwind from the next samples on.
@@ -329,7 +321,7 @@ impl Profiler {
         (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
         delta.sampler_cpu_ns = drainer_cpu_ns;
         delta.taken = self.drained.taken;
-        delta.period_multiple = self.rate.weight();
+        delta.period_multiple = self.pace.weight();
         Ok(delta)
     }
 

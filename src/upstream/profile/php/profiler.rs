@@ -9,13 +9,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::{detect, PhpFrame, PhpSampler};
 use crate::snapshot::stacks::TRUNCATED;
 use crate::snapshot::{Frame, FrameKind};
 use crate::upstream::profile::fold::Fold;
-use crate::upstream::profile::rate::Rate;
+use crate::upstream::profile::rate::Adaptive;
 use crate::upstream::profile::{ComponentRules, ProfileDelta, ProfileError};
 
 /// The sampler's frame for a sample on a CPU without PHP code running: the engine
@@ -43,10 +42,8 @@ fn marker_component(frame: &PhpFrame) -> Option<&'static str> {
 pub struct PhpProfiler {
     sampler: PhpSampler,
     folder: Folder,
-    frequency_hz: u32,
     /// The rate adapting to the budget, as the native profiler's.
-    rate: Rate,
-    last_collect: Instant,
+    pace: Adaptive,
 }
 
 /// Folds PHP stacks through the rules.
@@ -74,9 +71,7 @@ impl PhpProfiler {
                 rules,
                 components: HashMap::new(),
             },
-            frequency_hz,
-            rate: Rate::new(0),
-            last_collect: Instant::now(),
+            pace: Adaptive::new(frequency_hz),
         }))
     }
 
@@ -84,14 +79,14 @@ impl PhpProfiler {
     /// and comes back to the configured one while it gives under a third
     /// ([`crate::upstream::profile::rate`]); 0 keeps the configured rate.
     pub fn set_budget(&mut self, samples_per_second: u32) {
-        self.rate = Rate::new(samples_per_second);
+        self.pace.set_budget(samples_per_second);
         self.sampler.set_shift(0);
     }
 
     /// Samples per second of the PHP thread's CPU now: the configured rate over the
     /// period's multiple.
     pub fn rate_hz(&self) -> f64 {
-        f64::from(self.frequency_hz) / self.rate.weight() as f64
+        self.pace.rate_hz()
     }
 
     /// The PHP version the frames are read with.
@@ -106,20 +101,17 @@ impl PhpProfiler {
     /// The stacks sampled since the last call, folded.
     pub fn collect(&mut self) -> ProfileDelta {
         let mut taken = self.sampler.collect();
-        let now = Instant::now();
-        let seconds = now.duration_since(self.last_collect).as_secs_f64();
-        self.last_collect = now;
         // The shift the thread applied (it may not have yet, or could not), then the
         // next one: the thread applies it at its next wake-up.
-        self.rate.set_shift(self.sampler.shift());
-        if let Some(shift) = self.rate.next(taken.taken(), seconds) {
+        self.pace.set_shift(self.sampler.shift());
+        if let Some(shift) = self.pace.collected(taken.taken()) {
             self.sampler.set_shift(shift);
         }
         let truncated = taken.truncated();
         let stacks = taken.take();
         let mut delta = self.folder.fold(&stacks, truncated);
         delta.taken = taken.taken();
-        delta.period_multiple = self.rate.weight();
+        delta.period_multiple = self.pace.weight();
         delta
     }
 }

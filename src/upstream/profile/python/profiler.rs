@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::mixed::{self, Mixed};
 use super::sampler::{Sampled, NO_PYTHON, TRUNCATED};
@@ -18,7 +17,7 @@ use super::{detect, PyFrame, PySampler};
 use crate::snapshot::{Frame, FrameKind};
 use crate::upstream::profile::fold::Fold;
 use crate::upstream::profile::native::Symbolizer as Symbols;
-use crate::upstream::profile::rate::Rate;
+use crate::upstream::profile::rate::Adaptive;
 use crate::upstream::profile::{ComponentRules, ProfileDelta, ProfileError};
 
 /// The component of a sample on CPU while its thread ran no Python frame.
@@ -33,10 +32,8 @@ pub struct PyProfiler {
     sampler: PySampler,
     symbols: Symbols,
     folder: Folder,
-    frequency_hz: u32,
     /// The rate adapting to the budget, as the native profiler's.
-    rate: Rate,
-    last_collect: Instant,
+    pace: Adaptive,
 }
 
 /// A native frame: (symbol, object, in the kernel).
@@ -86,9 +83,7 @@ impl PyProfiler {
                 rules,
                 components: HashMap::new(),
             },
-            frequency_hz,
-            rate: Rate::new(0),
-            last_collect: Instant::now(),
+            pace: Adaptive::new(frequency_hz),
         }))
     }
 
@@ -96,14 +91,14 @@ impl PyProfiler {
     /// and comes back to the configured one while it gives under a third
     /// ([`crate::upstream::profile::rate`]); 0 keeps the configured rate.
     pub fn set_budget(&mut self, samples_per_second: u32) {
-        self.rate = Rate::new(samples_per_second);
+        self.pace.set_budget(samples_per_second);
         self.sampler.set_shift(0);
     }
 
     /// Samples per second of each thread's CPU now: the configured rate over the
     /// period's multiple.
     pub fn rate_hz(&self) -> f64 {
-        f64::from(self.frequency_hz) / self.rate.weight() as f64
+        self.pace.rate_hz()
     }
 
     /// The CPython version the frames are read with.
@@ -118,13 +113,10 @@ impl PyProfiler {
     /// The stacks sampled since the last call, folded.
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
         let mut taken = self.sampler.collect();
-        let now = Instant::now();
-        let seconds = now.duration_since(self.last_collect).as_secs_f64();
-        self.last_collect = now;
         // The shift the clocks sample at, then the next one: the sampler thread applies
         // it at its next wake-up.
-        self.rate.set_shift(self.sampler.shift());
-        if let Some(shift) = self.rate.next(taken.taken(), seconds) {
+        self.pace.set_shift(self.sampler.shift());
+        if let Some(shift) = self.pace.collected(taken.taken()) {
             self.sampler.set_shift(shift);
         }
         let truncated = taken.truncated();
@@ -150,7 +142,7 @@ impl PyProfiler {
         let mut delta = self.folder.fold(&named, truncated, lost);
         (delta.unsampled_threads, delta.unsampled_cpu_ns) = unsampled;
         delta.taken = taken.taken();
-        delta.period_multiple = self.rate.weight();
+        delta.period_multiple = self.pace.weight();
         Ok(delta)
     }
 
