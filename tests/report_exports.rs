@@ -460,7 +460,8 @@ fn a_sampled_upstream_through_the_proxy_reads_the_same_in_go_tool_pprof() {
     let mut up = BurnUpstream::start_with(30, 70, |c| {
         c.env("BURN_PARSER_HELPER", "1");
     });
-    let proxy = Proxy::in_front_of(up.addr(), &["--profile-upstream"]);
+    // At the full rate: the shares are held to the truth (support::load_until_sampled).
+    let proxy = Proxy::in_front_of(up.addr(), &["--profile-upstream", "--sample-budget", "0"]);
     let admin = format!("http://{}", proxy.admin_addr());
     let pid = up.process().pid();
     let watched = wait_for(STARTUP_DEADLINE, || {

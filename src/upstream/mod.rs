@@ -63,6 +63,9 @@ struct State {
     /// Collects of samples so far: one who needs the samples of a stretch of time waits
     /// for a collect that began after it ([`Upstream::collects`]).
     collects: u64,
+    /// At the last collect some process's unwind tables were still being read, so its
+    /// samples were a leaf each ([`Upstream::stacks_ready`]).
+    unwinding_pending: bool,
     /// The window cut into slices of CPU and exchanges per route, when the tap's routes
     /// are counted.
     slices: SliceWindow,
@@ -119,6 +122,7 @@ impl Upstream {
                 demand: Demand::default(),
                 on_demand: false,
                 collects: 0,
+                unwinding_pending: false,
                 slices: SliceWindow::default(),
                 traffic: TrafficMeter::default(),
                 traffic_baseline: Totals::default(),
@@ -359,6 +363,14 @@ impl Upstream {
         s.samples.is_some() && s.sampling_off.is_none()
     }
 
+    /// Whether the samples carry whole call stacks: sampling runs and, at the last
+    /// collect, every process's unwind tables were read. Until then a sample is a leaf,
+    /// cut short; the demo waits for it before its load.
+    pub fn stacks_ready(&self) -> bool {
+        let s = lock(&self.state);
+        s.samples.is_some() && s.sampling_off.is_none() && !s.unwinding_pending
+    }
+
     /// How many collects of samples have been added: a collect counted after a moment
     /// began after it, so its samples include that moment's (the watcher collects once a
     /// turn, and a turn waits for a CPU like anything else on a loaded machine).
@@ -371,6 +383,7 @@ impl Upstream {
     pub(crate) fn add_samples(&self, deltas: &[profile::ProfileDelta], sampled: &[u32]) {
         let mut s = lock(&self.state);
         s.collects += 1;
+        s.unwinding_pending = deltas.iter().any(|d| d.unwinding_pending);
         let now = cpu_by_process(&s.accountant);
         let unsampled: u64 = now
             .iter()

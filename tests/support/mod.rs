@@ -1675,6 +1675,11 @@ pub struct WrkReport {
 /// holds `samples` upstream samples, or 60 s have passed: on a busy machine the upstream
 /// gets less CPU, so a fixed load gives fewer samples. Returns the requests sent; the
 /// caller checks the samples it needs.
+///
+/// The samples are counted in periods of the configured rate: under a budget a busy
+/// server's samples each count up to 32, and `samples` of them may be a few dozen taken.
+/// A test that holds shares to a truth runs its proxy at the full rate
+/// (`--sample-budget 0`).
 pub fn load_until_sampled(proxy: &Proxy, tap: &str, samples: u64) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut requests = 0;

@@ -121,6 +121,7 @@ impl<K: Hash + Eq, L: Hash + Eq, C: AsRef<str> + Hash + Eq + Clone> Fold<K, L, C
             sampler_cpu_ns: 0,
             taken: 0,
             period_multiple: 0,
+            unwinding_pending: false,
         }
     }
 }

@@ -161,6 +161,10 @@ pub struct ProfileDelta {
     /// is the configured one over it): every sampler (native, PHP, Python) keeps its rate
     /// to the budget the same way; 0 where it is not known, read as 1.
     pub period_multiple: u64,
+    /// The process's unwind tables were not read yet at this collect (the native
+    /// profiler reads them on a thread of its own): its samples so far are a leaf each,
+    /// cut short. False where no tables are read (PHP, Python frames).
+    pub unwinding_pending: bool,
 }
 
 impl ProfileDelta {

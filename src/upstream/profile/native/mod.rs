@@ -270,9 +270,11 @@ impl Profiler {
     pub fn collect(&mut self) -> Result<ProfileDelta, ProfileError> {
         let unsampled;
         let drainer_cpu_ns;
+        let unwinding_pending;
         {
             let mut sampling = lock(&self.sampling);
             let sampling = &mut *sampling;
+            unwinding_pending = sampling.events.stack_bytes() > 0 && sampling.unwinder.is_none();
             sampling.drain();
             sampling
                 .events
@@ -322,6 +324,7 @@ impl Profiler {
         delta.sampler_cpu_ns = drainer_cpu_ns;
         delta.taken = self.drained.taken;
         delta.period_multiple = self.pace.weight();
+        delta.unwinding_pending = unwinding_pending;
         Ok(delta)
     }
 
