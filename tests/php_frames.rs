@@ -973,14 +973,12 @@ fn through_the_proxy_the_report_splits_a_php_server_by_php_function() {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert!(total > 1000, "too few samples: {u}");
-    // Without a budget every sample is taken at the configured rate and counts once (a
-    // read that failed was taken and counts nowhere); the budget's own test is
-    // `under_the_default_budget_…`.
+    // Without a budget every sample is taken at the configured rate and counts about
+    // once: a read that failed was taken and counts nowhere, and a read that woke late
+    // stands for the periods since (2,426 taken for 2,430 counted in one run); the
+    // budget's own test is `under_the_default_budget_…`.
     let taken = u["samples_taken"].as_u64().unwrap_or(0);
-    assert!(
-        taken >= total && taken - total <= total / 50,
-        "{taken} taken: {u}"
-    );
+    assert!(taken.abs_diff(total) <= total / 50, "{taken} taken: {u}");
     assert_eq!(rate_loaded, 997.0, "{u}");
     let parser = u["inclusive"]["http_parser"].as_u64().unwrap_or(0) as f64 * 100.0 / total as f64;
     let (parse_truth, _) = after.shares_since(&before);
