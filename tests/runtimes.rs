@@ -60,9 +60,11 @@ fn start_server(name: &str, command: &mut Command, dir: &Path) -> (Managed, std:
 }
 
 /// The proxy in front of `addr`, sampling it with call stacks (and `flags`), once it
-/// watches `pid`.
+/// watches `pid`. At the full rate: the shares are held to the functions' own clocks and
+/// to other profilers (Java's computeReport read 55.6 % against its clock's 49.2 % under
+/// the default budget, its samples counted 16 each; support::load_until_sampled).
 fn sampling_proxy(addr: std::net::SocketAddr, pid: u32, flags: &[&str]) -> Proxy {
-    let args: Vec<&str> = ["--profile-upstream"]
+    let args: Vec<&str> = ["--profile-upstream", "--sample-budget", "0"]
         .iter()
         .chain(flags)
         .copied()
