@@ -522,38 +522,8 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
         let share = 100.0 * (b - a).as_secs_f64() / window.as_secs_f64();
         println!("sampler thread CPU {share:.2} % of a core");
     }
-    let last = deltas.last().unwrap();
-    let rate = f64::from(hz) / last.period_multiple.max(1) as f64;
-    let per_delta: Vec<(u64, u64)> = deltas
-        .iter()
-        .map(|d| (d.taken, d.period_multiple))
-        .collect();
-    println!(
-        "{cores:.2} cores; per second (taken, period ×): {per_delta:?}; {rate:.1} Hz at the end"
-    );
-    assert!(
-        last.period_multiple > 1,
-        "the rate never came down: {per_delta:?}"
-    );
-    if cores >= 0.8 {
-        assert!(rate <= 100.0, "sampled at {rate:.1} Hz on {cores:.2} cores");
-    }
-    // Past the first second, the budget is met: at least a third of it (below that the
-    // period halves), never half again over it.
-    let settled = &deltas[1..];
-    let per_second = settled.iter().map(|d| d.taken).sum::<u64>() as f64 / settled.len() as f64;
-    assert!(
-        per_second >= f64::from(budget) / 3.0 && per_second <= 1.5 * f64::from(budget),
-        "{per_second:.0} samples a second for a budget of {budget}"
-    );
-    // Weighed by their period, the samples stand for the thread's CPU.
+    support::assert_kept_to_budget(&deltas, hz, budget, (cpu_s, cores));
     let weighted: u64 = deltas.iter().map(|d| d.total()).sum();
-    let sampled_s = weighted as f64 / f64::from(hz);
-    println!("weighted samples stand for {sampled_s:.2} s of CPU, the thread ran {cpu_s:.2} s");
-    assert!(
-        (sampled_s / cpu_s - 1.0).abs() < 0.2,
-        "weighted samples stand for {sampled_s:.2} s of CPU, the thread ran {cpu_s:.2} s"
-    );
     let inclusive = |component: &str| {
         let with: u64 = deltas
             .iter()

@@ -1800,3 +1800,45 @@ pub fn no_hot_line_of_nearly_all(text: &str) {
         assert!(share < 90.0, "{line}\n{text}");
     }
 }
+
+/// The checks every sampler's budget test makes on its one-second `deltas`: the rate came
+/// down, to 100 Hz or less on a server of `cores` ≥ 0.8; past the first second the
+/// samples taken a second lie between a third of `budget` and half again over it; and,
+/// weighed by their period, the samples stand for `cpu_s` of CPU within a fifth.
+#[allow(dead_code)]
+pub fn assert_kept_to_budget(
+    deltas: &[phasescope::upstream::profile::ProfileDelta],
+    hz: u32,
+    budget: u32,
+    (cpu_s, cores): (f64, f64),
+) {
+    let last = deltas.last().expect("no collect");
+    let rate = f64::from(hz) / last.period_multiple.max(1) as f64;
+    let per_delta: Vec<(u64, u64)> = deltas
+        .iter()
+        .map(|d| (d.taken, d.period_multiple))
+        .collect();
+    eprintln!(
+        "{cores:.2} cores; per second (taken, period ×): {per_delta:?}; {rate:.1} Hz at the end"
+    );
+    assert!(
+        last.period_multiple > 1,
+        "the rate never came down: {per_delta:?}"
+    );
+    if cores >= 0.8 {
+        assert!(rate <= 100.0, "sampled at {rate:.1} Hz on {cores:.2} cores");
+    }
+    let settled = &deltas[1..];
+    let per_second = settled.iter().map(|d| d.taken).sum::<u64>() as f64 / settled.len() as f64;
+    assert!(
+        per_second >= f64::from(budget) / 3.0 && per_second <= 1.5 * f64::from(budget),
+        "{per_second:.0} samples a second for a budget of {budget}"
+    );
+    let weighted: u64 = deltas.iter().map(|d| d.total()).sum();
+    let sampled_s = weighted as f64 / f64::from(hz);
+    eprintln!("weighted samples stand for {sampled_s:.2} s of CPU, the process ran {cpu_s:.2} s");
+    assert!(
+        (sampled_s / cpu_s - 1.0).abs() < 0.2,
+        "weighted samples stand for {sampled_s:.2} s of CPU, the process ran {cpu_s:.2} s"
+    );
+}
