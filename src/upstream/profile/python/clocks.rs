@@ -65,7 +65,7 @@ pub struct Clocks {
     events: HashMap<u32, perf_event::Sampler>,
     scanned: Option<Instant>,
     pollfds: Vec<libc::pollfd>,
-    /// Records the kernel dropped (a full ring buffer).
+    /// Records the kernel dropped (a full ring buffer) since the sampler last took them.
     pub lost: u64,
     /// Each thread's CPU at the last ranking, and when that was.
     cpu: ThreadCpu,

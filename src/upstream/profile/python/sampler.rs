@@ -110,13 +110,13 @@ impl PyStacks {
         self.counts.errors
     }
 
-    /// Records the kernel dropped.
     /// Threads left without an event at the last ranking, and the CPU of the threads left
     /// out since the last collect, in nanoseconds.
     pub fn unsampled(&self) -> (u64, u64) {
         (self.counts.unsampled_threads, self.counts.unsampled_cpu_ns)
     }
 
+    /// Records the kernel dropped since the last collect.
     pub fn lost(&self) -> u64 {
         self.counts.lost
     }
@@ -426,7 +426,7 @@ fn run(
         }
         tally.counts.reads += walker.reads() - reads;
         tally.counts.torn += walker.torn - torn;
-        tally.counts.lost = clocks.lost;
+        tally.counts.lost += std::mem::take(&mut clocks.lost);
         tally.counts.unsampled_threads = clocks.unsampled_threads;
         tally.counts.unsampled_cpu_ns += std::mem::take(&mut clocks.unsampled_cpu_ns);
     }
