@@ -534,14 +534,12 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
         100.0 * with as f64 / weighted.max(1) as f64
     };
     // Fewer samples read a share less closely: held to three standard errors of a share
-    // read from the samples taken, or the usual tolerance where that is wider.
-    let taken: u64 = deltas.iter().map(|d| d.taken).sum();
+    // read from samples of the weights taken, or the usual tolerance where that is wider.
     for (component, truth) in [("parser", parse_truth), ("backend", query_truth)] {
         let sampled = inclusive(component);
-        let p = truth / 100.0;
-        let tolerance = TOLERANCE.max(300.0 * (p * (1.0 - p) / taken.max(1) as f64).sqrt());
+        let (tolerance, effective) = support::share_tolerance(&deltas, truth, 3.0, TOLERANCE);
         println!(
-            "{component}: sampled {sampled:.1} %, the script's clock {truth:.1} % (±{tolerance:.1} from {taken} samples)"
+            "{component}: sampled {sampled:.1} %, the script's clock {truth:.1} % (±{tolerance:.1} from {effective:.0} samples as weighed)"
         );
         assert!(
             (sampled - truth).abs() <= tolerance,

@@ -1842,3 +1842,36 @@ pub fn assert_kept_to_budget(
         "weighted samples stand for {sampled_s:.2} s of CPU, the process ran {cpu_s:.2} s"
     );
 }
+
+/// How far a share (in percent, of true value `truth` %) read from `deltas` may stray:
+/// `se` standard errors of a share, or `floor` points where that is wider.
+///
+/// The standard error counts the samples as their weights make them, not as taken. Under
+/// a budget the rate comes down after its first second: a five-second window then holds
+/// about 960 samples of weight 1 and 250 of weight 16, and the share rests mostly on the
+/// 250 (Kish's effective count, (Σw)² ÷ Σw², is about 380, not 1,210). Counted as taken,
+/// the standard error was 0.56 of the true one, and the Python shares' ordinary spread at
+/// 62 Hz (up to 7 points in 19 runs) read as a bias. A delta's samples are taken to weigh
+/// alike (its weighted total over its count).
+#[allow(dead_code)]
+pub fn share_tolerance(
+    deltas: &[phasescope::upstream::profile::ProfileDelta],
+    truth: f64,
+    se: f64,
+    floor: f64,
+) -> (f64, f64) {
+    let (mut sum, mut squares) = (0.0, 0.0);
+    for d in deltas.iter().filter(|d| d.taken > 0) {
+        let total = d.total() as f64;
+        sum += total;
+        squares += total * total / d.taken as f64;
+    }
+    let effective = if squares > 0.0 {
+        sum * sum / squares
+    } else {
+        0.0
+    };
+    let p = truth / 100.0;
+    let tolerance = floor.max(100.0 * se * (p * (1.0 - p) / effective.max(1.0)).sqrt());
+    (tolerance, effective)
+}
