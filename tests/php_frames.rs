@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use phasescope::upstream::profile::php::{self, PhpFrame, PhpSampler};
+use phasescope::upstream::profile::php::{self, PhpFrame, PhpPace, PhpSampler};
 use tempfile::TempDir;
 
 use support::{loopback, parse_response, require_tool, HttpConn, Managed, STARTUP_DEADLINE};
@@ -465,6 +465,18 @@ fn shares_match_the_measured_truth_and_fibers_chain_under_the_resumer() {
 /// the CPU its thread ran.
 #[test]
 fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_shares_hold() {
+    kept_to_the_budget(PhpPace::CpuTime);
+}
+
+/// The same with the sampler paced by a timer and the thread's state, as it is where perf
+/// events cannot be opened: a tick counts while the thread is running or waiting to run,
+/// so the weighted ticks stand for its run and run-queue time together.
+#[test]
+fn paced_by_a_timer_a_busy_server_keeps_to_the_budget_too() {
+    kept_to_the_budget(PhpPace::Timer);
+}
+
+fn kept_to_the_budget(pace: PhpPace) {
     use phasescope::upstream::profile::{ComponentRules, PhpProfiler, UserComponentRule};
     let _serial = serial();
     let burn = Burn::start(&[("BURN_PARSE_US", PARSE_US), ("BURN_QUERY_US", QUERY_US)]);
@@ -480,9 +492,14 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
     ])
     .unwrap();
     let hz = 997;
-    let mut profiler = PhpProfiler::start(pid, hz, rules)
+    let mut profiler = PhpProfiler::start_paced(pid, hz, rules, pace)
         .expect("php frames readable")
         .expect("the fixture is PHP");
+    assert_eq!(
+        profiler.sampler().cpu_paced(),
+        pace == PhpPace::CpuTime,
+        "paced otherwise than asked"
+    );
     let budget = phasescope::config::ProcessConfig::default().sample_budget;
     assert!(budget > 0, "profiling keeps a budget by default");
     profiler.set_budget(budget);
@@ -496,14 +513,13 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
         burn.process.log_tail()
     );
     let _ = profiler.collect();
-    let thread_cpu = || -> f64 {
+    // schedstat: time on a CPU, then time waiting for one, in nanoseconds.
+    let thread_cpu = || -> (f64, f64) {
         let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
-        let ns: f64 = text
+        let mut ns = text
             .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0.0);
-        ns / 1e9
+            .map(|n| n.parse().unwrap_or(0.0) / 1e9);
+        (ns.next().unwrap_or(0.0), ns.next().unwrap_or(0.0))
     };
     let (before, cpu_before, started) = (burn.truth(), thread_cpu(), Instant::now());
     let sampler_before = profiler.sampler().sampler_cpu();
@@ -513,8 +529,15 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
         deltas.push(profiler.collect());
     }
     let (sampler_after, window) = (profiler.sampler().sampler_cpu(), started.elapsed());
-    let (after, cpu_s) = (burn.truth(), thread_cpu() - cpu_before);
+    let (after, cpu_after) = (burn.truth(), thread_cpu());
+    let (cpu_s, queued_s) = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
     let cores = cpu_s / started.elapsed().as_secs_f64();
+    // What the weighted samples stand for: CPU time, or for ticks of a timer the time the
+    // thread was running or waiting to run.
+    let stood_for = match pace {
+        PhpPace::CpuTime => cpu_s,
+        PhpPace::Timer => cpu_s + queued_s,
+    };
     drop(load);
     let (parse_truth, query_truth) = after.shares_since(&before);
     // The sampler thread's own cost at the budget's rate (docs/BENCHMARKS.md).
@@ -522,7 +545,7 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
         let share = 100.0 * (b - a).as_secs_f64() / window.as_secs_f64();
         println!("sampler thread CPU {share:.2} % of a core");
     }
-    support::assert_kept_to_budget(&deltas, hz, budget, (cpu_s, cores));
+    support::assert_kept_to_budget(&deltas, hz, budget, (stood_for, cores));
     let weighted: u64 = deltas.iter().map(|d| d.total()).sum();
     let inclusive = |component: &str| {
         let with: u64 = deltas

@@ -1804,7 +1804,8 @@ pub fn no_hot_line_of_nearly_all(text: &str) {
 /// The checks every sampler's budget test makes on its one-second `deltas`: the rate came
 /// down, to 100 Hz or less on a server of `cores` ≥ 0.8; past the first second the
 /// samples taken a second lie between a third of `budget` and half again over it; and,
-/// weighed by their period, the samples stand for `cpu_s` of CPU within a fifth.
+/// weighed by their period, the samples stand for `cpu_s` within a fifth (the CPU time
+/// the periods count, or for a timer's ticks the time they count).
 #[allow(dead_code)]
 pub fn assert_kept_to_budget(
     deltas: &[phasescope::upstream::profile::ProfileDelta],
@@ -1836,10 +1837,10 @@ pub fn assert_kept_to_budget(
     );
     let weighted: u64 = deltas.iter().map(|d| d.total()).sum();
     let sampled_s = weighted as f64 / f64::from(hz);
-    eprintln!("weighted samples stand for {sampled_s:.2} s of CPU, the process ran {cpu_s:.2} s");
+    eprintln!("weighted samples stand for {sampled_s:.2} s, measured {cpu_s:.2} s");
     assert!(
         (sampled_s / cpu_s - 1.0).abs() < 0.2,
-        "weighted samples stand for {sampled_s:.2} s of CPU, the process ran {cpu_s:.2} s"
+        "weighted samples stand for {sampled_s:.2} s, measured {cpu_s:.2} s"
     );
 }
 

@@ -29,7 +29,7 @@ use std::io;
 
 pub use native::{is_stripped, Events, Profiler, DRAIN_EVERY, MAX_SAMPLED_THREADS};
 pub use native::{UNKNOWN_SYMBOL, UNMAPPED_OBJECT};
-pub use php::PhpProfiler;
+pub use php::{PhpPace, PhpProfiler};
 pub use python::PyProfiler;
 pub use rate::MAX_SHIFT as MAX_RATE_SHIFT;
 pub use rules::{ComponentRules, UserComponentRule, ANON_EXEC_OBJECT, KERNEL_OBJECT};

@@ -39,7 +39,7 @@ use std::io;
 
 pub use offsets::Offsets;
 pub use profiler::PhpProfiler;
-pub use sampler::{PhpSampler, PhpStacks};
+pub use sampler::{PhpPace, PhpSampler, PhpStacks};
 pub use walk::MAX_DEPTH;
 
 /// One frame of a PHP stack.

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{detect, PhpFrame, PhpSampler};
+use super::{detect, PhpFrame, PhpPace, PhpSampler};
 use crate::snapshot::stacks::TRUNCATED;
 use crate::snapshot::{Frame, FrameKind};
 use crate::upstream::profile::fold::Fold;
@@ -61,10 +61,21 @@ impl PhpProfiler {
         frequency_hz: u32,
         rules: ComponentRules,
     ) -> Result<Option<PhpProfiler>, ProfileError> {
+        PhpProfiler::start_paced(pid, frequency_hz, rules, PhpPace::CpuTime)
+    }
+
+    /// As [`PhpProfiler::start`], its reads paced as asked.
+    pub fn start_paced(
+        pid: u32,
+        frequency_hz: u32,
+        rules: ComponentRules,
+        pace: PhpPace,
+    ) -> Result<Option<PhpProfiler>, ProfileError> {
         let Some(target) = detect(pid).map_err(ProfileError::Php)? else {
             return Ok(None);
         };
-        let sampler = PhpSampler::start(target, frequency_hz).map_err(ProfileError::Php)?;
+        let sampler =
+            PhpSampler::start_paced(target, frequency_hz, pace).map_err(ProfileError::Php)?;
         Ok(Some(PhpProfiler {
             sampler,
             folder: Folder {

@@ -259,8 +259,26 @@ fn cpu_clock(tid: u32, period: Duration) -> Option<perf_event::Sampler> {
     None
 }
 
+/// What a sampler is asked to pace its reads by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhpPace {
+    /// The PHP thread's CPU clock, or a timer where a perf event cannot be opened.
+    CpuTime,
+    /// A timer and the thread's state, as without perf permission (for tests of that path
+    /// on a machine that has it).
+    Timer,
+}
+
 impl PhpSampler {
     pub fn start(target: PhpTarget, frequency_hz: u32) -> Result<PhpSampler, PhpError> {
+        PhpSampler::start_paced(target, frequency_hz, PhpPace::CpuTime)
+    }
+
+    pub fn start_paced(
+        target: PhpTarget,
+        frequency_hz: u32,
+        asked: PhpPace,
+    ) -> Result<PhpSampler, PhpError> {
         if !(1..=10_000).contains(&frequency_hz) {
             return Err(PhpError::Frequency(frequency_hz));
         }
@@ -283,7 +301,11 @@ impl PhpSampler {
             shift: AtomicU32::new(0),
         });
         let period = Duration::from_secs(1) / frequency_hz;
-        let pace = match cpu_clock(target.tid, period) {
+        let clock = match asked {
+            PhpPace::CpuTime => cpu_clock(target.tid, period),
+            PhpPace::Timer => None,
+        };
+        let pace = match clock {
             Some(sampler) => Pace::Cpu(sampler),
             None => Pace::Timer,
         };
