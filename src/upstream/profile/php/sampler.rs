@@ -274,6 +274,8 @@ impl PhpSampler {
         PhpSampler::start_paced(target, frequency_hz, PhpPace::CpuTime)
     }
 
+    /// Starts the sampler thread on `target`'s PHP thread at `frequency_hz`, its reads
+    /// paced as `asked` (a CPU clock that cannot be opened falls back to the timer).
     pub fn start_paced(
         target: PhpTarget,
         frequency_hz: u32,
