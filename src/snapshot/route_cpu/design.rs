@@ -135,7 +135,7 @@ impl Design {
                     Some(self.steady(w, &rows, j, relative, steady_rate, &all))
                 } else if dispersion < MIN_DISPERSION {
                     Some(format!(
-                        "its count per slice varies apart from the other routes' and the slice's length no more than chance makes a count vary (a variance {dispersion:.1} times its mean of {mean:.1} a slice; the fit needs {MIN_DISPERSION:.0}), so the slices say little of its cost; over all routes a request costs {all}"
+                        "its count per slice, beside the other routes' counts and the slice's length, varies only as much as chance alone would (a variance {dispersion:.1} times its mean of {mean:.1} requests a slice, where a figure needs {MIN_DISPERSION:.0} times), so the slices cannot tell its cost apart; over all routes a request costs {all}"
                     ))
                 } else {
                     None
