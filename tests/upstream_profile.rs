@@ -386,9 +386,15 @@ fn burn_upstream_parser_inclusive_share_through_a_helper() {
         self_share * 100.0,
         seen.truncated as f64 * 100.0 / seen.total as f64
     );
+    // Within 6 points: the fixture's requests are all alike, a cycle of about 100 µs of
+    // CPU, and a sampler on a fixed period (1 ms of each thread's CPU) falls on the same
+    // few places of the cycle for a while, so the shares part from the truth more than
+    // independent samples would. 16 runs at 1000 Hz read 28.6 to 31.9 % against 30.2 to
+    // 30.4 %, and twice 35.1 and 35.3 % (one of them a fresh clone's full run); at 997 Hz
+    // 12 runs read 29.3 to 34.2 %. A chain broken at the helper reads about 0.
     assert!(
-        (inclusive - truth).abs() <= 0.04,
-        "http_parser inclusive {:.1} % is not within 4 points of the truth {:.1} %: {seen:?}",
+        (inclusive - truth).abs() <= 0.06,
+        "http_parser inclusive {:.1} % is not within 6 points of the truth {:.1} %: {seen:?}",
         inclusive * 100.0,
         truth * 100.0
     );

@@ -703,9 +703,14 @@ fn a_parsers_own_work_is_perfs_self_plus_helpers() {
         inclusive * 100.0
     );
     assert!(inclusive > 0.5, "the callback is not under the parser");
+    // Two samplings part by chance as well, as in `agree_with_perf`: four standard errors
+    // of the difference, at least a point (a fresh clone's full run read 5.0 against
+    // 6.0 % from 3,788 and 3,890 samples, 1.9 of them; quiet runs have twice the samples).
+    let chance = 4.0
+        * (theirs * (1.0 - theirs) * (1.0 / ours.total as f64 + 1.0 / perf.total as f64)).sqrt();
     assert!(
-        (work - theirs).abs() <= 0.01,
-        "ours {work:.3}, perf {theirs:.3}"
+        (work - theirs).abs() <= chance.max(0.01),
+        "ours {work:.3}, perf {theirs:.3} (allowed {chance:.3})"
     );
     server.kill();
 }
