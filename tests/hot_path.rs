@@ -560,7 +560,10 @@ fn amps_uri_building_is_the_first_place_to_act() {
     );
     no_hot_line_of_nearly_all(&report(&saved, &["--top", "10"]));
     // The script's root and the placeholders name nothing; the loop may list what it
-    // runs itself (its `stream_select`), never what it dispatches to.
+    // runs itself (its `stream_select`), never what it dispatches to (98 % with all it
+    // calls). Its own work grows on a busy machine, where fewer requests are ready at each
+    // wake-up: 3.9 to 4.3 % run alone, quiet or beside two busy loops, and 11.1 and 13.9 %
+    // in a full run beside them.
     for h in hot {
         let name = h["name"].as_str().unwrap();
         assert!(
@@ -568,7 +571,7 @@ fn amps_uri_building_is_the_first_place_to_act() {
             "{name} only leads there: {shown:#?}"
         );
         if name.starts_with("Amp\\Loop") {
-            assert!(h["listed"].as_f64().unwrap() < 0.1, "{shown:#?}");
+            assert!(h["listed"].as_f64().unwrap() < 0.25, "{shown:#?}");
         }
     }
 }
