@@ -561,9 +561,10 @@ fn amps_uri_building_is_the_first_place_to_act() {
     no_hot_line_of_nearly_all(&report(&saved, &["--top", "10"]));
     // The script's root and the placeholders name nothing; the loop may list what it
     // runs itself (its `stream_select`), never what it dispatches to (98 % with all it
-    // calls). Its own work grows on a busy machine, where fewer requests are ready at each
-    // wake-up: 3.9 to 4.3 % run alone, quiet or beside two busy loops, and 11.1 and 13.9 %
-    // in a full run beside them.
+    // calls). Its line grows in a busy full run: 3.9 to 4.3 % run alone, quiet or beside
+    // two busy loops, and 11.1 and 13.9 % in a full run beside them. Fewer requests ready
+    // at each wake-up would do that, and so would stack reads that come late and land in
+    // the loop after a response (as `shares_agree_with_excimer` saw); not told apart.
     for h in hot {
         let name = h["name"].as_str().unwrap();
         assert!(
