@@ -545,7 +545,7 @@ fn kept_to_the_budget(pace: PhpPace) {
         let share = 100.0 * (b - a).as_secs_f64() / window.as_secs_f64();
         println!("sampler thread CPU {share:.2} % of a core");
     }
-    support::assert_kept_to_budget(&deltas, hz, budget, (stood_for, cores));
+    support::assert_kept_to_budget(&deltas, hz, budget, (stood_for, cores), 1);
     let weighted: u64 = deltas.iter().map(|d| d.total()).sum();
     let inclusive = |component: &str| {
         let with: u64 = deltas

@@ -427,7 +427,7 @@ fn under_the_default_budget_a_busy_server_is_sampled_at_tens_of_hz_and_its_share
         let share = 100.0 * (b - a).as_secs_f64() / seconds;
         eprintln!("sampler thread CPU {share:.2} % of a core");
     }
-    support::assert_kept_to_budget(&deltas, hz, budget, (cpu_s, cores));
+    support::assert_kept_to_budget(&deltas, hz, budget, (cpu_s, cores), 1);
     // Fewer samples read a share less closely: held to four standard errors of a share
     // read from samples of the weights taken, or the usual tolerance where that is wider
     // (counted as taken, 62 Hz looked biased: `support::share_tolerance`). Four, not the
