@@ -27,6 +27,7 @@ mod proxy;
 mod record;
 mod report;
 mod runs;
+mod sampled;
 pub mod sampler_cost;
 mod validity;
 mod verdict;
@@ -134,10 +135,10 @@ async fn bench(args: &BenchArgs, pinned: &mut pin::Pinned) -> anyhow::Result<Ben
     }
     let registry = Registry::new(&config.metrics)?;
     let taps = crate::app::start(&config, &registry).await?;
-    // The two servers' processes (found by the port they listen on), so that each
-    // snapshot carries their CPU and the comparison's note sets CPU per request side by
-    // side; one not found is a log line and the bench measures as before.
-    let _watchers = crate::app::watch_upstreams(&config.taps[..2], &registry);
+    let watched = sampled::watch(&config.taps[..2], &registry);
+    if args.profile_upstream {
+        watched.sampling().await;
+    }
     let mut listen = Vec::new();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();

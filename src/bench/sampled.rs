@@ -1,0 +1,81 @@
+//! With `--profile-upstream`: both servers sampled before the first request of the
+//! warm-up.
+//!
+//! Why: how a server's threads come to carry their perf events changes what the server
+//! pays for them. A thread created after the sampler opened its events inherits copies of
+//! its creator's, and the kernel switches between two threads with such copies of one
+//! parent almost for free; a thread that already existed gets events of its own, which
+//! are switched out and in at each of its context switches. A thread-per-connection
+//! server whose connection threads the warm-up of side A created before A's sampler had
+//! started, while B's sampler had started before B's warm-up, paid 4 µs a request more
+//! in the scheduler (`finish_task_switch`) on side A: an A/A bench of two identical
+//! servers read a dozen kernel functions as 40 % dearer on A, run after run. Waited for,
+//! both sides' servers get their events the same way.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::TapConfig;
+use crate::metrics::Registry;
+use crate::upstream::{Upstream, Watcher};
+
+/// The longest the bench waits for the samplers (reading a large server's symbols and
+/// unwind tables takes seconds); past it the bench begins and says so.
+const START: Duration = Duration::from_secs(15);
+
+/// Each side's upstream watcher and the figures it fills.
+pub(super) struct Watched {
+    _watchers: Vec<Watcher>,
+    upstreams: Vec<Arc<Upstream>>,
+}
+
+/// The watchers of `taps`' servers (found by the port they listen on), so that each
+/// snapshot carries their CPU and the comparison's note sets CPU per request side by
+/// side; one not found is a log line and the bench measures as before.
+pub(super) fn watch(taps: &[TapConfig], registry: &Registry) -> Watched {
+    let mut watched = Watched {
+        _watchers: Vec::new(),
+        upstreams: Vec::new(),
+    };
+    if !registry.enabled() {
+        return watched;
+    }
+    for tap in taps {
+        match crate::app::watch_upstream(tap, registry) {
+            Ok(Some((watcher, upstream))) => {
+                watched._watchers.push(watcher);
+                watched.upstreams.push(upstream);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(tap = %tap.name, "{e:#}; no upstream accounting"),
+        }
+    }
+    watched
+}
+
+impl Watched {
+    /// Waits, at most [`START`], until every side's sampler samples with whole stacks or
+    /// has said why it cannot.
+    pub(super) async fn sampling(&self) {
+        let ready = |u: &Upstream| u.stacks_ready() || u.sampling_off().is_some();
+        let deadline = tokio::time::Instant::now() + START;
+        while !self.upstreams.iter().all(|u| ready(u)) {
+            if tokio::time::Instant::now() >= deadline {
+                let late: Vec<&str> = self
+                    .upstreams
+                    .iter()
+                    .filter(|u| !ready(u))
+                    .map(|u| u.tap())
+                    .collect();
+                tracing::warn!(
+                    taps = ?late,
+                    "the servers' samplers had not started after {} s: the bench begins \
+                     without them, and the sides' threads may carry their events differently",
+                    START.as_secs()
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
