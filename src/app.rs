@@ -169,13 +169,25 @@ pub async fn serve_on(config: Config, workers: Option<Arc<Workers>>) -> anyhow::
 /// `--no-metrics`, where nothing is recorded). A watcher that cannot start is a log line,
 /// never a reason not to serve.
 pub fn watch_upstreams(taps: &[TapConfig], registry: &Registry) -> Vec<crate::upstream::Watcher> {
+    watched_upstreams(taps, registry)
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect()
+}
+
+/// [`watch_upstreams`] with the figures each watcher fills (the bench waits on them for
+/// its samplers to start).
+pub fn watched_upstreams(
+    taps: &[TapConfig],
+    registry: &Registry,
+) -> Vec<(crate::upstream::Watcher, Arc<crate::upstream::Upstream>)> {
     if !registry.enabled() {
         return Vec::new();
     }
     let mut out = Vec::new();
     for tap in taps {
         match watch_upstream(tap, registry) {
-            Ok(Some((w, _))) => out.push(w),
+            Ok(Some(watched)) => out.push(watched),
             Ok(None) => {}
             Err(e) => tracing::warn!(tap = %tap.name, "{e:#}; no upstream accounting"),
         }

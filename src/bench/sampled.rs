@@ -23,50 +23,36 @@ use crate::upstream::{Upstream, Watcher};
 /// unwind tables takes seconds); past it the bench begins and says so.
 const START: Duration = Duration::from_secs(15);
 
+/// The watcher looks for the process at once, then once an interval (a second): a side
+/// whose process is not found by then has no sampler to wait for.
+const FIND: Duration = Duration::from_secs(2);
+
 /// Each side's upstream watcher and the figures it fills.
-pub(super) struct Watched {
-    _watchers: Vec<Watcher>,
-    upstreams: Vec<Arc<Upstream>>,
-}
+pub(super) struct Watched(Vec<(Watcher, Arc<Upstream>)>);
 
 /// The watchers of `taps`' servers (found by the port they listen on), so that each
 /// snapshot carries their CPU and the comparison's note sets CPU per request side by
 /// side; one not found is a log line and the bench measures as before.
 pub(super) fn watch(taps: &[TapConfig], registry: &Registry) -> Watched {
-    let mut watched = Watched {
-        _watchers: Vec::new(),
-        upstreams: Vec::new(),
-    };
-    if !registry.enabled() {
-        return watched;
-    }
-    for tap in taps {
-        match crate::app::watch_upstream(tap, registry) {
-            Ok(Some((watcher, upstream))) => {
-                watched._watchers.push(watcher);
-                watched.upstreams.push(upstream);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(tap = %tap.name, "{e:#}; no upstream accounting"),
-        }
-    }
-    watched
+    Watched(crate::app::watched_upstreams(taps, registry))
 }
 
 impl Watched {
     /// Waits, at most [`START`], until every side's sampler samples with whole stacks or
-    /// has said why it cannot.
+    /// has said why it cannot; a side whose process was not found within [`FIND`] (a
+    /// server on another host) is not waited for.
     pub(super) async fn sampling(&self) {
-        let ready = |u: &Upstream| u.stacks_ready() || u.sampling_off().is_some();
-        let deadline = tokio::time::Instant::now() + START;
-        while !self.upstreams.iter().all(|u| ready(u)) {
+        let begun = tokio::time::Instant::now();
+        let ready = |u: &Upstream| {
+            u.stacks_ready()
+                || u.sampling_off().is_some()
+                || (begun.elapsed() >= FIND && u.totals().1.is_none())
+        };
+        let deadline = begun + START;
+        let upstreams = || self.0.iter().map(|(_, u)| u.as_ref());
+        while !upstreams().all(ready) {
             if tokio::time::Instant::now() >= deadline {
-                let late: Vec<&str> = self
-                    .upstreams
-                    .iter()
-                    .filter(|u| !ready(u))
-                    .map(|u| u.tap())
-                    .collect();
+                let late: Vec<&str> = upstreams().filter(|u| !ready(u)).map(|u| u.tap()).collect();
                 tracing::warn!(
                     taps = ?late,
                     "the servers' samplers had not started after {} s: the bench begins \
