@@ -23,8 +23,9 @@ use crate::upstream::{Upstream, Watcher};
 /// unwind tables takes seconds); past it the bench begins and says so.
 const START: Duration = Duration::from_secs(15);
 
-/// The watcher looks for the process at once, then once an interval (a second): a side
-/// whose process is not found by then has no sampler to wait for.
+/// The watcher's first look for the process comes at once and takes milliseconds: a side
+/// whose process is not found within this (a server on another host) has no sampler to
+/// wait for.
 const FIND: Duration = Duration::from_secs(2);
 
 /// Each side's upstream watcher and the figures it fills.
