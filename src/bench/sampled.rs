@@ -17,11 +17,7 @@ use std::time::Duration;
 
 use crate::config::TapConfig;
 use crate::metrics::Registry;
-use crate::upstream::{Upstream, Watcher};
-
-/// The longest the bench waits for the samplers (reading a large server's symbols and
-/// unwind tables takes seconds); past it the bench begins and says so.
-const START: Duration = Duration::from_secs(15);
+use crate::upstream::{Upstream, Watcher, SAMPLER_START};
 
 /// The watcher's first look for the process comes at once and takes milliseconds: a side
 /// whose process is not found within this (a server on another host) has no sampler to
@@ -39,17 +35,15 @@ pub(super) fn watch(taps: &[TapConfig], registry: &Registry) -> Watched {
 }
 
 impl Watched {
-    /// Waits, at most [`START`], until every side's sampler samples with whole stacks or
-    /// has said why it cannot; a side whose process was not found within [`FIND`] (a
+    /// Waits, at most [`SAMPLER_START`] (past it the bench begins and says so), until
+    /// every side's sampler samples with whole stacks or has said why it cannot; a side whose process was not found within [`FIND`] (a
     /// server on another host) is not waited for.
     pub(super) async fn sampling(&self) {
         let begun = tokio::time::Instant::now();
         let ready = |u: &Upstream| {
-            u.stacks_ready()
-                || u.sampling_off().is_some()
-                || (begun.elapsed() >= FIND && u.totals().1.is_none())
+            u.sampler_settled() || (begun.elapsed() >= FIND && u.totals().1.is_none())
         };
-        let deadline = begun + START;
+        let deadline = begun + SAMPLER_START;
         let upstreams = || self.0.iter().map(|(_, u)| u.as_ref());
         while !upstreams().all(ready) {
             if tokio::time::Instant::now() >= deadline {
@@ -58,7 +52,7 @@ impl Watched {
                     taps = ?late,
                     "the servers' samplers had not started after {} s: the bench begins \
                      without them, and the sides' threads may carry their events differently",
-                    START.as_secs()
+                    SAMPLER_START.as_secs()
                 );
                 return;
             }

@@ -26,6 +26,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::upstream::SAMPLER_START;
+
 pub use args::{DemoArgs, UpstreamArgs};
 pub use latency::Latency;
 pub use load::{LoadCounters, LoadPlan};
@@ -42,10 +44,6 @@ const BACKGROUND_PACE: Duration = Duration::from_millis(50);
 /// The simulated parser's CPU per request, and the application's per backend call: the
 /// parser is a visible part of the server's CPU, and a small part of a request's time.
 const PARSER_CPU: Duration = Duration::from_micros(20);
-/// How long the load waits for the sampler to start on the upstream: it reads the
-/// process's symbols and unwind tables first, about 0.1 s alone and 2.4 s measured with
-/// four busy loops beside it; load before it would be load without samples.
-const SAMPLER_START: Duration = Duration::from_secs(15);
 /// How long the report waits for the samples of the load's last moments.
 const LAST_COLLECT: Duration = Duration::from_secs(5);
 const BACKEND_CPU: Duration = Duration::from_micros(60);
@@ -173,16 +171,14 @@ async fn demo(
     Ok(())
 }
 
-/// What runs where, before the load starts.
 /// Waits, at most [`SAMPLER_START`], until the sampler runs on the upstream or said why
 /// it cannot; says so when it is slow, and when it never came.
 async fn sampler_started(upstream: &crate::upstream::Upstream) {
     // Whole stacks: a sample taken while the process's unwind tables are still being
     // read is a leaf, cut short (4 to 6 % of the demo's stacks were, on a loaded machine).
-    let ready = || upstream.stacks_ready() || upstream.sampling_off().is_some();
     let started = tokio::time::Instant::now();
     let mut told = false;
-    while !ready() {
+    while !upstream.sampler_settled() {
         let waited = started.elapsed();
         if waited >= SAMPLER_START {
             println!(
